@@ -1,0 +1,2 @@
+# Stage "judge": its rules are added by the issue that builds the stage.
+# Targets for `snakemake judge` come from pipeline_lib.targets.stage_targets.
