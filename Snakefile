@@ -1,6 +1,8 @@
 # SoftmaxGRPO reproduction pipeline: a table of contents, nothing else.
 # Logic lives in pipeline_lib/; each stage's rules in workflow/rules/<stage>.smk.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from pipeline_lib.config import validate_config
 
 min_version("9.0")
 
@@ -8,7 +10,7 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+validate_config(config, "workflow/schemas/config.schema.yaml")
 
 
 include: "workflow/rules/common.smk"

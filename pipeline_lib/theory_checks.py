@@ -129,11 +129,11 @@ def check_bernstein_mc(spec: VerificationSpec) -> CheckResult:
 def check_h_derivative(spec: VerificationSpec) -> CheckResult:
     p = np.linspace(0.02, 0.98, 49)
     step = 1e-5
-    worst = 0.0
+    worst, M = 0.0, spec.group_size
     for tau in (0.1, 0.3, 1.0, 10.0):
-        fd = (theory.h_exact(spec.group_size, tau, p + step) - theory.h_exact(spec.group_size, tau, p - step)) / (2 * step)
-        worst = max(worst, float(np.max(np.abs(fd - theory.omega_exact(spec.group_size, tau, p)))))
-        worst = max(worst, abs(float(theory.h_exact(spec.group_size, tau, 0.0))))
+        fd = (theory.h_exact(M, tau, p + step) - theory.h_exact(M, tau, p - step)) / (2 * step)
+        worst = max(worst, float(np.max(np.abs(fd - theory.omega_exact(M, tau, p)))))
+        worst = max(worst, abs(float(theory.h_exact(M, tau, 0.0))))
     return _result("eq:app_sage_h_closed_form", "h'_{M,tau} = omega_{M,tau} and h(0) = 0",
                    "central finite differences of the incomplete-beta closed form", worst, 1e-6)
 
@@ -313,7 +313,8 @@ def check_noisy_omega(spec: VerificationSpec) -> CheckResult:
     bound = ((M * w_clean * (math.exp(2 * delta / tau) - 1) * (clean - p).abs()).mean(1) / (p * (1 - p))).mean().item()
     gap = abs(omega_noisy - float(theory.omega_exact(M, tau, p)))
     return _result("eq:app_noisy_omega", "noisy binary weight stays within O(delta/tau) of omega_{M,tau}",
-                   f"Monte Carlo gap {gap:.4g} vs envelope bound {bound:.4g} + {Z_LIMIT:g} SE", gap, bound + Z_LIMIT * se)
+                   f"Monte Carlo gap {gap:.4g} vs envelope bound {bound:.4g} + {Z_LIMIT:g} SE",
+                   gap, bound + Z_LIMIT * se)
 
 
 def check_ess(spec: VerificationSpec) -> CheckResult:

@@ -97,7 +97,8 @@ def population_weights(spec: TheorySpec, points: int = 201) -> pd.DataFrame:
     rows = []
     for name, tau in _variants(spec):
         values = theory.weight_function(name, spec.group_size, tau)(grid)
-        rows += [{"method": name, "tau": tau, "p": float(p), "omega": float(v)} for p, v in zip(grid, values)]
+        rows += [{"method": name, "tau": tau, "p": float(p), "omega": float(v)}
+                 for p, v in zip(grid, values, strict=True)]
     return pd.DataFrame(rows)
 
 
@@ -185,7 +186,9 @@ def _style(method: str, tau: float | None, taus: list[float]) -> dict[str, Any]:
                 "linewidth": 1.8}
     styles = {"reinforce": ("0.45", ":"), "ml": ("black", "-"), "grpo": ("tab:red", "--"), "maxrl": ("black", "-.")}
     color, dash = styles[method]
-    return {"label": LABELS[method], "color": color, "linestyle": dash, "linewidth": 1.4}
+    # MaxRL(T = M-1) coincides with low-tau SoftmaxGRPO, so it is drawn on top.
+    return {"label": LABELS[method], "color": color, "linestyle": dash, "linewidth": 1.4,
+            "zorder": 5 if method == "maxrl" else 2}
 
 
 def render(args: argparse.Namespace) -> int:
@@ -220,7 +223,7 @@ def render(args: argparse.Namespace) -> int:
         finite = np.isfinite(frame["omega"])
         ax.plot(frame["p"][finite], frame["omega"][finite] / at_half, **_style(method, tau, taus))
     ax.set(xlabel="pass rate p", ylabel="w(p) / w(0.5)", yscale="log", ylim=(0.3, 30),
-           title=f"(b) Population prompt weights (SoftmaxGRPO exact at M = {group_size}, MaxRL T = M-1)")
+           title=f"(b) Population prompt weights, M = {group_size}")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     _savefig(fig, args.fig1b_png, args.fig1b_pdf)
     plt.close(fig)

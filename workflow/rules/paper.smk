@@ -57,7 +57,7 @@ rule paper_theory:
         table_tex="results/paper/tables/weight_view.tex",
     params:
         group_size=config["theory"]["group_size"],
-        table_stem="results/paper/tables/weight_view",
+        table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
         "logs/paper_theory.log",
     conda:

@@ -1,0 +1,122 @@
+"""The Snakemake workflow: config validation, dry-runs, lint, targets and a real theory run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline_lib.config import ConfigError, load_schema, validate_config
+from pipeline_lib.io import sha256_file
+from pipeline_lib.targets import THEORY_OUTPUTS, stage_targets
+
+from .conftest import REPO
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_groups": 500,
+                "verification_mc_groups": 50_000}
+
+
+def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def schema_keys(schema: dict, prefix: str = "") -> list[str]:
+    keys = []
+    for name, sub in schema.get("properties", {}).items():
+        keys.append(prefix + name)
+        keys += schema_keys(sub, prefix + name + ".")
+    return keys
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
+def test_configs_validate(configfile):
+    config = yaml.safe_load((REPO / configfile).read_text())
+    validate_config(config, SCHEMA)
+
+
+def test_every_schema_key_has_description_default_and_readme_entry():
+    schema = load_schema(SCHEMA)
+    readme = (REPO / "config" / "README.md").read_text()
+
+    def walk(node, path):
+        for name, sub in node.get("properties", {}).items():
+            assert "description" in sub and "default" in sub, f"{path}{name} lacks description/default"
+            walk(sub, f"{path}{name}.")
+
+    walk(schema, "")
+    missing = [key for key in schema_keys(schema) if f"`{key}`" not in readme]
+    assert not missing, f"config/README.md does not document {missing}"
+
+
+def test_validation_names_unknown_and_mistyped_keys():
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["theory"]["mc_groupz"] = 3
+    config["theory"]["group_size"] = "eight"
+    with pytest.raises(ConfigError) as excinfo:
+        validate_config(config, SCHEMA)
+    message = str(excinfo.value)
+    assert "unknown key 'theory.mc_groupz'" in message
+    assert "key 'theory.group_size': 'eight' is not of type 'integer'" in message
+
+
+def test_validation_fills_defaults():
+    config = {"label": "test", "seed": 1, "theory": {"group_size": 4, "taus": [1.0], "p_grid_points": 3,
+                                                       "mc_groups": 100}}
+    validate_config(config, SCHEMA)
+    assert config["theory"]["verification_mc_groups"] == 200_000
+
+
+def test_targets_cover_the_theory_outputs():
+    targets = stage_targets({})
+    assert set(THEORY_OUTPUTS) <= set(targets["paper"])
+    assert targets["all"] == [p for stage in ("data", "train", "eval", "judge", "paper") for p in targets[stage]]
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
+def test_dry_run_plans_the_dag(workflow_copy, configfile):
+    result = snakemake(workflow_copy, "-n", "--configfile", configfile)
+    assert result.returncode == 0, result.stderr
+    assert "paper_theory_data" in result.stdout and "paper_theory" in result.stdout
+
+
+def test_unknown_config_key_fails_at_parse_time(workflow_copy):
+    (workflow_copy / "bad.yaml").write_text("label: tiny\nseed: 0\nthoery: {}\n")
+    result = snakemake(workflow_copy, "-n", "--configfile", "bad.yaml")
+    assert result.returncode != 0
+    assert "unknown key 'thoery'" in result.stdout + result.stderr
+
+
+def test_lint_is_clean(workflow_copy):
+    result = snakemake(workflow_copy, "--lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_paper_theory_runs_end_to_end(workflow_copy):
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text()) | {"label": "test", "theory": SMALL_THEORY}
+    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workflow_copy, "paper_theory", "--cores", "2", "--configfile", "small.yaml")
+    assert result.returncode == 0, result.stderr
+    for relative in THEORY_OUTPUTS:
+        path = workflow_copy / relative
+        assert path.is_file() and path.stat().st_size > 0, relative
+        sidecar = json.loads(Path(str(path) + ".prov.json").read_text())
+        record = next(o for o in sidecar["outputs"] if o["path"] == relative)
+        assert record["sha256"] == sha256_file(path)
+    verification = json.loads((workflow_copy / "results/paper/theory_verification.json").read_text())
+    assert verification["passed"] == verification["total"] > 10
+    table = (workflow_copy / "results/paper/tables/weight_view.md").read_text()
+    assert "SoftmaxGRPO (tau=0.1)" in table and "GRPO" in table
+    assert (workflow_copy / "logs/paper_theory_data.log").is_file()
+    rerun = snakemake(workflow_copy, "paper_theory", "-n", "--configfile", "small.yaml")
+    assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
+
+
+def test_empty_config_gets_every_default():
+    config: dict = {}
+    validate_config(config, SCHEMA)
+    assert config["theory"]["group_size"] == 8 and config["label"] == "tiny"
+    assert load_schema(SCHEMA)["properties"]["theory"]["default"] == {}  # the schema itself is not mutated
