@@ -1,0 +1,116 @@
+"""Reward registry: one scorer per name, shared by the local engine, verl and evaluation.
+
+Two entry points:
+
+* :func:`score` (and :func:`score_batch`): ``score(name, solution_str, ground_truth)``
+  with ``name`` in :func:`available_rewards`. Ground truth is the gold answer string
+  for ``math``/``exact``, ``{"numbers": [...], "target": int}`` for ``countdown``,
+  the reference text for ``similarity``; ``format`` ignores it.
+* :func:`compute_score`: verl's custom reward signature. The reward composition of a
+  row comes from ``extra_info["reward_weights"]`` (written by the data stage from the
+  config), else from the ``reward_weights`` keyword, else from the data source's default.
+
+Every result is a dict with ``score`` plus numeric components (verl logs extra keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pipeline_lib.rewards.countdown import countdown_score
+from pipeline_lib.rewards.format_reward import exact_score, format_score
+from pipeline_lib.rewards.mathverify import math_scores
+from pipeline_lib.rewards.similarity import similarity_score
+
+__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "register_reward", "score", "score_batch"]
+
+BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
+_REGISTRY: dict[str, BatchScorer] = {}
+
+#: Default composition per verl ``data_source``; App. B: verifiers for the verifiable tasks,
+#: r_sim for Poetry/MeetingBank, 0.35 format + 0.65 r_sim for OpenThoughts.
+DATA_SOURCE_REWARDS: dict[str, dict[str, float]] = {
+    "openai/gsm8k": {"math": 1.0},
+    "zwhe99/DeepMath-103K": {"math": 1.0},
+    "Jiayi-Pan/Countdown-Tasks-3to4": {"countdown": 1.0},
+    "HuggingFaceTB/Countdown-Task-GOLD": {"countdown": 1.0},
+    "jnb666/poems": {"similarity": 1.0},
+    "microsoft/MeetingBank-LLMCompressed": {"similarity": 1.0},
+    "open-thoughts/OpenThoughts3-1.2M": {"format": 0.35, "similarity": 0.65},
+}
+
+
+def register_reward(name: str, batch: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a scorer; per-item scorers ``f(solution, truth) -> dict`` are lifted to batches."""
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in _REGISTRY:
+            raise ValueError(f"reward {name!r} is already registered")
+        if batch:
+            _REGISTRY[name] = fn
+        else:
+            _REGISTRY[name] = lambda solutions, truths: [fn(s, t) for s, t in zip(solutions, truths, strict=True)]
+        return fn
+
+    return decorator
+
+
+register_reward("math", batch=True)(math_scores)
+register_reward("countdown")(countdown_score)
+register_reward("similarity")(similarity_score)
+register_reward("format")(format_score)
+register_reward("exact")(exact_score)
+
+
+def available_rewards() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _scorer(name: str) -> BatchScorer:
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown reward {name!r}; registered: {available_rewards()}")
+    return _REGISTRY[name]
+
+
+def score_batch(name: str, solutions: Sequence[Any], ground_truths: Sequence[Any]) -> list[dict[str, float]]:
+    if len(solutions) != len(ground_truths):
+        raise ValueError(f"{len(solutions)} solutions but {len(ground_truths)} ground truths")
+    return _scorer(name)(solutions, ground_truths)
+
+
+def score(name: str, solution_str: Any, ground_truth: Any) -> dict[str, float]:
+    return score_batch(name, [solution_str], [ground_truth])[0]
+
+
+def _weights(data_source: str, extra_info: Mapping[str, Any] | None, override: Any) -> dict[str, float]:
+    weights = (extra_info or {}).get("reward_weights") or override or DATA_SOURCE_REWARDS.get(data_source)
+    if not weights:
+        raise ValueError(f"no reward composition for data_source {data_source!r}: set extra_info['reward_weights'] "
+                         f"or use one of {sorted(DATA_SOURCE_REWARDS)}")
+    unknown = sorted(set(weights) - set(_REGISTRY))
+    if unknown:
+        raise ValueError(f"data_source {data_source!r}: unknown reward(s) {unknown} in {dict(weights)}")
+    return {str(k): float(v) for k, v in weights.items()}
+
+
+def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: Mapping[str, Any] | None = None,
+    reward_weights: Mapping[str, float] | None = None,
+    **_: Any,
+) -> dict[str, float]:
+    """verl custom reward entry point: ``score`` = sum of weight x component score."""
+    weights = _weights(data_source, extra_info, reward_weights)
+    total, result = 0.0, {}
+    for name, weight in weights.items():
+        component = score(name, solution_str, ground_truth)
+        total += weight * component["score"]
+        if len(weights) == 1:
+            result.update(component)
+        else:
+            result.update({f"{name}/{key}": value for key, value in component.items()})
+    result["score"] = total
+    return result

@@ -1,0 +1,54 @@
+"""Answer extraction shared by every reward and by evaluation.
+
+Order: drop everything up to the last ``</think>``; then prefer the last
+``<answer>...</answer>``; else the last ``\\boxed{...}`` (nested braces handled).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["after_think", "extract_answer", "last_answer_tag", "last_boxed"]
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED_OPENERS = ("\\boxed{", "\\fbox{")
+
+
+def after_think(text: str) -> str:
+    """The text after the last ``</think>`` (all of it if there is none)."""
+    cut = text.rfind("</think>")
+    return text if cut < 0 else text[cut + len("</think>"):]
+
+
+def last_answer_tag(text: str) -> str | None:
+    matches = _ANSWER_RE.findall(text)
+    return matches[-1].strip() if matches else None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}``, balancing nested braces; None if unclosed."""
+    start = max(text.rfind(opener) for opener in _BOXED_OPENERS)
+    if start < 0:
+        return None
+    position = text.index("{", start) + 1
+    depth = 1
+    for index in range(position, len(text)):
+        char = text[index]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[position:index].strip()
+    return None
+
+
+def extract_answer(text: str | None, allow_boxed: bool = True) -> str | None:
+    """The final answer span of a response, or None when it has none."""
+    if not isinstance(text, str):
+        return None
+    tail = after_think(text)
+    tagged = last_answer_tag(tail)
+    if tagged is not None:
+        return tagged
+    return last_boxed(tail) if allow_boxed else None

@@ -1,0 +1,94 @@
+"""Weak similarity reward r_sim = 0.6 * SQuAD-F1 + 0.4 * ROUGE-L F (paper App. B).
+
+Both parts equal the reference implementations bit for bit; only the LCS is
+computed natively (``rapidfuzz.distance.LCSseq`` on token lists) instead of
+rouge-score's pure-Python dynamic programme.
+
+Tokenisation, inherited on purpose from the references:
+
+* SQuAD-F1 (official v1.1 script): lowercase, drop ASCII punctuation
+  (``string.punctuation``), drop the articles a/an/the, split on whitespace.
+  Non-ASCII letters and punctuation are kept inside tokens.
+* ROUGE-L (``rouge_score.rouge_scorer.RougeScorer(["rougeL"])``, no stemmer):
+  ``str.lower()``, every character outside ``[a-z0-9]`` becomes a space. So
+  accented and non-Latin text tokenises to (almost) nothing: "café" -> "caf",
+  Chinese text -> no tokens and a ROUGE-L of 0.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+from rapidfuzz.distance import LCSseq
+
+from pipeline_lib.rewards.extract import after_think, last_answer_tag
+
+__all__ = ["SIM_WEIGHTS", "rouge_l_f", "rouge_tokens", "similarity_score", "similarity_text", "squad_f1",
+           "squad_normalize"]
+
+SIM_WEIGHTS = (0.6, 0.4)  # (SQuAD-F1, ROUGE-L)
+_DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_NON_ALPHANUM = re.compile(r"[^a-z0-9]+")
+_SPACES = re.compile(r"\s+")
+_VALID_TOKEN = re.compile(r"^[a-z0-9]+$")
+
+
+def squad_normalize(text: str) -> str:
+    """The official SQuAD v1.1 ``normalize_answer``."""
+    text = text.lower()
+    text = text.translate(_DROP_PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def squad_f1(prediction: str, reference: str) -> float:
+    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings)."""
+    prediction_tokens = squad_normalize(prediction).split()
+    reference_tokens = squad_normalize(reference).split()
+    common = Counter(prediction_tokens) & Counter(reference_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(reference_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def rouge_tokens(text: str) -> list[str]:
+    """rouge-score's default tokenizer without stemming."""
+    text = _NON_ALPHANUM.sub(" ", text.lower())
+    return [token for token in _SPACES.split(text) if _VALID_TOKEN.match(token)]
+
+
+def rouge_l_f(prediction: str, reference: str) -> float:
+    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)``."""
+    target_tokens, prediction_tokens = rouge_tokens(reference), rouge_tokens(prediction)
+    if not target_tokens or not prediction_tokens:
+        return 0
+    lcs_length = LCSseq.similarity(target_tokens, prediction_tokens)
+    precision = lcs_length / len(prediction_tokens)
+    recall = lcs_length / len(target_tokens)
+    if precision + recall > 0:
+        return 2 * precision * recall / (precision + recall)
+    return 0.0
+
+
+def similarity_text(solution: str) -> str:
+    """What is compared with the reference: the last <answer> span if any, else all text after </think>.
+
+    ``\\boxed{}`` is deliberately not extracted: the reference is a full demonstration.
+    """
+    tail = after_think(solution)
+    tagged = last_answer_tag(tail)
+    return tagged if tagged is not None else tail
+
+
+def similarity_score(solution: str | None, reference: str) -> dict[str, float]:
+    if not isinstance(solution, str) or not isinstance(reference, str):
+        return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0}
+    text = similarity_text(solution)
+    f1, rouge = squad_f1(text, reference), rouge_l_f(text, reference)
+    return {"score": SIM_WEIGHTS[0] * f1 + SIM_WEIGHTS[1] * rouge, "squad_f1": float(f1), "rouge_l": float(rouge)}

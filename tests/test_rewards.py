@@ -1,0 +1,254 @@
+"""Rewards: agreement with the reference libraries, hostile inputs, and verl's calling convention."""
+
+import random
+import string
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline_lib.rewards import available_rewards, compute_score, score, score_batch
+from pipeline_lib.rewards.countdown import evaluate_expression
+from pipeline_lib.rewards.extract import extract_answer, last_boxed
+from pipeline_lib.rewards.mathverify import TIMEOUT_SECONDS, gold_answer
+from pipeline_lib.rewards.pool import TimeoutPool
+from pipeline_lib.rewards.similarity import rouge_l_f, squad_f1, squad_normalize
+
+rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
+math_verify = pytest.importorskip("math_verify")
+
+
+# --- reference implementations (test oracles) ---------------------------------------------------
+def official_squad_f1(prediction: str, ground_truth: str) -> float:
+    """Transcribed from the official SQuAD v1.1 evaluation script."""
+    import re
+    from collections import Counter
+
+    def normalize_answer(s):
+        def remove_articles(text):
+            return re.sub(r"\b(a|an|the)\b", " ", text)
+
+        def white_space_fix(text):
+            return " ".join(text.split())
+
+        def remove_punc(text):
+            exclude = set(string.punctuation)
+            return "".join(ch for ch in text if ch not in exclude)
+
+        return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+    prediction_tokens = normalize_answer(prediction).split()
+    ground_truth_tokens = normalize_answer(ground_truth).split()
+    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
+
+
+ROUGE = rouge_scorer.RougeScorer(["rougeL"])
+WORDS = ["the", "a", "an", "cat", "Cat", "sat", "on", "mat", "mat.", "dog's", "run", "ran", "12", "3.5", "x",
+         "café", "naïve", "東京", "İstanbul", "well-known", "(yes)", "NO!", "and", "or", "of", "42", "#", "", "\n"]
+
+
+def random_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 40)))
+
+
+def test_similarity_equals_reference_libraries_bit_for_bit():
+    rng = random.Random(0)
+    pairs = [(random_text(rng), random_text(rng)) for _ in range(1500)]
+    pairs += [("", ""), ("the a an", "the"), ("...", "!!!"), ("東京", "東京")]
+    for prediction, reference in pairs:
+        f1, rouge = official_squad_f1(prediction, reference), ROUGE.score(reference, prediction)["rougeL"].fmeasure
+        assert squad_f1(prediction, reference) == f1
+        assert rouge_l_f(prediction, reference) == rouge
+        assert score("similarity", prediction, reference)["score"] == 0.6 * f1 + 0.4 * rouge
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_similarity_matches_on_arbitrary_unicode(prediction, reference):
+    assert squad_f1(prediction, reference) == official_squad_f1(prediction, reference)
+    assert rouge_l_f(prediction, reference) == ROUGE.score(reference, prediction)["rougeL"].fmeasure
+
+
+def test_squad_normalisation():
+    assert squad_normalize("The  Cat's (big) hat!") == "cats big hat"
+
+
+GSM8K_CASES = [
+    ("The total is \\boxed{18}.", "18", 1.0),
+    ("so \\boxed{\\$18}", "18", 1.0),
+    ("<answer>1,234</answer>", "1234", 1.0),
+    ("\\boxed{18 \\text{ dollars}}", "18", 1.0),
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{19}", "18", 0.0),
+    ("<think>maybe \\boxed{3}</think>\\boxed{4}", "4", 1.0),
+    ("<think>\\boxed{4}</think> I think it is \\boxed{3}", "4", 0.0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1.0),
+    ("no answer here", "7", 0.0),
+]
+
+
+@pytest.mark.parametrize("solution, gold, expected", GSM8K_CASES)
+def test_math_known_cases(solution, gold, expected):
+    assert score("math", solution, gold)["score"] == expected
+
+
+def test_math_agrees_with_direct_math_verify():
+    from math_verify import parse, verify
+
+    from pipeline_lib.rewards.mathverify import prediction_text
+
+    rng = random.Random(1)
+    solutions, golds = [], []
+    for _ in range(60):
+        value = rng.randint(0, 5000)
+        shown = rng.choice([str(value), f"{value:,}", f"\\${value}", f"{value} \\text{{ dollars}}",
+                            f"\\frac{{{2 * value}}}{{2}}", str(value + rng.choice([0, 1]))])
+        wrapper = rng.choice(["\\boxed{%s}", "<answer>%s</answer>", "The answer is \\boxed{%s}."])
+        solutions.append("Step 1 ... " + wrapper % shown)
+        golds.append(f"reasoning #### {value:,}")
+    ours = [r["score"] for r in score_batch("math", solutions, golds)]
+    direct = [float(verify(parse(f"\\boxed{{{gold_answer(g)}}}"), parse(prediction_text(s))))
+              for s, g in zip(solutions, golds, strict=True)]
+    assert ours == direct
+    assert 0 < sum(ours) < len(ours)
+
+
+def test_gsm8k_gold_extraction():
+    assert gold_answer("Natalia sold 48/2 = 24 clips.\n#### 1,072") == "1072"
+    assert gold_answer("\\frac{3}{4}") == "\\frac{3}{4}"
+
+
+def test_math_timeout_is_counted_not_silent():
+    pool = TimeoutPool("time:sleep", processes=1, timeout=0.5)
+    try:
+        start = time.monotonic()
+        results = pool.map([(5.0,), (0.01,)])
+        assert time.monotonic() - start < 0.5 + 0.5 + 3.0  # includes starting the replacement worker
+        assert results[0].timed_out and not results[1].timed_out
+        assert pool.timeouts == 1
+    finally:
+        pool.close()
+
+
+def test_math_batch_scores_each_item_in_its_own_bound():
+    hostile = "\\boxed{" + "(" * 3000 + "1" + ")" * 3000 + "}"
+    start = time.monotonic()
+    results = score_batch("math", [hostile, "\\boxed{2}", "9^{9^{9^{9}}}"], ["1", "2", "3"])
+    assert time.monotonic() - start < 3 * (TIMEOUT_SECONDS + 0.5) + 5
+    assert [r["score"] for r in results][1] == 1.0
+    assert all(r["score"] in (0.0, 1.0) and r["timeouts"] in (0.0, 1.0) for r in results)
+
+
+COUNTDOWN = {"numbers": [3, 5, 3, 1], "target": 24}
+
+
+@pytest.mark.parametrize("solution, expected", [
+    ("<answer>(3 + 5) * 3 * 1</answer>", 1.0),
+    ("<answer>(3+5)*3*1 = 24</answer>", 1.0),
+    ("\\boxed{(3 + 5) \\times 3 \\div 1}", 1.0),
+    ("<think>try (3+5)*3</think><answer>(5 - 1) * 3 + 3 * 4</answer>", 0.0),  # 4 is not given
+    ("<answer>(3 + 5) * 3</answer>", 0.0),  # 1 unused
+    ("<answer>(3+5)*3*1 = 25</answer>", 0.0),
+    ("<answer>3 * 5 + 3 * 1</answer>", 0.0),  # 18
+    ("(3 + 5) * 3 * 1", 0.0),  # no answer tags
+])
+def test_countdown_cases(solution, expected):
+    assert score("countdown", solution, COUNTDOWN)["score"] == expected
+
+
+def test_countdown_is_exact_with_fractions():
+    gt = {"numbers": [1, 3, 4, 6], "target": 24}
+    assert score("countdown", "<answer>6 / (1 - 3 / 4)</answer>", gt)["score"] == 1.0
+
+
+HOSTILE = [
+    "__import__('os').system('touch {sentinel}')",
+    "open('{sentinel}', 'w')",
+    "(lambda: __import__('os').system('touch {sentinel}'))()",
+    "().__class__.__bases__[0].__subclasses__()",
+    "x + 1", "9**9**9**9", "2^10000", "10**100", "1" * 1_000_000, "(" * 10_000 + "1" + ")" * 10_000,
+    "١٢ + ٣", "３ + ５", "", "   ", "1 +", "1/0", "99999999999 * 99999999999 * 99999999999",
+    "True + 1", "3.0 + 5", "-3 + 27",
+]
+
+
+@pytest.mark.parametrize("expression", HOSTILE, ids=range(len(HOSTILE)))
+def test_countdown_hostile_inputs_score_zero_and_execute_nothing(expression, tmp_path):
+    sentinel = tmp_path / "pwned"
+    text = expression.replace("{sentinel}", str(sentinel))
+    for solution in (f"<answer>{text}</answer>", f"\\boxed{{{text}}}", text):
+        start = time.monotonic()
+        result = score("countdown", solution, {"numbers": [3, 5, 3, 1], "target": 24})
+        assert time.monotonic() - start < 1.0
+        assert result["score"] == 0.0
+    assert not sentinel.exists()
+
+
+def test_countdown_rejects_non_int_literals_and_deep_nesting():
+    for bad in ("3.0 + 5", "True + 1", "-3"):
+        with pytest.raises(ValueError):
+            evaluate_expression(bad)
+    assert evaluate_expression("((1))")[0] == 1
+
+
+@pytest.mark.parametrize("name", ["math", "countdown", "similarity", "format", "exact"])
+def test_none_and_empty_solutions_score_zero(name):
+    truth = COUNTDOWN if name == "countdown" else "42"
+    for solution in (None, "", "   "):
+        assert score(name, solution, truth)["score"] == 0.0
+
+
+def test_countdown_bad_ground_truth_is_a_clear_error():
+    with pytest.raises(ValueError, match="countdown ground truth"):
+        score("countdown", "<answer>1</answer>", {"nums": [1]})
+
+
+def test_format_reward():
+    assert score("format", "<think>reason</think>\n<answer>42</answer>", None)["score"] == 1.0
+    assert score("format", "<think>reason</think> 42", None)["score"] == 1.0
+    for bad in ("42", "<think></think> 42", "<think>a</think>", "<think>a</think><think>b</think> 4",
+                "<think>a</think><answer> </answer>", "pre <think>a</think> 42 </think>"):
+        assert score("format", bad, None)["score"] == 0.0, bad
+
+
+def test_exact_reward():
+    assert score("exact", "<answer> 42. </answer>", "#### 42")["score"] == 1.0
+    assert score("exact", "<answer>43</answer>", "42")["score"] == 0.0
+
+
+def test_extraction():
+    assert last_boxed("a \\boxed{\\frac{1}{2}} b \\boxed{x^{2}}") == "x^{2}"
+    assert last_boxed("\\boxed{unclosed") is None
+    assert extract_answer("<think><answer>1</answer></think><answer>2</answer>") == "2"
+    assert extract_answer("<think>\\boxed{1}</think> nothing") is None
+
+
+def test_compute_score_as_verls_naive_reward_manager_calls_it():
+    extra_info = {"index": 0, "num_turns": None, "rollout_reward_scores": {}}
+    result = compute_score(data_source="openai/gsm8k", solution_str="\\boxed{72}",
+                           ground_truth="48 + 24 = 72\n#### 72", extra_info=extra_info)
+    assert result["score"] == 1.0 and isinstance(result["timeouts"], float)
+    combined = compute_score(data_source="open-thoughts/OpenThoughts3-1.2M",
+                             solution_str="<think>ok</think> the cat sat", ground_truth="the cat sat",
+                             extra_info={"index": 1})
+    assert combined["score"] == pytest.approx(0.35 * 1.0 + 0.65 * 1.0)
+    weighted = compute_score(data_source="custom", solution_str="the cat", ground_truth="the dog",
+                             extra_info={"reward_weights": {"similarity": 1.0}})
+    assert weighted["score"] == score("similarity", "the cat", "the dog")["score"]
+    assert all(isinstance(v, float) for v in combined.values())
+    with pytest.raises(ValueError, match="no reward composition for data_source 'mystery'"):
+        compute_score(data_source="mystery", solution_str="x", ground_truth="y")
+
+
+def test_registry():
+    assert {"math", "countdown", "similarity", "format", "exact"} <= set(available_rewards())
+    with pytest.raises(ValueError, match="unknown reward"):
+        score("bleu", "a", "b")
