@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["STAGES", "THEORY_OUTPUTS", "stage_targets"]
+__all__ = ["IMAGENET_OUTPUTS", "STAGES", "THEORY_OUTPUTS", "imagenet_run_spec", "imagenet_runs", "stage_targets"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -26,9 +26,41 @@ THEORY_OUTPUTS = (
 )
 
 
+IMAGENET_OUTPUTS = (
+    "results/paper/figures/imagenet_objectives.png",
+    "results/paper/figures/imagenet_objectives.pdf",
+    "results/paper/tables/imagenet_objectives.tex",
+    "results/paper/tables/imagenet_objectives.md",
+    "results/paper/tables/imagenet_objectives.csv",
+)
+
+
+def imagenet_runs(section: Mapping[str, Any]) -> list[str]:
+    """DONE sentinels of every objective-study run; ML has no rollouts and runs once per seed (``m0``)."""
+    runs = []
+    for objective in section["objectives"]:
+        for rollouts in [0] if objective == "ml" else section["rollouts"]:
+            runs += [f"results/train/imagenet/{objective}/m{rollouts}/seed{seed}/DONE.json"
+                     for seed in section["seeds"]]
+    return runs
+
+
+#: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
+#: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
+IMAGENET_SWEEP_KEYS = ("enabled", "label", "objectives", "rollouts", "seeds")
+
+
+def imagenet_run_spec(section: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in section.items() if key not in IMAGENET_SWEEP_KEYS}
+
+
 def stage_targets(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Final outputs per stage, plus ``all`` = every stage's targets in order."""
     targets: dict[str, list[str]] = {stage: [] for stage in STAGES}
     targets["paper"] += THEORY_OUTPUTS
+    imagenet = config.get("imagenet", {})
+    if imagenet.get("enabled"):
+        targets["train"] += imagenet_runs(imagenet)
+        targets["paper"] += IMAGENET_OUTPUTS
     targets["all"] = [path for stage in STAGES for path in targets[stage]]
     return targets

@@ -1,6 +1,7 @@
 """The Snakemake workflow: config validation, dry-runs, lint, targets and a real theory run."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,10 @@ SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_gro
 
 
 def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run Snakemake in ``cwd`` with this checkout's pipeline_lib first on the path."""
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
 
 
 def schema_keys(schema: dict, prefix: str = "") -> list[str]:
@@ -120,3 +123,25 @@ def test_empty_config_gets_every_default():
     validate_config(config, SCHEMA)
     assert config["theory"]["group_size"] == 8 and config["label"] == "tiny"
     assert load_schema(SCHEMA)["properties"]["theory"]["default"] == {}  # the schema itself is not mutated
+
+
+def test_imagenet_study_runs_end_to_end(workflow_copy):
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["imagenet"] |= {"rollouts": [2, 8], "seeds": [0], "epochs": 1, "eval_every": 4,
+                           "dataset": config["imagenet"]["dataset"] | {"n_train": 512, "n_val": 256}}
+    config["theory"] = SMALL_THEORY
+    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workflow_copy, "paper_imagenet", "--cores", "2", "--configfile", "small.yaml")
+    assert result.returncode == 0, result.stderr
+    table = (workflow_copy / "results/paper/tables/imagenet_objectives.md").read_text()
+    for name in ("ML (cross-entropy)", "REINFORCE", "GRPO", "SoftmaxGRPO"):
+        assert name in table
+    assert (workflow_copy / "results/paper/figures/imagenet_objectives.png").stat().st_size > 10_000
+    done = json.loads((workflow_copy / "results/train/imagenet/softmax/m8/seed0/DONE.json").read_text())
+    assert done["final_step"] == done["total_steps"] == 4
+    # adding a seed schedules only the new runs (and the paper rules), never the existing ones
+    config["imagenet"]["seeds"] = [0, 1]
+    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
+    plan = snakemake(workflow_copy, "paper_imagenet", "-n", "--configfile", "small.yaml")
+    assert plan.returncode == 0
+    assert "seed1/DONE.json" in plan.stdout and "m8/seed0/DONE.json" not in plan.stdout.split("Job stats")[0]

@@ -67,3 +67,49 @@ rule paper_theory:
         " --curves {input.curves} --weights {input.weights} --weight-view {input.weight_view}"
         " --fig1a-png {output.fig1a_png} --fig1a-pdf {output.fig1a_pdf} --fig1b-png {output.fig1b_png}"
         " --fig1b-pdf {output.fig1b_pdf} --table-stem {params.table_stem} > {log} 2>&1"
+
+
+rule paper_imagenet_data:
+    input:
+        done=imagenet_runs(config["imagenet"]),
+    output:
+        curves="results/paper/data/imagenet_curves.csv",
+        summary="results/paper/data/imagenet_summary.csv",
+    log:
+        "logs/paper_imagenet_data.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.classify.report collect --done {input.done} --curves {output.curves}"
+        " --summary {output.summary} > {log} 2>&1"
+
+
+rule paper_imagenet:
+    input:
+        curves=rules.paper_imagenet_data.output.curves,
+        summary=rules.paper_imagenet_data.output.summary,
+    output:
+        png=report(
+            "results/paper/figures/imagenet_objectives.png",
+            caption="../report/imagenet.rst",
+            category="ImageNet objective study",
+        ),
+        pdf="results/paper/figures/imagenet_objectives.pdf",
+        table_csv="results/paper/tables/imagenet_objectives.csv",
+        table_md=report(
+            "results/paper/tables/imagenet_objectives.md",
+            caption="../report/imagenet_table.rst",
+            category="ImageNet objective study",
+        ),
+        table_tex="results/paper/tables/imagenet_objectives.tex",
+    params:
+        label=config["imagenet"]["label"],
+        table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
+    log:
+        "logs/paper_imagenet.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.classify.report render --curves {input.curves} --summary {input.summary}"
+        " --label {params.label:q} --png {output.png} --pdf {output.pdf} --table-stem {params.table_stem}"
+        " > {log} 2>&1"

@@ -1,0 +1,55 @@
+"""Resumable long jobs: atomic checkpoints, a config digest guard and the DONE sentinel.
+
+A run owns its directory. ``checkpoint.pt`` is replaced atomically every K steps;
+``DONE.json`` (the only file Snakemake is told about) is written once the final
+step is reached. Resuming with a different config is refused rather than mixed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline_lib.io import atomic_path, write_json
+
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "load_checkpoint", "save_checkpoint", "write_done"]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+DONE_NAME = "DONE.json"
+
+
+class ConfigMismatchError(RuntimeError):
+    """A checkpoint exists but was written under a different config digest."""
+
+
+def save_checkpoint(run_dir: str | os.PathLike[str], state: dict[str, Any]) -> Path:
+    target = Path(run_dir) / CHECKPOINT_NAME
+    with atomic_path(target) as tmp:
+        torch.save(state, tmp)
+    return target
+
+
+def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict[str, Any] | None:
+    """The last checkpoint of this run, or None; raises if it belongs to another config."""
+    path = Path(run_dir) / CHECKPOINT_NAME
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("config_sha256") != config_sha256:
+        raise ConfigMismatchError(
+            f"{path} was written with config {state.get('config_sha256')}, this run has {config_sha256}; "
+            "delete the run directory to start over"
+        )
+    return state
+
+
+def write_done(run_dir: str | os.PathLike[str], *, step: int, total_steps: int, config_sha256: str,
+               **extra: Any) -> Path:
+    if step != total_steps:
+        raise RuntimeError(f"refusing to mark {run_dir} done at step {step} of {total_steps}")
+    target = Path(run_dir) / DONE_NAME
+    write_json(target, {"final_step": step, "total_steps": total_steps, "config_sha256": config_sha256, **extra})
+    return target

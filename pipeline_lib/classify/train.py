@@ -1,0 +1,188 @@
+"""Train one (objective, rollouts, seed) run of the objective study; resumable.
+
+    python -m pipeline_lib.classify.train --spec JSON --objective softmax --rollouts 64 --seed 0 \
+        --run-dir results/train/imagenet/softmax/m64/seed0
+
+Writes ``metrics.jsonl`` (one line per evaluation), ``checkpoint.pt`` every
+``checkpoint_every`` steps (model, optimizer, scheduler, RNG, step) and ``DONE.json``
+at the final step. A killed run restarts from its checkpoint and ends at the same step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from pipeline_lib.checkpoint import load_checkpoint, save_checkpoint, write_done
+from pipeline_lib.classify.data import EpochSampler, SplitData, build_splits
+from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
+from pipeline_lib.io import atomic_path
+from pipeline_lib.provenance import config_digest, write_provenance
+
+log = logging.getLogger("pipeline_lib.classify.train")
+
+
+def build_model(spec: dict[str, Any], data: SplitData) -> nn.Module:
+    model = spec["model"]
+    if model["kind"] == "mlp":
+        return nn.Sequential(nn.Linear(data.input_shape[0], model["hidden"]), nn.ReLU(),
+                             nn.Linear(model["hidden"], data.n_classes))
+    if model["kind"] == "resnet50":
+        from torchvision.models import resnet50  # GPU environment only
+
+        return resnet50(weights=None, num_classes=data.n_classes)
+    raise ValueError(f"unknown model kind {model['kind']!r}")
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up then cosine decay to zero."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: SplitData, spec: dict[str, Any], device: torch.device) -> dict[str, float]:
+    model.eval()
+    loader = DataLoader(data.val, batch_size=spec["eval_batch_size"], shuffle=False,
+                        num_workers=spec["num_workers"])
+    sums: dict[str, float] = {}
+    count = 0
+    for inputs, labels in loader:
+        inputs, labels = inputs.to(device), labels.to(device)
+        for name, values in closed_form_metrics(model(inputs), labels, tuple(spec["pass_k"])).items():
+            sums[name] = sums.get(name, 0.0) + float(values.sum())
+        count += labels.numel()
+    model.train()
+    return {f"val_{name}": total / count for name, total in sums.items()}
+
+
+def _rng_state(generator: torch.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "rollouts": generator.get_state()}
+
+
+def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    generator.set_state(state["rollouts"])
+
+
+def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_dir: Path, progress: bool = True) -> Path:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
+    run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed}
+    digest = config_digest(run_config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = build_splits(spec, seed)
+    model = build_model(spec, data).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"],
+                                weight_decay=spec["weight_decay"])
+    steps_per_epoch = len(data.train) // spec["batch_size"]
+    total_steps = steps_per_epoch * spec["epochs"]
+    warmup_steps = int(spec["warmup_epochs"] * steps_per_epoch)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup_steps, total_steps))
+    generator = torch.Generator(device=device).manual_seed(seed + 1)
+
+    step = 0
+    running: dict[str, float] = {}  # training metrics accumulated since the last evaluation
+    state = load_checkpoint(run_dir, digest)
+    metrics_path = run_dir / "metrics.jsonl"
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        _restore_rng(state["rng"], generator)
+        step = state["step"]
+        running = state["running"]
+        log.info("resuming %s from step %d of %d", run_dir, step, total_steps)
+    # Keep only metrics up to the checkpoint, so a resumed run's log matches an uninterrupted one.
+    kept = [line for line in (metrics_path.read_text().splitlines() if metrics_path.exists() else [])
+            if json.loads(line)["step"] <= step]
+    with atomic_path(metrics_path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in kept))
+
+    sampler = EpochSampler(len(data.train), seed)
+    bar = tqdm(total=total_steps, initial=step, desc=f"{objective} M={rollouts} seed={seed}", disable=not progress,
+               file=sys.stderr)
+    started = time.time()
+    with metrics_path.open("a") as metrics_file:
+        if step == 0:
+            metrics_file.write(json.dumps({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)}) + "\n")
+        while step < total_steps:
+            epoch, offset = divmod(step, steps_per_epoch)
+            sampler.set_position(epoch, offset * spec["batch_size"])
+            loader = DataLoader(data.train, batch_size=spec["batch_size"], sampler=sampler, drop_last=True,
+                                num_workers=spec["num_workers"])
+            for inputs, labels in loader:
+                inputs, labels = inputs.to(device), labels.to(device)
+                out = objective_loss(objective, model(inputs), labels, rollouts, spec["tau"], generator)
+                optimizer.zero_grad(set_to_none=True)
+                out.loss.backward()
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                bar.update(1)
+                for key, value in (("loss", float(out.loss.detach())), ("train_reward", out.reward_mean),
+                                   ("train_groups_with_signal", out.groups_with_signal)):
+                    running[key] = running.get(key, 0.0) + value
+                running["n"] = running.get("n", 0) + 1
+                if step % spec["eval_every"] == 0 or step == total_steps:
+                    n = running.pop("n")
+                    record = {"step": step, "epoch": step / steps_per_epoch, "lr": scheduler.get_last_lr()[0],
+                              **{k: v / n for k, v in running.items()}, **evaluate(model, data, spec, device)}
+                    running = {}
+                    metrics_file.write(json.dumps(record, allow_nan=True) + "\n")
+                    metrics_file.flush()
+                    bar.set_postfix(pass1=f"{record['val_pass@1']:.3f}", top1=f"{record['val_top1']:.3f}")
+                if step % spec["checkpoint_every"] == 0 or step == total_steps:
+                    save_checkpoint(run_dir, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                              "scheduler": scheduler.state_dict(), "rng": _rng_state(generator),
+                                              "step": step, "running": dict(running), "config_sha256": digest})
+                if step == total_steps or step % steps_per_epoch == 0:
+                    break
+    bar.close()
+    done = write_done(run_dir, step=step, total_steps=total_steps, config_sha256=digest,
+                      objective=objective, rollouts=rollouts, seed=seed, dataset=data.description)
+    write_provenance([done, metrics_path], step="imagenet_train", params=run_config, config_sha256=digest,
+                     seeds={"run": seed}, started_at=started)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.classify.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="JSON of the config's `imagenet` section")
+    parser.add_argument("--objective", required=True, choices=OBJECTIVES)
+    parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train(json.loads(args.spec), args.objective, args.rollouts, args.seed, args.run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
