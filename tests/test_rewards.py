@@ -244,6 +244,11 @@ def test_compute_score_as_verls_naive_reward_manager_calls_it():
                              extra_info={"reward_weights": {"similarity": 1.0}})
     assert weighted["score"] == score("similarity", "the cat", "the dog")["score"]
     assert all(isinstance(v, float) for v in combined.values())
+    # the method's weights win over the task's; similarity uses the row's reference demonstration
+    sim = compute_score(data_source="openai/gsm8k", solution_str="add 2 and 3 to get \\boxed{5}", ground_truth="5",
+                        extra_info={"reference": "add 2 and 3 to get \\boxed{5}"},
+                        reward_weights={"similarity": 1.0})
+    assert sim["score"] == 1.0
     with pytest.raises(ValueError, match="no reward composition for data_source 'mystery'"):
         compute_score(data_source="mystery", solution_str="x", ground_truth="y")
 

@@ -6,9 +6,13 @@ Two entry points:
   with ``name`` in :func:`available_rewards`. Ground truth is the gold answer string
   for ``math``/``exact``, ``{"numbers": [...], "target": int}`` for ``countdown``,
   the reference text for ``similarity``; ``format`` ignores it.
-* :func:`compute_score`: verl's custom reward signature. The reward composition of a
-  row comes from ``extra_info["reward_weights"]`` (written by the data stage from the
-  config), else from the ``reward_weights`` keyword, else from the data source's default.
+* :func:`compute_score`: verl's custom reward signature. The reward composition comes from
+  the ``reward_weights`` keyword (the method's choice, e.g. ``{"similarity": 1.0}`` for the
+  -Sim runs; verl passes it through ``custom_reward_function.reward_kwargs``), else from
+  ``extra_info["reward_weights"]`` (the task's default written by the data stage), else from
+  the data source's default. ``similarity`` compares with ``extra_info["reference"]`` (the
+  expert demonstration) when the row has one, since the verifier's ground truth of a
+  verifiable task is not a text to imitate.
 
 Every result is a dict with ``score`` plus numeric components (verl logs extra keys).
 """
@@ -84,7 +88,7 @@ def score(name: str, solution_str: Any, ground_truth: Any) -> dict[str, float]:
 
 
 def _weights(data_source: str, extra_info: Mapping[str, Any] | None, override: Any) -> dict[str, float]:
-    weights = (extra_info or {}).get("reward_weights") or override or DATA_SOURCE_REWARDS.get(data_source)
+    weights = override or (extra_info or {}).get("reward_weights") or DATA_SOURCE_REWARDS.get(data_source)
     if not weights:
         raise ValueError(f"no reward composition for data_source {data_source!r}: set extra_info['reward_weights'] "
                          f"or use one of {sorted(DATA_SOURCE_REWARDS)}")
@@ -105,8 +109,10 @@ def compute_score(
     """verl custom reward entry point: ``score`` = sum of weight x component score."""
     weights = _weights(data_source, extra_info, reward_weights)
     total, result = 0.0, {}
+    reference = (extra_info or {}).get("reference")
     for name, weight in weights.items():
-        component = score(name, solution_str, ground_truth)
+        truth = reference if name == "similarity" and reference is not None else ground_truth
+        component = score(name, solution_str, truth)
         total += weight * component["score"]
         if len(weights) == 1:
             result.update(component)

@@ -1,0 +1,183 @@
+"""Tiny synthetic tasks for the embedded CPU default, in the real datasets' schemas.
+
+* ``countdown_tiny``: 3-4 small numbers and a target reachable with + - * (proved by a
+  solver that also writes the demonstration).
+* ``arith_tiny``: GSM8K-style word problems, gold after ``####``.
+* ``meeting_tiny``: city-council transcript segments generated from structured facts
+  (motion, mover, seconder, amount, vote) with reference summaries built from the same
+  facts; the facts travel in ``extra_info`` so a programmatic judge can score coverage.
+
+A configurable fraction of demonstrations is deliberately imperfect (a wrong final
+step), so SFT learns from noisy experts and RL has room to improve over it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline_lib.data.schema import MATH_SUFFIX, rl_row, sft_row
+
+__all__ = ["TASKS", "TinyExample", "generate_task", "solve_countdown"]
+
+
+@dataclass(frozen=True)
+class TinyExample:
+    prompt: str
+    demonstration: str
+    ground_truth: Any
+    reference: str  # the correct demonstration, used by similarity rewards
+    imperfect: bool
+    fields: dict[str, Any]
+
+
+def solve_countdown(numbers: list[int], target: int) -> tuple[str, list[str]] | None:
+    """An expression using every number once with + - * that equals target, with its steps; None if unreachable.
+
+    Exhaustive over orders and left-deep/paired trees, which is complete for 3 numbers and
+    covers the shapes generated for 4.
+    """
+    for perm in itertools.permutations(numbers):
+        for ops in itertools.product("+-*", repeat=len(perm) - 1):
+            # left-deep: ((a o b) o c) o d
+            value, expr, steps = perm[0], str(perm[0]), []
+            for op, n in zip(ops, perm[1:], strict=True):
+                new = value + n if op == "+" else value - n if op == "-" else value * n
+                steps.append(f"{value} {op} {n} = {new}")
+                expr = f"({expr} {op} {n})"
+                value = new
+            if value == target:
+                return expr[1:-1], steps
+            if len(perm) == 4:  # paired: (a o b) o (c o d)
+                a, b, c, d = perm
+                left = {"+": a + b, "-": a - b, "*": a * b}[ops[0]]
+                right = {"+": c + d, "-": c - d, "*": c * d}[ops[2]]
+                total = {"+": left + right, "-": left - right, "*": left * right}[ops[1]]
+                if total == target:
+                    expr = f"({a} {ops[0]} {b}) {ops[1]} ({c} {ops[2]} {d})"
+                    return expr, [f"{a} {ops[0]} {b} = {left}", f"{c} {ops[2]} {d} = {right}",
+                                  f"{left} {ops[1]} {right} = {total}"]
+    return None
+
+
+def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
+    while True:
+        count = rng.choice(spec["numbers_per_task"])
+        numbers = [rng.randint(1, spec["max_number"]) for _ in range(count)]
+        ops = [rng.choice("+-*") for _ in range(count - 1)]
+        target = numbers[0]
+        for op, n in zip(ops, numbers[1:], strict=True):
+            target = target + n if op == "+" else target - n if op == "-" else target * n
+        if 1 <= target <= spec["max_target"]:
+            solved = solve_countdown(numbers, target)
+            if solved is not None:
+                break
+    expr, steps = solved
+    prompt = (f"Using the numbers {numbers}, create an equation that equals {target}. You can use + - * and each "
+              "number exactly once. Think in <think> </think> and give the expression in <answer> </answer>.")
+    reference = "<think>" + "\n".join(steps) + "</think>\n<answer>" + expr + "</answer>"
+    imperfect = rng.random() < spec["imperfect_fraction"]
+    demonstration = reference
+    if imperfect:  # the expert slips on the last operator
+        last = max(expr.rfind(op) for op in "+-*")
+        wrong = {"+": "-", "-": "+", "*": "+"}[expr[last]]
+        slipped = f"{expr[:last]}{wrong}{expr[last + 1:]}"
+        demonstration = reference.replace(f"<answer>{expr}</answer>", f"<answer>{slipped}</answer>")
+    return TinyExample(prompt, demonstration, {"numbers": numbers, "target": target}, reference, imperfect,
+                       {"numbers": numbers, "target": target})
+
+
+_NAMES = ["Ava", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"]
+_ITEMS = ["apples", "pencils", "stamps", "marbles", "cookies", "books"]
+
+
+def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
+    name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
+    a, b, c = (rng.randint(2, spec["max_number"]) for _ in range(3))
+    if rng.random() < 0.5:
+        question = (f"{name} has {a} {item}. {name} buys {b} bags with {c} {item} in each bag. "
+                    f"How many {item} does {name} have now?")
+        steps = [f"{b} * {c} = {b * c}", f"{a} + {b * c} = {a + b * c}"]
+        answer = a + b * c
+    else:
+        a = a + b + c
+        question = f"{name} has {a} {item}, gives {b} to a friend and then {c} to a sister. How many are left?"
+        steps = [f"{a} - {b} = {a - b}", f"{a - b} - {c} = {a - b - c}"]
+        answer = a - b - c
+    reference = "\n".join(steps) + f"\nThe answer is \\boxed{{{answer}}}."
+    imperfect = rng.random() < spec["imperfect_fraction"]
+    demonstration = reference.replace(f"\\boxed{{{answer}}}", f"\\boxed{{{answer + 1}}}") if imperfect else reference
+    gold = "\n".join(steps) + f"\n#### {answer}"
+    return TinyExample(f"{question} {MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
+
+
+_TOPICS = [("road repairs", "Public Works"), ("a new library branch", "Libraries"), ("park lighting", "Parks"),
+           ("bike lanes", "Transportation"), ("a youth jobs program", "Community Services")]
+
+
+def _meeting(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
+    topic, department = rng.choice(_TOPICS)
+    mover, seconder = rng.sample(_NAMES, 2)
+    amount = rng.randint(2, 90) * 5_000
+    votes_for = rng.randint(3, 7)
+    votes_against = rng.randint(0, 7 - votes_for + 2)
+    passed = votes_for > votes_against
+    motion = f"Resolution {2020 + index % 6}-{rng.randint(10, 99)}"
+    filler = rng.sample(["Thank you, Chair.", "Can we hear from staff?", "I have a question about the timeline.",
+                         "Staff recommends approval.", "Is there public comment? Seeing none."], 2)
+    transcript = "\n".join([
+        f"Chair: Next item, {motion}, funding {topic} through the {department} Department for ${amount:,}.",
+        f"Councilmember {mover}: I move to approve {motion}.", f"Councilmember {seconder}: Second.",
+        *filler, f"Clerk: The vote is {votes_for} in favor, {votes_against} opposed.",
+        f"Chair: The motion {'passes' if passed else 'fails'}.",
+    ])
+    reference = (f"The council considered {motion} to fund {topic} through the {department} Department "
+                 f"(${amount:,}). Councilmember {mover} moved and Councilmember {seconder} seconded; the motion "
+                 f"{'passed' if passed else 'failed'} {votes_for}-{votes_against}.")
+    facts = {"motion": motion, "topic": topic, "department": department, "amount": amount, "mover": mover,
+             "seconder": seconder, "votes_for": votes_for, "votes_against": votes_against, "passed": passed}
+    prompt = f"Summarize the following city council meeting segment in one or two sentences.\n\n{transcript}"
+    imperfect = rng.random() < spec["imperfect_fraction"]
+    demonstration = reference.replace(f"{votes_for}-{votes_against}", f"{votes_against}-{votes_for}") if imperfect \
+        else reference
+    return TinyExample(prompt, demonstration, reference, reference, imperfect, {"facts": facts,
+                                                                                 "transcript": transcript})
+
+
+#: task name -> (generator, data_source, ability)
+TASKS: dict[str, tuple[Callable[[random.Random, dict[str, Any], int], TinyExample], str, str]] = {
+    "countdown_tiny": (_countdown, "tiny/countdown", "math"),
+    "arith_tiny": (_arith, "tiny/arith", "math"),
+    "meeting_tiny": (_meeting, "tiny/meeting", "summarization"),
+}
+
+
+def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[dict[str, Any]]]:
+    """Rows per output (``rl_train``, ``rl_test``, ``sft_train``); test prompts never appear in train."""
+    generator, data_source, ability = TASKS[task]
+    rng = random.Random(f"{task}:{seed}")
+    seen: set[str] = set()
+    out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_test": [], "sft_train": []}
+    duplicates = 0
+    for split, size in (("test", spec["n_test"]), ("train", spec["n_train"])):
+        index = 0
+        while sum(1 for r in out[f"rl_{split}"]) < size:
+            example = generator(rng, spec, index)
+            index += 1
+            if example.prompt in seen:
+                duplicates += 1
+                continue
+            seen.add(example.prompt)
+            extra = {"index": len(out[f"rl_{split}"]), "split": split, "reference": example.reference,
+                     "imperfect_demonstration": example.imperfect, **example.fields}
+            messages = [{"role": "user", "content": example.prompt}]
+            out[f"rl_{split}"].append(rl_row(prompt=messages, data_source=data_source, ability=ability,
+                                             ground_truth=example.ground_truth, extra_info=extra))
+            if split == "train":
+                out["sft_train"].append(sft_row([*messages, {"role": "assistant", "content": example.demonstration}],
+                                                extra))
+    out["_duplicates"] = duplicates  # type: ignore[assignment]
+    return out
