@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["IMAGENET_OUTPUTS", "STAGES", "THEORY_OUTPUTS", "imagenet_run_spec", "imagenet_runs", "stage_targets"]
+__all__ = ["IMAGENET_OUTPUTS", "STAGES", "THEORY_OUTPUTS", "data_targets", "imagenet_run_spec", "imagenet_runs",
+           "stage_targets", "tiny_task_spec"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -54,9 +55,26 @@ def imagenet_run_spec(section: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in section.items() if key not in IMAGENET_SWEEP_KEYS}
 
 
+def tiny_task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What generates one tiny task: the ``data.tiny`` section minus the task list and reward weights."""
+    return {k: v for k, v in config["data"]["tiny"].items() if k not in ("tasks", "reward_weights")}
+
+
+def data_targets(config: Mapping[str, Any]) -> list[str]:
+    data = config["data"]
+    targets = [f"results/data/{task}/manifest.json" for task in data["tiny"]["tasks"]]
+    targets.append("results/data/tokenizer/manifest.json")
+    targets += [f"results/data/{name}/manifest.json" for name, spec in data["datasets"].items() if spec.get("enabled")]
+    imagenet = config.get("imagenet", {})
+    if imagenet.get("enabled") and imagenet.get("dataset", {}).get("kind") == "imagefolder":
+        targets.append("results/data/imagenet/manifest.json")
+    return targets
+
+
 def stage_targets(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Final outputs per stage, plus ``all`` = every stage's targets in order."""
     targets: dict[str, list[str]] = {stage: [] for stage in STAGES}
+    targets["data"] += data_targets(config)
     targets["paper"] += THEORY_OUTPUTS
     imagenet = config.get("imagenet", {})
     if imagenet.get("enabled"):

@@ -74,7 +74,9 @@ def test_validation_fills_defaults():
 
 
 def test_targets_cover_the_theory_outputs():
-    targets = stage_targets({})
+    config: dict = {}
+    validate_config(config, SCHEMA)
+    targets = stage_targets(config)
     assert set(THEORY_OUTPUTS) <= set(targets["paper"])
     assert targets["all"] == [p for stage in ("data", "train", "eval", "judge", "paper") for p in targets[stage]]
 
@@ -145,3 +147,27 @@ def test_imagenet_study_runs_end_to_end(workflow_copy):
     plan = snakemake(workflow_copy, "paper_imagenet", "-n", "--configfile", "small.yaml")
     assert plan.returncode == 0
     assert "seed1/DONE.json" in plan.stdout and "m8/seed0/DONE.json" not in plan.stdout.split("Job stats")[0]
+
+
+def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_copy):
+    from .chat_server import ChatServer
+    from .test_data import real_spec
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["data"]["tiny"] |= {"n_train": 80, "n_test": 20}
+    config["data"]["tokenizer"]["vocab_size"] = 400
+    config["theory"] = SMALL_THEORY
+    with ChatServer() as server:
+        config["data"]["datasets"] = {
+            name: real_spec(name) for name in ("gsm8k", "countdown", "deepmath", "meetingbank", "openthoughts")}
+        config["data"]["datasets"]["poetry"] = real_spec("poetry", synthesis={"base_url": server.base_url,
+                                                                              "model": "test"})
+        (workflow_copy / "fixtures.yaml").write_text(yaml.safe_dump(config))
+        result = snakemake(workflow_copy, "data", "--cores", "2", "--configfile", "fixtures.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("countdown_tiny", "arith_tiny", "meeting_tiny", "tokenizer", "gsm8k", "countdown", "deepmath",
+                 "poetry", "meetingbank", "openthoughts"):
+        manifest = workflow_copy / "results/data" / name / "manifest.json"
+        assert manifest.is_file(), name
+        assert Path(str(manifest) + ".prov.json").is_file(), name
+    assert (workflow_copy / "results/data/countdown/rl_sim_train.parquet").is_file()

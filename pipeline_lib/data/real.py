@@ -102,13 +102,21 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             writer.write("sft", split, sft)
 
 
+def _countdown_key(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(_key=[json.dumps([sorted(int(n) for n in nums), int(t)])
+                              for nums, t in zip(frame["nums"], frame["target"], strict=True)])
+
+
 def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
-    source = SourceSpec.from_config(spec["sources"]["main"])
-    frame, fact = load_split(writer.name, source, "train", ("target", "nums"))
-    writer.source["files"] = [fact]
-    frame = frame.assign(_key=[json.dumps([sorted(int(n) for n in nums), int(t)])
-                               for nums, t in zip(frame["nums"], frame["target"], strict=True)])
-    splits = _split_holdout(writer, frame, "_key", spec["holdout_fraction"], writer.name)
+    """Exact-reward RL from Countdown-Tasks-3to4 (``rl_*``); SFT demonstrations and the similarity-reward
+    prompts with their reference answers from Countdown-Task-GOLD (``sft_train``, ``rl_sim_train``).
+    GOLD prompts that also occur in the RL test split are dropped, so evaluation stays held out."""
+    main = SourceSpec.from_config(spec["sources"]["main"])
+    gold = SourceSpec.from_config(spec["sources"]["gold"])
+    frame, fact = load_split(writer.name, main, "train", ("target", "nums"))
+    gold_frame, gold_fact = load_split(writer.name, gold, "train", ("nums", "target", "messages"))
+    writer.source["files"] = [fact, gold_fact]
+    splits = _split_holdout(writer, _countdown_key(frame), "_key", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "_key")
     for split, part in splits.items():
         rows = []
@@ -117,40 +125,32 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             if not 3 <= len(numbers) <= 4:
                 raise DataError(writer.name, f"{split} split", f"expected 3-4 numbers, got {numbers}", position)
             content = COUNTDOWN_PROMPT.format(numbers=numbers, target=int(target))
-            rows.append(rl_row(prompt=[{"role": "user", "content": content}], data_source=source.hub,
+            rows.append(rl_row(prompt=[{"role": "user", "content": content}], data_source=main.hub,
                                ability="math", ground_truth={"numbers": numbers, "target": int(target)},
                                extra_info={"index": len(rows), "split": split, "numbers": numbers,
                                            "target": int(target)}))
         writer.write("rl", split, rows)
 
-
-def build_countdown_gold(writer: DatasetWriter, spec: dict[str, Any]) -> None:
-    source = SourceSpec.from_config(spec["sources"]["main"])
-    frame, fact = load_split(writer.name, source, "train", ("nums", "target", "messages"))
-    writer.source["files"] = [fact]
-    frame = frame.assign(_key=[json.dumps([sorted(int(n) for n in nums), int(t)])
-                               for nums, t in zip(frame["nums"], frame["target"], strict=True)])
-    splits = _split_holdout(writer, frame, "_key", spec["holdout_fraction"], writer.name)
-    _drop_train_duplicates(writer, splits, "_key")
-    for split, part in splits.items():
-        rl, sft = [], []
-        for position, (nums, target, messages) in enumerate(
-                zip(part["nums"], part["target"], part["messages"], strict=True)):
-            messages = [dict(m) for m in messages]
-            roles = [m.get("role") for m in messages]
-            if not roles or roles[-1] != "assistant" or "user" not in roles:
-                raise DataError(writer.name, f"{split} split", f"messages must end user -> assistant, got {roles}",
-                                position)
-            numbers = [int(n) for n in nums]
-            extra = {"index": len(rl), "split": split, "numbers": numbers, "target": int(target),
-                     "reference": messages[-1]["content"]}
-            rl.append(rl_row(prompt=messages[:-1], data_source=source.hub, ability="math",
-                             ground_truth={"numbers": numbers, "target": int(target)}, extra_info=extra))
-            if split == "train":
-                sft.append(sft_row(messages, extra))
-        writer.write("rl", split, rl)
-        if split == "train":
-            writer.write("sft", split, sft)
+    gold_frame = _countdown_key(gold_frame)
+    leaked = gold_frame["_key"].isin(set(splits["test"]["_key"]))
+    writer.count_filter("GOLD task also in the RL test split (removed)", int(leaked.sum()))
+    gold_frame = gold_frame[~leaked]
+    sim, sft = [], []
+    for position, (nums, target, messages) in enumerate(
+            zip(gold_frame["nums"], gold_frame["target"], gold_frame["messages"], strict=True)):
+        messages = [dict(m) for m in messages]
+        roles = [m.get("role") for m in messages]
+        if not roles or roles[-1] != "assistant" or "user" not in roles:
+            raise DataError(writer.name, gold_fact["file"], f"messages must end user -> assistant, got {roles}",
+                            position)
+        numbers = [int(n) for n in nums]
+        extra = {"index": len(sim), "split": "train", "numbers": numbers, "target": int(target),
+                 "reference": messages[-1]["content"]}
+        sim.append(rl_row(prompt=messages[:-1], data_source=gold.hub, ability="math",
+                          ground_truth={"numbers": numbers, "target": int(target)}, extra_info=extra))
+        sft.append(sft_row(messages, extra))
+    writer.write("sft", "train", sft)
+    writer.write("rl_sim", "train", sim)
 
 
 def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -260,8 +260,8 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
 
 BUILDERS: dict[str, tuple[Callable[..., None], str]] = {
     "gsm8k": (build_gsm8k, "MIT (openai/gsm8k); demonstrations HAD653/gsm8k-cot-120b: see its card"),
-    "countdown": (build_countdown, "see the Jiayi-Pan/Countdown-Tasks-3to4 card"),
-    "countdown_gold": (build_countdown_gold, "see the HuggingFaceTB/Countdown-Task-GOLD card"),
+    "countdown": (build_countdown,
+                  "see the Jiayi-Pan/Countdown-Tasks-3to4 and HuggingFaceTB/Countdown-Task-GOLD cards"),
     "deepmath": (build_deepmath, "MIT (zwhe99/DeepMath-103K)"),
     "poetry": (build_poetry, "see the jnb666/poems card; instructions synthesised by the configured LLM"),
     "meetingbank": (build_meetingbank,

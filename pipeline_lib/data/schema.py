@@ -74,8 +74,10 @@ class DatasetWriter:
 
     def write(self, kind: str, split: str, rows: list[dict[str, Any]]) -> Path:
         if not rows:
-            raise DataError(self.name, str(self.source.get("location")), f"{kind}/{split} is empty after filtering")
-        path = self.out_dir / f"{kind}_{split}.parquet"
+            files = [f.get("file") for f in self.source.get("files", [])] or self.source
+            raise DataError(self.name, str(files), f"{kind}/{split} is empty after filtering (see filters: "
+                            f"{self.filters})")
+        path = self.out_dir / f"{kind}_{split}.parquet"  # e.g. rl_train, rl_sim_train, sft_train
         with atomic_path(path) as tmp:
             pd.DataFrame(rows).to_parquet(tmp, index=False)
         self.outputs[f"{kind}_{split}"] = path

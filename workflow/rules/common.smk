@@ -4,7 +4,7 @@ import json
 import os
 
 from pipeline_lib.provenance import config_digest
-from pipeline_lib.targets import imagenet_run_spec, imagenet_runs, stage_targets
+from pipeline_lib.targets import imagenet_run_spec, imagenet_runs, stage_targets, tiny_task_spec
 
 CONFIG_SHA256 = config_digest(config)
 TARGETS = stage_targets(config)
@@ -14,3 +14,9 @@ wildcard_constraints:
     task="[a-z0-9_]+",
     method="[a-z0-9_]+",
     seed="[0-9]+",
+
+# One command for both dataset rules (they differ only in the files countdown adds).
+DATA_BUILD_COMMAND = (
+    "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec:q}"
+    " --out-dir {params.out_dir} > {log} 2>&1"
+)
