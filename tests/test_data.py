@@ -202,3 +202,20 @@ def test_imagenet_is_validated_not_copied(tmp_path):
     (manifest,) = validate_imagenet(spec, tmp_path / "out")
     record = json.loads(manifest.read_text())
     assert record["classes"] == 2 and record["images"] == {"train": 2, "val": 2}
+
+
+def test_tokenizer_survives_being_saved_next_to_a_qwen2_model(tmp_path):
+    """transformers rebuilds a Qwen2 model directory's tokenizer as Qwen2Tokenizer: ids must not change."""
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.engines.local.model import build_model, save_model_atomic
+
+    build_tiny("countdown_tiny", TINY, 0, None, tmp_path / "data")
+    build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 400, tmp_path / "tok")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    model = build_model(tokenizer, {"hidden_size": 16, "intermediate_size": 32, "layers": 1, "heads": 2,
+                                    "kv_heads": 1, "max_positions": 256}, 0)
+    save_model_atomic(model, tokenizer, tmp_path / "model")
+    reloaded = AutoTokenizer.from_pretrained(tmp_path / "model")
+    for text in ("9 + 5 = 14", "<think>3 + 5 = 8</think>\n<answer>(3 + 5) * 2</answer>", "café 東京 $1,000.50\n\n x"):
+        assert tokenizer(text)["input_ids"] == reloaded(text)["input_ids"]

@@ -17,6 +17,9 @@ __all__ = ["CHAT_TEMPLATE", "TAG_TOKENS", "train_tokenizer"]
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
+QWEN2_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -26,11 +29,17 @@ CHAT_TEMPLATE = (
 def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike[str]) -> Path:
     """Train, wrap and save; returns the directory (``tokenizer.json``, ``tokenizer_config.json``...)."""
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one thread: merges come out identical run to run
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Qwen2's pre-tokenizer: transformers rebuilds a Qwen2 model directory's tokenizer with it, so a tokenizer
+    # trained with anything else would tokenize differently once saved next to the model.
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)

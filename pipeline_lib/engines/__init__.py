@@ -1,0 +1,1 @@
+"""Training engines behind one interface: the local PyTorch engine (CPU, tiny models) and VeRL (GPU cluster)."""

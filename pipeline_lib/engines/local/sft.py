@@ -1,0 +1,123 @@
+"""Supervised fine-tuning on the SFT parquet (verl multi-turn schema): log-likelihood of the demonstration.
+
+    python -m pipeline_lib.engines.local.sft --spec JSON --data results/data/T/sft_train.parquet \
+        --tokenizer results/data/tokenizer --run-dir results/train/T/sft/seed0 --seed 0
+
+Only assistant tokens carry loss. Resumable (``checkpoint/`` every ``checkpoint_every`` steps);
+the final model is ``final/`` and ``DONE.json`` marks completion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from pipeline_lib.checkpoint import write_done
+from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, cosine_with_warmup, rng_state, \
+    set_rng_state
+from pipeline_lib.engines.local.model import build_model, encode_prompts, load_model, pack, response_logprobs, \
+    save_model_atomic
+from pipeline_lib.provenance import config_digest, write_provenance
+
+log = logging.getLogger("pipeline_lib.engines.local.sft")
+
+
+def load_sft_examples(path: Path, tokenizer: Any, max_response_tokens: int) -> tuple[list, list]:
+    frame = pd.read_parquet(path)
+    conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
+    prompts = encode_prompts(tokenizer, [c[:-1] for c in conversations])
+    responses = [tokenizer(c[-1]["content"], add_special_tokens=False)["input_ids"][:max_response_tokens]
+                 + [tokenizer.eos_token_id] for c in conversations]
+    return prompts, responses
+
+
+def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Path, seed: int,
+              init: Path | None = None, progress: bool = True) -> Path:
+    from transformers import AutoTokenizer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = load_model(init) if init else build_model(tokenizer, spec["model"], seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
+    prompts, responses = load_sft_examples(data, tokenizer, spec["max_response_tokens"])
+    checkpoint = TrainingCheckpoint(run_dir, digest)
+    torch.manual_seed(seed)
+    step = 0
+    state = checkpoint.load()
+    if state is not None:
+        model = load_model(checkpoint.dir)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
+        scheduler.load_state_dict(state["scheduler"])
+        set_rng_state(state["rng"])
+        step = state["step"]
+        log.info("resuming SFT from step %d", step)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", step)
+    started = time.time()
+    model.train()
+    bar = tqdm(total=spec["steps"], initial=step, desc=f"sft {data.parent.name} seed={seed}", file=sys.stderr,
+               disable=not progress)
+    n = len(prompts)
+    while step < spec["steps"]:
+        epoch, offset = divmod(step * spec["batch_size"], n)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
+        batch = [order[(offset + i) % n] for i in range(spec["batch_size"])]
+        ids, attention, response = pack([prompts[i] for i in batch], [responses[i] for i in batch],
+                                        tokenizer.pad_token_id)
+        logprobs = response_logprobs(model, ids, attention, response)
+        loss = -logprobs.sum() / response.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        bar.update(1)
+        metrics.write({"step": step, "loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0],
+                       "tokens": int(response.sum())})
+        if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
+            checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(),
+                                               "scheduler": scheduler.state_dict(), "rng": rng_state(), "step": step})
+    bar.close()
+    metrics.close()
+    final = save_model_atomic(model, tokenizer, run_dir / "final")
+    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="sft", seed=seed)
+    write_provenance([done, run_dir / "metrics.jsonl", final / "config.json"], step="train_sft",
+                     inputs=[data, tokenizer_dir / "tokenizer.json"], params={"spec": spec, "init": str(init)},
+                     config_sha256=digest, seeds={"run": seed}, started_at=started)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.sft", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="JSON of config `train.sft` merged with `train.model`")
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--init", type=Path, default=None, help="start from this HF model instead of scratch")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
