@@ -9,8 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["IMAGENET_OUTPUTS", "STAGES", "THEORY_OUTPUTS", "data_targets", "imagenet_run_spec", "imagenet_runs",
-           "stage_targets", "tiny_task_spec"]
+__all__ = [
+    "IMAGENET_OUTPUTS",
+    "STAGES",
+    "THEORY_OUTPUTS",
+    "data_targets",
+    "eval_targets",
+    "imagenet_run_spec",
+    "imagenet_runs",
+    "rl_run_spec",
+    "rl_runs",
+    "rl_train_data",
+    "sft_run_spec",
+    "stage_targets",
+    "table1_methods",
+    "tiny_task_spec",
+]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -71,11 +85,61 @@ def data_targets(config: Mapping[str, Any]) -> list[str]:
     return targets
 
 
+def sft_run_spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {**config["train"]["sft"], "model": config["train"]["model"]}
+
+
+def rl_run_spec(config: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """The shared RL settings plus one method's advantage and reward: paired methods differ in nothing else."""
+    if method not in config["train"]["methods"]:
+        raise ValueError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
+    spec = config["train"]["methods"][method]
+    return {**config["train"]["rl"], "advantage": spec["advantage"],
+            "advantage_params": {"tau": spec["tau"]} if "tau" in spec else {},
+            "reward_weights": {"similarity": 1.0} if spec["reward"] == "similarity" else None}
+
+
+def rl_train_data(config: Mapping[str, Any], task: str, method: str) -> str:
+    """Countdown's similarity runs train on the GOLD prompts, which carry reference answers."""
+    if task == "countdown" and config["train"]["methods"][method]["reward"] == "similarity":
+        return f"results/data/{task}/rl_sim_train.parquet"
+    return f"results/data/{task}/rl_train.parquet"
+
+
+def table1_methods(config: Mapping[str, Any]) -> list[str]:
+    return ["sft", *config["train"]["methods"]]
+
+
+def eval_targets(config: Mapping[str, Any]) -> list[str]:
+    train = config["train"]
+    return [f"results/eval/{task}/{method}/seed{seed}/metrics.json"
+            for task in train["tasks"] for method in table1_methods(config) for seed in train["seeds"]]
+
+
+def rl_runs(config: Mapping[str, Any], methods: list[str] | None = None) -> list[str]:
+    train = config["train"]
+    return [f"results/train/{task}/{method}/seed{seed}/DONE.json"
+            for task in train["tasks"] for method in (methods or list(train["methods"])) for seed in train["seeds"]]
+
+
+PAPER_RESULT_OUTPUTS = tuple(
+    f"results/paper/{kind}/{name}.{ext}"
+    for kind, name, exts in (("tables", "table1", ("tex", "md", "csv")),
+                             ("tables", "gradient_allocation", ("tex", "md", "csv")),
+                             ("figures", "training_curves", ("png", "pdf")))
+    for ext in exts
+)
+
+
 def stage_targets(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Final outputs per stage, plus ``all`` = every stage's targets in order."""
     targets: dict[str, list[str]] = {stage: [] for stage in STAGES}
     targets["data"] += data_targets(config)
     targets["paper"] += THEORY_OUTPUTS
+    if config.get("train", {}).get("tasks"):
+        targets["train"] += rl_runs(config)
+        targets["eval"] += eval_targets(config)
+        targets["paper"] += PAPER_RESULT_OUTPUTS
     imagenet = config.get("imagenet", {})
     if imagenet.get("enabled"):
         targets["train"] += imagenet_runs(imagenet)

@@ -42,6 +42,9 @@ DATA_SOURCE_REWARDS: dict[str, dict[str, float]] = {
     "jnb666/poems": {"similarity": 1.0},
     "microsoft/MeetingBank-LLMCompressed": {"similarity": 1.0},
     "open-thoughts/OpenThoughts3-1.2M": {"format": 0.35, "similarity": 0.65},
+    "tiny/countdown": {"countdown": 1.0},
+    "tiny/arith": {"math": 1.0},
+    "tiny/meeting": {"similarity": 1.0},
 }
 
 

@@ -4,7 +4,17 @@ import json
 import os
 
 from pipeline_lib.provenance import config_digest
-from pipeline_lib.targets import imagenet_run_spec, imagenet_runs, stage_targets, tiny_task_spec
+from pipeline_lib.targets import (
+    eval_targets,
+    imagenet_run_spec,
+    imagenet_runs,
+    rl_run_spec,
+    rl_runs,
+    rl_train_data,
+    sft_run_spec,
+    stage_targets,
+    tiny_task_spec,
+)
 
 CONFIG_SHA256 = config_digest(config)
 TARGETS = stage_targets(config)

@@ -113,3 +113,96 @@ rule paper_imagenet:
         "python -m pipeline_lib.classify.report render --curves {input.curves} --summary {input.summary}"
         " --label {params.label:q} --png {output.png} --pdf {output.pdf} --table-stem {params.table_stem}"
         " > {log} 2>&1"
+
+
+rule paper_table1_data:
+    input:
+        metrics=eval_targets(config),
+    output:
+        csv="results/paper/data/table1.csv",
+    log:
+        "logs/paper_table1_data.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.results table1-data --metrics {input.metrics} --out {output.csv} > {log} 2>&1"
+
+
+rule paper_table1:
+    input:
+        csv=rules.paper_table1_data.output.csv,
+    output:
+        tex="results/paper/tables/table1.tex",
+        md=report("results/paper/tables/table1.md", caption="../report/table1.rst", category="Results"),
+        csv="results/paper/tables/table1.csv",
+    params:
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_table1.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.results table1 --data {input.csv} --label {params.label}"
+        " --stem {params.stem} > {log} 2>&1"
+
+
+rule paper_gradient_allocation_data:
+    input:
+        done=rl_runs(config, ["grpo_exact", "softmax_exact"]),
+    output:
+        csv="results/paper/data/gradient_allocation.csv",
+    params:
+        rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
+    log:
+        "logs/paper_gradient_allocation_data.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.results allocation-data --rollouts {params.rollouts} --out {output.csv}"
+        " > {log} 2>&1"
+
+
+rule paper_gradient_allocation:
+    input:
+        csv=rules.paper_gradient_allocation_data.output.csv,
+    output:
+        tex="results/paper/tables/gradient_allocation.tex",
+        md=report(
+            "results/paper/tables/gradient_allocation.md",
+            caption="../report/gradient_allocation.rst",
+            category="Results",
+        ),
+        csv="results/paper/tables/gradient_allocation.csv",
+    params:
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_gradient_allocation.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.results allocation --data {input.csv} --label {params.label}"
+        " --stem {params.stem} > {log} 2>&1"
+
+
+rule paper_training_curves:
+    input:
+        done=rl_runs(config),
+    output:
+        png=report(
+            "results/paper/figures/training_curves.png",
+            caption="../report/training_curves.rst",
+            category="Results",
+        ),
+        pdf="results/paper/figures/training_curves.pdf",
+    params:
+        metrics=lambda wildcards, input: [os.path.join(os.path.dirname(d), "metrics.jsonl") for d in input.done],
+        label=config["label"],
+    log:
+        "logs/paper_training_curves.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.results curves --metrics {params.metrics} --label {params.label}"
+        " --png {output.png} --pdf {output.pdf} > {log} 2>&1"

@@ -22,10 +22,21 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import write_done
-from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, cosine_with_warmup, rng_state, \
-    set_rng_state
-from pipeline_lib.engines.local.model import build_model, encode_prompts, load_model, pack, response_logprobs, \
-    save_model_atomic
+from pipeline_lib.engines.local.common import (
+    MetricsLog,
+    TrainingCheckpoint,
+    cosine_with_warmup,
+    rng_state,
+    set_rng_state,
+)
+from pipeline_lib.engines.local.model import (
+    build_model,
+    encode_prompts,
+    load_model,
+    pack,
+    response_logprobs,
+    save_model_atomic,
+)
 from pipeline_lib.provenance import config_digest, write_provenance
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
@@ -35,8 +46,9 @@ def load_sft_examples(path: Path, tokenizer: Any, max_response_tokens: int) -> t
     frame = pd.read_parquet(path)
     conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
     prompts = encode_prompts(tokenizer, [c[:-1] for c in conversations])
-    responses = [tokenizer(c[-1]["content"], add_special_tokens=False)["input_ids"][:max_response_tokens]
-                 + [tokenizer.eos_token_id] for c in conversations]
+    eos = tokenizer.eos_token_id
+    responses = [[*tokenizer(c[-1]["content"], add_special_tokens=False)["input_ids"][:max_response_tokens], eos]
+                 for c in conversations]
     return prompts, responses
 
 
@@ -59,9 +71,10 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     if state is not None:
         model = load_model(checkpoint.dir)
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
-        optimizer.load_state_dict(state["optimizer"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
+        # after the scheduler's constructor, which would otherwise reset the learning rate to step 0's
+        optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
         step = state["step"]

@@ -1,0 +1,163 @@
+"""Group RL (GRPO, SoftmaxGRPO and every registered estimator) with the paper's PPO-clip + KL loss.
+
+    python -m pipeline_lib.engines.local.rl --spec JSON --data results/data/T/rl_train.parquet \
+        --init results/train/T/sft/seed0/final --run-dir results/train/T/softmax_exact/seed0 --seed 0
+
+Per step: M rollouts for each of B prompts (KV-cached batched sampling), rewards from the
+reward registry, advantages from ``group_advantages``, old-policy and reference log-probs,
+then ``ppo_epochs`` passes over ``minibatches`` (whole groups each) of ``policy_loss``.
+Every step appends to ``metrics.jsonl`` and ``rollouts.jsonl`` (per rollout: group,
+prompt index, reward, advantage, length, correctness); ``checkpoint/`` every K steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from pipeline_lib.advantages import group_advantages
+from pipeline_lib.checkpoint import write_done
+from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, generate, rng_state, set_rng_state
+from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.rewards import compute_score
+
+log = logging.getLogger("pipeline_lib.engines.local.rl")
+
+
+def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weights: dict | None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reward and correctness per rollout (correct = the verifier's ``acc`` when present, else score >= 1)."""
+    rewards, correct = [], []
+    for row, text in zip(rows, texts, strict=True):
+        record = frame.iloc[row]
+        result = compute_score(record["data_source"], text, record["reward_model"]["ground_truth"],
+                               extra_info=dict(record["extra_info"]), reward_weights=weights)
+        rewards.append(result["score"])
+        correct.append(result.get("acc", float(result["score"] >= 1.0)))
+    return torch.tensor(rewards, dtype=torch.float32), torch.tensor(correct, dtype=torch.float32)
+
+
+def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True) -> Path:
+    from transformers import AutoTokenizer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    tokenizer = AutoTokenizer.from_pretrained(init)
+    checkpoint = TrainingCheckpoint(run_dir, digest)
+    state = checkpoint.load()
+    model = load_model(checkpoint.dir if state is not None else init)
+    model.train()
+    reference = load_model(init).eval() if spec["beta"] > 0 else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    loss_config = PolicyLossConfig(clip_low=spec["clip_low"], clip_high=spec["clip_high"], beta=spec["beta"],
+                                   kl_estimator=spec["kl_estimator"], aggregation=spec["aggregation"])
+    frame = pd.read_parquet(data)
+    prompt_ids = encode_prompts(tokenizer, [[dict(m) for m in p] for p in frame["prompt"]])
+    torch.manual_seed(seed)
+    step = 0
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"])
+        step = state["step"]
+        log.info("resuming RL from step %d", step)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", step)
+    rollouts = MetricsLog(run_dir / "rollouts.jsonl", step)
+    group_size, batch_prompts = spec["group_size"], spec["prompts_per_step"]
+    adv_params = spec.get("advantage_params", {})
+    started = time.time()
+    bar = tqdm(total=spec["steps"], initial=step, desc=f"rl {spec['advantage']} {data.parent.name} seed={seed}",
+               file=sys.stderr, disable=not progress)
+    n = len(frame)
+    while step < spec["steps"]:
+        t0 = time.perf_counter()
+        epoch, offset = divmod(step * batch_prompts, n)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
+        rows = [order[(offset + i) % n] for i in range(batch_prompts)]
+        expanded = [row for row in rows for _ in range(group_size)]
+        group_ids = torch.arange(batch_prompts).repeat_interleave(group_size)
+        responses = generate(model, [prompt_ids[r] for r in expanded], max_new_tokens=spec["max_new_tokens"],
+                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
+                             pad_id=tokenizer.pad_token_id)
+        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+        rewards, correct = rollout_rewards(frame, expanded, texts, spec.get("reward_weights"))
+        advantages = group_advantages(spec["advantage"], rewards, group_ids, **adv_params)
+        ids, attention, response_mask = pack([prompt_ids[r] for r in expanded], responses, tokenizer.pad_token_id)
+        with torch.no_grad():
+            old_logprobs = response_logprobs(model, ids, attention, response_mask)
+            ref_logprobs = response_logprobs(reference, ids, attention, response_mask) if reference else None
+        t1 = time.perf_counter()
+        groups_per_minibatch = max(1, batch_prompts // spec["minibatches"])
+        clip_fractions, kls = [], []
+        for _ in range(spec["ppo_epochs"]):
+            for first in range(0, batch_prompts, groups_per_minibatch):
+                sel = (group_ids >= first) & (group_ids < first + groups_per_minibatch)
+                logprobs = response_logprobs(model, ids[sel], attention[sel], response_mask[sel])
+                out = policy_loss(logprobs, old_logprobs[sel], advantages[sel], response_mask[sel], loss_config,
+                                  group_ids=group_ids[sel],
+                                  ref_log_prob=ref_logprobs[sel] if ref_logprobs is not None else None)
+                optimizer.zero_grad(set_to_none=True)
+                out.loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+                optimizer.step()
+                clip_fractions.append(out.clip_fraction)
+                kls.append(float(out.kl))
+        t2 = time.perf_counter()
+        step += 1
+        bar.update(1)
+        lengths = response_mask.sum(-1)
+        pass_rate = correct.view(batch_prompts, group_size).mean(1)
+        metrics.write({
+            "step": step, "reward_mean": float(rewards.mean()), "pass_rate": float(correct.mean()),
+            "groups_all_correct": float((pass_rate == 1).float().mean()),
+            "groups_all_wrong": float((pass_rate == 0).float().mean()),
+            "abs_advantage_mean": float(advantages.abs().mean()), "kl": sum(kls) / len(kls),
+            "clip_fraction": sum(clip_fractions) / len(clip_fractions), "response_length": float(lengths.mean()),
+            "time_sampling_s": t1 - t0, "time_update_s": t2 - t1,
+        })
+        rollouts.write({"step": step, "group": group_ids.tolist(), "prompt_index": expanded,
+                        "reward": rewards.tolist(), "advantage": advantages.tolist(),
+                        "length": lengths.int().tolist(), "correct": correct.int().tolist()})
+        bar.set_postfix(reward=f"{float(rewards.mean()):.2f}", pass_rate=f"{float(correct.mean()):.2f}")
+        if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
+            checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step})
+    bar.close()
+    metrics.close()
+    rollouts.close()
+    final = save_model_atomic(model, tokenizer, run_dir / "final")
+    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="rl",
+                      advantage=spec["advantage"], seed=seed)
+    write_provenance([done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json"],
+                     step="train_rl", inputs=[data, init / "config.json"], params={"spec": spec},
+                     config_sha256=digest, seeds={"run": seed}, started_at=started)
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="JSON run spec (config `train.rl` + the method's settings)")
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--init", type=Path, required=True, help="starting (and reference) HF model")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Result tables and figures from training and evaluation outputs (compute and render are separate commands).
+
+    python -m pipeline_lib.paper.results table1-data --metrics results/eval/*/*/seed*/metrics.json --out CSV
+    python -m pipeline_lib.paper.results table1 --data CSV --label tiny --stem results/paper/tables/table1
+    python -m pipeline_lib.paper.results allocation-data --rollouts .../rollouts.jsonl --out CSV
+    python -m pipeline_lib.paper.results allocation --data CSV --label tiny --stem STEM
+    python -m pipeline_lib.paper.results curves --metrics .../metrics.jsonl --label tiny --png P --pdf P
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline_lib.io import atomic_path
+from pipeline_lib.paper.tables import write_table
+from pipeline_lib.provenance import write_provenance
+
+log = logging.getLogger("pipeline_lib.paper.results")
+
+METHOD_LABELS = {"sft": "SFT", "grpo_sim": "GRPO-Sim", "grpo_exact": "GRPO-Exact", "softmax_sim": "SoftmaxGRPO-Sim",
+                 "softmax_exact": "SoftmaxGRPO-Exact"}
+METHOD_ORDER = ["base", "sft", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "grpo_sim",
+                "grpo_exact", "softmax_sim", "softmax_exact"]
+#: Pass-rate bins of the paper's gradient-allocation table.
+PASS_RATE_BINS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.0))
+
+
+def _run_identity(path: Path) -> dict[str, object]:
+    """results/<stage>/<task>/<method>/seed<k>/<file> -> task, method, seed."""
+    seed_dir, method_dir, task_dir = path.parent, path.parent.parent, path.parent.parent.parent
+    return {"task": task_dir.name, "method": method_dir.name, "seed": int(seed_dir.name.removeprefix("seed"))}
+
+
+def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def table1_data(metrics_paths: list[Path]) -> pd.DataFrame:
+    rows = [{**_run_identity(p), **json.loads(p.read_text())} for p in metrics_paths]
+    return pd.DataFrame(rows)
+
+
+def _method_sort_key(method: str) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Path]:
+    """Methods x tasks, mean ± std over seeds (percent); the best mean per column in bold."""
+    tasks = sorted(frame["task"].unique())
+    methods = sorted(frame["method"].unique(), key=_method_sort_key)
+    stats = frame.groupby(["method", "task"])[metric].agg(["mean", "std", "count"])
+    best = {task: stats.xs(task, level="task")["mean"].max() for task in tasks}
+    plain, latex = [], []
+    for method in methods:
+        name = METHOD_LABELS.get(method, method)
+        row_plain, row_latex = {"Method": name}, {"Method": name}
+        for task in tasks:
+            if (method, task) not in stats.index:
+                row_plain[task] = row_latex[task] = "missing"
+                continue
+            mean, std, count = stats.loc[(method, task)]
+            spread = f" ± {100 * std:.1f}" if count > 1 and not math.isnan(std) else ""
+            cell = f"{100 * mean:.1f}{spread} (n={int(count)})"
+            is_best = np.isclose(mean, best[task])
+            row_plain[task] = f"**{cell}**" if is_best else cell
+            row_latex[task] = (rf"\textbf{{{100 * mean:.1f}}}" if is_best else f"{100 * mean:.1f}") + \
+                (rf"$\pm${100 * std:.1f}" if spread else "")
+        plain.append(row_plain)
+        latex.append(row_latex)
+    caption = (f"Verifiable reasoning accuracy (%), {metric} on held-out prompts, mean ± std over seeds "
+               f"[{label} run: not comparable in absolute value with the paper's Table 1]. Sim methods train on the "
+               "weak similarity reward, Exact methods on the task verifier; best per column in bold.")
+    return write_table(pd.DataFrame(plain), stem, caption, "tab:rarl_results", latex_frame=pd.DataFrame(latex),
+                       raw_columns=tasks)
+
+
+def allocation_data(rollout_paths: list[Path]) -> pd.DataFrame:
+    """Per (task, method): fraction of sum_i T_i |A_i| spent on groups in each pass-rate bin."""
+    rows = []
+    for path in rollout_paths:
+        identity = _run_identity(path)
+        totals = np.zeros(len(PASS_RATE_BINS))
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            group = np.asarray(record["group"])
+            weight = np.asarray(record["length"]) * np.abs(np.asarray(record["advantage"]))
+            correct = np.asarray(record["correct"], dtype=float)
+            n_groups = group.max() + 1
+            pass_rate = np.bincount(group, correct, n_groups) / np.bincount(group, minlength=n_groups)
+            per_group = np.bincount(group, weight, n_groups)
+            bins = np.digitize(pass_rate, [b[1] for b in PASS_RATE_BINS[:-1]])
+            totals += np.bincount(bins, per_group, len(PASS_RATE_BINS))
+        rows.append({**identity, **{f"bin{i}": t for i, t in enumerate(totals)}})
+    return pd.DataFrame(rows)
+
+
+def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+    bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
+    names = [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
+             for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
+    summed = frame.groupby(["task", "method"])[bins].sum()
+    rows = []
+    for (task, method), values in summed.iterrows():
+        total = values.sum()
+        cells = {name: (f"{100 * values[b] / total:.1f}%" if total > 0 else "no signal")
+                 for name, b in zip(names, bins, strict=True)}
+        rows.append({"Task": task, "Method": METHOD_LABELS.get(method, method), **cells})
+    caption = (f"Gradient allocation across prompt difficulty [{label} run]: fraction of the total token-level "
+               "gradient budget sum_i T_i |A_i| spent on prompts binned by their group's measured pass rate, summed "
+               "over all training steps and seeds; each row sums to 100%.")
+    return write_table(pd.DataFrame(rows), stem, caption, "tab:gradient_allocation")
+
+
+def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
+    data = pd.concat(frames, ignore_index=True)
+    tasks = sorted(data["task"].unique())
+    panels = [("reward_mean", "training reward"), ("kl", "KL to reference"), ("response_length", "response tokens")]
+    fig, axes = plt.subplots(len(tasks), len(panels), figsize=(4.2 * len(panels), 3.2 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        for column, (metric, title) in enumerate(panels):
+            ax = axes[row][column]
+            for method in sorted(data["method"].unique(), key=_method_sort_key):
+                runs = data[(data["task"] == task) & (data["method"] == method)]
+                if runs.empty:
+                    continue
+                smooth = runs.groupby("step")[metric].mean().rolling(5, min_periods=1).mean()
+                ax.plot(smooth.index, smooth.values, label=METHOD_LABELS.get(method, method),
+                        linestyle="--" if method.startswith("grpo") else "-")
+            ax.set_title(f"{task}: {title}", fontsize=9)
+            ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"Training curves [{label} run], mean over seeds, 5-step moving average")
+    fig.tight_layout()
+    for path in (png, pdf):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=140, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.results", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("table1-data")
+    p.add_argument("--metrics", nargs="+", type=Path, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("table1")
+    p.add_argument("--data", required=True)
+    p.add_argument("--metric", default="pass@1_greedy")
+    p.add_argument("--label", required=True)
+    p.add_argument("--stem", type=Path, required=True)
+    p = sub.add_parser("allocation-data")
+    p.add_argument("--rollouts", nargs="+", type=Path, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("allocation")
+    p.add_argument("--data", required=True)
+    p.add_argument("--label", required=True)
+    p.add_argument("--stem", type=Path, required=True)
+    p = sub.add_parser("curves")
+    p.add_argument("--metrics", nargs="+", type=Path, required=True)
+    p.add_argument("--label", required=True)
+    p.add_argument("--png", required=True)
+    p.add_argument("--pdf", required=True)
+    args = parser.parse_args(argv)
+    started = time.time()
+    if args.command == "table1-data":
+        _write_csv(table1_data(args.metrics), args.out)
+        write_provenance([args.out], step="paper_table1_data", inputs=args.metrics, started_at=started)
+    elif args.command == "table1":
+        paths = table1(pd.read_csv(args.data), args.metric, args.label, args.stem)
+        write_provenance(paths, step="paper_table1", inputs=[args.data], params={"metric": args.metric},
+                         started_at=started)
+    elif args.command == "allocation-data":
+        _write_csv(allocation_data(args.rollouts), args.out)
+        write_provenance([args.out], step="paper_gradient_allocation_data", inputs=args.rollouts, started_at=started)
+    elif args.command == "allocation":
+        paths = allocation_table(pd.read_csv(args.data), args.label, args.stem)
+        write_provenance(paths, step="paper_gradient_allocation", inputs=[args.data], started_at=started)
+    else:
+        curves(args.metrics, args.label, args.png, args.pdf)
+        write_provenance([args.png, args.pdf], step="paper_training_curves", inputs=args.metrics, started_at=started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
