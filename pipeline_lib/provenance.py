@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -76,6 +77,28 @@ def software_versions() -> dict[str, str | None]:
     return versions
 
 
+def hardware() -> dict[str, Any]:
+    """CPU model and count; GPU model/count/driver when nvidia-smi is present."""
+    info: dict[str, Any] = {"hostname": socket.gethostname(), "platform": platform.platform(),
+                            "cpu_count": os.cpu_count(), "cpu_model": platform.processor() or platform.machine()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    if shutil.which("nvidia-smi"):
+        try:
+            query = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                                   capture_output=True, text=True, timeout=30, check=True).stdout.strip().splitlines()
+            info["gpus"] = query
+            info["gpu_count"] = len(query)
+        except (OSError, subprocess.SubprocessError):
+            info["gpus"] = "nvidia-smi failed"
+    return info
+
+
 def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
@@ -100,14 +123,14 @@ def write_provenance(
     record = {
         "step": step,
         "params": dict(params or {}),
-        "config_sha256": config_sha256,
+        # the workflow exports the digest of the whole resolved config to every job it starts
+        "config_sha256": config_sha256 or os.environ.get("PIPELINE_CONFIG_SHA256"),
         "seeds": dict(seeds or {}),
         "inputs": [file_record(p) | {"provenance": str(p) + SIDECAR_SUFFIX} for p in inputs],
         "outputs": [file_record(p) for p in outputs],
         "code": code_version(),
         "software": software_versions(),
-        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
-                 "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()},
+        "host": hardware(),
         "slurm": {key: os.environ[key] for key in ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST")
                   if key in os.environ},
         "started_at": started_at,

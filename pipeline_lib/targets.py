@@ -128,7 +128,7 @@ PAPER_RESULT_OUTPUTS = tuple(
                              ("tables", "gradient_allocation", ("tex", "md", "csv")),
                              ("figures", "training_curves", ("png", "pdf")))
     for ext in exts
-)
+) + ("results/paper/reproduction_report.md", "results/paper/audit_table1.txt")
 
 
 def stage_targets(config: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -61,3 +61,21 @@ def test_paired_methods_differ_only_in_advantage_and_reward():
     assert rl_run_spec(config, "softmax_sim")["reward_weights"] == {"similarity": 1.0}
     assert rl_train_data(config, "countdown", "softmax_sim").endswith("rl_sim_train.parquet")
     assert rl_train_data(config, "countdown", "softmax_exact").endswith("rl_train.parquet")
+
+
+def test_reproduction_report_compares_only_paper_runs(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from pipeline_lib.paper.reproduction import build_report
+
+    reference = yaml.safe_load((Path(__file__).parents[1] / "config/paper_reference.yaml").read_text())
+    ours = pd.DataFrame([{"task": "countdown", "method": "softmax_exact", "seed": 0, "pass@1_greedy": 0.60},
+                         {"task": "countdown", "method": "softmax_exact", "seed": 1, "pass@1_greedy": 0.56}])
+    paper_run = build_report("paper", reference, ours, None)
+    assert "ours 58.0 / paper 58.1 (Δ -0.1)" in paper_run
+    tiny_run = build_report("tiny", reference, ours.assign(task="countdown_tiny"), None)
+    assert "ours 58.0 / paper 58.1" in tiny_run and "Δ" not in tiny_run.split("## Table 1")[1]
+    assert "## scale" in tiny_run and "Not reproduced" in tiny_run
+    assert reference["table1"]["rows"]["softmax_exact"] == [75.8, 58.1, 51.8]

@@ -21,11 +21,14 @@ SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_gro
                 "verification_mc_groups": 50_000}
 
 
+def repo_env() -> dict[str, str]:
+    """The environment with this checkout's pipeline_lib first on the path."""
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
 def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    """Run Snakemake in ``cwd`` with this checkout's pipeline_lib first on the path."""
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=600, env=repo_env())
 
 
 def schema_keys(schema: dict, prefix: str = "") -> list[str]:
@@ -200,3 +203,26 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
         assert 0.0 <= metrics["pass@1_greedy"] <= 1.0
     rerun = snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml")
     assert "Nothing to be done" in rerun.stdout + rerun.stderr
+    assert json.loads((workflow_copy / "results/paper/tables/table1.tex.prov.json").read_text())["config_sha256"]
+    audit = subprocess.run([sys.executable, "-m", "pipeline_lib", "audit", "results/paper/tables/table1.tex",
+                            "--no-fail"], cwd=workflow_copy, capture_output=True, text=True, env=repo_env())
+    assert "train_rl" in audit.stdout and "train_sft" in audit.stdout and "data_tiny" in audit.stdout
+
+    def planned(result: subprocess.CompletedProcess) -> set[str]:
+        lines = result.stdout.splitlines()
+        start = lines.index("Job stats:") + 3  # skip the "job count" header and its rule
+        rows = [line.split()[0] for line in lines[start:start + 100] if line.strip()]
+        return set(rows[: rows.index("total")])
+
+    # changing only evaluation settings reruns evaluation and the paper rules, never training
+    config["eval"]["samples"] = 2
+    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
+    jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
+    assert "eval_checkpoint" in jobs and "paper_table1" in jobs
+    assert not jobs & {"train_sft", "train_rl", "data_tiny", "data_tokenizer"}
+    # --forcerun one rule plans it and what depends on it only
+    config["eval"]["samples"] = 1
+    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
+    jobs = planned(snakemake(workflow_copy, "paper_gradient_allocation", "-n", "--forcerun",
+                             "paper_gradient_allocation", "--configfile", "e2e.yaml"))
+    assert jobs == {"paper_gradient_allocation"}

@@ -4,6 +4,7 @@ import json
 import os
 
 from pipeline_lib.provenance import config_digest
+from pipeline_lib.run_info import write_run_info
 from pipeline_lib.targets import (
     eval_targets,
     imagenet_run_spec,
@@ -17,6 +18,16 @@ from pipeline_lib.targets import (
 )
 
 CONFIG_SHA256 = config_digest(config)
+# Every job's shell (local or on a Slurm node) exports the digest; provenance sidecars record it.
+shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256}; ")
+
+
+report: "../report/workflow.rst"
+
+
+onstart:
+    write_run_info(config)
+
 TARGETS = stage_targets(config)
 
 

@@ -206,3 +206,38 @@ rule paper_training_curves:
     shell:
         "python -m pipeline_lib.paper.results curves --metrics {params.metrics} --label {params.label}"
         " --png {output.png} --pdf {output.pdf} > {log} 2>&1"
+
+
+rule paper_reproduction_report:
+    input:
+        reference="config/paper_reference.yaml",
+        table1=rules.paper_table1_data.output.csv,
+        allocation=rules.paper_gradient_allocation_data.output.csv,
+    output:
+        report=report(
+            "results/paper/reproduction_report.md",
+            caption="../report/reproduction_report.rst",
+            category="Reproduction",
+        ),
+    params:
+        label=config["label"],
+    log:
+        "logs/paper_reproduction_report.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
+        " --table1 {input.table1} --allocation {input.allocation} --out {output.report} > {log} 2>&1"
+
+
+rule paper_audit:
+    input:
+        table="results/paper/tables/table1.tex",
+    output:
+        audit=report("results/paper/audit_table1.txt", caption="../report/audit.rst", category="Provenance"),
+    log:
+        "logs/paper_audit.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib audit {input.table} --out {output.audit} --no-fail > {log} 2>&1"

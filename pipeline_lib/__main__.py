@@ -1,0 +1,17 @@
+"""``python -m pipeline_lib <command>``: the package's own commands (``audit``)."""
+
+import sys
+
+from pipeline_lib import audit
+
+
+def main() -> int:
+    commands = {"audit": audit.main}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print(f"usage: python -m pipeline_lib {{{','.join(commands)}}} ...", file=sys.stderr)
+        return 2
+    return commands[sys.argv[1]](sys.argv[2:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

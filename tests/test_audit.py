@@ -1,0 +1,61 @@
+"""The provenance audit catches each kind of broken chain."""
+
+import json
+
+import pytest
+
+from pipeline_lib import provenance
+from pipeline_lib.audit import audit
+from pipeline_lib.io import write_json, write_text
+from pipeline_lib.provenance import write_provenance
+
+CLEAN = {"git_commit": "abc123", "dirty": False, "diff_sha256": None, "pipeline_lib_version": "0.1.0"}
+
+
+@pytest.fixture
+def chain(tmp_path, monkeypatch):
+    """raw.csv (no sidecar) -> train step (DONE.json, model.txt) -> table.tex."""
+    monkeypatch.setattr(provenance, "code_version", lambda: CLEAN)
+    raw = tmp_path / "raw.csv"
+    raw.write_text("x\n1\n")
+    done, model = tmp_path / "run/DONE.json", tmp_path / "run/model.txt"
+    write_json(done, {"final_step": 10, "total_steps": 10})
+    write_text(model, "weights")
+    write_provenance([done, model], step="train", inputs=[raw])
+    table = tmp_path / "table.tex"
+    write_text(table, "\\begin{table}\\end{table}")
+    write_provenance([table], step="paper", inputs=[model])
+    return {"raw": raw, "done": done, "model": model, "table": table}
+
+
+def test_clean_chain_passes(chain):
+    report = audit(chain["table"])
+    assert report.ok, report.problems
+    assert report.files == 3 and any("raw input" in line for line in report.lines)
+
+
+def test_modified_output_is_caught(chain):
+    chain["table"].write_text("tampered")
+    assert any("modified after it was written" in p for p in audit(chain["table"]).problems)
+
+
+def test_modified_input_is_caught(chain):
+    chain["raw"].write_text("x\n2\n")
+    assert any("raw.csv: content changed since it was used" in p for p in audit(chain["table"]).problems)
+
+
+def test_missing_sidecar_is_caught(chain):
+    (chain["model"].parent / "model.txt.prov.json").unlink()
+    assert any("no provenance sidecar" in p for p in audit(chain["table"]).problems)
+
+
+def test_unfinished_run_is_caught(chain):
+    chain["done"].write_text(json.dumps({"final_step": 7, "total_steps": 10}))
+    assert any("stopped at step 7 of 10" in p for p in audit(chain["table"]).problems)
+
+
+def test_dirty_or_mixed_code_versions_are_caught(chain, monkeypatch):
+    monkeypatch.setattr(provenance, "code_version", lambda: CLEAN | {"dirty": True, "diff_sha256": "d1ff"})
+    write_provenance([chain["table"]], step="paper", inputs=[chain["model"]])
+    problems = audit(chain["table"]).problems
+    assert any("2 code versions" in p for p in problems) and any("dirty tree" in p for p in problems)
