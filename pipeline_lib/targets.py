@@ -122,13 +122,14 @@ def rl_runs(config: Mapping[str, Any], methods: list[str] | None = None) -> list
             for task in train["tasks"] for method in (methods or list(train["methods"])) for seed in train["seeds"]]
 
 
-PAPER_RESULT_OUTPUTS = tuple(
-    f"results/paper/{kind}/{name}.{ext}"
-    for kind, name, exts in (("tables", "table1", ("tex", "md", "csv")),
-                             ("tables", "gradient_allocation", ("tex", "md", "csv")),
-                             ("figures", "training_curves", ("png", "pdf")))
-    for ext in exts
-) + ("results/paper/reproduction_report.md", "results/paper/audit_table1.txt")
+PAPER_RESULT_OUTPUTS = (
+    *(f"results/paper/tables/{name}.{ext}" for name in ("table1", "gradient_allocation")
+      for ext in ("tex", "md", "csv")),
+    "results/paper/figures/training_curves.png",
+    "results/paper/figures/training_curves.pdf",
+    "results/paper/reproduction_report.md",
+    "results/paper/audit_table1.txt",
+)
 
 
 def stage_targets(config: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     write_text(args.out / "generations.jsonl", "".join(json.dumps(g) + "\n" for g in generations))
     write_json(args.out / "metrics.json", metrics)
     write_provenance([args.out / "metrics.json", args.out / "generations.jsonl"], step="eval_checkpoint",
-                     inputs=[args.data, args.model / "config.json", args.model / "model.safetensors"], params={"spec": spec}, seeds={"eval": args.seed},
-                     started_at=started)
+                     inputs=[args.data, args.model / "config.json", args.model / "model.safetensors"],
+                     params={"spec": spec}, seeds={"eval": args.seed}, started_at=started)
     log.info("metrics: %s", metrics)
     return 0
 

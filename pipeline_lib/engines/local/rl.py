@@ -137,10 +137,10 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     final = save_model_atomic(model, tokenizer, run_dir / "final")
     done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="rl",
                       advantage=spec["advantage"], seed=seed)
-    write_provenance([done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
-                      final / "model.safetensors"],
-                     step="train_rl", inputs=[data, init / "config.json", init / "model.safetensors"], params={"spec": spec},
-                     config_sha256=digest, seeds={"run": seed}, started_at=started)
+    outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
+               final / "model.safetensors"]
+    write_provenance(outputs, step="train_rl", inputs=[data, init / "config.json", init / "model.safetensors"],
+                     params={"spec": spec}, config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done
 
 

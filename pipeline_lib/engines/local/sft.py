@@ -109,9 +109,10 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     metrics.close()
     final = save_model_atomic(model, tokenizer, run_dir / "final")
     done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="sft", seed=seed)
-    write_provenance([done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"], step="train_sft",
-                     inputs=[data, tokenizer_dir / "tokenizer.json"], params={"spec": spec, "init": str(init)},
-                     config_sha256=digest, seeds={"run": seed}, started_at=started)
+    outputs = [done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"]
+    write_provenance(outputs, step="train_sft", inputs=[data, tokenizer_dir / "tokenizer.json"],
+                     params={"spec": spec, "init": str(init)}, config_sha256=digest, seeds={"run": seed},
+                     started_at=started)
     return done
 
 
