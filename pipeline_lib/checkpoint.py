@@ -8,14 +8,17 @@ step is reached. Resuming with a different config is refused rather than mixed.
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from pipeline_lib.io import atomic_path, write_json
 
-__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "load_checkpoint", "save_checkpoint", "write_done"]
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "load_checkpoint", "rng_state", "save_checkpoint",
+           "set_rng_state", "write_done"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DONE_NAME = "DONE.json"
@@ -23,6 +26,17 @@ DONE_NAME = "DONE.json"
 
 class ConfigMismatchError(RuntimeError):
     """A checkpoint exists but was written under a different config digest."""
+
+
+def rng_state() -> dict[str, Any]:
+    """Global torch / numpy / python RNG states, so a resumed run draws what the uninterrupted one would."""
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
 
 
 def save_checkpoint(run_dir: str | os.PathLike[str], state: dict[str, Any]) -> Path:

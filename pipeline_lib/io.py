@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "sha256_file", "write_json", "write_text"]
+__all__ = ["atomic_path", "save_figure", "sha256_file", "write_json", "write_text"]
 
 
 @contextlib.contextmanager
@@ -53,3 +53,13 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
         while chunk := handle.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def save_figure(fig: Any, *paths: str | os.PathLike[str], dpi: int = 150) -> None:
+    """Save a matplotlib figure to each path (format from the suffix) atomically, then close it."""
+    import matplotlib.pyplot as plt
+
+    for path in paths:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.io import atomic_path
+from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 
@@ -76,10 +76,7 @@ def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pd
     axes[0][0].legend(fontsize=8)
     fig.suptitle(f"Objective study ({label}): mean over seeds, band = min-max")
     fig.tight_layout()
-    for path in (png, pdf):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, png, pdf)
 
     def cell(row: pd.Series, metric: str) -> str:
         mean, std, count = row[f"{metric}_mean"], row[f"{metric}_std"], int(row[f"{metric}_count"])

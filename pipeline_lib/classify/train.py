@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import load_checkpoint, save_checkpoint, write_done
+from pipeline_lib.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
 from pipeline_lib.classify.data import EpochSampler, SplitData, build_splits
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
 from pipeline_lib.io import atomic_path
@@ -72,14 +72,11 @@ def evaluate(model: nn.Module, data: SplitData, spec: dict[str, Any], device: to
 
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "rollouts": generator.get_state()}
+    return rng_state() | {"rollouts": generator.get_state()}
 
 
 def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    set_rng_state(state)
     generator.set_state(state["rollouts"])
 
 

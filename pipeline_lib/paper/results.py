@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.io import atomic_path
+from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 
@@ -147,10 +147,7 @@ def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"Training curves [{label} run], mean over seeds, 5-step moving average")
     fig.tight_layout()
-    for path in (png, pdf):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=140, bbox_inches="tight")
-    plt.close(fig)
+    save_figure(fig, png, pdf, dpi=140)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib import theory
-from pipeline_lib.io import atomic_path, write_json, write_text
+from pipeline_lib.io import atomic_path, save_figure, write_json, write_text
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.theory_checks import VerificationSpec, run_checks
@@ -166,12 +166,6 @@ def compute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _savefig(fig: Any, png: str, pdf: str) -> None:
-    for path in (png, pdf):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=160, bbox_inches="tight")
-
-
 def _has_tau(tau: float | None) -> bool:
     return tau is not None and not math.isnan(tau)
 
@@ -214,8 +208,7 @@ def render(args: argparse.Namespace) -> int:
     ax.set(xlabel="pass rate p", ylabel="mean |A| (Monte Carlo, ±2 SE)", yscale="log",
            title=f"(a) Mean absolute advantage, M = {group_size} binary rollouts")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    _savefig(fig, args.fig1a_png, args.fig1a_pdf)
-    plt.close(fig)
+    save_figure(fig, args.fig1a_png, args.fig1a_pdf, dpi=160)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for (method, tau), frame in weights.groupby(["method", "tau"], dropna=False, sort=False):
@@ -225,8 +218,7 @@ def render(args: argparse.Namespace) -> int:
     ax.set(xlabel="pass rate p", ylabel="w(p) / w(0.5)", yscale="log", ylim=(0.3, 30),
            title=f"(b) Population prompt weights, M = {group_size}")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    _savefig(fig, args.fig1b_png, args.fig1b_pdf)
-    plt.close(fig)
+    save_figure(fig, args.fig1b_png, args.fig1b_pdf, dpi=160)
 
     value_columns = [c for c in view.columns if c.startswith("omega(")]
 

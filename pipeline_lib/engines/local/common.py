@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,17 +15,7 @@ import torch
 from pipeline_lib.checkpoint import ConfigMismatchError
 from pipeline_lib.io import atomic_path
 
-__all__ = ["MetricsLog", "TrainingCheckpoint", "cosine_with_warmup", "generate", "rng_state", "set_rng_state"]
-
-
-def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+__all__ = ["MetricsLog", "TrainingCheckpoint", "cosine_with_warmup", "generate"]
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:

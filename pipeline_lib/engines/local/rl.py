@@ -25,8 +25,8 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.advantages import group_advantages
-from pipeline_lib.checkpoint import write_done
-from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, generate, rng_state, set_rng_state
+from pipeline_lib.checkpoint import rng_state, set_rng_state, write_done
+from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance

@@ -21,13 +21,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import write_done
+from pipeline_lib.checkpoint import rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import (
     MetricsLog,
     TrainingCheckpoint,
     cosine_with_warmup,
-    rng_state,
-    set_rng_state,
 )
 from pipeline_lib.engines.local.model import (
     build_model,
