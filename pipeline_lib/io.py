@@ -18,6 +18,10 @@ from typing import Any
 __all__ = ["atomic_path", "save_figure", "sha256_file", "write_json", "write_text"]
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename it onto ``target`` on success.
@@ -32,6 +36,7 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the permissions open() would
         os.replace(tmp, target)
     finally:
         if tmp.exists():

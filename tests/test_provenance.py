@@ -45,3 +45,13 @@ def test_atomic_write_leaves_nothing_on_failure(tmp_path):
         raise RuntimeError("crash mid-write")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]
+
+
+def test_atomic_write_gives_ordinary_permissions(tmp_path):
+    import os
+
+    target = tmp_path / "shared.txt"
+    write_text(target, "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
