@@ -42,7 +42,8 @@ def schema_keys(schema: dict, prefix: str = "") -> list[str]:
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
 def test_configs_validate(configfile):
     config = yaml.safe_load((REPO / configfile).read_text())
-    validate_config(config, SCHEMA)
+    validated = validate_config(config, SCHEMA)
+    assert validated["label"] in ("tiny", "paper") and validated["theory"]["group_size"] >= 2
 
 
 def test_every_schema_key_has_description_default_and_readme_entry():
