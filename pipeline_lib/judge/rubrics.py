@@ -1,0 +1,52 @@
+"""Rubric prompts (templates under ``config/prompts/``) and the JSON keys each judge must return.
+
+The templates reproduce the paper's two rubric figures; ``{NAME}`` fields are filled with
+``str.replace`` (not ``str.format``), since the prompts themselves contain JSON braces.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RUBRICS", "Rubric"]
+
+PROMPTS = Path(__file__).resolve().parents[2] / "config" / "prompts"
+
+
+@dataclass(frozen=True)
+class Rubric:
+    name: str
+    template_path: Path
+    keys: tuple[str, ...]
+    fields: tuple[str, ...]
+    scale: tuple[int, int] = (1, 10)
+
+    def render(self, **values: str) -> str:
+        missing = sorted(set(self.fields) - set(values))
+        if missing:
+            raise KeyError(f"rubric {self.name!r} needs field(s) {missing}")
+        text = Path(self.template_path).read_text(encoding="utf-8")
+        for field in self.fields:
+            text = text.replace("{" + field + "}", values[field])
+        return text
+
+    def normalise(self, scores: dict[str, int]) -> float:
+        """The paper's 0-100 reporting scale: the mean dimension score times 10."""
+        return 10.0 * sum(scores[k] for k in self.keys) / len(self.keys)
+
+
+RUBRICS = {
+    "poetry": Rubric("poetry", PROMPTS / "poetry.txt", tuple("ABCDEFG"), ("POEM_TEXT",)),
+    # the paper's pipeline stores conciseness under the "redundancy" key
+    "meetingbank": Rubric("meetingbank", PROMPTS / "meetingbank.txt",
+                          ("informativeness", "factuality", "fluency", "coherence", "redundancy"),
+                          ("MEETING_TITLE", "TRANSCRIPT_TEXT", "SUMMARY_TEXT")),
+}
+
+
+def rubric_from_path(name: str, path: str | os.PathLike[str]) -> Rubric:
+    """A user's own template with the same keys and fields as a built-in rubric."""
+    base = RUBRICS[name]
+    return Rubric(base.name, Path(path), base.keys, base.fields, base.scale)

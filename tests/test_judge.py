@@ -1,0 +1,48 @@
+"""Judge rubrics and verdict parsing (the judge issue's foundations)."""
+
+import pytest
+
+from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
+from pipeline_lib.judge.rubrics import RUBRICS
+
+POETRY_KEYS = RUBRICS["poetry"].keys
+GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'
+
+
+def test_rubrics_render_the_papers_structure():
+    poetry = RUBRICS["poetry"].render(POEM_TEXT="Snow on the bell tower")
+    assert "POEM: Snow on the bell tower" in poetry and "G) Context & Coherence" in poetry
+    meeting = RUBRICS["meetingbank"].render(MEETING_TITLE="Council", TRANSCRIPT_TEXT="Chair: ...",
+                                            SUMMARY_TEXT="The council met.")
+    assert '"redundancy": 1-10' in meeting and "CANDIDATE SUMMARY: The council met." in meeting
+    with pytest.raises(KeyError, match="SUMMARY_TEXT"):
+        RUBRICS["meetingbank"].render(MEETING_TITLE="x", TRANSCRIPT_TEXT="y")
+
+
+def test_thinking_text_then_fenced_json():
+    text = 'Line 3 uses {"A": 2} as a device... so:\n```json\n' + GOOD + "\n```"
+    assert parse_verdict(text, POETRY_KEYS)["C"] == 8
+
+
+def test_reasoning_field_is_used_only_when_the_answer_has_no_verdict():
+    assert parse_verdict("", POETRY_KEYS, reasoning="thinking... " + GOOD)["A"] == 7
+    other = GOOD.replace('"A": 7', '"A": 9')
+    assert parse_verdict(other, POETRY_KEYS, reasoning=GOOD)["A"] == 9
+
+
+@pytest.mark.parametrize("text, match", [
+    ('{"A": 7, "B": 6', "no JSON object"),
+    ('{"A": 7, "B": 6, "C": 8}', "missing key"),
+    (GOOD.replace('"G": 8', '"G": 11'), "outside 1-10"),
+    (GOOD.replace('"G": 8', '"G": 7.5'), "not integers"),
+    (GOOD.replace('"G": 8', '"G": "8"'), "not integers"),
+    ("", "no JSON object"),
+])
+def test_bad_verdicts_are_errors_never_zero(text, match):
+    with pytest.raises(VerdictParseError, match=match):
+        parse_verdict(text, POETRY_KEYS)
+
+
+def test_normalisation_to_the_papers_scale():
+    scores = parse_verdict(GOOD, POETRY_KEYS)
+    assert RUBRICS["poetry"].normalise(scores) == pytest.approx(10 * 47 / 7)
