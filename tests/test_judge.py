@@ -46,3 +46,34 @@ def test_bad_verdicts_are_errors_never_zero(text, match):
 def test_normalisation_to_the_papers_scale():
     scores = parse_verdict(GOOD, POETRY_KEYS)
     assert RUBRICS["poetry"].normalise(scores) == pytest.approx(10 * 47 / 7)
+
+
+def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
+    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.llm_client import EndpointConfig
+
+    from .chat_server import ChatServer
+
+    calls = {"n": 0}
+
+    def content(body):
+        calls["n"] += 1
+        poem = body["messages"][-1]["content"]
+        if "broken" in poem and len(body["messages"]) == 1:
+            return "I think it is good. {\"A\": 12}"  # out of range on the first ask
+        if "hopeless" in poem:
+            return "no verdict at all"
+        return "Analysis: line 1 ... " + GOOD
+
+    items = [{"POEM_TEXT": "a fine poem"}, {"POEM_TEXT": "a broken poem"}, {"POEM_TEXT": "a hopeless poem"}]
+    with ChatServer(content=content, failures=[429, 500]) as server:
+        endpoint = EndpointConfig.from_config({"base_url": server.base_url, "model": "judge", "backoff_s": 0.01,
+                                               "concurrency": 1}, "judge")
+        results = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+        assert results[0]["score_100"] == pytest.approx(10 * 47 / 7)
+        assert results[1]["attempts"] == 2 and results[1]["scores"]["A"] == 7
+        assert results[2]["failed"].startswith("unparseable verdict")
+        asked = len(server.requests)
+        again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+    # a rerun answers everything from the cache (unparseable verdicts included): 0 requests, same results
+    assert len(server.requests) == asked and again == results
