@@ -77,3 +77,26 @@ def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
         again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
     # a rerun answers everything from the cache (unparseable verdicts included): 0 requests, same results
     assert len(server.requests) == asked and again == results
+
+
+def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
+    from pipeline_lib.data.tiny import generate_task
+    from pipeline_lib.judge.programmatic import judge_meeting_summary
+
+    spec = {"n_train": 5, "n_test": 1, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
+            "max_target": 100}
+    row = generate_task("meeting_tiny", spec, 0)["rl_train"][0]
+    facts, reference = row["extra_info"]["facts"], row["extra_info"]["reference"]
+    perfect = judge_meeting_summary(reference, facts, reference)
+    assert perfect == {"informativeness": 10, "factuality": 10, "fluency": perfect["fluency"], "coherence": 10,
+                       "redundancy": 10} and perfect["fluency"] >= 8
+    vote = f"{facts['votes_for']}-{facts['votes_against']}"
+    swapped = reference.replace(vote, f"{facts['votes_for'] + 1}-{facts['votes_against']}")
+    assert judge_meeting_summary(swapped, facts, reference)["factuality"] < perfect["factuality"]
+    vague = "The council discussed some things."
+    assert judge_meeting_summary(vague, facts, reference)["informativeness"] <= 3
+    rambling = (reference + " ") * 6
+    assert judge_meeting_summary(rambling, facts, reference)["redundancy"] < 5
+    strict, lenient = (judge_meeting_summary(swapped, facts, reference, j)["factuality"] for j in ("strict", "lenient"))
+    assert strict < lenient
+    assert judge_meeting_summary("", facts, reference)["factuality"] == 1
