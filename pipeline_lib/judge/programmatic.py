@@ -18,6 +18,7 @@ cross-judge agreement; both are labelled as programmatic wherever they appear.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -58,14 +59,14 @@ def judge_meeting_summary(summary: str, facts: dict[str, Any], reference: str, j
 
     tokens = text.split()
     alphabetic = sum(bool(_WORD.fullmatch(t.strip(".,;:()$"))) for t in tokens) / max(1, len(tokens))
-    repeats = sum(a == b for a, b in zip(tokens, tokens[1:])) / max(1, len(tokens) - 1)
+    repeats = sum(a == b for a, b in itertools.pairwise(tokens)) / max(1, len(tokens) - 1)
     fluency = 1 + 9 * alphabetic * (1 - min(1.0, 5 * repeats)) * (1.0 if text.endswith(".") else 0.7)
 
     ids = set(_RESOLUTION.findall(text))
     coherence = 10 if ids == {facts["motion"]} else 6 if not ids else 3
 
     words = [w.lower() for w in _WORD.findall(text)]
-    trigrams = list(zip(words, words[1:], words[2:]))
+    trigrams = list(zip(words, words[1:], words[2:], strict=False))
     repeated = 1 - len(set(trigrams)) / max(1, len(trigrams))
     ratio = len(tokens) / max(1, len(reference.split()))
     length_penalty = max(0.0, ratio - weights["length_tolerance"]) * 3
