@@ -7,6 +7,7 @@ step is reached. Resuming with a different config is refused rather than mixed.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -17,8 +18,8 @@ import torch
 
 from pipeline_lib.io import atomic_path, write_json
 
-__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "load_checkpoint", "rng_state", "save_checkpoint",
-           "set_rng_state", "write_done"]
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "load_checkpoint", "rng_state",
+           "save_checkpoint", "set_rng_state", "write_done"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DONE_NAME = "DONE.json"
@@ -58,6 +59,25 @@ def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict
             "delete the run directory to start over"
         )
     return state
+
+
+class MetricsLog:
+    """``metrics.jsonl`` (one JSON line per step); on resume it is cut back to the checkpoint's step."""
+
+    def __init__(self, path: Path, resume_step: int) -> None:
+        self.path = path
+        kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
+                if json.loads(line)["step"] <= resume_step]
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(line + "\n" for line in kept))
+        self.handle = path.open("a")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.handle.write(json.dumps(record) + "\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 def write_done(run_dir: str | os.PathLike[str], *, step: int, total_steps: int, config_sha256: str,

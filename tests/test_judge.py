@@ -54,10 +54,7 @@ def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
 
     from .chat_server import ChatServer
 
-    calls = {"n": 0}
-
     def content(body):
-        calls["n"] += 1
         poem = body["messages"][-1]["content"]
         if "broken" in poem and len(body["messages"]) == 1:
             return "I think it is good. {\"A\": 12}"  # out of range on the first ask

@@ -253,6 +253,18 @@ def test_compute_score_as_verls_naive_reward_manager_calls_it():
         compute_score(data_source="mystery", solution_str="x", ground_truth="y")
 
 
+def test_batch_scoring_equals_row_by_row():
+    from pipeline_lib.rewards import compute_scores
+
+    rows = [("openai/gsm8k", "\\boxed{72}", "#### 72", {"reference": "add to get \\boxed{72}"}),
+            ("openai/gsm8k", "\\boxed{71}", "#### 72", {}),
+            ("tiny/countdown", "<answer>(3 + 5) * 3 * 1</answer>", {"numbers": [3, 5, 3, 1], "target": 24}, {}),
+            ("open-thoughts/OpenThoughts3-1.2M", "<think>ok</think> the cat", "the cat sat", {})]
+    batch = compute_scores(*zip(*rows, strict=True))
+    assert batch == [compute_score(d, s, g, extra_info=e) for d, s, g, e in rows]
+    assert [r["score"] for r in batch][:3] == [1.0, 0.0, 1.0]
+
+
 def test_registry():
     assert {"math", "countdown", "similarity", "format", "exact"} <= set(available_rewards())
     with pytest.raises(ValueError, match="unknown reward"):

@@ -26,10 +26,9 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
+from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
 from pipeline_lib.classify.data import EpochSampler, SplitData, build_splits
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
-from pipeline_lib.io import atomic_path
 from pipeline_lib.provenance import config_digest, write_provenance
 
 log = logging.getLogger("pipeline_lib.classify.train")
@@ -112,19 +111,14 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
         step = state["step"]
         running = state["running"]
         log.info("resuming %s from step %d of %d", run_dir, step, total_steps)
-    # Keep only metrics up to the checkpoint, so a resumed run's log matches an uninterrupted one.
-    kept = [line for line in (metrics_path.read_text().splitlines() if metrics_path.exists() else [])
-            if json.loads(line)["step"] <= step]
-    with atomic_path(metrics_path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in kept))
-
     sampler = EpochSampler(len(data.train), seed)
     bar = tqdm(total=total_steps, initial=step, desc=f"{objective} M={rollouts} seed={seed}", disable=not progress,
                file=sys.stderr)
     started = time.time()
-    with metrics_path.open("a") as metrics_file:
+    metrics_file = MetricsLog(metrics_path, step)  # cut back to the checkpoint, so a resumed log matches
+    try:
         if step == 0:
-            metrics_file.write(json.dumps({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)}) + "\n")
+            metrics_file.write({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)})
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
             sampler.set_position(epoch, offset * spec["batch_size"])
@@ -148,8 +142,7 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
                     record = {"step": step, "epoch": step / steps_per_epoch, "lr": scheduler.get_last_lr()[0],
                               **{k: v / n for k, v in running.items()}, **evaluate(model, data, spec, device)}
                     running = {}
-                    metrics_file.write(json.dumps(record, allow_nan=True) + "\n")
-                    metrics_file.flush()
+                    metrics_file.write(record)
                     bar.set_postfix(pass1=f"{record['val_pass@1']:.3f}", top1=f"{record['val_top1']:.3f}")
                 if step % spec["checkpoint_every"] == 0 or step == total_steps:
                     save_checkpoint(run_dir, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -157,6 +150,8 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
                                               "step": step, "running": dict(running), "config_sha256": digest})
                 if step == total_steps or step % steps_per_epoch == 0:
                     break
+    finally:
+        metrics_file.close()
     bar.close()
     done = write_done(run_dir, step=step, total_steps=total_steps, config_sha256=digest,
                       objective=objective, rollouts=rollouts, seed=seed, dataset=data.description)

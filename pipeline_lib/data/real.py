@@ -45,11 +45,9 @@ def _gsm8k_gold(answer: str) -> str | None:
     return gold
 
 
-def _split_holdout(writer: DatasetWriter, frame: pd.DataFrame, key: str, fraction: float, salt: str
-                   ) -> dict[str, pd.DataFrame]:
+def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) -> dict[str, pd.DataFrame]:
     mask = holdout_mask(frame[key].astype(str), fraction, salt)
-    test = frame[mask]
-    return {"train": frame[[not m for m in mask]], "test": test}
+    return {"train": frame[[not m for m in mask]], "test": frame[mask]}
 
 
 def _drop_train_duplicates(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str) -> None:
@@ -116,7 +114,7 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     frame, fact = load_split(writer.name, main, "train", ("target", "nums"))
     gold_frame, gold_fact = load_split(writer.name, gold, "train", ("nums", "target", "messages"))
     writer.source["files"] = [fact, gold_fact]
-    splits = _split_holdout(writer, _countdown_key(frame), "_key", spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(_countdown_key(frame), "_key", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "_key")
     for split, part in splits.items():
         rows = []
@@ -158,7 +156,7 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     columns = ("question", "final_answer", "r1_solution_1", "r1_solution_2", "r1_solution_3")
     frame, fact = load_split(writer.name, source, "train", columns)
     writer.source["files"] = [fact]
-    splits = _split_holdout(writer, frame, "question", spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(frame, "question", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "question")
     for split, part in splits.items():
         rl, sft = [], []
@@ -204,7 +202,7 @@ def build_poetry(writer: DatasetWriter, spec: dict[str, Any], instructions: dict
     frame, fact = load_split(writer.name, source, "train", (column,))
     writer.source["files"] = [fact]
     frame = frame.assign(_poem=[_text(p, writer.name, fact["file"], i, column) for i, p in enumerate(frame[column])])
-    splits = _split_holdout(writer, frame, "_poem", spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(frame, "_poem", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "_poem")
     for split, part in splits.items():
         items = []
@@ -223,7 +221,7 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     transcript_column, summary_column = spec["transcript_column"], spec["summary_column"]
     frame, fact = load_split(writer.name, source, "train", (transcript_column, summary_column))
     writer.source["files"] = [fact]
-    splits = _split_holdout(writer, frame, transcript_column, spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(frame, transcript_column, spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, transcript_column)
     for split, part in splits.items():
         items = []
@@ -250,7 +248,7 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1]["value"], writer.name, fact["file"], position, "conversations[1].value"),
                       str(frame["domain"].iloc[position]) if "domain" in frame.columns else ""))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
-    splits = _split_holdout(writer, table, "question", spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(table, "question", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "question")
     for split, part in splits.items():
         items = [([{"role": "user", "content": q}], r, {"domain": d})

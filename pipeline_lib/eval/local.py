@@ -26,7 +26,7 @@ from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
-from pipeline_lib.rewards import compute_score
+from pipeline_lib.rewards import compute_scores
 
 log = logging.getLogger("pipeline_lib.eval.local")
 
@@ -40,12 +40,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def score_rows(frame: pd.DataFrame, texts: list[str], rows: list[int], reward_weights: dict | None
                ) -> list[dict[str, float]]:
-    out = []
-    for text, row in zip(texts, rows, strict=True):
-        record = frame.iloc[row]
-        out.append(compute_score(record["data_source"], text, record["reward_model"]["ground_truth"],
-                                 extra_info=dict(record["extra_info"]), reward_weights=reward_weights))
-    return out
+    records = frame.iloc[rows]
+    return compute_scores(list(records["data_source"]), texts, [r["ground_truth"] for r in records["reward_model"]],
+                          [dict(e) for e in records["extra_info"]], reward_weights)
 
 
 def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int) -> tuple[dict[str, Any], list[dict]]:

@@ -27,7 +27,8 @@ from pipeline_lib.rewards.format_reward import exact_score, format_score
 from pipeline_lib.rewards.mathverify import math_scores
 from pipeline_lib.rewards.similarity import similarity_score
 
-__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "register_reward", "score", "score_batch"]
+__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "compute_scores", "register_reward", "score",
+           "score_batch"]
 
 BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
 _REGISTRY: dict[str, BatchScorer] = {}
@@ -101,6 +102,38 @@ def _weights(data_source: str, extra_info: Mapping[str, Any] | None, override: A
     return {str(k): float(v) for k, v in weights.items()}
 
 
+def compute_scores(
+    data_sources: Sequence[str],
+    solutions: Sequence[Any],
+    ground_truths: Sequence[Any],
+    extra_infos: Sequence[Mapping[str, Any] | None],
+    reward_weights: Mapping[str, float] | None = None,
+) -> list[dict[str, float]]:
+    """Score many rollouts: each reward component scores all its rows in one batch (the math pool runs them in
+    parallel); ``score`` = sum of weight x component score per row."""
+    weights = [_weights(d, e, reward_weights) for d, e in zip(data_sources, extra_infos, strict=True)]
+    components: dict[str, list[int]] = {}
+    for row, row_weights in enumerate(weights):
+        for name in row_weights:
+            components.setdefault(name, []).append(row)
+    scored: dict[str, dict[int, dict[str, float]]] = {}
+    for name, rows in components.items():
+        truths = []
+        for row in rows:  # similarity compares with the row's expert demonstration when it has one
+            reference = (extra_infos[row] or {}).get("reference")
+            truths.append(reference if name == "similarity" and reference is not None else ground_truths[row])
+        scored[name] = dict(zip(rows, score_batch(name, [solutions[r] for r in rows], truths), strict=True))
+    results = []
+    for row, row_weights in enumerate(weights):
+        result: dict[str, float] = {}
+        for name in row_weights:
+            component = scored[name][row]
+            result.update(component if len(row_weights) == 1 else {f"{name}/{k}": v for k, v in component.items()})
+        result["score"] = sum(weight * scored[name][row]["score"] for name, weight in row_weights.items())
+        results.append(result)
+    return results
+
+
 def compute_score(
     data_source: str,
     solution_str: str,
@@ -110,16 +143,4 @@ def compute_score(
     **_: Any,
 ) -> dict[str, float]:
     """verl custom reward entry point: ``score`` = sum of weight x component score."""
-    weights = _weights(data_source, extra_info, reward_weights)
-    total, result = 0.0, {}
-    reference = (extra_info or {}).get("reference")
-    for name, weight in weights.items():
-        truth = reference if name == "similarity" and reference is not None else ground_truth
-        component = score(name, solution_str, truth)
-        total += weight * component["score"]
-        if len(weights) == 1:
-            result.update(component)
-        else:
-            result.update({f"{name}/{key}": value for key, value in component.items()})
-    result["score"] = total
-    return result
+    return compute_scores([data_source], [solution_str], [ground_truth], [extra_info], reward_weights)[0]

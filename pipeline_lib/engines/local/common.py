@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Sequence
@@ -13,9 +12,8 @@ import numpy as np
 import torch
 
 from pipeline_lib.checkpoint import ConfigMismatchError
-from pipeline_lib.io import atomic_path
 
-__all__ = ["MetricsLog", "TrainingCheckpoint", "cosine_with_warmup", "generate"]
+__all__ = ["TrainingCheckpoint", "cosine_with_warmup", "generate"]
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
@@ -57,25 +55,6 @@ class TrainingCheckpoint:
             raise ConfigMismatchError(f"{self.dir} belongs to config {state.get('config_sha256')}, this run has "
                                       f"{self.config_sha256}; delete the run directory to start over")
         return state
-
-
-class MetricsLog:
-    """``metrics.jsonl`` (one JSON line per step); on resume it is cut back to the checkpoint's step."""
-
-    def __init__(self, path: Path, resume_step: int) -> None:
-        self.path = path
-        kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
-                if json.loads(line)["step"] <= resume_step]
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(line + "\n" for line in kept))
-        self.handle = path.open("a")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(json.dumps(record) + "\n")
-        self.handle.flush()
-
-    def close(self) -> None:
-        self.handle.close()
 
 
 @torch.no_grad()

@@ -25,12 +25,12 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.advantages import group_advantages
-from pipeline_lib.checkpoint import rng_state, set_rng_state, write_done
-from pipeline_lib.engines.local.common import MetricsLog, TrainingCheckpoint, generate
+from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
+from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance
-from pipeline_lib.rewards import compute_score
+from pipeline_lib.rewards import compute_scores
 
 log = logging.getLogger("pipeline_lib.engines.local.rl")
 
@@ -38,13 +38,12 @@ log = logging.getLogger("pipeline_lib.engines.local.rl")
 def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weights: dict | None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reward and correctness per rollout (correct = the verifier's ``acc`` when present, else score >= 1)."""
-    rewards, correct = [], []
-    for row, text in zip(rows, texts, strict=True):
-        record = frame.iloc[row]
-        result = compute_score(record["data_source"], text, record["reward_model"]["ground_truth"],
-                               extra_info=dict(record["extra_info"]), reward_weights=weights)
-        rewards.append(result["score"])
-        correct.append(result.get("acc", float(result["score"] >= 1.0)))
+    records = frame.iloc[rows]
+    results = compute_scores(list(records["data_source"]), texts,
+                             [r["ground_truth"] for r in records["reward_model"]],
+                             [dict(e) for e in records["extra_info"]], weights)
+    rewards = [r["score"] for r in results]
+    correct = [r.get("acc", float(r["score"] >= 1.0)) for r in results]
     return torch.tensor(rewards, dtype=torch.float32), torch.tensor(correct, dtype=torch.float32)
 
 

@@ -21,9 +21,8 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import rng_state, set_rng_state, write_done
+from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import (
-    MetricsLog,
     TrainingCheckpoint,
     cosine_with_warmup,
 )
@@ -57,20 +56,19 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    model = load_model(init) if init else build_model(tokenizer, spec["model"], seed)
+    checkpoint = TrainingCheckpoint(run_dir, digest)
+    state = checkpoint.load()
+    if state is not None:
+        model = load_model(checkpoint.dir)
+    else:
+        model = load_model(init) if init else build_model(tokenizer, spec["model"], seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
     prompts, responses = load_sft_examples(data, tokenizer, spec["max_response_tokens"])
-    checkpoint = TrainingCheckpoint(run_dir, digest)
     torch.manual_seed(seed)
     step = 0
-    state = checkpoint.load()
     if state is not None:
-        model = load_model(checkpoint.dir)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
         # after the scheduler's constructor, which would otherwise reset the learning rate to step 0's
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
