@@ -86,6 +86,9 @@ class ResponseCache:
     def _connect(self) -> sqlite3.Connection:
         if getattr(self._local, "db", None) is None:
             self._local.db = sqlite3.connect(self.path, timeout=60)
+            # WAL + NORMAL: a commit survives a crash of this process (the cache's job) without an fsync per item;
+            # only an OS crash or power loss can roll back the last few answers, which are then asked again.
+            self._local.db.execute("PRAGMA synchronous=NORMAL")
         return self._local.db
 
     def get(self, key: str) -> dict[str, Any] | None:

@@ -15,6 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the default backlog of 5 refuses connections from a 32-way concurrent client
+    daemon_threads = True
+
+
 def default_content(request: dict[str, Any]) -> str:
     text = request["messages"][-1]["content"]
     first_line = next((line for line in text.splitlines() if line.strip() and "poem" not in line.lower()), text)
@@ -23,8 +28,8 @@ def default_content(request: dict[str, Any]) -> str:
 
 class ChatServer:
     def __init__(self, content: Callable[[dict[str, Any]], str] = default_content, latency_s: float = 0.0,
-                 failures: list[int] | None = None, reasoning: Callable[[dict[str, Any]], str | None] | None = None
-                 ) -> None:
+                 failures: list[int] | None = None, reasoning: Callable[[dict[str, Any]], str | None] | None = None,
+                 port: int = 0) -> None:
         self.content, self.latency_s, self.reasoning = content, latency_s, reasoning
         self.failures = list(failures or [])
         self.requests: list[dict[str, Any]] = []
@@ -32,8 +37,16 @@ class ChatServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as vLLM's server does
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def do_GET(self) -> None:  # vLLM's health probe, and a request counter for out-of-process use
+                body = json.dumps({"requests": len(server.requests)}).encode() if self.path == "/stats" else b""
+                self.send_response(200 if self.path in ("/health", "/stats") else 404)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -52,13 +65,16 @@ class ChatServer:
                                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
                 data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test): nothing to answer
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
@@ -72,3 +88,23 @@ class ChatServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def meetingbank_verdict(request: dict[str, Any]) -> str:
+    """A thinking-style answer whose scores depend on the summary's length (so methods differ), then JSON."""
+    prompt = request["messages"][-1]["content"]
+    summary = prompt.split("CANDIDATE SUMMARY:", 1)[1].split("[Non-Negotiable Rules]", 1)[0].strip()
+    base = 1 + min(9, len(summary.split()) // 4)
+    keys = ("informativeness", "factuality", "fluency", "coherence", "redundancy")
+    return "Let me check the facts first.\n```json\n" + json.dumps(dict.fromkeys(keys, base)) + "\n```"
+
+
+if __name__ == "__main__":  # a stand-in `vllm serve` for the judge-serving tests
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    args = parser.parse_args()
+    server = ChatServer(content=meetingbank_verdict, port=args.port, latency_s=args.latency)
+    server.httpd.serve_forever()

@@ -32,6 +32,13 @@ class Rubric:
             text = text.replace("{" + field + "}", values[field])
         return text
 
+    def response_format(self) -> dict:
+        """vLLM/OpenAI structured output: a JSON object with exactly the rubric's integer keys in range."""
+        low, high = self.scale
+        schema = {"type": "object", "additionalProperties": False, "required": list(self.keys),
+                  "properties": {k: {"type": "integer", "minimum": low, "maximum": high} for k in self.keys}}
+        return {"type": "json_schema", "json_schema": {"name": f"{self.name}_verdict", "schema": schema}}
+
     def normalise(self, scores: dict[str, int]) -> float:
         """The paper's 0-100 reporting scale: the mean dimension score times 10."""
         return 10.0 * sum(scores[k] for k in self.keys) / len(self.keys)

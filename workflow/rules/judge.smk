@@ -1,2 +1,102 @@
-# Stage "judge": its rules are added by the issue that builds the stage.
-# Targets for `snakemake judge` come from pipeline_lib.targets.stage_targets.
+# Stage "judge": the non-verifiable tasks' held-out generations scored by a primary and a second judge,
+# cross-judge agreement, and the blind human calibration (export a rating page; import completed ratings).
+# LLM judges hold `judge_requests` (their request concurrency) of the global resource the profiles cap,
+# so parallel scoring jobs share one endpoint's budget.
+
+from pipeline_lib.targets import JUDGES, judge_concurrency, judge_ours, judge_spec, judge_summaries
+
+
+def _judge_scores(task):
+    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(config, "primary", task)]
+
+
+def _ratings_file(task):
+    """The completed ratings CSV when it exists (so adding it later reruns the import), else nothing."""
+    path = config["judge"]["calibration"]["ratings"].get(task)
+    return [path] if path and os.path.exists(path) else []
+
+
+rule judge_score:
+    input:
+        generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
+        data="results/data/{task}/rl_test.parquet",
+    output:
+        scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
+        summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
+    params:
+        judge=lambda wildcards: json.dumps(judge_spec(config, wildcards.judge)),
+        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        mode=config["judge"]["mode"],
+        cache=lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
+        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+    wildcard_constraints:
+        judge="|".join(JUDGES),
+    resources:
+        judge_requests=lambda wildcards: judge_concurrency(config, wildcards.judge),
+    log:
+        "logs/judge_score/{judge}_{task}_{method}_seed{seed}.log",
+    conda:
+        "../../envs/judge.yaml"
+    shell:
+        "python -m pipeline_lib.judge.score --judge {params.judge:q} --rubric {params.rubric}"
+        " --generations {input.generations} --data {input.data} --mode {params.mode} --cache {params.cache}"
+        " --out {params.out_dir} > {log} 2>&1"
+
+
+rule judge_cross:
+    input:
+        primary=lambda wildcards: judge_summaries(config, "primary", wildcards.task),
+        second=lambda wildcards: judge_summaries(config, "second", wildcards.task),
+    output:
+        "results/judge/cross/{task}.json",
+    params:
+        methods=config["judge"]["methods"],
+    log:
+        "logs/judge_cross/{task}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.judge.cross --primary {input.primary} --second {input.second}"
+        " --methods {params.methods} --out {output} > {log} 2>&1"
+
+
+rule judge_calibration_export:
+    input:
+        scores=lambda wildcards: _judge_scores(wildcards.task),
+        data="results/data/{task}/rl_test.parquet",
+    output:
+        sheet="results/judge/calibration/{task}/items.csv",
+        page="results/judge/calibration/{task}/rate.html",
+        key="results/judge/calibration/{task}/key/key.csv",
+    params:
+        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        size=config["judge"]["calibration"]["items_per_task"],
+        seed=config["judge"]["calibration"]["seed"],
+        out_dir=lambda wildcards, output: os.path.dirname(output.sheet),
+    log:
+        "logs/judge_calibration_export/{task}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.judge.calibration export --task {wildcards.task} --rubric {params.rubric}"
+        " --scores {input.scores} --data {input.data} --size {params.size} --seed {params.seed}"
+        " --out {params.out_dir} > {log} 2>&1"
+
+
+rule judge_calibration_import:
+    input:
+        key=rules.judge_calibration_export.output.key,
+        scores=lambda wildcards: _judge_scores(wildcards.task),
+        ratings=lambda wildcards: _ratings_file(wildcards.task),
+    output:
+        "results/judge/calibration/{task}/agreement.json",
+    params:
+        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        ratings=lambda wildcards: config["judge"]["calibration"]["ratings"].get(wildcards.task) or "",
+    log:
+        "logs/judge_calibration_import/{task}.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.judge.calibration import --rubric {params.rubric} --key {input.key}"
+        " --scores {input.scores} --ratings {params.ratings:q} --out {output} > {log} 2>&1"

@@ -1,0 +1,164 @@
+"""Score one run's held-out generations with one judge (the ``judge_score`` rule).
+
+``python -m pipeline_lib.judge.score --judge JSON --rubric meetingbank --generations G --data D --out DIR``
+
+Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension
+scores and the 0-100 score, or ``failed`` with the reason) and ``summary.json`` (mean
+0-100 score over scored items, per-dimension means, failure count, the judge's
+description). A failed item is never counted as a score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline_lib.io import write_json, write_text
+from pipeline_lib.judge.rubrics import RUBRICS, Rubric
+from pipeline_lib.provenance import write_provenance
+from pipeline_lib.rewards.extract import after_think
+
+__all__ = ["describe_judge", "judge_items", "load_items", "summarise"]
+
+log = logging.getLogger("pipeline_lib.judge.score")
+
+
+def load_items(generations: Path, data: Path, mode: str = "greedy") -> list[dict[str, Any]]:
+    """One item per prompt: the judged response (text after any ``</think>``) and the task row it answers."""
+    frame = pd.read_parquet(data)
+    items = []
+    with open(generations, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            record = json.loads(line)
+            if record["mode"] != mode or record["sample"] != 0:
+                continue
+            index = int(record["prompt_index"])
+            if index >= len(frame):
+                raise ValueError(f"{generations}:{line_no}: prompt_index {index} is outside {data} ({len(frame)} rows)")
+            extra = frame["extra_info"].iloc[index]
+            items.append({"prompt_index": index, "response": after_think(record["text"]).strip(),
+                          "reference": frame["reward_model"].iloc[index]["ground_truth"],
+                          "extra_info": extra, "prompt": frame["prompt"].iloc[index]})
+    if not items:
+        raise ValueError(f"{generations}: no {mode!r} generations to judge")
+    return items
+
+
+def _rubric_fields(rubric: Rubric, item: dict[str, Any]) -> dict[str, str]:
+    extra = item["extra_info"]
+    if rubric.name == "meetingbank":
+        if "transcript" not in extra:
+            raise KeyError(f"row {item['prompt_index']}: extra_info has no 'transcript' for the MeetingBank rubric")
+        return {"MEETING_TITLE": str(extra.get("title") or ""), "TRANSCRIPT_TEXT": str(extra["transcript"]),
+                "SUMMARY_TEXT": item["response"]}
+    return {"POEM_TEXT": item["response"]}
+
+
+def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    from pipeline_lib.judge.programmatic import judge_meeting_summary
+
+    if rubric.name != "meetingbank":
+        raise ValueError(f"the programmatic judge scores the MeetingBank rubric of synthetic tasks, "
+                         f"not {rubric.name!r}")
+    results = []
+    for item in items:
+        facts = item["extra_info"].get("facts")
+        if not facts:
+            raise ValueError(f"row {item['prompt_index']}: no structured 'facts' in extra_info; the programmatic "
+                             "judge only scores tasks generated from facts (meeting_tiny); use an `llm` judge")
+        scores = judge_meeting_summary(item["response"], facts, item["reference"], judge["weighting"])
+        results.append({"scores": scores, "score_100": rubric.normalise(scores)})
+    return results
+
+
+def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path, server_log: Path
+         ) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.judge.serve import served_endpoint
+    from pipeline_lib.llm_client import EndpointConfig
+
+    with served_endpoint(judge.get("endpoint", {}), judge.get("serve", {}), server_log) as endpoint_section:
+        endpoint = EndpointConfig.from_config(endpoint_section, f"judge {judge.get('label')!r}")
+        if judge.get("structured_output"):
+            sampling = {**endpoint.sampling, "response_format": rubric.response_format()}
+            endpoint = dataclasses.replace(endpoint, sampling=sampling)
+        with tqdm(total=len(items), desc=f"judge {judge.get('label')}", unit="item") as bar:
+            return judge_with_llm(rubric, [_rubric_fields(rubric, item) for item in items], endpoint, cache,
+                                  parse_retries=judge.get("parse_retries", 2), on_done=bar.update)
+
+
+def judge_items(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path,
+                server_log: Path) -> list[dict[str, Any]]:
+    kind = judge.get("kind", "programmatic")
+    if kind == "programmatic":
+        return _programmatic(judge, rubric, items)
+    if kind == "llm":
+        return _llm(judge, rubric, items, cache, server_log)
+    raise ValueError(f"unknown judge kind {kind!r} (programmatic, llm)")
+
+
+def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
+    """What a table may say about a judge (never an API key)."""
+    description = {"kind": judge.get("kind", "programmatic"), "label": judge.get("label", "")}
+    if description["kind"] == "programmatic":
+        description["weighting"] = judge.get("weighting", "strict")
+    else:
+        endpoint = judge.get("endpoint", {})
+        description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),
+                        "served": bool(judge.get("serve", {}).get("command"))}
+    return description
+
+
+def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str, Any]) -> dict[str, Any]:
+    scored = [r for r in results if "score_100" in r]
+    summary: dict[str, Any] = {"judge": describe_judge(judge), "rubric": rubric.name, "items": len(results),
+                               "scored": len(scored), "failed": len(results) - len(scored)}
+    if scored:
+        summary["score_100"] = statistics.fmean(r["score_100"] for r in scored)
+        summary["dimensions"] = {k: statistics.fmean(r["scores"][k] for r in scored) for k in rubric.keys}
+    else:
+        summary["score_100"] = None
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judge", required=True, help="the judge's config section, as JSON")
+    parser.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
+    parser.add_argument("--generations", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--mode", default="greedy", choices=["greedy", "sample"])
+    parser.add_argument("--cache", type=Path, required=True, help="SQLite response cache shared by this judge's jobs")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    judge = json.loads(args.judge)
+    rubric = RUBRICS[args.rubric]
+    items = load_items(args.generations, args.data, args.mode)
+    results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+    lines = [json.dumps({"prompt_index": item["prompt_index"], "response": item["response"], **result}) + "\n"
+             for item, result in zip(items, results, strict=True)]
+    summary = summarise(rubric, results, judge)
+    if summary["failed"]:
+        log.warning("%d of %d items failed to score (see scores.jsonl 'failed')", summary["failed"], len(items))
+    write_text(args.out / "scores.jsonl", "".join(lines))
+    write_json(args.out / "summary.json", summary)
+    write_provenance([args.out / "scores.jsonl", args.out / "summary.json"], step="judge_score",
+                     inputs=[args.generations, args.data], params={"judge": describe_judge(judge),
+                                                                   "rubric": rubric.name, "mode": args.mode})
+    log.info("%s: mean %.1f over %d scored items", args.out, summary["score_100"] or float("nan"), summary["scored"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

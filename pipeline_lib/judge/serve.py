@@ -1,0 +1,79 @@
+"""Run a judge server (e.g. ``vllm serve``) for the length of one scoring job.
+
+The server is started in its own process group, polled on ``/health`` until it answers,
+and stopped (SIGTERM, then SIGKILL) when the job ends, also on failure, so a GPU job
+never leaves a server behind. An empty command means the endpoint is external.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ServerStartError", "served_endpoint"]
+
+log = logging.getLogger("pipeline_lib.judge.serve")
+
+
+class ServerStartError(RuntimeError):
+    """The judge server exited or did not become healthy in time."""
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: Path) -> Iterator[dict[str, Any]]:
+    """Yield the endpoint section to use: unchanged without a serve command, else pointing at the started server."""
+    command = serve.get("command") or []
+    if not command:
+        yield endpoint
+        return
+    port = int(serve.get("port", 8000))
+    argv = [part.replace("{port}", str(port)) for part in command]
+    health = f"http://127.0.0.1:{port}/health"
+    if _healthy(health):
+        raise ServerStartError(f"port {port} already serves {health}; choose another `serve.port`")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as server_log:
+        log.info("starting judge server: %s (log %s)", " ".join(argv), log_path)
+        process = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + float(serve.get("startup_timeout_s", 1800))
+            while not _healthy(health):
+                if process.poll() is not None:
+                    raise ServerStartError(f"judge server exited with status {process.returncode} before becoming "
+                                           f"healthy; see {log_path}")
+                if time.monotonic() > deadline:
+                    raise ServerStartError(f"judge server not healthy at {health} after "
+                                           f"{serve.get('startup_timeout_s')} s; see {log_path}")
+                time.sleep(1.0)
+            log.info("judge server healthy at %s", health)
+            yield {**endpoint, "base_url": f"http://127.0.0.1:{port}/v1"}
+        finally:
+            _stop(process)

@@ -1,0 +1,160 @@
+"""The judge-based tables: non-verifiable results (paper Table "nonverifiable") and judge validation.
+
+    python -m pipeline_lib.paper.judging nonverifiable --summaries .../primary/{task}/{method}/seed{k}/summary.json
+        --methods sft grpo_sim softmax_sim --label tiny --stem results/paper/tables/nonverifiable
+    python -m pipeline_lib.paper.judging validation --cross results/judge/cross/{task}.json
+        --agreement results/judge/calibration/{task}/agreement.json --ours softmax_sim --label tiny --stem STEM
+
+Every cell names its judge in the caption (a programmatic judge is never passed off as an LLM
+judge), and a missing human rating is written as "no ratings yet", never as a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline_lib.paper.results import METHOD_LABELS
+from pipeline_lib.paper.tables import latex_escape, write_table
+from pipeline_lib.provenance import write_provenance
+
+__all__ = ["nonverifiable_table", "validation_table"]
+
+NONVERIFIABLE_LABELS = {**METHOD_LABELS, "base": "Base", "opd": "OPD", "softmax_sim": "SoftmaxGRPO-Sim"}
+
+
+def _summary_identity(path: Path) -> dict[str, str]:
+    """``results/judge/{judge}/{task}/{method}/seed{k}/summary.json``."""
+    return {"judge": path.parents[3].name, "task": path.parents[2].name, "method": path.parents[1].name,
+            "seed": path.parent.name}
+
+
+def _judge_label(summaries: list[dict[str, Any]]) -> str:
+    labels = sorted({f"{s['judge']['label']} ({s['judge']['kind']})" for s in summaries})
+    return "; ".join(labels)
+
+
+def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path) -> list[Path]:
+    """Methods x judged tasks: mean ± std over seeds of the primary judge's 0-100 score; best per column in bold."""
+    scores: dict[tuple[str, str], list[float]] = defaultdict(list)
+    failed: dict[str, int] = defaultdict(int)
+    summaries = []
+    for path in summary_paths:
+        summary = json.loads(path.read_text())
+        identity = _summary_identity(path)
+        summaries.append(summary)
+        failed[identity["task"]] += summary["failed"]
+        if summary["score_100"] is not None:
+            scores[(identity["method"], identity["task"])].append(summary["score_100"])
+    tasks = sorted({task for _, task in scores})
+    best = {task: max(statistics.fmean(v) for (m, t), v in scores.items() if t == task) for task in tasks}
+    plain, latex = [], []
+    for method in methods:
+        name = NONVERIFIABLE_LABELS.get(method, method)
+        row_plain, row_latex = {"Method": name}, {"Method": latex_escape(name)}
+        for task in tasks:
+            values = scores.get((method, task))
+            if not values:
+                row_plain[task] = row_latex[task] = "--"
+                continue
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else math.nan
+            spread = f" ± {std:.1f}" if not math.isnan(std) else ""
+            bold = math.isclose(mean, best[task])
+            cell = f"{mean:.1f}{spread} (n={len(values)})"
+            row_plain[task] = f"**{cell}**" if bold else cell
+            row_latex[task] = (rf"\textbf{{{mean:.1f}}}" if bold else f"{mean:.1f}") + \
+                (rf"$\pm${std:.1f}" if spread else "")
+        plain.append(row_plain)
+        latex.append(row_latex)
+    failures = ", ".join(f"{task}: {failed[task]}" for task in tasks)
+    caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10), "
+               f"mean ± std over seeds, best per column in bold. Judge: {_judge_label(summaries)}. "
+               f"Items the judge failed to score (excluded, never counted as 0): {failures}. "
+               f"[{label} run: not comparable in absolute value with the paper's table.]")
+    return write_table(pd.DataFrame(plain), stem, caption, "tab:nonverifiable", latex_frame=pd.DataFrame(latex),
+                       raw_columns=tasks)
+
+
+def _fmt(value: float | None, digits: int, note: str | None = None) -> str:
+    if value is None:
+        return note or "undefined"
+    return f"{value:.{digits}f}"
+
+
+def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours: str, label: str, stem: Path
+                     ) -> list[Path]:
+    """The paper's judge-validation rows per task, computed from the cross-judge and calibration outputs."""
+    columns: dict[str, dict[str, str]] = {}
+    judges = set()
+    for cross_path, agreement_path in zip(cross_paths, agreement_paths, strict=True):
+        task = cross_path.stem
+        cross = json.loads(cross_path.read_text())
+        agreement = json.loads(agreement_path.read_text())
+        judges |= {f"primary = {cross['primary_judge']['label']} ({cross['primary_judge']['kind']})",
+                   f"second = {cross['second_judge']['label']} ({cross['second_judge']['kind']})"}
+        row = next((r for r in cross["methods"] if r["method"] == ours), None)
+        if row is None:
+            raise ValueError(f"{cross_path}: method {ours!r} was not judged")
+        if agreement["status"] == "rated":
+            human_pearson = _fmt(agreement.get("pearson"), 2, agreement.get("note"))
+            human_spearman = _fmt(agreement.get("spearman"), 2, agreement.get("note"))
+            rated = f"{agreement['items_compared']} of {agreement['items_in_sample']}"
+        else:
+            human_pearson = human_spearman = "no ratings yet"
+            rated = f"0 of {agreement['items_in_sample']}"
+        columns[task] = {
+            f"Primary judge score ({NONVERIFIABLE_LABELS.get(ours, ours)})": f"{row['primary']:.1f}",
+            "Second judge score": f"{row['second']:.1f}",
+            "Cross-judge rank correlation (Spearman, method means)":
+                _fmt(cross["spearman_methods"], 3, cross["spearman_methods_note"]),
+            "Cross-judge item-level Spearman": _fmt(cross["spearman_items"], 3, cross["spearman_items_note"]),
+            "Score offset (primary - second)": f"{cross['offset_mean']:+.1f}",
+            "Human-judge correlation (Pearson)": human_pearson,
+            "Human-judge correlation (Spearman)": human_spearman,
+            "Blind items rated": rated,
+        }
+    evaluations = list(next(iter(columns.values())))
+    frame = pd.DataFrame([{"Evaluation": e, **{task: columns[task][e] for task in columns}} for e in evaluations])
+    caption = (f"LLM-judge validation on the 0-100 scale: {'; '.join(sorted(judges))}. Rank correlation compares "
+               "method-level orderings across the two judges; human-judge correlation compares blind human ratings "
+               f"with the primary judge. [{label} run.]")
+    return write_table(frame, stem, caption, "tab:judge_validation")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    table = sub.add_parser("nonverifiable")
+    table.add_argument("--summaries", type=Path, nargs="+", required=True)
+    table.add_argument("--methods", nargs="+", required=True)
+    table.add_argument("--label", required=True)
+    table.add_argument("--stem", type=Path, required=True)
+    validation = sub.add_parser("validation")
+    validation.add_argument("--cross", type=Path, nargs="+", required=True)
+    validation.add_argument("--agreement", type=Path, nargs="+", required=True)
+    validation.add_argument("--ours", required=True)
+    validation.add_argument("--label", required=True)
+    validation.add_argument("--stem", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "nonverifiable":
+        outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem)
+        write_provenance(outputs, step="paper_nonverifiable", inputs=args.summaries,
+                         params={"methods": args.methods, "label": args.label})
+    else:
+        outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem)
+        write_provenance(outputs, step="paper_judge_validation", inputs=[*args.cross, *args.agreement],
+                         params={"ours": args.ours, "label": args.label})
+    print("\n".join(map(str, outputs)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
