@@ -63,7 +63,8 @@ class ChatServer:
                     payload = {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
                                "model": body.get("model", "test"),
                                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                               "usage": {"prompt_tokens": 1, "completion_tokens": len(message["content"].split()),
+                                         "total_tokens": 1 + len(message["content"].split())}}
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)

@@ -97,3 +97,26 @@ def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
     strict, lenient = (judge_meeting_summary(swapped, facts, reference, j)["factuality"] for j in ("strict", "lenient"))
     assert strict < lenient
     assert judge_meeting_summary("", facts, reference)["factuality"] == 1
+
+
+def test_overlap_judge_is_built_differently_from_the_facts_judge():
+    from pipeline_lib.data.tiny import generate_task
+    from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
+
+    spec = {"n_train": 5, "n_test": 1, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
+            "max_target": 100}
+    row = generate_task("meeting_tiny", spec, 0)["rl_train"][0]
+    transcript, reference, facts = (row["extra_info"][k] for k in ("transcript", "reference", "facts"))
+    assert set(judge_meeting_by_overlap(reference, transcript, reference).values()) == {10}
+    vague = judge_meeting_by_overlap("The council met.", transcript, reference)
+    assert vague["informativeness"] <= 3 and vague["coherence"] <= 3
+    invented = reference.replace(facts["mover"], "Xavier").replace(f"{facts['amount']:,}", "999,999")
+    assert judge_meeting_by_overlap(invented, transcript, reference)["factuality"] < 10
+    assert judge_meeting_by_overlap((reference + " ") * 4, transcript, reference)["redundancy"] <= 2
+    # a swapped vote uses only numbers the transcript contains: the facts judge catches it, the overlap judge not
+    vote = f"{facts['votes_for']}-{facts['votes_against']}"
+    swapped = reference.replace(vote, f"{facts['votes_against']}-{facts['votes_for']}")
+    assert judge_meeting_summary(swapped, facts, reference)["factuality"] < 10
+    assert judge_meeting_by_overlap(swapped, transcript, reference)["factuality"] == 10
+    assert judge_meeting_by_overlap("", transcript, reference) == dict.fromkeys(
+        ("informativeness", "factuality", "fluency", "coherence", "redundancy"), 1)

@@ -64,7 +64,7 @@ def run_score(tmp_path: Path, data: Path, judge: dict, judge_name: str, method: 
 
 
 PROGRAMMATIC = {"kind": "programmatic", "label": "strict", "weighting": "strict"}
-LENIENT = {"kind": "programmatic", "label": "lenient", "weighting": "lenient"}
+LENIENT = {"kind": "programmatic", "label": "overlap", "basis": "overlap"}
 
 
 def test_programmatic_scoring_orders_methods_and_judges_only_the_answer(tmp_path, meeting_data):
@@ -74,7 +74,7 @@ def test_programmatic_scoring_orders_methods_and_judges_only_the_answer(tmp_path
     lines = [json.loads(x) for x in summaries["good"].with_name("scores.jsonl").read_text().splitlines()]
     assert len(lines) == 12 and all("<think>" not in line["response"] for line in lines)  # greedy only, think cut
     assert json.loads(summaries["good"].read_text())["judge"] == {"kind": "programmatic", "label": "strict",
-                                                                  "weighting": "strict"}
+                                                                  "basis": "facts", "weighting": "strict"}
     assert Path(str(summaries["good"]) + ".prov.json").exists()
 
 
@@ -303,3 +303,92 @@ def test_rating_page_in_headless_chromium(exported, tmp_path):
     result = json.loads((tmp_path / "agreement.json").read_text())
     assert result["status"] == "rated" and result["items_compared"] == 30
     assert result["spearman"] > 0.5  # longer, fact-complete summaries score higher with both raters
+
+
+def test_server_eval_backend_matches_the_generations_schema_and_resumes(tmp_path):
+    """The OpenAI-compatible eval backend: same generations/metrics as the hf backend, per-sample seeds,
+    greedy = temperature 0, token lengths from the server's usage, and a rerun served from its cache."""
+    from pipeline_lib.data.tiny import generate_task
+    from pipeline_lib.eval.evaluate import evaluate
+
+    spec = {"n_train": 2, "n_test": 6, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
+            "max_target": 100}
+    data = tmp_path / "rl_test.parquet"
+    frame = pd.DataFrame(generate_task("arith_tiny", spec, 0)["rl_test"])
+    frame.to_parquet(data)
+    gold = [r["ground_truth"].split("####")[-1].strip() for r in frame["reward_model"]]
+    model_dir = tmp_path / "final"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"checkpoint bytes")
+
+    def content(body):  # right for even-numbered prompts only
+        index = next(i for i, row in enumerate(frame["prompt"]) if row[0]["content"] == body["messages"][0]["content"])
+        return f"so the answer is \\boxed{{{gold[index] if index % 2 == 0 else -1}}}"
+
+    eval_spec = {"samples": 2, "max_new_tokens": 32, "temperature": 1.0, "top_p": 1.0, "pass_k": [2],
+                 "backend": "server", "server": {"endpoint": {}, "serve": {}}}
+    with ChatServer(content=content) as server:
+        eval_spec["server"]["endpoint"] = {"base_url": server.base_url, "model": "policy", "backoff_s": 0.01}
+        metrics, generations = evaluate(model_dir, data, eval_spec, seed=5, work_dir=tmp_path / "out")
+        asked = list(server.requests)
+        again, _ = evaluate(model_dir, data, eval_spec, seed=5, work_dir=tmp_path / "out")
+        assert len(server.requests) == len(asked)  # the rerun came from the cache
+    assert metrics["pass@1_greedy"] == pytest.approx(0.5) and metrics["pass@2"] == pytest.approx(0.5)
+    assert again == metrics and metrics["backend"] == "server" and metrics["mean_length_greedy"] == 5
+    assert {(g["mode"], g["sample"]) for g in generations} == {("greedy", 0), ("sample", 0), ("sample", 1)}
+    greedy = [r for r in asked if r["temperature"] == 0.0]
+    assert len(greedy) == 6 and {r["seed"] for r in asked if r["temperature"] == 1.0} == {5, 6}
+
+
+def test_judge_targets_and_parse_time_validation():
+    import copy
+
+    import yaml
+
+    from pipeline_lib.config import validate_config
+    from pipeline_lib.targets import judge_spec, stage_targets, validate_judges
+
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    tiny = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), schema)
+    targets = stage_targets(tiny)
+    assert "results/judge/second/meeting_tiny/softmax_sim/seed0/summary.json" in targets["judge"]
+    assert {"results/judge/cross/meeting_tiny.json", "results/judge/calibration/meeting_tiny/agreement.json",
+            "results/paper/tables/judge_validation.tex"} <= set(targets["all"])
+    validate_judges(tiny)
+    paper = validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), schema)
+    validate_judges(paper)
+    assert judge_spec(paper, "primary")["endpoint"]["model"] == "Qwen/Qwen3-30B-A3B-Thinking-2507"
+    assert judge_spec(paper, "second")["endpoint"]["model"] == "google/gemma-4-31B-it"
+    assert "results/eval/transfer/openthoughts/softmax_sim/seed0/lm_eval.json" in stage_targets(paper)["eval"]
+    broken = copy.deepcopy(paper)
+    broken["judge"]["second"]["endpoint"].pop("model")
+    broken["judge"]["second"]["serve"]["command"] = []
+    with pytest.raises(ValueError) as excinfo:
+        validate_judges(broken)
+    assert "judge.second.endpoint.model" in str(excinfo.value) and "judge.second: set serve.command" in str(
+        excinfo.value)
+
+
+def test_nonverifiable_and_validation_tables_say_what_they_are(tmp_path, meeting_data):
+    from pipeline_lib.paper.judging import nonverifiable_table, validation_table
+
+    methods = ["bad", "cut", "good"]
+    primary = [run_score(tmp_path, meeting_data, PROGRAMMATIC, "primary", m, m) for m in methods]
+    second = [run_score(tmp_path, meeting_data, LENIENT, "second", m, m) for m in methods]
+    lm_eval = tmp_path / "transfer/openthoughts/good/seed0/lm_eval.json"
+    lm_eval.parent.mkdir(parents=True)
+    lm_eval.write_text(json.dumps({"harness": "lm-evaluation-harness", "results": {"mmlu": {"acc,none": 0.652}}}))
+    nonverifiable_table(primary, methods, "tiny", tmp_path / "nv", [lm_eval])
+    table = (tmp_path / "nv.md").read_text()
+    assert "strict (programmatic)" in table and "| good | **" in table and "65.2" in table and "| bad |" in table
+    assert (tmp_path / "nv.csv").read_text().splitlines()[2].startswith("cut,")
+    cross_path = tmp_path / "cross" / "meeting_tiny.json"
+    cross_path.parent.mkdir()
+    cross_path.write_text(json.dumps(cross.cross_judge(primary, second, methods)))
+    agreement = tmp_path / "agreement.json"
+    agreement.write_text(json.dumps({"status": "no ratings", "items_in_sample": 30}))
+    validation_table([cross_path], [agreement], "good", "tiny", tmp_path / "val")
+    frame = pd.read_csv(tmp_path / "val.csv")
+    cells = dict(zip(frame["Evaluation"], frame["meeting_tiny"], strict=True))
+    assert cells["Human-judge correlation (Pearson)"] == "no ratings yet"
+    assert float(cells["Cross-judge rank correlation (Spearman, method means)"]) == pytest.approx(1.0)

@@ -11,7 +11,7 @@ from pipeline_lib.data.build import build_tiny, build_tokenizer
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.engines.local import sft as sft_module
 from pipeline_lib.engines.local.model import build_model, load_model, save_model_atomic
-from pipeline_lib.eval.local import evaluate, pass_at_k
+from pipeline_lib.eval.evaluate import evaluate, pass_at_k
 
 TINY = {"n_train": 40, "n_test": 8, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
         "max_target": 100}

@@ -12,8 +12,11 @@ structured facts each transcript was generated from, so every point is checkable
 * coherence: stays on the one agenda item (the resolution id appears, no other ids);
 * redundancy (conciseness): repeated word trigrams and length relative to the reference.
 
-Two weightings exist (``strict`` and ``lenient``) so the tiny run can report a
-cross-judge agreement; both are labelled as programmatic wherever they appear.
+Two weightings exist (``strict`` and ``lenient``). A differently built second judge,
+:func:`judge_meeting_by_overlap`, ignores the facts and scores the same five dimensions
+from the transcript and the reference summary alone (token overlap, support of names and
+numbers in the transcript), so the tiny cross-judge row compares two judges that can
+disagree. All are labelled as programmatic wherever they appear.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import itertools
 import re
 from typing import Any
 
-__all__ = ["PROGRAMMATIC_JUDGES", "judge_meeting_summary"]
+__all__ = ["PROGRAMMATIC_JUDGES", "judge_meeting_by_overlap", "judge_meeting_summary"]
 
 KEYS = ("informativeness", "factuality", "fluency", "coherence", "redundancy")
 PROGRAMMATIC_JUDGES = {"strict": {"contradiction_penalty": 4.0, "length_tolerance": 1.5},
@@ -72,5 +75,35 @@ def judge_meeting_summary(summary: str, facts: dict[str, Any], reference: str, j
     length_penalty = max(0.0, ratio - weights["length_tolerance"]) * 3
     redundancy = 10 - 9 * repeated - length_penalty - (9 if not text else 0)
 
+    return dict(zip(KEYS, (_clip(informativeness), _clip(factuality), _clip(fluency), _clip(coherence),
+                           _clip(redundancy)), strict=True))
+
+
+_TOKEN = re.compile(r"[A-Za-z]+|\d[\d,]*")
+
+
+def judge_meeting_by_overlap(summary: str, transcript: str, reference: str) -> dict[str, int]:
+    """The MeetingBank rubric from text alone: reference coverage, transcript support, repetition, length."""
+    from rapidfuzz.distance import LCSseq
+
+    text = summary.strip()
+    tokens = [t.lower() for t in _TOKEN.findall(text)]
+    reference_tokens = [t.lower() for t in _TOKEN.findall(reference)]
+    source = {t.lower() for t in _TOKEN.findall(transcript)} | {"the", "council", "considered", "to", "fund", "and",
+                                                                 "moved", "seconded", "motion", "passed", "failed"}
+    if not tokens:
+        return dict.fromkeys(KEYS, 1)
+    informativeness = 1 + 9 * LCSseq.similarity(reference_tokens, tokens) / max(1, len(reference_tokens))
+    checkable = [t for t in _TOKEN.findall(text) if t[0].isdigit() or t[0].isupper()]
+    supported = sum(t.lower() in source for t in checkable) / max(1, len(checkable))
+    factuality = 1 + 9 * supported
+    unknown = sum(t not in source and t not in reference_tokens for t in tokens) / len(tokens)
+    fluency = 1 + 9 * (1 - unknown) * (1.0 if text.endswith(".") else 0.8)
+    first_reference_sentence = reference.split(".")[0].lower().split()
+    coherence = 1 + 9 * LCSseq.normalized_similarity(first_reference_sentence, text.split(".")[0].lower().split())
+    trigrams = list(zip(tokens, tokens[1:], tokens[2:], strict=False))
+    repeated = 1 - len(set(trigrams)) / max(1, len(trigrams))
+    ratio = len(tokens) / max(1, len(reference_tokens))
+    redundancy = 10 - 9 * repeated - 4 * max(0.0, ratio - 1.3) - 4 * max(0.0, 0.5 - ratio)
     return dict(zip(KEYS, (_clip(informativeness), _clip(factuality), _clip(fluency), _clip(coherence),
                            _clip(redundancy)), strict=True))

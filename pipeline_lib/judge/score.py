@@ -63,12 +63,19 @@ def _rubric_fields(rubric: Rubric, item: dict[str, Any]) -> dict[str, str]:
 
 
 def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    from pipeline_lib.judge.programmatic import judge_meeting_summary
+    from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
 
     if rubric.name != "meetingbank":
         raise ValueError(f"the programmatic judge scores the MeetingBank rubric of synthetic tasks, "
                          f"not {rubric.name!r}")
     results = []
+    if judge.get("basis", "facts") == "overlap":
+        for item in items:
+            if "transcript" not in item["extra_info"]:
+                raise KeyError(f"row {item['prompt_index']}: extra_info has no 'transcript' for the overlap judge")
+            scores = judge_meeting_by_overlap(item["response"], item["extra_info"]["transcript"], item["reference"])
+            results.append({"scores": scores, "score_100": rubric.normalise(scores)})
+        return results
     for item in items:
         facts = item["extra_info"].get("facts")
         if not facts:
@@ -111,7 +118,9 @@ def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
     """What a table may say about a judge (never an API key)."""
     description = {"kind": judge.get("kind", "programmatic"), "label": judge.get("label", "")}
     if description["kind"] == "programmatic":
-        description["weighting"] = judge.get("weighting", "strict")
+        description["basis"] = judge.get("basis", "facts")
+        if description["basis"] == "facts":
+            description["weighting"] = judge.get("weighting", "strict")
     else:
         endpoint = judge.get("endpoint", {})
         description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),

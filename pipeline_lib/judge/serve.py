@@ -48,14 +48,23 @@ def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the endpoint section to use: unchanged without a serve command, else pointing at the started server."""
+def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: Path,
+                    substitutions: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the endpoint section to use: unchanged without a serve command, else pointing at the started server.
+
+    ``{port}`` in the command becomes the port; ``substitutions`` fill other fields (e.g. ``{model}``).
+    """
     command = serve.get("command") or []
     if not command:
         yield endpoint
         return
     port = int(serve.get("port", 8000))
-    argv = [part.replace("{port}", str(port)) for part in command]
+    fields = {"port": str(port), **(substitutions or {})}
+    argv = []
+    for part in command:
+        for name, value in fields.items():
+            part = part.replace("{" + name + "}", value)
+        argv.append(part)
     health = f"http://127.0.0.1:{port}/health"
     if _healthy(health):
         raise ServerStartError(f"port {port} already serves {health}; choose another `serve.port`")

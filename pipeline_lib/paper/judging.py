@@ -41,8 +41,28 @@ def _judge_label(summaries: list[dict[str, Any]]) -> str:
     return "; ".join(labels)
 
 
-def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path) -> list[Path]:
-    """Methods x judged tasks: mean ± std over seeds of the primary judge's 0-100 score; best per column in bold."""
+def transfer_scores(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
+    """(method, column) -> values over seeds from lm-eval (accuracy, %) and AlpacaEval (LC win rate) results."""
+    scores: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for path in paths:
+        method = path.parent.parent.name
+        result = json.loads(path.read_text())
+        if result["harness"] == "alpaca_eval":
+            scores[(method, "AlpacaEval 2.0 (LC)")].append(result["results"]["length_controlled_winrate"])
+            continue
+        for task, metrics in result["results"].items():
+            metric = "acc,none" if "acc,none" in metrics else sorted(k for k in metrics if k.startswith("acc"))[0]
+            scores[(method, task)].append(100 * metrics[metric])
+    return scores
+
+
+def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path,
+                        transfer_paths: list[Path] = ()) -> list[Path]:
+    """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; best per column in bold.
+
+    Judged columns are the primary judge's 0-100 score; transfer columns are lm-eval accuracy (%) and
+    AlpacaEval 2.0's length-controlled win rate.
+    """
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
     summaries = []
@@ -54,6 +74,9 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
         if summary["score_100"] is not None:
             scores[(identity["method"], identity["task"])].append(summary["score_100"])
     tasks = sorted({task for _, task in scores})
+    transfer = transfer_scores(list(transfer_paths))
+    scores |= transfer
+    tasks += sorted({column for _, column in transfer})
     best = {task: max(statistics.fmean(v) for (m, t), v in scores.items() if t == task) for task in tasks}
     plain, latex = [], []
     for method in methods:
@@ -75,7 +98,8 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
         plain.append(row_plain)
         latex.append(row_latex)
     failures = ", ".join(f"{task}: {failed[task]}" for task in tasks)
-    caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10), "
+    caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10); "
+               f"transfer columns, when present, are lm-eval accuracy (%) and AlpacaEval 2.0 LC win rate; "
                f"mean ± std over seeds, best per column in bold. Judge: {_judge_label(summaries)}. "
                f"Items the judge failed to score (excluded, never counted as 0): {failures}. "
                f"[{label} run: not comparable in absolute value with the paper's table.]")
@@ -135,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     table = sub.add_parser("nonverifiable")
     table.add_argument("--summaries", type=Path, nargs="+", required=True)
     table.add_argument("--methods", nargs="+", required=True)
+    table.add_argument("--transfer", type=Path, nargs="*", default=[], help="lm_eval.json / alpaca_eval.json files")
     table.add_argument("--label", required=True)
     table.add_argument("--stem", type=Path, required=True)
     validation = sub.add_parser("validation")
@@ -145,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     validation.add_argument("--stem", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "nonverifiable":
-        outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem)
-        write_provenance(outputs, step="paper_nonverifiable", inputs=args.summaries,
+        outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem, args.transfer)
+        write_provenance(outputs, step="paper_nonverifiable", inputs=[*args.summaries, *args.transfer],
                          params={"methods": args.methods, "label": args.label})
     else:
         outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem)

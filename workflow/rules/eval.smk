@@ -1,5 +1,7 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
+from pipeline_lib.targets import eval_spec
+
 
 rule eval_checkpoint:
     input:
@@ -9,7 +11,7 @@ rule eval_checkpoint:
         metrics="results/eval/{task}/{method}/seed{seed}/metrics.json",
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
     params:
-        spec=json.dumps(config["eval"]),
+        spec=json.dumps(eval_spec(config)),
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
         out_dir=lambda wildcards, output: os.path.dirname(output.metrics),
     log:
@@ -20,5 +22,41 @@ rule eval_checkpoint:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.eval.local --model {params.model} --data {input.data} --spec {params.spec:q}"
+        "python -m pipeline_lib.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec:q}"
         " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"
+
+
+# Transfer benchmarks of one task's checkpoints (paper: the OpenThoughts run) through the libraries themselves.
+rule eval_lm_eval:
+    input:
+        done="results/train/{task}/{method}/seed{seed}/DONE.json",
+    output:
+        "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
+    params:
+        spec=json.dumps(config["eval"]["transfer"]["lm_eval"]),
+        model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
+    log:
+        "logs/eval_lm_eval/{task}_{method}_seed{seed}.log",
+    conda:
+        "../../envs/eval.yaml"
+    shell:
+        "python -m pipeline_lib.eval.harness lm-eval --model {params.model} --spec {params.spec:q}"
+        " --seed {wildcards.seed} --out {output} > {log} 2>&1"
+
+
+rule eval_alpaca_eval:
+    input:
+        done="results/train/{task}/{method}/seed{seed}/DONE.json",
+    output:
+        "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
+    params:
+        spec=json.dumps(config["eval"]["transfer"]["alpaca_eval"]),
+        eval_spec=json.dumps(eval_spec(config)),
+        model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
+    log:
+        "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
+    conda:
+        "../../envs/eval.yaml"
+    shell:
+        "python -m pipeline_lib.eval.harness alpaca-eval --model {params.model} --spec {params.spec:q}"
+        " --eval-spec {params.eval_spec:q} --seed {wildcards.seed} --out {output} > {log} 2>&1"

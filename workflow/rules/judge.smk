@@ -3,7 +3,18 @@
 # LLM judges hold `judge_requests` (their request concurrency) of the global resource the profiles cap,
 # so parallel scoring jobs share one endpoint's budget.
 
-from pipeline_lib.targets import JUDGES, judge_concurrency, judge_ours, judge_spec, judge_summaries
+from pipeline_lib.targets import (
+    JUDGES,
+    judge_concurrency,
+    judge_ours,
+    judge_spec,
+    judge_summaries,
+    transfer_targets,
+    validate_judges,
+)
+
+if config["judge"]["tasks"]:
+    validate_judges(config)
 
 
 def _judge_scores(task):
@@ -99,4 +110,4 @@ rule judge_calibration_import:
         "../../envs/report.yaml"
     shell:
         "python -m pipeline_lib.judge.calibration import --rubric {params.rubric} --key {input.key}"
-        " --scores {input.scores} --ratings {params.ratings:q} --out {output} > {log} 2>&1"
+        " --scores {input.scores} --ratings={params.ratings:q} --out {output} > {log} 2>&1"

@@ -1,6 +1,6 @@
-"""Evaluate a checkpoint on held-out prompts with the HF transformers backend (CPU, tiny models).
+"""Evaluate a checkpoint on held-out prompts (backends: HF transformers on CPU, vLLM, an OpenAI-compatible server).
 
-    python -m pipeline_lib.eval.local --model results/train/T/M/seed0/final --data results/data/T/rl_test.parquet \
+    python -m pipeline_lib.eval.evaluate --model results/train/T/M/seed0/final --data results/data/T/rl_test.parquet \
         --spec JSON --out results/eval/T/M/seed0
 
 Writes ``generations.jsonl`` (prompt index, sample, text, length, reward components) and
@@ -22,13 +22,12 @@ from typing import Any
 import pandas as pd
 import torch
 
-from pipeline_lib.engines.local.common import generate
-from pipeline_lib.engines.local.model import encode_prompts, load_model
+from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.rewards import compute_scores
 
-log = logging.getLogger("pipeline_lib.eval.local")
+log = logging.getLogger("pipeline_lib.eval.evaluate")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -45,46 +44,41 @@ def score_rows(frame: pd.DataFrame, texts: list[str], rows: list[int], reward_we
                           [dict(e) for e in records["extra_info"]], reward_weights)
 
 
-def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int) -> tuple[dict[str, Any], list[dict]]:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = load_model(model_dir)
+def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_dir: Path | None = None
+             ) -> tuple[dict[str, Any], list[dict]]:
+    """Greedy and sampled generations for every held-out prompt, scored by the task's reward registry entry."""
     frame = pd.read_parquet(data)
     if spec.get("max_prompts"):
         frame = frame.iloc[: spec["max_prompts"]]
-    prompt_ids = encode_prompts(tokenizer, [[dict(m) for m in p] for p in frame["prompt"]])
+    prompts = [[dict(m) for m in p] for p in frame["prompt"]]
     weights = spec.get("reward_weights")
-    generations: list[dict] = []
-    torch.manual_seed(seed)
-    batch = spec["batch_size"]
     n_samples = spec["samples"]
+    generations: list[dict] = []
     correct_counts = [0] * len(frame)
     greedy_scores, sample_scores, lengths = [], [], []
-    for mode, repeats in (("greedy", 1), ("sample", n_samples)):
-        if repeats == 0:
-            continue
-        expanded = [(row, k) for row in range(len(frame)) for k in range(repeats)]
-        for start in range(0, len(expanded), batch):
-            chunk = expanded[start:start + batch]
-            responses = generate(model, [prompt_ids[row] for row, _ in chunk], max_new_tokens=spec["max_new_tokens"],
-                                 greedy=mode == "greedy", temperature=spec["temperature"],
-                                 eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
-            texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-            scores = score_rows(frame, texts, [row for row, _ in chunk], weights)
-            for (row, k), text, response, result in zip(chunk, texts, responses, scores, strict=True):
-                generations.append({"prompt_index": row, "mode": mode, "sample": k, "text": text,
-                                    "length": len(response), **result})
+    torch.manual_seed(seed)
+    with open_backend(model_dir, spec, seed, work_dir or Path(model_dir)) as backend:
+        for mode, repeats in (("greedy", 1), ("sample", n_samples)):
+            if repeats == 0:
+                continue
+            outputs = backend.generate(prompts, samples=repeats, greedy=mode == "greedy")
+            flat = [(row, k, g) for row, per_prompt in enumerate(outputs) for k, g in enumerate(per_prompt)]
+            scores = score_rows(frame, [g.text for _, _, g in flat], [row for row, _, _ in flat], weights)
+            for (row, k, generation), result in zip(flat, scores, strict=True):
+                generations.append({"prompt_index": row, "mode": mode, "sample": k, "text": generation.text,
+                                    "length": generation.tokens, **result})
                 if mode == "greedy":
                     greedy_scores.append(result["score"])
-                    lengths.append(len(response))
+                    lengths.append(generation.tokens)
                 else:
                     sample_scores.append(result["score"])
                     correct_counts[row] += result["score"] >= 1.0
     metrics: dict[str, Any] = {"prompts": len(frame), "pass@1_greedy": sum(greedy_scores) / len(greedy_scores),
-                               "mean_length_greedy": sum(lengths) / len(lengths)}
+                               "mean_length_greedy": sum(lengths) / len(lengths), "backend": spec.get("backend", "hf")}
     if n_samples:
         metrics["pass@1_sampled"] = sum(sample_scores) / len(sample_scores)
+        metrics["mean_length_sampled"] = sum(g["length"] for g in generations if g["mode"] == "sample") / len(
+            sample_scores)
         for k in spec["pass_k"]:
             if k <= n_samples:
                 metrics[f"pass@{k}"] = sum(pass_at_k(n_samples, c, k) for c in correct_counts) / len(frame)
@@ -94,7 +88,7 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int) -> tu
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.eval.local", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.eval.evaluate", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
@@ -106,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     started = time.time()
     spec = json.loads(args.spec)
-    metrics, generations = evaluate(args.model, args.data, spec, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
+    metrics, generations = evaluate(args.model, args.data, spec, args.seed, work_dir=args.out)
     write_text(args.out / "generations.jsonl", "".join(json.dumps(g) + "\n" for g in generations))
     write_json(args.out / "metrics.json", metrics)
     write_provenance([args.out / "metrics.json", args.out / "generations.jsonl"], step="eval_checkpoint",
