@@ -129,7 +129,9 @@ async def _one(client: Any, config: EndpointConfig, request: ChatRequest, semaph
             try:
                 completion = await client.chat.completions.create(
                     model=config.model, messages=list(request.messages), **config.sampling)
-                response = _message_fields(completion.choices[0].message) | {"attempts": attempt + 1}
+                usage = getattr(completion, "usage", None)
+                response = _message_fields(completion.choices[0].message) | {
+                    "attempts": attempt + 1, "completion_tokens": getattr(usage, "completion_tokens", None)}
                 cache.put(key, response)
                 return response
             except Exception as exc:  # classified below: retried, or reported as this item's failure
