@@ -27,7 +27,7 @@ def test_table1_means_spread_bold_and_missing_cells(tmp_path):
     assert list(table["Method"]) == ["SFT", "SoftmaxGRPO-Exact"]
     assert table.loc[0, "a_task"] == "35.0 ± 7.1 (n=2)"
     assert table.loc[1, "a_task"] == "**60.0 ± 14.1 (n=2)**"
-    assert table.loc[1, "b_task"] == "missing"
+    assert table.loc[1, "b_task"] == "--"  # not run on that task, shown as in the paper
     assert table.loc[0, "b_task"] == "**90.0 (n=1)**"
     latex = tex.read_text()
     assert r"\textbf{60.0}$\pm$14.1" in latex and r"\toprule" in latex

@@ -1,6 +1,6 @@
 """Transfer benchmarks of the OpenThoughts run through the libraries the field uses (never reimplemented).
 
-    python -m pipeline_lib.eval.harness lm-eval --model DIR --spec JSON --seed 0 --out results/eval/transfer/.../lm_eval.json
+    python -m pipeline_lib.eval.harness lm-eval --model DIR --spec JSON --seed 0 --out .../lm_eval.json
     python -m pipeline_lib.eval.harness alpaca-eval --model DIR --spec JSON --seed 0 --out .../alpaca_eval.json
 
 * ``lm-eval``: EleutherAI lm-evaluation-harness ``simple_evaluate`` (MMLU, GPQA...) with the model backend and

@@ -26,8 +26,9 @@ from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
 
-METHOD_LABELS = {"sft": "SFT", "grpo_sim": "GRPO-Sim", "grpo_exact": "GRPO-Exact", "softmax_sim": "SoftmaxGRPO-Sim",
-                 "softmax_exact": "SoftmaxGRPO-Exact"}
+METHOD_LABELS = {"base": "Base", "sft": "SFT", "rationalization": "Rationalization", "iterative_dpo": "Iterative DPO",
+                 "rl_logit": "RL-Logit", "raro": "RARO", "opd": "OPD", "grpo_sim": "GRPO-Sim",
+                 "grpo_exact": "GRPO-Exact", "softmax_sim": "SoftmaxGRPO-Sim", "softmax_exact": "SoftmaxGRPO-Exact"}
 METHOD_ORDER = ["base", "sft", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "grpo_sim",
                 "grpo_exact", "softmax_sim", "softmax_exact"]
 #: Pass-rate bins of the paper's gradient-allocation table.
@@ -66,7 +67,7 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
         row_plain, row_latex = {"Method": name}, {"Method": name}
         for task in tasks:
             if (method, task) not in stats.index:
-                row_plain[task] = row_latex[task] = "missing"
+                row_plain[task] = row_latex[task] = "--"  # the method did not run on this task (as in the paper)
                 continue
             mean, std, count = stats.loc[(method, task)]
             spread = f" ± {100 * std:.1f}" if count > 1 and not math.isnan(std) else ""
@@ -79,7 +80,8 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
         latex.append(row_latex)
     caption = (f"Verifiable reasoning accuracy (%), {metric} on held-out prompts, mean ± std over seeds "
                f"[{label} run: not comparable in absolute value with the paper's Table 1]. Sim methods train on the "
-               "weak similarity reward, Exact methods on the task verifier; best per column in bold.")
+               "weak similarity reward, Exact methods on the task verifier; -- = not run on that task; best per column "
+               "in bold.")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:rarl_results", latex_frame=pd.DataFrame(latex),
                        raw_columns=tasks)
 

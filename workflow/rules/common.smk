@@ -2,10 +2,25 @@
 # digest recorded in every provenance sidecar, and wildcard constraints.
 import json
 import os
+import sys
 
 from pipeline_lib.provenance import config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.targets import (
+    ablation_method,
+    ablation_run_spec,
+    ablation_runs,
+    ablation_tau,
+    base_init,
+    baseline_runs,
+    baseline_spec,
+    opd_teacher,
+    opd_teacher_spec,
+    scale_config,
+    scale_eval_targets,
+    scale_runs,
+    verl_ablation_spec,
+    verl_tasks,
     eval_targets,
     imagenet_run_spec,
     imagenet_runs,
@@ -14,8 +29,11 @@ from pipeline_lib.targets import (
     rl_train_data,
     sft_run_spec,
     stage_targets,
+    local_task_pattern,
     tiny_task_spec,
 )
+from pipeline_lib.engines.verl.translate import rl_spec as verl_rl_spec, sft_spec as verl_sft_spec
+from pipeline_lib.engines.verl.translate import slurm_resources as verl_slurm_resources
 
 CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest; provenance sidecars record it.
@@ -29,6 +47,14 @@ onstart:
     write_run_info(config)
 
 TARGETS = stage_targets(config)
+
+# The verl engine: every planned run's Hydra overrides are composed with verl's own config and checked now, so a
+# typo fails `snakemake -n` before anything is submitted (each passed run is cached under .snakemake/).
+if config["train"]["engine"] == "verl":
+    from pipeline_lib.engines.verl.validate import validate_planned_runs
+
+    VERL_VALIDATION = validate_planned_runs(config)
+    print(f"verl overrides validated: {VERL_VALIDATION}", file=sys.stderr)
 
 
 wildcard_constraints:

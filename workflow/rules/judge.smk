@@ -5,8 +5,11 @@
 
 from pipeline_lib.targets import (
     JUDGES,
+    calibration_ratings,
     judge_concurrency,
     judge_ours,
+    judge_rubric,
+    judge_score_files,
     judge_spec,
     judge_summaries,
     transfer_targets,
@@ -15,16 +18,6 @@ from pipeline_lib.targets import (
 
 if config["judge"]["tasks"]:
     validate_judges(config)
-
-
-def _judge_scores(task):
-    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(config, "primary", task)]
-
-
-def _ratings_file(task):
-    """The completed ratings CSV when it exists (so adding it later reruns the import), else nothing."""
-    path = config["judge"]["calibration"]["ratings"].get(task)
-    return [path] if path and os.path.exists(path) else []
 
 
 rule judge_score:
@@ -36,7 +29,7 @@ rule judge_score:
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
     params:
         judge=lambda wildcards: json.dumps(judge_spec(config, wildcards.judge)),
-        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         mode=config["judge"]["mode"],
         cache=lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
@@ -73,14 +66,14 @@ rule judge_cross:
 
 rule judge_calibration_export:
     input:
-        scores=lambda wildcards: _judge_scores(wildcards.task),
+        scores=lambda wildcards: judge_score_files(config, wildcards.task),
         data="results/data/{task}/rl_test.parquet",
     output:
         sheet="results/judge/calibration/{task}/items.csv",
         page="results/judge/calibration/{task}/rate.html",
         key="results/judge/calibration/{task}/key/key.csv",
     params:
-        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         size=config["judge"]["calibration"]["items_per_task"],
         seed=config["judge"]["calibration"]["seed"],
         out_dir=lambda wildcards, output: os.path.dirname(output.sheet),
@@ -97,12 +90,12 @@ rule judge_calibration_export:
 rule judge_calibration_import:
     input:
         key=rules.judge_calibration_export.output.key,
-        scores=lambda wildcards: _judge_scores(wildcards.task),
-        ratings=lambda wildcards: _ratings_file(wildcards.task),
+        scores=lambda wildcards: judge_score_files(config, wildcards.task),
+        ratings=lambda wildcards: calibration_ratings(config, wildcards.task),
     output:
         "results/judge/calibration/{task}/agreement.json",
     params:
-        rubric=lambda wildcards: config["judge"]["tasks"][wildcards.task],
+        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         ratings=lambda wildcards: config["judge"]["calibration"]["ratings"].get(wildcards.task) or "",
     log:
         "logs/judge_calibration_import/{task}.log",

@@ -241,3 +241,116 @@ rule paper_audit:
         "../../envs/report.yaml"
     shell:
         "python -m pipeline_lib audit {input.table} --out {output.audit} --no-fail > {log} 2>&1"
+
+
+rule paper_nonverifiable:
+    input:
+        summaries=lambda wildcards: [path for task in config["judge"]["tasks"]
+                                     for path in judge_summaries(config, "primary", task)],
+        transfer=transfer_targets(config),
+    output:
+        tex="results/paper/tables/nonverifiable.tex",
+        md=report("results/paper/tables/nonverifiable.md", caption="../report/nonverifiable.rst", category="Results"),
+        csv="results/paper/tables/nonverifiable.csv",
+    params:
+        methods=config["judge"]["methods"],
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_nonverifiable.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.judging nonverifiable --summaries {input.summaries} --methods {params.methods}"
+        " --transfer {input.transfer} --label {params.label} --stem {params.stem} > {log} 2>&1"
+
+
+rule paper_judge_validation:
+    input:
+        cross=expand("results/judge/cross/{task}.json", task=list(config["judge"]["tasks"])),
+        agreement=expand("results/judge/calibration/{task}/agreement.json", task=list(config["judge"]["tasks"])),
+    output:
+        tex="results/paper/tables/judge_validation.tex",
+        md=report("results/paper/tables/judge_validation.md", caption="../report/judge_validation.rst",
+                  category="Results"),
+        csv="results/paper/tables/judge_validation.csv",
+    params:
+        ours=judge_ours(config),
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_judge_validation.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.judging validation --cross {input.cross} --agreement {input.agreement}"
+        " --ours {params.ours} --label {params.label} --stem {params.stem} > {log} 2>&1"
+
+
+rule paper_ablation_data:
+    input:
+        metrics=lambda wildcards: [p.replace("results/train/", "results/eval/").replace("DONE.json", "metrics.json")
+                                   for p in ablation_runs(config)],
+    output:
+        csv="results/paper/data/ablation.csv",
+    log:
+        "logs/paper_ablation_data.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.ablation data --metrics {input.metrics} --out {output.csv} > {log} 2>&1"
+
+
+rule paper_ablation:
+    input:
+        csv=rules.paper_ablation_data.output.csv,
+    output:
+        tex="results/paper/tables/ablation.tex",
+        md=report("results/paper/tables/ablation.md", caption="../report/ablation.rst", category="Results"),
+        csv="results/paper/tables/ablation.csv",
+    params:
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_ablation.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.ablation table --data {input.csv} --label {params.label}"
+        " --stem {params.stem} > {log} 2>&1"
+
+
+rule paper_scale_data:
+    input:
+        metrics=lambda wildcards: scale_eval_targets(config),
+    output:
+        csv="results/paper/data/scale.csv",
+    params:
+        main_label=config["train"]["scale"]["label"],
+        labels=json.dumps({name: spec.get("label", name) for name, spec in config["train"]["scale"]["models"].items()}),
+    log:
+        "logs/paper_scale_data.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.scale data --metrics {input.metrics} --main-label {params.main_label:q}"
+        " --labels {params.labels:q} --out {output.csv} > {log} 2>&1"
+
+
+rule paper_scale:
+    input:
+        csv=rules.paper_scale_data.output.csv,
+    output:
+        tex="results/paper/tables/scale.tex",
+        md=report("results/paper/tables/scale.md", caption="../report/scale.rst", category="Results"),
+        csv="results/paper/tables/scale.csv",
+    params:
+        label=config["label"],
+        stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+    log:
+        "logs/paper_scale.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.paper.scale table --data {input.csv} --label {params.label}"
+        " --stem {params.stem} > {log} 2>&1"

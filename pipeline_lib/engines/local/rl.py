@@ -8,6 +8,9 @@ reward registry, advantages from ``group_advantages``, old-policy and reference 
 then ``ppo_epochs`` passes over ``minibatches`` (whole groups each) of ``policy_loss``.
 Every step appends to ``metrics.jsonl`` and ``rollouts.jsonl`` (per rollout: group,
 prompt index, reward, advantage, length, correctness); ``checkpoint/`` every K steps.
+
+Baselines that are group RL with another reward, extra rollouts or another loss (RL-Logit,
+RARO, OPD) subclass :class:`GroupRLMethod` and reuse this loop, its checkpointing and its logs.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,8 @@ from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, r
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores
+
+__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
 
 log = logging.getLogger("pipeline_lib.engines.local.rl")
 
@@ -47,9 +53,103 @@ def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weig
     return torch.tensor(rewards, dtype=torch.float32), torch.tensor(correct, dtype=torch.float32)
 
 
-def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True) -> Path:
+@dataclass
+class StepContext:
+    """What a method may read while collecting a step: the live policy, the data and the run's settings."""
+
+    spec: dict[str, Any]
+    model: torch.nn.Module
+    tokenizer: Any
+    frame: pd.DataFrame
+    prompt_ids: list[list[int]]
+    seed: int
+    step: int = 0
+
+
+@dataclass
+class RolloutBatch:
+    """One step's rollouts; groups are contiguous and numbered from 0, policy rollouts come first.
+
+    ``n_policy`` rollouts answer the task prompts (they are what the metrics and ``rollouts.jsonl``
+    describe); any after them are auxiliary rollouts a method trains on too (RARO's critic).
+    """
+
+    prompt_ids: list[list[int]]
+    responses: list[list[int]]
+    rows: list[int]
+    rewards: torch.Tensor
+    correct: torch.Tensor
+    group_ids: torch.Tensor
+    n_policy: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class GroupRLMethod:
+    """Group RL with the task's reward and the paper's loss; subclasses replace a hook, never the loop."""
+
+    kind = "rl"
+    uses_reference = True
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+
+    def prepare(self, ctx: StepContext) -> None:
+        """Load whatever the method needs besides the policy (expert answers, a teacher)."""
+
+    def policy_rollouts(self, ctx: StepContext, rows: list[int]) -> tuple[list[int], list[list[int]], list[str]]:
+        """M samples for each prompt row: (expanded rows, response ids, decoded texts)."""
+        spec, tokenizer = ctx.spec, ctx.tokenizer
+        expanded = [row for row in rows for _ in range(spec["group_size"])]
+        responses = generate(ctx.model, [ctx.prompt_ids[r] for r in expanded], max_new_tokens=spec["max_new_tokens"],
+                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
+                             pad_id=tokenizer.pad_token_id)
+        return expanded, responses, [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+
+    def score(self, ctx: StepContext, rows: list[int], responses: list[list[int]], texts: list[str]
+              ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Training reward per rollout and extra metrics; the default is the task's reward registry entry."""
+        rewards, _ = rollout_rewards(ctx.frame, rows, texts, ctx.spec.get("reward_weights"))
+        return rewards, {}
+
+    def verifier(self, ctx: StepContext, rows: list[int], texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The task verifier's (reward, correct), logged for every method so training curves are comparable."""
+        return rollout_rewards(ctx.frame, rows, texts, None)
+
+    def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
+        expanded, responses, texts = self.policy_rollouts(ctx, rows)
+        if type(self).score is GroupRLMethod.score:  # one registry call gives both reward and correctness
+            rewards, correct = rollout_rewards(ctx.frame, expanded, texts, ctx.spec.get("reward_weights"))
+            metrics: dict[str, float] = {}
+        else:
+            rewards, metrics = self.score(ctx, expanded, responses, texts)
+            _, correct = self.verifier(ctx, expanded, texts)
+        group_ids = torch.arange(len(rows)).repeat_interleave(ctx.spec["group_size"])
+        return RolloutBatch([ctx.prompt_ids[r] for r in expanded], responses, expanded, rewards, correct, group_ids,
+                            len(expanded), metrics)
+
+    def loss(self, model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor,
+             old_logprobs: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor,
+             ref_logprobs: torch.Tensor | None, config: PolicyLossConfig) -> tuple[torch.Tensor, float, float]:
+        """(loss, KL, clip fraction) of one minibatch: the paper's clipped surrogate plus reference KL."""
+        logprobs = response_logprobs(model, ids, attention, response_mask)
+        out = policy_loss(logprobs, old_logprobs, advantages, response_mask, config, group_ids=group_ids,
+                          ref_log_prob=ref_logprobs)
+        return out.loss, float(out.kl), out.clip_fraction
+
+    def state_dict(self) -> dict[str, Any]:
+        """Method state that must survive a resume (RARO's replay buffer)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True,
+             method: GroupRLMethod | None = None, step_name: str = "train_rl",
+             extra_inputs: tuple[Path, ...] = ()) -> Path:
     from transformers import AutoTokenizer
 
+    method = method or GroupRLMethod(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
     tokenizer = AutoTokenizer.from_pretrained(init)
@@ -57,17 +157,20 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     state = checkpoint.load()
     model = load_model(checkpoint.dir if state is not None else init)
     model.train()
-    reference = load_model(init).eval() if spec["beta"] > 0 else None
+    reference = load_model(init).eval() if spec["beta"] > 0 and method.uses_reference else None
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
     loss_config = PolicyLossConfig(clip_low=spec["clip_low"], clip_high=spec["clip_high"], beta=spec["beta"],
                                    kl_estimator=spec["kl_estimator"], aggregation=spec["aggregation"])
     frame = pd.read_parquet(data)
     prompt_ids = encode_prompts(tokenizer, [[dict(m) for m in p] for p in frame["prompt"]])
+    ctx = StepContext(spec, model, tokenizer, frame, prompt_ids, seed)
+    method.prepare(ctx)
     torch.manual_seed(seed)
     step = 0
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         set_rng_state(state["rng"])
+        method.load_state_dict(state.get("method", {}))
         step = state["step"]
         log.info("resuming RL from step %d", step)
     metrics = MetricsLog(run_dir / "metrics.jsonl", step)
@@ -75,84 +178,89 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     group_size, batch_prompts = spec["group_size"], spec["prompts_per_step"]
     adv_params = spec.get("advantage_params", {})
     started = time.time()
-    bar = tqdm(total=spec["steps"], initial=step, desc=f"rl {spec['advantage']} {data.parent.name} seed={seed}",
-               file=sys.stderr, disable=not progress)
+    bar = tqdm(total=spec["steps"], initial=step, desc=f"{method.kind} {spec['advantage']} {data.parent.name} "
+               f"seed={seed}", file=sys.stderr, disable=not progress)
     n = len(frame)
     while step < spec["steps"]:
         t0 = time.perf_counter()
         epoch, offset = divmod(step * batch_prompts, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
         rows = [order[(offset + i) % n] for i in range(batch_prompts)]
-        expanded = [row for row in rows for _ in range(group_size)]
-        group_ids = torch.arange(batch_prompts).repeat_interleave(group_size)
-        responses = generate(model, [prompt_ids[r] for r in expanded], max_new_tokens=spec["max_new_tokens"],
-                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
-                             pad_id=tokenizer.pad_token_id)
-        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-        rewards, correct = rollout_rewards(frame, expanded, texts, spec.get("reward_weights"))
+        ctx.step = step
+        batch = method.collect(ctx, rows)
+        rewards, correct, group_ids = batch.rewards, batch.correct, batch.group_ids
         advantages = group_advantages(spec["advantage"], rewards, group_ids, **adv_params)
-        ids, attention, response_mask = pack([prompt_ids[r] for r in expanded], responses, tokenizer.pad_token_id)
+        ids, attention, response_mask = pack(batch.prompt_ids, batch.responses, tokenizer.pad_token_id)
         with torch.no_grad():
             old_logprobs = response_logprobs(model, ids, attention, response_mask)
             ref_logprobs = response_logprobs(reference, ids, attention, response_mask) if reference else None
         t1 = time.perf_counter()
-        groups_per_minibatch = max(1, batch_prompts // spec["minibatches"])
+        n_groups = int(group_ids.max()) + 1
+        groups_per_minibatch = max(1, n_groups // spec["minibatches"])
         clip_fractions, kls = [], []
         for _ in range(spec["ppo_epochs"]):
-            for first in range(0, batch_prompts, groups_per_minibatch):
+            for first in range(0, n_groups, groups_per_minibatch):
                 sel = (group_ids >= first) & (group_ids < first + groups_per_minibatch)
-                logprobs = response_logprobs(model, ids[sel], attention[sel], response_mask[sel])
-                out = policy_loss(logprobs, old_logprobs[sel], advantages[sel], response_mask[sel], loss_config,
-                                  group_ids=group_ids[sel],
-                                  ref_log_prob=ref_logprobs[sel] if ref_logprobs is not None else None)
+                loss, kl, clip_fraction = method.loss(
+                    model, ids[sel], attention[sel], response_mask[sel], old_logprobs[sel], advantages[sel],
+                    group_ids[sel], ref_logprobs[sel] if ref_logprobs is not None else None, loss_config)
                 optimizer.zero_grad(set_to_none=True)
-                out.loss.backward()
+                loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
                 optimizer.step()
-                clip_fractions.append(out.clip_fraction)
-                kls.append(float(out.kl))
+                clip_fractions.append(clip_fraction)
+                kls.append(kl)
         t2 = time.perf_counter()
         step += 1
         bar.update(1)
-        lengths = response_mask.sum(-1)
-        pass_rate = correct.view(batch_prompts, group_size).mean(1)
+        policy = slice(0, batch.n_policy)
+        lengths = response_mask[policy].sum(-1)
+        pass_rate = correct[policy].view(batch_prompts, group_size).mean(1)
         metrics.write({
-            "step": step, "reward_mean": float(rewards.mean()), "pass_rate": float(correct.mean()),
+            "step": step, "reward_mean": float(rewards[policy].mean()), "pass_rate": float(correct[policy].mean()),
             "groups_all_correct": float((pass_rate == 1).float().mean()),
             "groups_all_wrong": float((pass_rate == 0).float().mean()),
-            "abs_advantage_mean": float(advantages.abs().mean()), "kl": sum(kls) / len(kls),
+            "abs_advantage_mean": float(advantages[policy].abs().mean()), "kl": sum(kls) / len(kls),
             "clip_fraction": sum(clip_fractions) / len(clip_fractions), "response_length": float(lengths.mean()),
-            "time_sampling_s": t1 - t0, "time_update_s": t2 - t1,
+            "time_sampling_s": t1 - t0, "time_update_s": t2 - t1, **batch.metrics,
         })
-        rollouts.write({"step": step, "group": group_ids.tolist(), "prompt_index": expanded,
-                        "reward": rewards.tolist(), "advantage": advantages.tolist(),
-                        "length": lengths.int().tolist(), "correct": correct.int().tolist()})
-        bar.set_postfix(reward=f"{float(rewards.mean()):.2f}", pass_rate=f"{float(correct.mean()):.2f}")
+        rollouts.write({"step": step, "group": group_ids[policy].tolist(), "prompt_index": batch.rows[policy],
+                        "reward": rewards[policy].tolist(), "advantage": advantages[policy].tolist(),
+                        "length": lengths.int().tolist(), "correct": correct[policy].int().tolist()})
+        bar.set_postfix(reward=f"{float(rewards[policy].mean()):.2f}",
+                        pass_rate=f"{float(correct[policy].mean()):.2f}")
         if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
-            checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step})
+            checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step,
+                                               "method": method.state_dict()})
     bar.close()
     metrics.close()
     rollouts.close()
     final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="rl",
+    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind=method.kind,
                       advantage=spec["advantage"], seed=seed)
     outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
                final / "model.safetensors"]
-    write_provenance(outputs, step="train_rl", inputs=[data, init / "config.json", init / "model.safetensors"],
+    write_provenance(outputs, step=step_name,
+                     inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
                      params={"spec": spec}, config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done
 
 
-def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every group-RL entry point takes (this one, RL-Logit, RARO, OPD)."""
     parser.add_argument("--spec", required=True, help="JSON run spec (config `train.rl` + the method's settings)")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--init", type=Path, required=True, help="starting (and reference) HF model")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed)

@@ -50,7 +50,9 @@ def load_sft_examples(path: Path, tokenizer: Any, max_response_tokens: int) -> t
 
 
 def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Path, seed: int,
-              init: Path | None = None, progress: bool = True) -> Path:
+              init: Path | None = None, progress: bool = True, kind: str = "sft", step_name: str = "train_sft"
+              ) -> Path:
+    """SFT from ``init`` (or from scratch, seeded); ``kind``/``step_name`` label runs that reuse it (STaR, teachers)."""
     from transformers import AutoTokenizer
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -104,9 +106,9 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     bar.close()
     metrics.close()
     final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind="sft", seed=seed)
+    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind=kind, seed=seed)
     outputs = [done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"]
-    write_provenance(outputs, step="train_sft", inputs=[data, tokenizer_dir / "tokenizer.json"],
+    write_provenance(outputs, step=step_name, inputs=[data, tokenizer_dir / "tokenizer.json"],
                      params={"spec": spec, "init": str(init)}, config_sha256=digest, seeds={"run": seed},
                      started_at=started)
     return done
@@ -122,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="start from this HF model instead of scratch")
+    parser.add_argument("--kind", default="sft", help="run label in DONE.json; provenance step is train_<kind>")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init)
+    train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init, kind=args.kind,
+              step_name=f"train_{args.kind}")
     return 0
 
 

@@ -1,0 +1,149 @@
+"""RARO (paper App. B): one model, shared weights, acting as policy and as relativistic critic; both by GRPO.
+
+    python -m pipeline_lib.engines.local.raro --spec JSON --data .../rl_train.parquet \
+        --demonstrations .../sft_train.parquet --init .../sft/seed0/final --run-dir .../raro/seed0 --seed 0
+
+Per step the policy answers B prompts M times (task prompts, unchanged). Each answer is shown to
+the critic (the same model under a critic system prompt) beside the prompt's expert answer, in a
+random order; the critic replies ``<answer>1</answer>``, ``<answer>2</answer>`` or
+``<answer>tie</answer>``, and the policy's reward is read from the outcome table
+(``rewards.policy``: fooling the critic pays, a tie pays partially). The critic trains on its own
+groups: critic prompts are drawn partly from a replay buffer of past (prompt, policy answer) pairs
+and partly from this step, each sampled M times and rewarded by ``rewards.critic`` (identifying the
+expert pays). Policy and critic groups go through one GRPO update together (mixed batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline_lib.engines.local.common import generate
+from pipeline_lib.engines.local.expert import expert_demonstrations
+from pipeline_lib.engines.local.model import encode_prompts
+from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, add_common_arguments, train_rl
+from pipeline_lib.rewards.extract import extract_answer
+
+__all__ = ["VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict"]
+
+#: What one critic reply says about an (expert, policy) pair.
+VERDICTS = ("expert_better", "policy_better", "tie", "invalid")
+
+
+def parse_verdict(text: str, expert_first: bool) -> str:
+    """Map the critic's ``1`` / ``2`` / ``tie`` answer to a verdict about the expert; anything else is invalid."""
+    answer = extract_answer(text, allow_boxed=False)
+    answer = answer.strip().lower() if answer is not None else ""
+    if answer == "tie":
+        return "tie"
+    if answer in ("1", "2"):
+        return "expert_better" if (answer == "1") == expert_first else "policy_better"
+    return "invalid"
+
+
+def outcome_rewards(verdicts: list[str], table: dict[str, float]) -> torch.Tensor:
+    """Rewards of a list of verdicts under an outcome table (a mapping verdict -> reward covering all four)."""
+    missing = [v for v in VERDICTS if v not in table]
+    if missing:
+        raise KeyError(f"RARO outcome table {table} lacks {missing}")
+    return torch.tensor([float(table[v]) for v in verdicts], dtype=torch.float32)
+
+
+def critic_messages(system: str, question: str, first: str, second: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": f"{question}\n\nAnswer 1:\n{first}\n\nAnswer 2:\n{second}\n\nWhich answer "
+                                        "is better? Reply <answer>1</answer>, <answer>2</answer> or "
+                                        "<answer>tie</answer>."}]
+
+
+class Raro(GroupRLMethod):
+    kind = "raro"
+
+    def __init__(self, spec: dict[str, Any], demonstrations: Path) -> None:
+        super().__init__(spec)
+        self.demonstrations_path = demonstrations
+        self.experts: list[str] = []
+        self.questions: list[str] = []
+        self.buffer: list[tuple[int, str]] = []
+
+    def prepare(self, ctx: StepContext) -> None:
+        self.experts = expert_demonstrations(ctx.frame, self.demonstrations_path)
+        self.questions = ["\n".join(m["content"] for m in prompt) for prompt in ctx.frame["prompt"]]
+
+    def _judge(self, ctx: StepContext, pairs: list[tuple[int, str]], samples: int, generator: torch.Generator
+               ) -> tuple[list[list[int]], list[list[int]], list[str]]:
+        """Critic prompts for (row, policy answer) pairs in random order, ``samples`` replies each."""
+        raro, tokenizer = self.spec["raro"], ctx.tokenizer
+        expert_first = (torch.rand(len(pairs), generator=generator) < 0.5).tolist()
+        messages = [critic_messages(raro["critic_system_prompt"], self.questions[row],
+                                    *((self.experts[row], answer) if first else (answer, self.experts[row])))
+                    for (row, answer), first in zip(pairs, expert_first, strict=True)]
+        prompts = [p for p in encode_prompts(tokenizer, messages) for _ in range(samples)]
+        replies = generate(ctx.model, prompts, max_new_tokens=raro["critic_max_new_tokens"], greedy=False,
+                           temperature=ctx.spec["temperature"], eos_id=tokenizer.eos_token_id,
+                           pad_id=tokenizer.pad_token_id)
+        texts = [tokenizer.decode(r, skip_special_tokens=True) for r in replies]
+        verdicts = [parse_verdict(t, first) for t, first in zip(texts, (f for f in expert_first for _ in
+                                                                       range(samples)), strict=True)]
+        return prompts, replies, verdicts
+
+    def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
+        raro, group_size = self.spec["raro"], ctx.spec["group_size"]
+        generator = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.step)
+        expanded, responses, texts = self.policy_rollouts(ctx, rows)
+        _, correct = self.verifier(ctx, expanded, texts)
+        # policy reward: one critic verdict per policy answer
+        _, _, verdicts = self._judge(ctx, list(zip(expanded, texts, strict=True)), 1, generator)
+        policy_rewards = outcome_rewards(verdicts, raro["rewards"]["policy"])
+        # critic groups: replayed pairs plus one fresh pair per prompt
+        fresh = [(row, texts[i * group_size + int(torch.randint(group_size, (1,), generator=generator))])
+                 for i, row in enumerate(rows)]
+        n_critic = raro["critic_prompts_per_step"]
+        n_replay = min(len(self.buffer), round(raro["replay_fraction"] * n_critic))
+        replayed = [self.buffer[int(i)] for i in torch.randperm(len(self.buffer), generator=generator)[:n_replay]]
+        fresh_idx = torch.randperm(len(fresh), generator=generator)[: n_critic - n_replay]
+        critic_pairs = replayed + [fresh[int(i)] for i in fresh_idx]
+        critic_prompts, critic_replies, critic_verdicts = self._judge(ctx, critic_pairs, group_size, generator)
+        critic_rewards = outcome_rewards(critic_verdicts, raro["rewards"]["critic"])
+        self.buffer = (self.buffer + fresh)[-raro["replay_size"]:]
+        n_groups = len(rows) + len(critic_pairs)
+        group_ids = torch.arange(n_groups).repeat_interleave(group_size)
+        critic_rows = [row for row, _ in critic_pairs for _ in range(group_size)]
+        identified = torch.tensor([v == "expert_better" for v in critic_verdicts], dtype=torch.float32)
+        share = {v: sum(x == v for x in critic_verdicts) / len(critic_verdicts) for v in VERDICTS}
+        return RolloutBatch(
+            [ctx.prompt_ids[r] for r in expanded] + critic_prompts, responses + critic_replies, expanded + critic_rows,
+            torch.cat([policy_rewards, critic_rewards]), torch.cat([correct, identified]), group_ids, len(expanded),
+            {"critic_reward_mean": float(critic_rewards.mean()), "critic_replayed": len(replayed),
+             **{f"critic_{v}": share[v] for v in VERDICTS},
+             "policy_fooled_critic": sum(v == "policy_better" for v in verdicts) / len(verdicts)})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": list(self.buffer)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer = [tuple(pair) for pair in state.get("buffer", [])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.raro", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    spec = json.loads(args.spec)
+    train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=Raro(spec, args.demonstrations),
+             step_name="train_raro", extra_inputs=(args.demonstrations,))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

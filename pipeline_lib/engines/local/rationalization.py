@@ -1,0 +1,101 @@
+"""Rationalization (STaR, paper App. B): an annotator writes a rationale for each expert answer; SFT on the result.
+
+    python -m pipeline_lib.engines.local.rationalization --spec JSON --data .../sft_train.parquet \
+        --annotator .../base/seed0/final --tokenizer results/data/tokenizer --run-dir .../rationalization/seed0 --seed 0
+
+The annotator sees the question with the expert answer as a hint (``hint``, formatted with
+``{answer}``) and samples a response; its reasoning part (``split_reasoning``) is kept and the expert's
+answer part appended, giving (question, rationale, answer) demonstrations in the SFT schema
+(``rationalized_sft.parquet`` in the run directory). SFT on them then runs with the SFT settings and
+starting point (the base model; in the tiny default that is SFT's own seeded initialisation), so
+Rationalization and SFT differ only in the demonstrations. The paper's annotator
+is the base model; the tiny base is untrained (see ``base.py``), so the tiny default names the SFT
+model as annotator (``annotator`` in config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from pipeline_lib.data.schema import sft_row
+from pipeline_lib.engines.local.common import generate
+from pipeline_lib.engines.local.expert import split_reasoning
+from pipeline_lib.engines.local.model import encode_prompts, load_model
+from pipeline_lib.engines.local.sft import train_sft
+from pipeline_lib.io import atomic_path, write_json
+
+__all__ = ["rationalize", "train_rationalization"]
+
+log = logging.getLogger("pipeline_lib.engines.local.rationalization")
+
+
+def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list[dict[str, str]]],
+                spec: dict[str, Any], seed: int) -> list[str]:
+    """One (rationale + expert answer part) demonstration per conversation (user turns, then the expert's)."""
+    torch.manual_seed(seed)
+    answers = [split_reasoning(c[-1]["content"])[1] for c in conversations]
+    hinted = [[*c[:-2], {**c[-2], "content": c[-2]["content"] + "\n\n" + spec["hint"].format(answer=a.strip())}]
+              for c, a in zip(conversations, answers, strict=True)]
+    prompts = encode_prompts(tokenizer, hinted)
+    out: list[str] = []
+    for start in range(0, len(prompts), spec["batch_size"]):
+        responses = generate(model, prompts[start:start + spec["batch_size"]], max_new_tokens=spec["max_new_tokens"],
+                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
+                             pad_id=tokenizer.pad_token_id)
+        out += [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+    return [split_reasoning(text)[0] + answer for text, answer in zip(out, answers, strict=True)]
+
+
+def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
+                          seed: int, init: Path | None = None, progress: bool = True) -> Path:
+    """Annotate (once; reused on resume) then SFT from ``init``, the base model (None = the seeded scratch init)."""
+    from transformers import AutoTokenizer
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    annotated = run_dir / "rationalized_sft.parquet"
+    stamp = run_dir / "rationalized_sft.json"
+    identity = {"annotate": spec["annotate"], "annotator": str(annotator), "data": str(data), "seed": seed}
+    if not annotated.is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != identity:
+        frame = pd.read_parquet(data)
+        conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
+        tokenizer = AutoTokenizer.from_pretrained(annotator)
+        demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, spec["annotate"], seed)
+        rows = [sft_row([*c[:-1], {"role": "assistant", "content": d}], dict(extra) | {"rationalized": True})
+                for c, d, extra in zip(conversations, demos, frame["extra_info"], strict=True)]
+        with atomic_path(annotated) as tmp:
+            pd.DataFrame(rows).to_parquet(tmp, index=False)
+        write_json(stamp, identity)  # after the parquet: a stamp always describes a complete file
+        log.info("annotated %d demonstrations; first: %r", len(rows), demos[0][:200])
+    return train_sft(spec["sft"], annotated, tokenizer_dir, run_dir, seed, init=init, progress=progress,
+                     kind="rationalization", step_name="train_rationalization")
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rationalization", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", required=True, help="JSON: {annotate: config rationalization, sft: SFT spec}")
+    parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
+    parser.add_argument("--annotator", type=Path, required=True, help="HF model that writes the rationales")
+    parser.add_argument("--init", type=Path, default=None, help="the base model SFT starts from (default: scratch)")
+    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train_rationalization(json.loads(args.spec), args.data, args.annotator, args.tokenizer, args.run_dir, args.seed,
+                          args.init)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Our group advantage estimators, registered with verl's ``register_adv_est``.
+
+Loaded three ways, so the registration reaches every process that computes advantages: imported by
+:mod:`.train` / :mod:`.validate` in the driver; as the ``verl.plugins`` entry point ``softmaxgrpo``
+(``pyproject.toml``) that ``import verl`` loads in every process, Ray workers included; and, as a
+fallback for environments where entry points are disabled or the package metadata is not visible,
+through ``VERL_USE_EXTERNAL_MODULES`` set in the Ray runtime env by the translator.
+
+Every estimator delegates to :func:`pipeline_lib.advantages.group_advantages`, the one registry the
+local engine and the theory code use, so verl trains with exactly the numbers the tests check.
+Method hyperparameters are extra keys of verl's ``algorithm`` config (``+algorithm.tau=0.1``), read
+from the config object verl passes to the estimator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from pipeline_lib.engines.verl import check_verl_version
+
+check_verl_version()  # before touching verl's API (the pin: pipeline_lib.engines.verl.REQUIRED_VERL)
+
+from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est  # noqa: E402
+
+from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
+
+__all__ = ["ESTIMATORS", "group_index", "register"]
+
+#: verl estimator name -> (our registry's method, algorithm-config keys passed as its parameters).
+ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "softmax": ("softmax", ("tau",)),
+    "maxrl": ("maxrl", ()),
+    "reinforce": ("reinforce", ()),
+}
+
+
+def group_index(index: Any) -> torch.Tensor:
+    """verl's per-rollout prompt ``uid`` array (strings) -> contiguous integer group ids, vectorised."""
+    _, inverse = np.unique(np.asarray(index), return_inverse=True)
+    return torch.from_numpy(inverse.reshape(-1).astype(np.int64))
+
+
+def _params(name: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
+    params = {}
+    for key in keys:
+        value = config.get(key) if config is not None else None
+        if value is None:
+            raise ValueError(
+                f"verl advantage estimator {name!r} needs algorithm.{key}, which the algorithm config it received "
+                f"does not have; pass it as the Hydra override +algorithm.{key}=<value>"
+            )
+        params[key] = float(value)
+    return params
+
+
+def _make(name: str, method: str, keys: tuple[str, ...]) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    def estimator(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index: Any,
+        config: Mapping[str, Any] | None = None,
+        **_: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outcome advantages: one scalar per rollout (summed token rewards), broadcast over its response."""
+        params = _params(name, keys, config)
+        with torch.no_grad():
+            scores = token_level_rewards.sum(dim=-1)
+            groups = group_index(index).to(scores.device)
+            advantages = broadcast_to_tokens(group_advantages(method, scores, groups, **params), response_mask)
+        return advantages, advantages
+
+    estimator.__name__ = estimator.__qualname__ = f"pipeline_{name}_advantage"
+    return estimator
+
+
+def register() -> None:
+    """Register every estimator once (idempotent: a second import must not trip verl's duplicate check)."""
+    for name, (method, keys) in ESTIMATORS.items():
+        if name not in ADV_ESTIMATOR_REGISTRY:
+            register_adv_est(name)(_make(name, method, keys))
+
+
+register()

@@ -1,0 +1,307 @@
+"""Run a command on a Ray cluster spanning the nodes of the current Slurm allocation.
+
+    python -m pipeline_lib.engines.verl.launch [--gpus-per-node N] [--ray-port P] -- <command...>
+
+Inside a Slurm allocation of N > 1 nodes this starts a Ray head on the node it runs on and one
+Ray worker on every other node (one ``srun --overlap`` step), waits until all N nodes (and, with
+``--gpus-per-node G``, N x G GPUs as Ray detects them on each node) have joined, runs the command
+with ``RAY_ADDRESS`` set, stops Ray and exits with the command's status. With one node, or outside
+Slurm, it only runs the command: verl then starts its own local Ray.
+
+Why it looks the way it does:
+- The Snakemake Slurm executor runs each job as ``srun -n1 ...`` after stripping every
+  ``SLURM_*`` variable except the job id, so the node list is read from ``scontrol``, never from
+  ``SLURM_JOB_NODELIST``; the worker step gets a clean environment so it does not inherit the
+  first step's task geometry.
+- Ray >= 2.52 turns token authentication on whenever ``~/.ray/auth_token`` exists (any earlier local
+  ``ray.init`` writes one), so whether a worker may join would depend on the home directory. The
+  launcher decides instead: a fresh token per job, passed to head, workers and the command through
+  ``RAY_AUTH_MODE=token`` / ``RAY_AUTH_TOKEN`` in their environments (never on a command line).
+- Every Ray port is picked free on its own node, so two "nodes" sharing one host (the CI
+  cluster's virtual nodes) never collide, and nothing is killed by name: ``ray stop`` would kill
+  every Ray on the host, so each ``ray start --block`` is stopped through its own PID instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+__all__ = ["allocation_nodes", "main", "node_address", "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
+
+_MODULE = "pipeline_lib.engines.verl.launch"
+_KEEP_SLURM = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CONF", "SLURM_CLUSTER_NAME"}
+_PORT_OPTIONS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
+
+
+def log(message: str) -> None:
+    print(f"[launch {socket.gethostname()}:{os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+
+def _scontrol(*args: str) -> str:
+    result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise RuntimeError(f"`scontrol {' '.join(args)}` failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _fields(scontrol_output: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in scontrol_output.split() if "=" in item)
+
+
+def allocation_nodes(job_id: str | None = None) -> list[str]:
+    """Host names of the Slurm allocation this process runs in ([] outside Slurm)."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return []
+    nodelist = _fields(_scontrol("show", "job", "--oneliner", job_id)).get("NodeList", "")
+    if not nodelist or nodelist == "(null)":
+        raise RuntimeError(f"Slurm job {job_id} has no node list yet")
+    return _scontrol("show", "hostnames", nodelist).split()
+
+
+def node_address(node: str) -> str:
+    """The IP other nodes reach ``node`` at: its Slurm NodeAddr, resolved."""
+    address = _fields(_scontrol("show", "node", "--oneliner", node)).get("NodeAddr", node)
+    return socket.gethostbyname(address)
+
+
+def current_node(nodes: Sequence[str]) -> str:
+    """The allocation node this process runs on (slurmd's name; virtual nodes share a hostname)."""
+    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    if name not in nodes:
+        raise RuntimeError(f"this process runs on {name!r}, which is not in the allocation {nodes}")
+    return name
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on this host right now (held open together, so they are distinct)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def slurm_step_gpus() -> int:
+    """GPUs Slurm gave this step on this node (its CUDA_VISIBLE_DEVICES), for ``--declare-gpus``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return len([device for device in visible.split(",") if device.strip()]) if visible else 0
+
+
+def ray_start_command(ip: str, *, head_port: int | None, join: str | None, gpus: int | None,
+                      cpus: int | None, object_store_mb: int | None, temp_dir: Path) -> list[str]:
+    """``ray start --block`` for one node, with every port chosen free on this host.
+
+    ``gpus=None`` lets Ray detect the node's GPUs (capped by the CUDA_VISIBLE_DEVICES Slurm set);
+    a number declares them instead.
+    """
+    ports = free_ports(len(_PORT_OPTIONS) + 1)
+    command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats",
+               f"--node-ip-address={ip}", f"--temp-dir={temp_dir}"]
+    command += [f"{option}={port}" for option, port in zip(_PORT_OPTIONS, ports[:-1], strict=True)]
+    if join is None:
+        command += ["--head", f"--port={head_port}", "--include-dashboard=false",
+                    f"--ray-client-server-port={ports[-1]}"]
+    else:
+        command += [f"--address={join}"]
+    if gpus is not None:
+        command.append(f"--num-gpus={gpus}")
+    if cpus is not None:
+        command.append(f"--num-cpus={cpus}")
+    if object_store_mb is not None:
+        command.append(f"--object-store-memory={object_store_mb * 1024 * 1024}")
+    return command
+
+
+def wait_for_cluster(address: str, nodes: int, gpus: int, timeout: float,
+                     still_starting: Callable[[], None] = lambda: None) -> dict[str, float]:
+    """Block until ``nodes`` alive Ray nodes with >= ``gpus`` GPUs in total have joined.
+
+    Fails at once when all nodes are in but GPUs are missing (a node's GPUs never change later).
+    ``still_starting`` is called between polls and raises if a process that should bring a node
+    up has already died, so a broken worker fails the launch at once instead of at the timeout.
+    """
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while True:
+        still_starting()
+        try:
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            break
+        except (ConnectionError, RuntimeError) as error:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no Ray head at {address} after {timeout:.0f} s: {error}") from error
+            time.sleep(2)
+    try:
+        while True:
+            alive = [node for node in ray.nodes() if node["Alive"]]
+            total_gpus = sum(node["Resources"].get("GPU", 0) for node in alive)
+            if len(alive) >= nodes and total_gpus >= gpus:
+                return {"nodes": len(alive), "gpus": total_gpus,
+                        "cpus": sum(node["Resources"].get("CPU", 0) for node in alive)}
+            if len(alive) >= nodes:
+                # a node's GPUs are fixed when it registers: once all are in, waiting cannot help
+                per_node = [node["Resources"].get("GPU", 0) for node in alive]
+                raise RuntimeError(f"all {len(alive)} Ray nodes joined but they have {total_gpus}/{gpus} GPUs "
+                                   f"(per node: {per_node}); check the job's gres and CUDA_VISIBLE_DEVICES")
+            still_starting()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"after {timeout:.0f} s only {len(alive)}/{nodes} Ray nodes and "
+                                   f"{total_gpus}/{gpus} GPUs joined the cluster at {address}")
+            time.sleep(1)
+    finally:
+        ray.shutdown()
+
+
+def _worker_env() -> dict[str, str]:
+    """The environment for the worker step: allocation identity only, no inherited step geometry."""
+    return {key: value for key, value in os.environ.items()
+            if not (key.startswith(("SLURM_", "SRUN_", "SBATCH_")) and key not in _KEEP_SLURM)}
+
+
+def _without(env: dict[str, str], *keys: str) -> dict[str, str]:
+    return {key: value for key, value in env.items() if key not in keys}
+
+
+def _stop(process: subprocess.Popen, what: str, grace: float = 30) -> None:
+    """SIGTERM one process we started (ray start --block cleans up its node), SIGKILL its group if stuck."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    log(f"stopped {what} (pid {process.pid})")
+
+
+@contextlib.contextmanager
+def _terminate_on_sigterm() -> Iterator[None]:
+    """scancel/timeouts send SIGTERM: turn it into an exception so Ray is stopped on the way out."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespace) -> int:
+    """Head here, workers elsewhere, the command with RAY_ADDRESS, then Ray down; the command's status."""
+    head = current_node(nodes)
+    workers = [node for node in nodes if node != head]
+    ip = node_address(head)
+    port = args.ray_port or free_ports(1)[0]
+    address = f"{ip}:{port}"
+    job = os.environ.get("SLURM_JOB_ID", "nojob")
+    temp_root = Path(args.temp_root)
+    ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
+    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}")
+    head_process = worker_step = None
+    with _terminate_on_sigterm():
+        try:
+            head_process = subprocess.Popen(
+                ray_start_command(ip, head_port=port, join=None, gpus=_declared_gpus(args), cpus=args.cpus_per_node,
+                                  object_store_mb=args.object_store_mb, temp_dir=temp_root / f"ray{job}_{head}"),
+                stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True,
+                env=_without(os.environ | ray_env, "RAY_ADDRESS"))
+            worker_argv = [sys.executable, "-m", _MODULE, "--join", address, "--temp-root", str(temp_root)]
+            for option, value in (("--cpus-per-node", args.cpus_per_node), ("--object-store-mb", args.object_store_mb)):
+                if value is not None:
+                    worker_argv += [option, str(value)]
+            worker_argv += ["--declare-gpus"] if args.declare_gpus else []
+            srun = ["srun", "--overlap", f"--jobid={job}", f"--nodes={len(workers)}", f"--ntasks={len(workers)}",
+                    "--ntasks-per-node=1", f"--nodelist={','.join(workers)}", "--kill-on-bad-exit=1"]
+            worker_step = subprocess.Popen(srun + worker_argv, stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                                           env=_worker_env() | ray_env, start_new_session=True)
+
+            def still_starting() -> None:
+                for process, what in ((head_process, "Ray head"), (worker_step, "Ray worker step")):
+                    if process.poll() is not None:
+                        raise RuntimeError(f"{what} exited with status {process.returncode} before the command ran")
+
+            os.environ.update(_without(ray_env, "RAY_ADDRESS"))  # this process's own driver, below
+            joined = wait_for_cluster(address, len(nodes), args.gpus_per_node * len(nodes) if args.gpus_per_node
+                                      else 0, args.timeout, still_starting)
+            log(f"cluster ready: {joined}")
+            still_starting()
+            result = subprocess.run(list(command), env=os.environ | ray_env)
+            log(f"command exited with status {result.returncode}")
+            return result.returncode
+        finally:
+            if worker_step is not None:
+                _stop(worker_step, "Ray worker step")
+            if head_process is not None:
+                _stop(head_process, "Ray head")
+
+
+def _declared_gpus(args: argparse.Namespace) -> int | None:
+    return slurm_step_gpus() if args.declare_gpus else None
+
+
+def join_cluster(args: argparse.Namespace) -> int:
+    """One worker node (run by srun on each non-head node): ray start --block until stopped."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    ip = node_address(node) if os.environ.get("SLURM_JOB_ID") else socket.gethostbyname(socket.gethostname())
+    command = ray_start_command(ip, head_port=None, join=args.join, gpus=_declared_gpus(args), cpus=args.cpus_per_node,
+                                object_store_mb=args.object_store_mb,
+                                temp_dir=Path(args.temp_root) / f"ray{os.environ.get('SLURM_JOB_ID', 'nojob')}_{node}")
+    log(f"Ray worker on {node} ({ip}) joining {args.join}")
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
+                               env=_without(dict(os.environ), "RAY_ADDRESS"))
+    with _terminate_on_sigterm():
+        try:
+            return process.wait()
+        except KeyboardInterrupt:
+            _stop(process, f"Ray worker on {node}")
+            return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        split = argv.index("--")
+        argv, command = argv[:split], argv[split + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus-per-node", type=int, default=None,
+                        help="GPUs each Ray node must contribute; the command waits until all have joined")
+    parser.add_argument("--declare-gpus", action="store_true",
+                        help="each Ray node advertises the GPUs Slurm gave its step (CUDA_VISIBLE_DEVICES) instead "
+                             "of detecting them: for GPUs Ray cannot probe, e.g. the CI cluster's fake gres devices")
+    parser.add_argument("--cpus-per-node", type=int, default=None, help="override Ray's CPU count per node")
+    parser.add_argument("--ray-port", type=int, default=None, help="GCS port of the head (default: a free port)")
+    parser.add_argument("--object-store-mb", type=int, default=None, help="Ray object store per node (MB)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every node to join")
+    parser.add_argument("--temp-root", default="/tmp", help="parent of each node's Ray temp dir (keep it short)")
+    parser.add_argument("--join", default=None, help=argparse.SUPPRESS)  # worker mode, run by our own srun
+    args = parser.parse_args(argv)
+    if args.join:
+        return join_cluster(args)
+    if not command:
+        parser.error("give the command to run after `--`")
+    nodes = allocation_nodes()
+    if len(nodes) <= 1:
+        log(f"{'one node' if nodes else 'no Slurm allocation'}: running the command without a Ray cluster")
+        return subprocess.run(command).returncode
+    return run_cluster(command, nodes, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Entry point of the verl training rules: one SFT or RL run, resumable, published like the local engine's.
+
+    python -m pipeline_lib.engines.verl.train sft --spec JSON --data SFT.parquet --run-dir DIR --seed K
+    python -m pipeline_lib.engines.verl.train rl  --spec JSON --data RL.parquet --val-data TEST.parquet \
+        --init SFT_DIR/final --run-dir DIR --seed K
+
+A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them against verl
+(:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
+launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
+``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
+(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped.
+
+After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
+configured step count (verl has exited 0 short of its last step before). Then the final actor is
+exported to Hugging Face format (``python -m verl.model_merger merge``) as ``DIR/final``, verl's
+rollout dumps become ``rollouts.jsonl`` in the local engine's schema (so the gradient-allocation table
+is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl``, and
+``DONE.json`` is written last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.engines.verl import check_verl_version
+from pipeline_lib.engines.verl.translate import (
+    ESTIMATOR_MODULE,
+    VERL_ADVANTAGES,
+    TrainPaths,
+    checkpoint_dir,
+    metrics_log_path,
+    rl_overrides,
+    rollout_dump_dir,
+    sft_overrides,
+)
+
+check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
+
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "run"]
+
+log = logging.getLogger("pipeline_lib.engines.verl.train")
+
+TRACKER = "latest_checkpointed_iteration.txt"
+LAUNCHER = "pipeline_lib.engines.verl.launch"
+#: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads).
+METRIC_NAMES = {"critic/score/mean": "reward_mean", "actor/kl_loss": "kl", "response_length/mean": "response_length",
+                "train/loss": "loss"}
+
+
+class VerlRunError(RuntimeError):
+    """verl failed or stopped short; the message says which and where its output is."""
+
+
+def build_command(kind: str, overrides: Sequence[str], spec: Mapping[str, Any]) -> list[str]:
+    """The command that runs verl for this run (RL behind the launcher, SFT under torchrun on one node)."""
+    if kind == "sft":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                f"--nproc_per_node={spec['gpus_per_node']}", "-m", "verl.trainer.sft_trainer", *overrides]
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    if importlib.util.find_spec(LAUNCHER) is None:  # the launcher is part of this package; kept swappable here
+        return command
+    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec["gpus_per_node"]), "--", *command]
+
+
+def finished_step(ckpt_dir: Path) -> int | None:
+    """The step of verl's last complete checkpoint (its tracker file), or None before the first one."""
+    tracker = ckpt_dir / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise VerlRunError(f"{tracker}: expected a step number, found {text!r}")
+    return int(text)
+
+
+def _rotate_metrics(run_dir: Path) -> None:
+    """verl's file logger truncates its file on open: keep each earlier attempt's file under a new name."""
+    current = metrics_log_path(run_dir)
+    if current.exists():
+        attempt = len(list(run_dir.glob("verl_metrics.*.jsonl")))
+        current.rename(run_dir / f"verl_metrics.{attempt}.jsonl")
+
+
+def collect_metrics(run_dir: Path, total_steps: int) -> Path:
+    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
+    for path in [*files, metrics_log_path(run_dir)]:
+        if not path.exists():
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                step, data = int(record["step"]), dict(record["data"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
+            if step <= total_steps:
+                by_step.setdefault(step, {}).update(data)
+    from pipeline_lib.io import write_text
+
+    lines = []
+    for step in sorted(by_step):
+        data = by_step[step]
+        named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
+        lines.append(json.dumps({"step": step, **named, **data}))
+    target = run_dir / "metrics.jsonl"
+    write_text(target, "".join(line + "\n" for line in lines))
+    return target
+
+
+def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
+                     total_steps: int) -> Path:
+    """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
+
+    verl 0.9.1 dumps input, output, ground truth, score and the rollout key ``{uid}_{session}_{index}``
+    but not the advantage, so the advantage is recomputed from the scores with the same registry
+    (:func:`pipeline_lib.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
+    the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
+    -Sim runs the training reward is not the verifier).
+    """
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.advantages import group_advantages
+    from pipeline_lib.engines.verl.estimators import group_index
+    from pipeline_lib.io import write_text
+    from pipeline_lib.rewards import compute_scores
+
+    dump = rollout_dump_dir(run_dir)
+    files = sorted(dump.glob("*.jsonl"), key=lambda p: int(p.stem)) if dump.is_dir() else []
+    steps = [int(p.stem) for p in files if int(p.stem) <= total_steps]
+    if sorted(set(steps)) != list(range(1, total_steps + 1)):
+        missing = sorted(set(range(1, total_steps + 1)) - set(steps))[:10]
+        raise VerlRunError(f"{dump}: rollout dumps missing for steps {missing} (of {total_steps})")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    params = {"tau": spec["tau"]} if VERL_ADVANTAGES[spec["advantage"]][0] == "softmax" else {}
+    lines = []
+    for path in files:
+        step = int(path.stem)
+        if step > total_steps:
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        uids = np.array([row["uid"].rsplit("_", 2)[0] for row in rows], dtype=object)
+        groups = group_index(uids)
+        rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
+        advantages = group_advantages(spec["advantage"], rewards, groups, **params)
+        outputs = [row["output"] for row in rows]
+        lengths = [len(ids) for ids in tokenizer(outputs, add_special_tokens=False)["input_ids"]]
+        verifier = compute_scores([data_source] * len(rows), outputs, [row["gts"] for row in rows],
+                                  [None] * len(rows))
+        lines.append(json.dumps({"step": step, "group": groups.tolist(), "prompt_uid": uids.tolist(),
+                                 "reward": rewards.tolist(), "advantage": advantages.tolist(), "length": lengths,
+                                 "correct": [float(v["score"]) for v in verifier]}))
+    target = run_dir / "rollouts.jsonl"
+    write_text(target, "".join(line + "\n" for line in lines))
+    return target
+
+
+def _merge_actor(step_dir: Path, target: Path) -> Path:
+    """verl's sharded FSDP checkpoint -> a Hugging Face model directory, published atomically."""
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(step_dir),
+               "--target_dir", str(staging)]
+    log.info("exporting %s: %s", step_dir, " ".join(command))
+    result = subprocess.run(command, check=False)
+    if result.returncode != 0:
+        raise VerlRunError(f"model merge of {step_dir} failed with exit code {result.returncode}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
+    """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
+    from pipeline_lib.checkpoint import write_done
+    from pipeline_lib.engines.verl.validate import validate_rl, validate_sft
+    from pipeline_lib.io import write_text
+    from pipeline_lib.provenance import config_digest, write_provenance
+
+    started = time.time()
+    run_dir = paths.run_dir
+    overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
+    label = f"{kind} run {run_dir}"
+    (validate_sft if kind == "sft" else validate_rl)(overrides, label=label)
+    command = build_command(kind, overrides, spec)
+    if dry_run:
+        print(json.dumps({"command": command, "overrides": overrides}, indent=1))
+        return None
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
+    _rotate_metrics(run_dir)
+    env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir))}
+    total = int(spec["steps"])
+    ckpt = checkpoint_dir(run_dir)
+    if finished_step(ckpt) != total:
+        log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
+        result = subprocess.run(command, env=env, check=False)
+        if result.returncode != 0:
+            raise VerlRunError(f"{label}: verl exited with code {result.returncode}; rerun to resume from {ckpt}")
+    reached = finished_step(ckpt)
+    if reached != total:
+        raise VerlRunError(f"{label}: verl exited 0 but its last checkpoint is step {reached} of {total} "
+                           f"({ckpt / TRACKER}); not marking the run done, rerun to resume")
+    step_dir = ckpt / f"global_step_{total}"
+    final = _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
+    outputs = [collect_metrics(run_dir, total)]
+    inputs = [paths.train_files]
+    if kind == "rl":
+        import pandas as pd
+
+        data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
+        outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
+        inputs += [paths.val_files, paths.init / "config.json"]
+    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
+    done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest, kind=kind, engine="verl",
+                      advantage=spec.get("advantage"), seed=seed)
+    write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
+                     params={"spec": dict(spec), "overrides": overrides}, config_sha256=digest,
+                     seeds={"run": seed}, started_at=started)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["sft", "rl"])
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.engines.verl.translate)")
+    parser.add_argument("--data", type=Path, required=True, help="training parquet")
+    parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
+    parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
+    args = parser.parse_args(argv)
+    if args.kind == "rl" and (args.val_data is None or args.init is None):
+        parser.error("rl needs --val-data and --init")
+    absolute = {name: (value.resolve() if value is not None else None)
+                for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
+                                    "init": args.init}.items()}
+    run(args.kind, json.loads(args.spec), TrainPaths(**absolute), args.seed, dry_run=args.dry_run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Pipeline run spec -> Hydra overrides for ``verl.trainer.main_ppo`` (RL) and ``verl.trainer.sft_trainer`` (SFT).
+
+Plain Python, no verl import: Snakemake builds the specs at parse time and :mod:`.validate` checks the
+overrides against verl's own config tree. Every hyperparameter comes from the config
+(``train.verl`` in ``config/paper.yaml``: the App. B tables), none from a shell script.
+
+Two App. B rows need a reading, recorded here and in ``config/README.md``: "rollout batch size" is
+verl's ``data.train_batch_size`` (prompts per step; each gets M rollouts), and "mini-batch size (per
+device)" is prompts per GPU per PPO mini-batch, so verl's global ``ppo_mini_batch_size`` is that
+times the number of GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ESTIMATOR_MODULE",
+    "REWARD_FUNCTION",
+    "VERL_ADVANTAGES",
+    "TrainPaths",
+    "checkpoint_dir",
+    "experiment_name",
+    "hydra_value",
+    "metrics_log_path",
+    "rl_overrides",
+    "rl_spec",
+    "rollout_dump_dir",
+    "sft_overrides",
+    "sft_spec",
+    "slurm_resources",
+    "task_methods",
+]
+
+#: Module that registers our estimators; Ray workers import it through VERL_USE_EXTERNAL_MODULES too.
+ESTIMATOR_MODULE = "pipeline_lib.engines.verl.estimators"
+#: verl's custom reward hook: the pipeline's one reward registry.
+REWARD_FUNCTION = ("pkg://pipeline_lib.rewards", "compute_score")
+
+#: Our advantage registry's method -> (verl estimator name, extra algorithm overrides). GRPO, Dr.GRPO
+#: and RLOO use verl's own estimators (tests check they equal ours); the rest are ours (estimators.py).
+VERL_ADVANTAGES: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo": ("grpo", {}),
+    "dr_grpo": ("grpo", {"algorithm.norm_adv_by_std_in_grpo": False}),
+    "rloo": ("rloo", {}),
+    "softmax": ("softmax", {}),
+    "sage": ("softmax", {}),
+    "maxrl": ("maxrl", {}),
+    "reinforce": ("reinforce", {}),
+}
+
+PROJECT = "softmaxgrpo"
+_SAFE = re.compile(r"^[A-Za-z0-9_./~+@-]+$")
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar (strings quoted unless plainly safe)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite value {value!r} cannot be a verl override")
+        return repr(value)
+    if isinstance(value, str):
+        if _SAFE.match(value) and value.lower() not in ("true", "false", "null") and not _is_number(value):
+            return value
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    raise TypeError(f"cannot express {type(value).__name__} {value!r} as a Hydra override")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _overrides(pairs: Mapping[str, Any]) -> list[str]:
+    return [f"{key}={hydra_value(value)}" for key, value in pairs.items()]
+
+
+# --- run specs from the pipeline config -------------------------------------------------------------------------
+
+def _verl_section(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    return config["train"]["verl"]
+
+
+def _task_section(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
+    tasks = _verl_section(config)["tasks"]
+    if task not in tasks:
+        raise ValueError(f"train.tasks has {task!r} but train.verl.tasks has no entry for it (App. B settings: "
+                         f"group_size, batch_size, steps, lengths, GPUs); configured: {sorted(tasks)}")
+    return tasks[task]
+
+
+def task_methods(config: Mapping[str, Any], task: str) -> list[str]:
+    """RL methods trained on ``task``: its ``train.verl.tasks.<task>.methods`` list, else every method."""
+    methods = list(config["train"]["methods"])
+    listed = _verl_section(config)["tasks"].get(task, {}).get("methods")
+    if listed is None:
+        return methods
+    unknown = sorted(set(listed) - set(methods))
+    if unknown:
+        raise ValueError(f"train.verl.tasks.{task}.methods lists {unknown}, which are not in train.methods "
+                         f"({methods})")
+    return list(listed)
+
+
+def slurm_resources(config: Mapping[str, Any], task: str, kind: str) -> dict[str, Any]:
+    """Nodes and per-node GPUs of a verl job, from the same settings that become trainer.nnodes/n_gpus_per_node.
+
+    The rules take these from here (the App. B compute setup is part of the experiment, and must match the
+    overrides); the site-specific rest (CPUs, memory, runtime, partition) lives in profiles/slurm.
+    """
+    verl = _verl_section(config)
+    row = _task_section(config, task)
+    if kind == "sft":
+        return {"nodes": 1, "gres": f"gpu:{row.get('sft', {}).get('gpus_per_node', verl['sft']['gpus_per_node'])}"}
+    merged = {**verl["rl"], **row}
+    return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
+
+
+def rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
+    """One RL run's settings: shared ``train.verl.rl``, the task's App. B row, the method's advantage/reward.
+
+    Paired methods (GRPO vs SoftmaxGRPO) differ only in ``advantage`` and ``tau``.
+    """
+    if method not in config["train"]["methods"]:
+        raise ValueError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
+    verl = _verl_section(config)
+    row = _task_section(config, task)
+    entry = config["train"]["methods"][method]
+    advantage = entry["advantage"]
+    if advantage not in VERL_ADVANTAGES:
+        raise ValueError(f"train.methods.{method}: advantage {advantage!r} has no verl estimator; "
+                         f"available: {sorted(VERL_ADVANTAGES)}")
+    spec = {**verl["rl"], **{k: v for k, v in row.items() if k not in ("methods", "similarity_weights", "sft")}}
+    tau = row.get("tau", entry.get("tau")) if VERL_ADVANTAGES[advantage][0] == "softmax" else None
+    if VERL_ADVANTAGES[advantage][0] == "softmax" and tau is None:
+        raise ValueError(f"method {method!r} on task {task!r} is SoftmaxGRPO but neither train.methods.{method}.tau "
+                         f"nor train.verl.tasks.{task}.tau is set")
+    spec.pop("tau", None)
+    reward_weights = dict(row.get("similarity_weights") or {"similarity": 1.0}) \
+        if entry["reward"] == "similarity" else None
+    spec.update({"task": task, "method": method, "model": verl["model"], "advantage": advantage, "tau": tau,
+                 "reward_weights": reward_weights, "extra_overrides": list(verl["extra_overrides"]["rl"])})
+    return spec
+
+
+def sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:
+    """The SFT run of ``task`` (the start of its RL runs): shared ``train.verl.sft`` plus the task's ``sft``."""
+    verl = _verl_section(config)
+    row = _task_section(config, task)
+    return {**verl["sft"], **row.get("sft", {}), "task": task, "model": verl["model"],
+            "extra_overrides": list(verl["extra_overrides"]["sft"])}
+
+
+# --- run directory layout ----------------------------------------------------------------------------------------
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def rollout_dump_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "rollout_dump"
+
+
+def metrics_log_path(run_dir: str | Path) -> Path:
+    """verl's file logger target; each attempt's file is rotated aside first (verl opens it with "wb")."""
+    return Path(run_dir) / "verl_metrics.jsonl"
+
+
+def experiment_name(spec: Mapping[str, Any], seed: int) -> str:
+    return f"{spec['task']}-{spec.get('method', 'sft')}-seed{seed}"
+
+
+class TrainPaths:
+    """The files one run reads and writes; fixed at parse time so the overrides are validated exactly."""
+
+    def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
+                 init: str | Path | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.train_files = Path(train_files)
+        self.val_files = Path(val_files) if val_files is not None else None
+        self.init = Path(init) if init is not None else None
+
+
+# --- overrides ---------------------------------------------------------------------------------------------------
+
+def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[str]:
+    """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
+    if paths.init is None or paths.val_files is None:
+        raise ValueError("an RL run needs the initial (SFT) model and validation prompts")
+    estimator, algorithm_extra = VERL_ADVANTAGES[spec["advantage"]]
+    n_gpus = spec["gpus_per_node"] * spec["nodes"]
+    pairs: dict[str, Any] = {
+        "algorithm.adv_estimator": estimator,
+        **algorithm_extra,
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": str(paths.train_files),
+        "data.val_files": str(paths.val_files),
+        "data.train_batch_size": spec["batch_size"],
+        "data.max_prompt_length": spec["max_prompt_tokens"],
+        "data.max_response_length": spec["max_response_tokens"],
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.seed": seed,
+        "actor_rollout_ref.model.path": str(paths.init),
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+        "actor_rollout_ref.actor.optim.lr": float(spec["lr"]),
+        "actor_rollout_ref.actor.optim.weight_decay": float(spec["weight_decay"]),
+        "actor_rollout_ref.actor.ppo_mini_batch_size": spec["mini_batch_per_device"] * n_gpus,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": spec["micro_batch_per_gpu"],
+        "actor_rollout_ref.actor.ppo_epochs": spec["ppo_epochs"],
+        "actor_rollout_ref.actor.clip_ratio_low": float(spec["clip_low"]),
+        "actor_rollout_ref.actor.clip_ratio_high": float(spec["clip_high"]),
+        "actor_rollout_ref.actor.use_kl_loss": spec["kl_coef"] > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": float(spec["kl_coef"]),
+        "actor_rollout_ref.actor.kl_loss_type": spec["kl_loss_type"],
+        "actor_rollout_ref.actor.loss_agg_mode": spec["loss_agg_mode"],
+        "actor_rollout_ref.actor.entropy_coeff": 0.0,
+        "actor_rollout_ref.actor.grad_clip": float(spec["grad_clip"]),
+        "actor_rollout_ref.rollout.name": spec["rollout_engine"],
+        "actor_rollout_ref.rollout.n": spec["group_size"],
+        "actor_rollout_ref.rollout.temperature": float(spec["temperature"]),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": spec["rollout_tp"],
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(spec["gpu_memory_utilization"]),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": spec["micro_batch_per_gpu"],
+        "actor_rollout_ref.rollout.seed": seed,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": spec["micro_batch_per_gpu"],
+        "reward.custom_reward_function.path": REWARD_FUNCTION[0],
+        "reward.custom_reward_function.name": REWARD_FUNCTION[1],
+        "trainer.total_training_steps": spec["steps"],
+        # The step count bounds the run; epochs only need to be enough to reach it.
+        "trainer.total_epochs": 1000,
+        "trainer.n_gpus_per_node": spec["gpus_per_node"],
+        "trainer.nnodes": spec["nodes"],
+        "trainer.save_freq": spec["save_freq"],
+        "trainer.test_freq": spec["test_freq"],
+        "trainer.val_before_train": False,
+        "trainer.resume_mode": "auto",
+        "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
+        # Disk, not training: a 1.5B actor checkpoint with optimizer state is tens of GB; resuming needs the last.
+        "trainer.max_actor_ckpt_to_keep": 2,
+        "trainer.rollout_data_dir": str(rollout_dump_dir(paths.run_dir)),
+        "trainer.logger": ["console", "file"],
+        "trainer.project_name": PROJECT,
+        "trainer.experiment_name": experiment_name(spec, seed),
+    }
+    if estimator == "softmax":
+        pairs["+algorithm.tau"] = float(spec["tau"])
+    if spec.get("reward_weights"):
+        pairs["+reward.custom_reward_function.reward_kwargs"] = {"reward_weights": dict(spec["reward_weights"])}
+    # Fallbacks that reach every Ray worker even where the entry point is not seen, and the metrics file path
+    # for verl's file logger (it runs in the TaskRunner actor, which does not inherit this process's env).
+    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir))}
+    for name, value in env.items():
+        pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
+    return _overrides(pairs) + list(spec.get("extra_overrides", []))
+
+
+def sft_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[str]:
+    """Overrides for ``torchrun -m verl.trainer.sft_trainer`` (verl's ``sft_trainer_engine`` config)."""
+    pairs: dict[str, Any] = {
+        "data.train_files": str(paths.train_files),
+        "data.val_files": None,
+        "data.messages_key": "messages",
+        "data.train_batch_size": spec["batch_size"],
+        "data.micro_batch_size_per_gpu": spec["micro_batch_per_gpu"],
+        "data.max_length": spec["max_length"],
+        "data.truncation": spec["truncation"],
+        "model.path": spec["model"],
+        "model.enable_gradient_checkpointing": True,
+        "model.use_remove_padding": True,
+        "optim.lr": float(spec["lr"]),
+        "optim.weight_decay": float(spec["weight_decay"]),
+        "optim.lr_warmup_steps_ratio": float(spec["warmup_ratio"]),
+        "trainer.total_training_steps": spec["steps"],
+        "trainer.total_epochs": 1000,
+        "trainer.n_gpus_per_node": spec["gpus_per_node"],
+        "trainer.nnodes": 1,
+        "trainer.save_freq": spec["save_freq"],
+        "trainer.test_freq": -1,
+        "trainer.resume_mode": "auto",
+        "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
+        "trainer.max_ckpt_to_keep": 2,
+        "trainer.logger": ["console", "file"],
+        "trainer.project_name": PROJECT,
+        "trainer.experiment_name": experiment_name(spec, seed),
+        "trainer.seed": seed,
+    }
+    return _overrides(pairs) + list(spec.get("extra_overrides", []))

@@ -1,0 +1,256 @@
+"""Check generated overrides against verl itself, without a GPU, before anything is submitted.
+
+For each run: compose verl's own Hydra config (``ppo_trainer`` or ``sft_trainer_engine``) with the
+overrides (an unknown or misspelt key fails here), resolve every interpolation, run verl's
+``validate_config`` (batch-size divisibility, micro-batch settings...) and build the dataclass configs
+verl builds at start-up; for RL, also run the configured advantage estimator through verl's
+``compute_advantage`` on a small batch with the composed ``algorithm`` config (so the estimator name
+resolves and its extra keys such as ``tau`` are present), and load the custom reward function.
+
+:func:`validate_planned_runs` does this for every run the config plans; the Snakefile calls it at
+parse time (so ``snakemake -n`` fails on a typo), caching each passed run by the hash of its
+overrides and of this engine's code under ``.snakemake/``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.engines.verl.translate import (
+    TrainPaths,
+    rl_overrides,
+    rl_spec,
+    sft_overrides,
+    sft_spec,
+    task_methods,
+)
+
+check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
+
+__all__ = [
+    "VerlOverrideError",
+    "compose",
+    "planned_runs",
+    "validate_planned_runs",
+    "validate_rl",
+    "validate_sft",
+]
+
+CACHE_DIR = Path(".snakemake") / "verl_validated"
+_ENGINE_DIR = Path(__file__).resolve().parent
+
+
+class VerlOverrideError(ValueError):
+    """verl rejected a run's overrides; the message names the run and verl's own complaint."""
+
+
+def _config_dir() -> str:
+    check_verl_version()
+    import verl
+
+    return str(Path(verl.__file__).resolve().parent / "trainer" / "config")
+
+
+def compose(config_name: str, overrides: Sequence[str]) -> Any:
+    """verl's config ``config_name`` composed with ``overrides`` via Hydra's compose API (struct mode kept)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
+        return hydra_compose(config_name=config_name, overrides=list(overrides))
+
+
+def _check_estimator(config: Any) -> None:
+    """Run the configured estimator through verl's compute_advantage on 2 groups x 3 rollouts."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    import pipeline_lib.engines.verl.estimators  # noqa: F401  (registration, in case the entry point is off)
+
+    algorithm = config.algorithm
+    rewards = torch.zeros(6, 4)
+    rewards[:, -1] = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": torch.ones(6, 4)},
+        non_tensors={"uid": np.array(["a", "a", "a", "b", "b", "b"], dtype=object)},
+    )
+    out = compute_advantage(data, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma, lam=algorithm.lam,
+                            num_repeat=3, norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
+                            config=algorithm)
+    if not bool(torch.isfinite(out.batch["advantages"]).all()):
+        raise ValueError(f"estimator {algorithm.adv_estimator!r} returned non-finite advantages")
+
+
+def _check_reward(config: Any) -> None:
+    from verl.utils.import_utils import load_extern_object
+
+    from pipeline_lib.rewards import available_rewards
+
+    section = config.reward.custom_reward_function
+    fn = load_extern_object(module_path=section.path, object_name=section.name)
+    kwargs = dict(section.get("reward_kwargs") or {})
+    accepted = inspect.signature(fn).parameters
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown:
+        raise ValueError(f"reward.custom_reward_function.reward_kwargs has {unknown}, which {section.name} does not "
+                         f"take (it takes {sorted(accepted)})")
+    weights = kwargs.get("reward_weights") or {}
+    bad = sorted(set(weights) - set(available_rewards()))
+    if bad:
+        raise ValueError(f"reward_weights names unknown reward(s) {bad}; registered: {available_rewards()}")
+
+
+def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
+    """The composed, checked ``ppo_trainer`` config; raises :class:`VerlOverrideError` naming ``label``."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    step = "composing verl's ppo_trainer config"
+    try:
+        config = compose("ppo_trainer", overrides)
+        step = "resolving interpolations"
+        OmegaConf.to_container(config, resolve=True)
+        step = "verl.utils.config.validate_config"
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        step = "building verl's rollout dataclass config"
+        omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+        step = f"running advantage estimator {config.algorithm.adv_estimator!r} through verl's compute_advantage"
+        _check_estimator(config)
+        step = "loading the custom reward function"
+        _check_reward(config)
+    except Exception as exc:
+        raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    return config
+
+
+def validate_sft(overrides: Sequence[str], label: str = "SFT run") -> Any:
+    """The composed, checked ``sft_trainer_engine`` config; raises :class:`VerlOverrideError` naming ``label``."""
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    step = "composing verl's sft_trainer_engine config"
+    try:
+        config = compose("sft_trainer_engine", overrides)
+        step = "resolving interpolations"
+        OmegaConf.to_container(config, resolve=True)
+        step = "building verl's engine/optim/checkpoint dataclass configs"
+        for section in ("engine", "optim", "checkpoint"):
+            omega_conf_to_dataclass(config[section])
+        step = "checking batch sizes"
+        data, trainer = config.data, config.trainer
+        world = trainer.n_gpus_per_node * trainer.nnodes
+        if data.train_batch_size % world:
+            raise ValueError(f"data.train_batch_size ({data.train_batch_size}) must be divisible by the "
+                             f"{world} GPUs")
+        if data.truncation not in ("error", "left", "right"):
+            raise ValueError(f"data.truncation must be error/left/right, got {data.truncation!r}")
+    except Exception as exc:
+        raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    return config
+
+
+# --- every run a config plans --------------------------------------------------------------------------------------
+
+def rl_paths(config: Mapping[str, Any], task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
+    """The files of one RL run, as the Snakemake rule passes them (absolute, so Ray workers anywhere agree)."""
+    from pipeline_lib.targets import rl_train_data
+
+    root = Path(root).resolve()
+    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
+                      train_files=root / rl_train_data(config, task, method),
+                      val_files=root / f"results/data/{task}/rl_test.parquet",
+                      init=root / f"results/train/{task}/sft/seed{seed}/final")
+
+
+def sft_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:
+    root = Path(root).resolve()
+    return TrainPaths(run_dir=root / f"results/train/{task}/sft/seed{seed}",
+                      train_files=root / f"results/data/{task}/sft_train.parquet")
+
+
+def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tuple[str, str, list[str]]]:
+    """(label, kind, overrides) of every verl run the config plans: the main SFT/RL runs, the tau x M ablation
+    cells and the model-scale runs (``train.ablation`` / ``train.scale`` on verl tasks)."""
+    from pipeline_lib import targets
+
+    verl = targets.verl_tasks(config)
+    runs = []
+    for task in [t for t in config["train"]["tasks"] if t in verl]:
+        for seed in config["train"]["seeds"]:
+            runs.append((f"{task}/sft/seed{seed}", "sft",
+                         sft_overrides(sft_spec(config, task), sft_paths(task, seed, root), seed)))
+            for method in task_methods(config, task):
+                runs.append((f"{task}/{method}/seed{seed}", "rl",
+                             rl_overrides(rl_spec(config, task, method), rl_paths(config, task, method, seed, root),
+                                          seed)))
+    ablation = config["train"].get("ablation") or {}
+    for task in [t for t in ablation.get("tasks", []) if t in verl]:
+        for tau in ablation["taus"]:
+            for group in ablation["group_sizes"]:
+                for seed in ablation["seeds"]:
+                    name = targets.ablation_method(tau, group)
+                    paths = rl_paths(config, task, targets.softmax_exact_method(config), seed, root)
+                    paths.run_dir = paths.run_dir.parent.parent / name / f"seed{seed}"
+                    runs.append((f"{task}/{name}/seed{seed}", "rl",
+                                 rl_overrides(targets.verl_ablation_spec(config, task, tau, group), paths, seed)))
+    scale = config["train"].get("scale") or {}
+    for task in [t for t in scale.get("tasks", []) if t in verl]:
+        for name in scale.get("models", {}):
+            scaled = targets.scale_config(config, name)
+            for seed in scale["seeds"]:
+                sft = sft_paths(task, seed, root)
+                sft.run_dir = sft.run_dir.parent.parent / f"sft_at_{name}" / f"seed{seed}"
+                runs.append((f"{task}/sft_at_{name}/seed{seed}", "sft",
+                             sft_overrides(sft_spec(scaled, task), sft, seed)))
+                for method in scale["methods"]:
+                    paths = rl_paths(config, task, method, seed, root)
+                    paths.run_dir = paths.run_dir.parent.parent / f"{method}_at_{name}" / f"seed{seed}"
+                    paths.init = sft.run_dir / "final"
+                    runs.append((f"{task}/{method}_at_{name}/seed{seed}", "rl",
+                                 rl_overrides(rl_spec(scaled, task, method), paths, seed)))
+    return runs
+
+
+def _code_digest() -> str:
+    digest = hashlib.sha256(REQUIRED_VERL.encode())
+    for name in ("__init__.py", "estimators.py", "translate.py", "validate.py"):
+        digest.update((_ENGINE_DIR / name).read_bytes())
+    return digest.hexdigest()
+
+
+def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR) -> dict[str, int]:
+    """Validate every planned run (cached per overrides); raises :class:`VerlOverrideError` on the first bad one."""
+    started = time.perf_counter()
+    runs = planned_runs(config)
+    code = _code_digest()
+    cache = Path(cache_dir)
+    checked = 0
+    for label, kind, overrides in runs:
+        key = hashlib.sha256(json.dumps([code, kind, overrides]).encode()).hexdigest()
+        marker = cache / key
+        if marker.exists():
+            continue
+        with warnings.catch_warnings():  # verl lists every optional training backend it cannot import
+            warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+            (validate_sft if kind == "sft" else validate_rl)(overrides, label=f"train run {label}")
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = marker.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"run": label, "kind": kind, "overrides": overrides}, indent=1))
+        tmp.replace(marker)
+        checked += 1
+    return {"runs": len(runs), "validated": checked, "cached": len(runs) - checked,
+            "seconds": round(time.perf_counter() - started, 2)}

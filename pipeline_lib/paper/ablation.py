@@ -1,0 +1,107 @@
+"""The tau x M ablation table (paper Table "ablations") from the evaluation of every ablation run.
+
+    python -m pipeline_lib.paper.ablation data --metrics results/eval/T/softmax_tau0p1_m4/seed0/metrics.json \
+        ... --out results/paper/data/ablation.csv
+    python -m pipeline_lib.paper.ablation table --data CSV --label tiny --stem results/paper/tables/ablation
+
+Rows are temperatures tau; per task and group size M the table shows greedy pass@1 (%) and the
+mean greedy response length (tokens), mean over seeds, best pass@1 per (task, M) column in bold,
+as in the paper (its length column is "mean answer length").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline_lib.io import atomic_path
+from pipeline_lib.paper.tables import write_table
+from pipeline_lib.provenance import write_provenance
+
+__all__ = ["ablation_data", "ablation_table"]
+
+log = logging.getLogger("pipeline_lib.paper.ablation")
+
+_RUN = re.compile(r"^softmax_tau(?P<tau>[0-9]+(?:p[0-9]+)?)_m(?P<m>[0-9]+)$")
+
+
+def ablation_data(metrics_paths: list[Path]) -> pd.DataFrame:
+    """One row per run: task, tau, M, seed, greedy pass@1 and mean greedy length (from the run's path)."""
+    rows = []
+    for path in metrics_paths:
+        seed_dir, run_dir, task_dir = path.parent, path.parent.parent, path.parent.parent.parent
+        match = _RUN.match(run_dir.name)
+        if match is None:
+            raise ValueError(f"{path}: {run_dir.name!r} is not an ablation run name (softmax_tau<tau>_m<M>)")
+        metrics = json.loads(path.read_text())
+        rows.append({"task": task_dir.name, "tau": float(match["tau"].replace("p", ".")), "M": int(match["m"]),
+                     "seed": int(seed_dir.name.removeprefix("seed")), "pass@1": metrics["pass@1_greedy"],
+                     "length": metrics["mean_length_greedy"]})
+    return pd.DataFrame(rows)
+
+
+def ablation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+    stats = frame.groupby(["task", "M", "tau"])[["pass@1", "length"]].mean()
+    seeds = frame.groupby(["task", "M", "tau"])["seed"].nunique()
+    tasks, sizes, taus = sorted(frame["task"].unique()), sorted(frame["M"].unique()), sorted(frame["tau"].unique())
+    plain, latex = [], []
+    for tau in taus:
+        row_plain, row_latex = {"tau": f"{tau:g}"}, {"tau": f"{tau:g}"}
+        for task in tasks:
+            for m in sizes:
+                key = f"{task} M={m}"
+                if (task, m, tau) not in stats.index:
+                    for frame_row in (row_plain, row_latex):
+                        frame_row[f"{key} pass@1"] = frame_row[f"{key} len"] = "--"
+                    continue
+                value, length = stats.loc[(task, m, tau)]
+                best = np.isclose(value, stats.xs((task, m), level=("task", "M"))["pass@1"].max())
+                cell = f"{100 * value:.1f}%"
+                row_plain[f"{key} pass@1"] = f"**{cell}**" if best else cell
+                row_latex[f"{key} pass@1"] = rf"\textbf{{{100 * value:.1f}\%}}" if best else rf"{100 * value:.1f}\%"
+                row_plain[f"{key} len"] = row_latex[f"{key} len"] = f"{length:.1f}"
+        plain.append(row_plain)
+        latex.append(row_latex)
+    n_seeds = int(seeds.max()) if len(seeds) else 0
+    caption = (f"Temperature (tau) and group size (M) ablation of SoftmaxGRPO-Exact [{label} run]: greedy pass@1 (%) "
+               f"and mean response length (tokens) on held-out prompts, mean over {n_seeds} seed(s); best pass@1 per "
+               "(task, M) in bold. Every other setting equals the main SoftmaxGRPO-Exact runs'.")
+    raw = [c for c in latex[0] if c.endswith("pass@1")] if latex else []
+    return write_table(pd.DataFrame(plain), stem, caption, "tab:ablations", latex_frame=pd.DataFrame(latex),
+                       raw_columns=raw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.ablation", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("data")
+    p.add_argument("--metrics", nargs="+", type=Path, required=True)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("table")
+    p.add_argument("--data", required=True)
+    p.add_argument("--label", required=True)
+    p.add_argument("--stem", type=Path, required=True)
+    args = parser.parse_args(argv)
+    started = time.time()
+    if args.command == "data":
+        with atomic_path(args.out) as tmp:
+            ablation_data(args.metrics).to_csv(tmp, index=False)
+        write_provenance([args.out], step="paper_ablation_data", inputs=args.metrics, started_at=started)
+    else:
+        paths = ablation_table(pd.read_csv(args.data), args.label, args.stem)
+        write_provenance(paths, step="paper_ablation", inputs=[args.data], started_at=started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,475 @@
+"""The baselines of Table 1 on the local engine: each method's defining property, short runs, resume."""
+
+import copy
+import itertools
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from pipeline_lib.engines.local import dpo as dpo_module
+from pipeline_lib.engines.local import raro as raro_module
+from pipeline_lib.engines.local import rl as rl_module
+from pipeline_lib.engines.local.base import make_base
+from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
+from pipeline_lib.engines.local.model import build_model, pack, response_logprobs
+from pipeline_lib.engines.local.opd import OnPolicyDistillation, reverse_kl_per_token
+from pipeline_lib.engines.local.rationalization import train_rationalization
+from pipeline_lib.engines.local.rl import train_rl
+from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
+from pipeline_lib.losses import PolicyLossConfig
+
+from .test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
+
+RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_prompts_per_step": 2,
+        "replay_fraction": 0.5, "replay_size": 8,
+        "rewards": {"policy": {"policy_better": 1.0, "tie": 0.5, "expert_better": 0.0, "invalid": 0.0},
+                    "critic": {"expert_better": 1.0, "tie": 0.5, "policy_better": 0.0, "invalid": 0.0}}}
+DPO = {"rounds": 2, "pairs_per_round": 8, "steps_per_round": 2, "batch_size": 4, "batch_size_generate": 8,
+       "lr": 1e-3, "weight_decay": 0.0, "beta": 0.1, "grad_clip": 1.0, "validation_prompts": 4, "max_new_tokens": 8,
+       "max_response_tokens": 32, "temperature": 1.0}
+GROUP_RL = RL | {"advantage": "grpo", "advantage_params": {}, "reward_weights": None, "steps": 2}
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny / "tok")
+
+
+def sequence(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+# --- defining properties -------------------------------------------------------------------------------------------
+
+def test_split_reasoning_round_trips_every_demonstration_format():
+    for text in ("<think>9 + 5 = 14</think>\n<answer>(9 + 5)</answer>", "2 * 3 = 6\nThe answer is \\boxed{6}.",
+                 "The council passed it 5-2.", ""):
+        reasoning, answer = split_reasoning(text)
+        assert reasoning + answer == text
+    assert split_reasoning("<think>a</think>\n<answer>b</answer>") == ("<think>a</think>", "\n<answer>b</answer>")
+
+
+def test_dpo_steps_lower_the_loss_by_raising_the_chosen_vs_rejected_margin(tokenizer):
+    model = build_model(tokenizer, MODEL, 0)
+    reference = copy.deepcopy(model).eval()
+    prompt = [sequence(tokenizer, "Using the numbers [1, 2], make 3.")]
+    chosen, rejected = [sequence(tokenizer, "<answer>1 + 2</answer>")], [sequence(tokenizer, "<answer>2 - 1</answer>")]
+
+    def logp(m, response):
+        ids, attention, mask = pack(prompt, response, tokenizer.pad_token_id)
+        return response_logprobs(m, ids, attention, mask).sum(-1)
+
+    with torch.no_grad():
+        ref_c, ref_r = logp(reference, chosen), logp(reference, rejected)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses, margins = [], []
+    for _ in range(6):
+        loss, margin = dpo_module.dpo_loss(logp(model, chosen), logp(model, rejected), ref_c, ref_r, beta=0.5)
+        losses.append(float(loss.detach()))
+        margins.append(float(margin))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert losses[0] == pytest.approx(float(torch.log(torch.tensor(2.0))), abs=1e-5)  # margin 0 at the reference
+    assert margins[0] == pytest.approx(0.0, abs=1e-5)
+    assert all(b > a for a, b in itertools.pairwise(margins))
+    assert all(b < a for a, b in itertools.pairwise(losses))
+
+
+def test_opd_loss_and_gradient_vanish_when_student_equals_teacher(tokenizer):
+    student = build_model(tokenizer, MODEL, 0)
+    method = OnPolicyDistillation(GROUP_RL, teacher=None)  # type: ignore[arg-type]
+    prompts = [sequence(tokenizer, "Using the numbers [1, 2], make 3.")] * 2
+    responses = [sequence(tokenizer, "<think>1 + 2 = 3</think>"), sequence(tokenizer, "<answer>1 + 2</answer>")]
+    ids, attention, mask = pack(prompts, responses, tokenizer.pad_token_id)
+    config = PolicyLossConfig(aggregation="token-mean")
+    zeros = torch.zeros_like(mask)
+
+    def loss_and_grad(teacher):
+        method.teacher = teacher
+        student.zero_grad()
+        loss, _, _ = method.loss(student, ids, attention, mask, zeros, torch.zeros(2), torch.arange(2), None, config)
+        loss.backward()
+        return float(loss.detach()), max(float(p.grad.abs().max()) for p in student.parameters() if p.grad is not None)
+
+    same_loss, same_grad = loss_and_grad(copy.deepcopy(student).eval())
+    assert same_loss == pytest.approx(0.0, abs=1e-6) and same_grad < 1e-6
+    other_loss, other_grad = loss_and_grad(build_model(tokenizer, MODEL, 1).eval())
+    assert other_loss > 1e-3 and other_grad > 1e-4
+    # only response positions carry KL
+    with torch.no_grad():
+        logits = student(input_ids=ids, attention_mask=attention).logits
+        other = build_model(tokenizer, MODEL, 1)(input_ids=ids, attention_mask=attention).logits
+    per_token = reverse_kl_per_token(logits, other, mask)
+    assert bool((per_token[mask == 0] == 0).all()) and bool((per_token[mask == 1] > 0).all())
+
+
+def test_rl_logit_reward_is_higher_for_reasoning_that_makes_the_expert_answer_likelier(tokenizer):
+    model = build_model(tokenizer, MODEL, 0)
+    prompt = sequence(tokenizer, "Using the numbers [9, 5, 5], make 19.")
+    good, bad = "<think>9 + 5 = 14\n14 + 5 = 19</think>", "<think>5 * 5 = 25</think>"
+    answer = "\n<answer>(9 + 5) + 5</answer>"
+    # make `good` the reasoning under which the model predicts the expert answer: fit prompt + good + answer
+    ids, attention, mask = pack([prompt], [[*sequence(tokenizer, good + answer), tokenizer.eos_token_id]],
+                                tokenizer.pad_token_id)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(30):
+        loss = -response_logprobs(model, ids, attention, mask).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for variant in ("logprob", "neg_perplexity"):
+        rewards, logprob = answer_logprob_rewards(model, tokenizer, [prompt, prompt], [good, bad], [answer, answer],
+                                                  variant)
+        assert not rewards.requires_grad  # stop-gradient: the reward never trains the scorer
+        assert rewards[0] > rewards[1] and logprob[0] > logprob[1]
+    assert bool((rewards < 0).all() and (rewards > -float(len(tokenizer))).all())
+    # batched equals one at a time
+    single, _ = answer_logprob_rewards(model, tokenizer, [prompt], [bad], [answer], "logprob")
+    batched, _ = answer_logprob_rewards(model, tokenizer, [prompt, prompt], [good, bad], [answer, answer], "logprob")
+    torch.testing.assert_close(single[0], batched[1], atol=1e-4, rtol=1e-5)
+    with pytest.raises(ValueError, match="variant"):
+        answer_logprob_rewards(model, tokenizer, [prompt], [good], [answer], "perplexity")
+
+
+@pytest.mark.parametrize(("reply", "expert_first", "verdict"), [
+    ("<answer>1</answer>", True, "expert_better"), ("<answer>1</answer>", False, "policy_better"),
+    ("<answer>2</answer>", True, "policy_better"), ("<answer>2</answer>", False, "expert_better"),
+    ("<answer>tie</answer>", True, "tie"), ("<answer> TIE </answer>", False, "tie"),
+    ("<answer>3</answer>", True, "invalid"), ("1", True, "invalid"), ("\\boxed{1}", True, "invalid"),
+])
+def test_raro_verdicts_follow_the_shuffled_order(reply, expert_first, verdict):
+    assert raro_module.parse_verdict(reply, expert_first) == verdict
+
+
+def test_raro_rewards_follow_the_outcome_table():
+    table = RARO["rewards"]
+    verdicts = ["expert_better", "policy_better", "tie", "invalid"]
+    assert raro_module.outcome_rewards(verdicts, table["policy"]).tolist() == [0.0, 1.0, 0.5, 0.0]
+    assert raro_module.outcome_rewards(verdicts, table["critic"]).tolist() == [1.0, 0.0, 0.5, 0.0]
+    custom = {"expert_better": -1.0, "policy_better": 2.0, "tie": 0.25, "invalid": -3.0}
+    assert raro_module.outcome_rewards(verdicts, custom).tolist() == [-1.0, 2.0, 0.25, -3.0]
+    with pytest.raises(KeyError, match="invalid"):
+        raro_module.outcome_rewards(verdicts, {"expert_better": 1.0, "policy_better": 0.0, "tie": 0.5})
+
+
+def test_expert_demonstrations_align_with_rl_prompts_by_text(tiny, tmp_path):  # noqa: F811
+    frame = pd.read_parquet(tiny / "data/rl_train.parquet")
+    demos = expert_demonstrations(frame, tiny / "data/sft_train.parquet")
+    sft = pd.read_parquet(tiny / "data/sft_train.parquet")
+    assert demos[3] == sft["messages"][3][-1]["content"] and len(demos) == len(frame)
+    shuffled = frame.sample(frac=1.0, random_state=0).reset_index(drop=True)
+    assert expert_demonstrations(shuffled, tiny / "data/sft_train.parquet")[0] == demos[frame.index[
+        frame["prompt"].map(lambda p: p[0]["content"]) == shuffled["prompt"][0][0]["content"]][0]]
+    sft.iloc[:-1].to_parquet(tmp_path / "short.parquet")
+    with pytest.raises(KeyError, match="row"):
+        expert_demonstrations(frame, tmp_path / "short.parquet")
+
+
+# --- short runs of every trainer -----------------------------------------------------------------------------------
+
+def done(run_dir):
+    record = json.loads((run_dir / "DONE.json").read_text())
+    assert (run_dir / "final/model.safetensors").is_file() and (run_dir / "metrics.jsonl").is_file()
+    return record
+
+
+def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):  # noqa: F811
+    make_base({"model": MODEL}, tiny / "tok", tmp_path, 0)
+    assert done(tmp_path)["pretrained"] is False
+    a, b = params(tmp_path / "final"), params(tiny / "init")  # the fixture's init is build_model(..., seed 0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):  # noqa: F811
+    spec = {"annotate": {"hint": "The answer is {answer}.", "max_new_tokens": 8, "temperature": 1.0,
+                         "batch_size": 16}, "sft": SFT | {"steps": 2}}
+    train_rationalization(spec, tiny / "data/sft_train.parquet", tiny / "init", tiny / "tok", tmp_path, 0,
+                          progress=False)
+    assert done(tmp_path)["kind"] == "rationalization"
+    original = pd.read_parquet(tiny / "data/sft_train.parquet")
+    annotated = pd.read_parquet(tmp_path / "rationalized_sft.parquet")
+    assert len(annotated) == len(original)
+    for before, after in zip(original["messages"], annotated["messages"], strict=True):
+        assert after[0]["content"] == before[0]["content"]  # the question is unchanged (the hint is not trained on)
+        assert after[-1]["content"].endswith(split_reasoning(before[-1]["content"])[1])  # expert answer kept
+
+
+def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_path, monkeypatch):  # noqa: F811
+    data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
+    dpo_module.train_iterative_dpo(DPO, data, demos, init, tmp_path / "straight", 0, progress=False)
+    record = done(tmp_path / "straight")
+    rounds = json.loads((tmp_path / "straight/rounds.json").read_text())
+    assert [r["round"] for r in rounds["rounds"]] == [1, 2] and record["best_round"] == rounds["best_round"]
+    best = max(rounds["rounds"], key=lambda r: (r["validation_pass@1_greedy"], -r["round"]))
+    assert rounds["best_round"] == best["round"]
+    a, b = params(tmp_path / "straight/final"), params(tmp_path / f"straight/rounds/round{best['round']}")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a run killed after round 1 resumes at round 2 and ends where the uninterrupted run ended
+    real = dpo_module.greedy_accuracy
+    calls = []
+
+    def die_in_round_two(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("simulated kill")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dpo_module, "greedy_accuracy", die_in_round_two)
+    with pytest.raises(KeyboardInterrupt):
+        dpo_module.train_iterative_dpo(DPO, data, demos, init, tmp_path / "killed", 0, progress=False)
+    monkeypatch.undo()
+    dpo_module.train_iterative_dpo(DPO, data, demos, init, tmp_path / "killed", 0, progress=False)
+    for name in ("round1", "round2"):
+        a, b = params(tmp_path / f"straight/rounds/{name}"), params(tmp_path / f"killed/rounds/{name}")
+        for key in a:
+            torch.testing.assert_close(a[key], b[key])
+
+
+def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):  # noqa: F811
+    spec = GROUP_RL | {"variant": "neg_perplexity"}
+    train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
+             method=RLLogit(spec, tiny / "data/sft_train.parquet"))
+    assert done(tmp_path)["kind"] == "rl_logit"
+    rewards = [r for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()
+               for r in json.loads(line)["reward"]]
+    assert all(-float("inf") < r < 0 for r in rewards)  # negative perplexities, not verifier scores
+    assert "expert_answer_logprob" in json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+
+
+def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):  # noqa: F811
+    data, init = tiny / "data/rl_train.parquet", tiny / "init"
+    # teacher == student: zero KL on the first update (one minibatch, so it is measured before any step; later
+    # steps would see Adam turn float round-off into a real step)
+    one = GROUP_RL | {"steps": 1, "minibatches": 1}
+    train_rl(one, data, init, tmp_path / "same", 0, progress=False, method=OnPolicyDistillation(one, init))
+    same = [json.loads(line)["kl"] for line in (tmp_path / "same/metrics.jsonl").read_text().splitlines()]
+    assert done(tmp_path / "same")["kind"] == "opd" and max(same) < 1e-6
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
+    other = build_model(tokenizer, MODEL, 1)
+    other.save_pretrained(tmp_path / "teacher")
+    train_rl(GROUP_RL, data, init, tmp_path / "other", 0, progress=False,
+             method=OnPolicyDistillation(GROUP_RL, tmp_path / "teacher"))
+    kls = [json.loads(line)["kl"] for line in (tmp_path / "other/metrics.jsonl").read_text().splitlines()]
+    assert min(kls) > 1e-3
+    a, b = params(init), params(tmp_path / "other/final")
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(tiny, tmp_path,  # noqa: F811
+                                                                             monkeypatch):
+    spec = GROUP_RL | {"steps": 3, "checkpoint_every": 1, "raro": RARO}
+    data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
+    train_rl(spec, data, init, tmp_path / "straight", 0, progress=False, method=raro_module.Raro(spec, demos))
+    metrics = [json.loads(line) for line in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
+    assert [m["critic_replayed"] for m in metrics] == [0, 1, 1]  # half of 2 critic prompts once the buffer fills
+    assert all(sum(m[f"critic_{v}"] for v in raro_module.VERDICTS) == pytest.approx(1.0) for m in metrics)
+    crash_after(rl_module, 2, monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(spec, data, init, tmp_path / "killed", 0, progress=False, method=raro_module.Raro(spec, demos))
+    monkeypatch.undo()
+    train_rl(spec, data, init, tmp_path / "killed", 0, progress=False, method=raro_module.Raro(spec, demos))
+    a, b = params(tmp_path / "straight/final"), params(tmp_path / "killed/final")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key])
+    assert (tmp_path / "straight/rollouts.jsonl").read_text() == (tmp_path / "killed/rollouts.jsonl").read_text()
+    untimed = [[{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+                for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+               for run in ("straight", "killed")]
+    assert untimed[0] == untimed[1]
+
+
+# --- targets, specs and the workflow -------------------------------------------------------------------------------
+
+def validated(**train):
+    import yaml
+
+    from pipeline_lib.config import validate_config
+
+    from .conftest import REPO
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["train"] |= train
+    validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
+    return config
+
+
+def differing(a, b):
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+def test_paired_methods_share_every_setting_but_the_advantage():
+    from pipeline_lib.targets import ablation_run_spec, baseline_spec, rl_run_spec
+
+    config = validated()
+    for grpo, softmax in (("grpo_exact", "softmax_exact"), ("grpo_sim", "softmax_sim")):
+        assert differing(rl_run_spec(config, grpo), rl_run_spec(config, softmax)) == {"advantage", "advantage_params"}
+    # an ablation cell is SoftmaxGRPO-Exact with another tau / M / step count, nothing else
+    cell = ablation_run_spec(config, 1.0, 4)
+    assert differing(cell, rl_run_spec(config, "softmax_exact")) <= {"advantage_params", "group_size", "steps"}
+    # the RL-style baselines keep every shared RL setting
+    shared = config["train"]["rl"]
+    for method in ("rl_logit", "raro", "opd"):
+        spec = baseline_spec(config, method)
+        assert {k: spec[k] for k in shared} == shared, method
+    # the paper's configuration pairs its methods the same way
+    paper = validated()
+    paper["train"]["methods"] = {"a": {"advantage": "grpo", "reward": "verifier"},
+                                 "b": {"advantage": "softmax", "tau": 0.3, "reward": "verifier"}}
+    assert differing(rl_run_spec(paper, "a"), rl_run_spec(paper, "b")) == {"advantage", "advantage_params"}
+
+
+def test_baseline_and_ablation_targets_and_names():
+    from pipeline_lib.targets import ablation_method, ablation_runs, ablation_tau, baseline_runs, eval_targets
+
+    config = validated()
+    assert ablation_method(0.1, 4) == "softmax_tau0p1_m4" and ablation_method(10.0, 8) == "softmax_tau10_m8"
+    for tau in (0.1, 0.3, 0.5, 1.0, 1.3, 1.5, 10.0):
+        assert ablation_tau(ablation_method(tau, 4).split("_")[1].removeprefix("tau")) == tau
+    assert "results/train/countdown_tiny/raro/seed0/DONE.json" in baseline_runs(config)
+    assert len(ablation_runs(config)) == len(config["train"]["ablation"]["taus"]) * 2
+    evals = eval_targets(config)
+    assert "results/eval/countdown_tiny/opd/seed0/metrics.json" in evals and len(evals) == len(set(evals))
+    config["train"]["baselines"]["tasks"] = []
+    assert baseline_runs(config) == [] and not any("/opd/" in p for p in eval_targets(config))
+
+
+def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
+    from pipeline_lib.targets import opd_teacher_spec
+
+    config = validated()
+    config["train"]["baselines"]["opd"]["teacher"] |= {"init": "sft", "model": {"layers": 8}}
+    with pytest.raises(ValueError, match="init: scratch"):
+        opd_teacher_spec(config)
+    config["train"]["baselines"]["opd"]["teacher"]["init"] = "scratch"
+    assert opd_teacher_spec(config)["model"]["layers"] == 8
+
+
+def test_table1_shows_a_dash_where_a_method_did_not_run(tmp_path):
+    from pipeline_lib.paper.results import table1
+
+    frame = pd.DataFrame([
+        {"task": "countdown_tiny", "method": "raro", "seed": 0, "pass@1_greedy": 0.25},
+        {"task": "countdown_tiny", "method": "sft", "seed": 0, "pass@1_greedy": 0.5},
+        {"task": "arith_tiny", "method": "sft", "seed": 0, "pass@1_greedy": 0.4},
+        {"task": "countdown_tiny", "method": "base", "seed": 0, "pass@1_greedy": 0.0}])
+    table1(frame, "pass@1_greedy", "test", tmp_path / "t1")
+    table = pd.read_csv(tmp_path / "t1.csv")
+    assert list(table["Method"]) == ["Base", "SFT", "RARO"]
+    assert table.set_index("Method").loc["RARO", "arith_tiny"] == "--"
+    assert table.set_index("Method").loc["RARO", "countdown_tiny"] == "25.0 (n=1)"
+    assert r"RARO & -- & 25.0" in (tmp_path / "t1.tex").read_text()
+
+
+def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
+    from pipeline_lib.paper.ablation import ablation_data, ablation_table
+
+    paths = []
+    for tau, m, score, length in (("0p1", 4, 0.5, 30.0), ("10", 4, 0.25, 20.0), ("0p1", 8, 0.75, 10.0)):
+        path = tmp_path / f"eval/countdown_tiny/softmax_tau{tau}_m{m}/seed0/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"pass@1_greedy": score, "mean_length_greedy": length}))
+        paths.append(path)
+    frame = ablation_data(paths)
+    assert sorted(frame["tau"]) == [0.1, 0.1, 10.0]
+    ablation_table(frame, "test", tmp_path / "ablation")
+    table = pd.read_csv(tmp_path / "ablation.csv", dtype=str).set_index("tau")
+    assert table.loc["0.1", "countdown_tiny M=4 pass@1"] == "**50.0%**"
+    assert table.loc["10", "countdown_tiny M=4 len"] == "20.0"
+    assert table.loc["10", "countdown_tiny M=8 pass@1"] == "--"
+    bad = tmp_path / "eval/countdown_tiny/grpo_exact/seed0/metrics.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="grpo_exact"):
+        ablation_data([bad])
+
+
+def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workflow_copy):
+    """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
+    import yaml
+
+    from .conftest import REPO
+    from .test_workflow import SMALL_THEORY, snakemake
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["theory"] = SMALL_THEORY
+    config["imagenet"]["enabled"] = False
+    config.pop("judge", None)
+    config["data"]["tiny"] |= {"tasks": ["countdown_tiny"], "n_train": 48, "n_test": 6}
+    config["data"]["tokenizer"]["vocab_size"] = 400
+    config["train"] |= {"tasks": ["countdown_tiny"], "seeds": [0]}
+    config["train"]["model"] |= {"hidden_size": 32, "intermediate_size": 64, "layers": 1}
+    config["train"]["sft"] |= {"steps": 3, "batch_size": 8, "checkpoint_every": 2}
+    config["train"]["rl"] |= {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6,
+                              "checkpoint_every": 1}
+    config["train"]["baselines"] |= {
+        "tasks": ["countdown_tiny"], "seeds": [0], "rationalization": {"annotator": "sft", "max_new_tokens": 6},
+        "iterative_dpo": {"rounds": 2, "pairs_per_round": 4, "steps_per_round": 1, "batch_size": 4,
+                          "validation_prompts": 4, "max_new_tokens": 6},
+        "opd": {"teacher": {"init": "sft", "steps": 2, "lr": 0.001}},
+        "raro": {"critic_prompts_per_step": 2, "critic_max_new_tokens": 4}}
+    config["train"]["ablation"] = {"tasks": ["countdown_tiny"], "seeds": [0], "taus": [0.1, 10.0], "group_sizes": [2],
+                                   "steps": 1}
+    config["eval"] |= {"samples": 1, "max_new_tokens": 6, "max_prompts": 3}
+    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workflow_copy, "paper_table1", "paper_ablation", "--cores", "2", "--configfile", "e2e.yaml")
+    assert result.returncode == 0, result.stderr[-4000:]
+    table = pd.read_csv(workflow_copy / "results/paper/tables/table1.csv")
+    assert list(table["Method"]) == ["Base", "SFT", "Rationalization", "Iterative DPO", "RL-Logit", "RARO", "OPD",
+                                     "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact"]
+    assert "--" not in set(table["countdown_tiny"])
+    for method in ("base", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "opd_teacher"):
+        run = workflow_copy / "results/train/countdown_tiny" / method / "seed0"
+        assert json.loads((run / "DONE.json").read_text())["kind"] == method, method
+        assert (run / "final/model.safetensors").is_file() and (run / "metrics.jsonl").is_file(), method
+        assert (workflow_copy / "results/benchmarks").rglob(f"*{method}*"), method
+    ablation = pd.read_csv(workflow_copy / "results/paper/tables/ablation.csv")
+    assert list(pd.read_csv(workflow_copy / "results/paper/tables/ablation.csv", dtype=str)["tau"]) == ["0.1", "10"]
+    assert {"countdown_tiny M=2 pass@1", "countdown_tiny M=2 len"} <= set(ablation.columns)
+    rerun = snakemake(workflow_copy, "paper_table1", "paper_ablation", "-n", "--configfile", "e2e.yaml")
+    assert "Nothing to be done" in rerun.stdout + rerun.stderr
+
+
+def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(workflow_copy):
+    from .test_workflow import snakemake
+
+    result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = result.stdout
+    for rule in ("train_base", "train_rationalization", "train_iterative_dpo", "train_expert_rl", "train_opd",
+                 "train_verl_ablation", "train_verl_scale_sft", "train_verl_scale_rl", "paper_ablation",
+                 "paper_scale", "paper_table1"):
+        assert f"rule {rule}:" in plan or f"localrule {rule}:" in plan, rule
+    for path in ("results/train/countdown/raro/seed0/DONE.json",
+                 "results/train/gsm8k/softmax_tau1p3_m4/seed0/DONE.json",
+                 "results/train/countdown/softmax_exact_at_qwen25_3b/seed0/DONE.json"):
+        assert path in plan, path
+    assert "--teacher Qwen/Qwen3-8B" in plan and "--init Qwen/Qwen2.5-1.5B" in plan
+    assert "train_opd_teacher" not in plan  # the paper's teacher is a ready model
+
+
+def test_scale_table_groups_runs_by_base_model(tmp_path):
+    from pipeline_lib.paper.scale import scale_data, scale_table
+
+    paths = []
+    for run, score in (("grpo_exact", 0.5), ("softmax_exact", 0.75), ("grpo_exact_at_big", 0.25),
+                       ("softmax_exact_at_big", 1.0)):
+        path = tmp_path / f"eval/countdown/{run}/seed0/metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"pass@1_greedy": score}))
+        paths.append(path)
+    frame = scale_data(paths, "Small", {"big": "Big"})
+    scale_table(frame, "test", tmp_path / "scale")
+    table = pd.read_csv(tmp_path / "scale.csv", dtype=str)
+    assert list(zip(table["Base model"], table["Method"], table["countdown"], strict=True)) == [
+        ("Small", "GRPO-Exact", "50.0"), ("Small", "SoftmaxGRPO-Exact", "**75.0**"),
+        ("Big", "GRPO-Exact", "25.0"), ("Big", "SoftmaxGRPO-Exact", "**100.0**")]
+    with pytest.raises(ValueError, match="huge"):
+        scale_data([tmp_path / "eval/countdown/grpo_exact/seed0/metrics.json"] + [
+            p.parent.parent.parent / "grpo_exact_at_huge/seed0/metrics.json" for p in paths[:1]], "S", {"big": "B"})

@@ -1,0 +1,343 @@
+"""The verl engine against verl 0.9.1's own code, on CPU: estimators, plugin registration in Ray workers,
+the reward hook through verl's naive reward manager, and the override translation of every paper run."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from verl import DataProto
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
+from pipeline_lib.config import validate_config
+from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.engines.verl.estimators import group_index
+from pipeline_lib.engines.verl.translate import (
+    ESTIMATOR_MODULE,
+    VERL_ADVANTAGES,
+    TrainPaths,
+    rl_overrides,
+    rl_spec,
+    slurm_resources,
+)
+from pipeline_lib.engines.verl.validate import (
+    VerlOverrideError,
+    compose,
+    planned_runs,
+    validate_planned_runs,
+    validate_rl,
+)
+from pipeline_lib.rewards import compute_score
+
+from .conftest import REPO
+from .test_workflow import snakemake
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def paper_config() -> dict:
+    """config/paper.yaml merged over config/config.yaml, as `snakemake --configfile config/paper.yaml` does."""
+    from snakemake.utils import update_config
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    update_config(config, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
+    return validate_config(config, SCHEMA)
+
+
+def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: bool = True):
+    """A verl batch: shuffled string uids (as verl's), ragged response masks, one outcome reward per rollout."""
+    gen = torch.Generator().manual_seed(seed)
+    n, length = n_groups * group_size, 7
+    uids = np.array([f"uid-{g:03d}" for g in range(n_groups) for _ in range(group_size)], dtype=object)
+    order = torch.randperm(n, generator=gen).numpy()
+    uids = uids[order]
+    scores = (torch.rand(n, generator=gen) < 0.4).float() if binary else torch.rand(n, generator=gen)
+    scores[uids == "uid-001"] = 1.0  # an all-equal group
+    lengths = torch.randint(1, length + 1, (n,), generator=gen)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(n, length)
+    rewards[torch.arange(n), lengths - 1] = scores  # verl puts the outcome on the last response token
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                               non_tensors={"uid": uids})
+    return data, scores, uids, mask
+
+
+def test_the_installed_verl_is_the_pinned_one(monkeypatch):
+    import pipeline_lib.engines.verl as engine
+
+    assert check_verl_version() == REQUIRED_VERL == "0.9.1"
+    monkeypatch.setattr(engine, "installed_verl_version", lambda: "0.8.0")
+    with pytest.raises(engine.VerlVersionError, match=r"pinned to verl==0.9.1 .* verl==0.8.0 is installed"):
+        engine.check_verl_version()
+    monkeypatch.setattr(engine, "installed_verl_version", lambda: None)
+    with pytest.raises(engine.VerlVersionError, match=r"needs verl==0.9.1, which is not installed"):
+        engine.check_verl_version()
+
+
+@pytest.mark.parametrize("method,params", [("softmax", {"tau": 0.1}), ("softmax", {"tau": 0.3}), ("maxrl", {}),
+                                           ("reinforce", {}), ("grpo", {}), ("dr_grpo", {}), ("rloo", {})])
+@pytest.mark.parametrize("binary", [True, False])
+def test_estimator_through_verls_compute_advantage_equals_group_advantages(method, params, binary):
+    estimator, extra = VERL_ADVANTAGES[method]
+    overrides = [f"algorithm.adv_estimator={estimator}", *(f"{k}={v}" for k, v in extra.items()),
+                 *(f"+algorithm.{k}={v}" for k, v in params.items())]
+    algorithm = compose("ppo_trainer", overrides).algorithm
+    data, scores, uids, mask = rollout_batch(seed=len(method) + 10 * binary, binary=binary)
+    out = compute_advantage(data, adv_estimator=algorithm.adv_estimator, gamma=algorithm.gamma, lam=algorithm.lam,
+                            num_repeat=6, norm_adv_by_std_in_grpo=algorithm.norm_adv_by_std_in_grpo,
+                            config=algorithm)
+    expected = broadcast_to_tokens(group_advantages(method, scores, group_index(uids), **params), mask)
+    if estimator in ("softmax", "maxrl", "reinforce"):  # ours: the very same function, so bit-identical
+        assert torch.equal(out.batch["advantages"], expected)
+    else:  # verl's own GRPO / Dr.GRPO / RLOO: the same formula, evaluated in another order
+        torch.testing.assert_close(out.batch["advantages"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_estimator_reads_tau_from_the_algorithm_config_it_receives():
+    data = rollout_batch(seed=3, binary=False)[0]
+    outs = {}
+    for tau in (0.1, 1.0):
+        algorithm = compose("ppo_trainer", ["algorithm.adv_estimator=softmax", f"+algorithm.tau={tau}"]).algorithm
+        outs[tau] = compute_advantage(data, adv_estimator="softmax", config=algorithm).batch["advantages"].clone()
+    assert not torch.allclose(outs[0.1], outs[1.0])
+    without = compose("ppo_trainer", ["algorithm.adv_estimator=softmax"]).algorithm
+    with pytest.raises(ValueError, match=r"needs algorithm.tau.*\+algorithm.tau="):
+        compute_advantage(data, adv_estimator="softmax", config=without)
+
+
+def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallback():
+    """Fresh Ray worker processes: `import verl` alone must register ours (the verl.plugins entry point); with
+    entry points switched off, VERL_USE_EXTERNAL_MODULES (what the translator puts in the Ray runtime env) must."""
+    import ray
+
+    def probe() -> dict:
+        import sys
+        from importlib.metadata import entry_points
+
+        before = "pipeline_lib.engines.verl.estimators" in sys.modules
+        plugins = [ep.value for ep in entry_points(group="verl.plugins")]
+        import torch as worker_torch
+        from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+        rewards = worker_torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+        advantages, _ = get_adv_estimator_fn("softmax")(
+            token_level_rewards=rewards, response_mask=worker_torch.ones(4, 2),
+            index=["a", "a", "b", "b"], config={"tau": 0.5})
+        return {"imported_before_verl": before, "plugins": plugins, "advantages": advantages[:, 0].tolist(),
+                "maxrl": callable(get_adv_estimator_fn("maxrl")),
+                "reinforce": callable(get_adv_estimator_fn("reinforce"))}
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        results = {}
+        for name, env in {"entry_point": {"VERL_USE_EXTERNAL_PLUGINS": "auto", "VERL_USE_EXTERNAL_MODULES": ""},
+                          "env_fallback": {"VERL_USE_EXTERNAL_PLUGINS": "none",
+                                           "VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE}}.items():
+            actor = ray.remote(num_cpus=0)(type("Probe", (), {"run": lambda self: probe()})).options(
+                runtime_env={"env_vars": env}).remote()
+            results[name] = ray.get(actor.run.remote(), timeout=120)
+            ray.kill(actor)
+    finally:
+        ray.shutdown()
+    expected = group_advantages("softmax", torch.tensor([1.0, 0.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1]), tau=0.5)
+    assert ESTIMATOR_MODULE in results["entry_point"]["plugins"], (
+        "the verl.plugins entry point is not visible in the worker: reinstall (`pip install -e .`) and check that no "
+        f"stale pipeline_lib.egg-info shadows it; seen: {results['entry_point']['plugins']}")
+    assert results["env_fallback"]["plugins"] == results["entry_point"]["plugins"]  # visible, but switched off
+    for name, result in results.items():
+        assert result["imported_before_verl"] is False, name
+        assert result["maxrl"] and result["reinforce"], name
+        torch.testing.assert_close(torch.tensor(result["advantages"]), expected, msg=name)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    from pipeline_lib.data.build import build_tiny, build_tokenizer
+
+    root = tmp_path_factory.mktemp("verl_tok")
+    tiny = {"n_train": 30, "n_test": 6, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
+            "max_target": 100}
+    build_tiny("countdown_tiny", tiny, 0, None, root / "data")
+    build_tokenizer([root / "data/sft_train.parquet", root / "data/rl_train.parquet"], 400, root / "tok")
+    return root
+
+
+def test_compute_score_through_verls_naive_reward_manager(tokenizer_dir):
+    from transformers import AutoTokenizer
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+    rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(3).to_dict("records")
+    gold = [json.loads(r["reward_model"]["ground_truth"]) for r in rows]
+    expression = "".join(f"{n}+" for n in gold[0]["numbers"])[:-1]
+    responses = [f"<think>try</think><answer>{expression}</answer>", "<think>no</think><answer>1+1</answer>",
+                 "<think>x</think>"]
+    for reward_weights in (None, {"similarity": 1.0}):
+        spec = {"custom_reward_function": {"path": "pkg://pipeline_lib.rewards", "name": "compute_score"}}
+        if reward_weights:
+            spec["custom_reward_function"]["reward_kwargs"] = {"reward_weights": reward_weights}
+        from omegaconf import OmegaConf
+
+        config = OmegaConf.create({"reward": spec})
+        manager = NaiveRewardManager(config, tokenizer, compute_score=get_custom_reward_fn(config))
+        for row, response in zip(rows, responses, strict=True):
+            prompt = tokenizer(row["prompt"][0]["content"], return_tensors="pt")["input_ids"][0][-8:]
+            answer = tokenizer(response, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
+            ids = torch.cat([prompt, answer, torch.full((3,), tokenizer.pad_token_id)])
+            attention = torch.cat([torch.ones(len(prompt) + len(answer)), torch.zeros(3)]).long()
+            item = DataProto.from_dict(
+                tensors={"prompts": prompt[None], "responses": ids[len(prompt):][None],
+                         "attention_mask": attention[None]},
+                non_tensors={"data_source": np.array([row["data_source"]], dtype=object),
+                             "reward_model": np.array([dict(row["reward_model"])], dtype=object),
+                             "extra_info": np.array([dict(row["extra_info"])], dtype=object)})
+            result = manager.loop.run_until_complete(manager.run_single(item))
+            decoded = tokenizer.decode(answer, skip_special_tokens=True)
+            direct = compute_score(row["data_source"], decoded, row["reward_model"]["ground_truth"],
+                                   dict(row["extra_info"]), reward_weights=reward_weights)
+            assert result["reward_score"] == direct["score"]
+            assert result["reward_extra_info"]["score"] == direct["score"]
+    # the verifier path really verifies: the correct expression scores 1 only if it hits the target
+    verifier = [compute_score(r["data_source"], s, r["reward_model"]["ground_truth"], dict(r["extra_info"]))["score"]
+                for r, s in zip(rows, responses, strict=True)]
+    assert verifier[1:] == [0.0, 0.0] and verifier[0] == float(sum(gold[0]["numbers"]) == gold[0]["target"])
+
+
+def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
+    config = paper_config()
+    runs = planned_runs(config)
+    labels = {label for label, _, _ in runs}
+    for task in ("gsm8k", "countdown", "deepmath"):
+        methods = ("sft", "grpo_exact", "softmax_exact", "grpo_sim", "softmax_sim")
+        assert {f"{task}/{m}/seed0" for m in methods} <= labels
+    for task in ("poetry", "meetingbank", "openthoughts"):
+        assert {f"{task}/{m}/seed0" for m in ("sft", "grpo_sim", "softmax_sim")} <= labels
+        assert f"{task}/grpo_exact/seed0" not in labels
+    main = [label for label in labels if "_tau" not in label and "_at_" not in label]
+    assert len(main) == 3 * 5 + 3 * 3  # the tau x M ablation and scale runs (train.ablation/scale) come on top
+    summary = validate_planned_runs(config, cache_dir=tmp_path)
+    assert summary == summary | {"runs": len(runs), "validated": len(runs), "cached": 0}
+    assert validate_planned_runs(config, cache_dir=tmp_path)["cached"] == len(runs)
+
+
+@pytest.mark.parametrize("task,method,expected", [
+    ("gsm8k", "softmax_exact", {"algorithm.adv_estimator": "softmax", "algorithm.tau": 0.1,
+                                "actor_rollout_ref.rollout.n": 8, "data.train_batch_size": 64,
+                                "actor_rollout_ref.actor.ppo_mini_batch_size": 32, "trainer.total_training_steps": 1000,
+                                "data.max_response_length": 256, "trainer.nnodes": 1}),
+    ("deepmath", "softmax_exact", {"algorithm.tau": 0.3, "actor_rollout_ref.rollout.n": 16, "trainer.nnodes": 2,
+                                   "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
+                                   "trainer.total_training_steps": 3220, "data.max_response_length": 1024}),
+    ("countdown", "grpo_sim", {"algorithm.adv_estimator": "grpo", "trainer.total_training_steps": 2000,
+                               "reward.custom_reward_function.reward_kwargs.reward_weights.similarity": 1.0}),
+    ("openthoughts", "softmax_sim", {"algorithm.tau": 0.3, "data.max_response_length": 6144,
+                                     "reward.custom_reward_function.reward_kwargs.reward_weights.format": 0.35,
+                                     "reward.custom_reward_function.reward_kwargs.reward_weights.similarity": 0.65}),
+])
+def test_paper_settings_reach_verls_config(task, method, expected):
+    from omegaconf import OmegaConf
+
+    config = paper_config()
+    paths = TrainPaths(f"/r/{task}/{method}", "/d/train.parquet", "/d/test.parquet", "/r/sft/final")
+    verl_config = validate_rl(rl_overrides(rl_spec(config, task, method), paths, seed=0))
+    shared = {"actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
+              "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.001,
+              "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
+              "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
+              "actor_rollout_ref.rollout.temperature": 1.0, "actor_rollout_ref.actor.optim.lr": 1e-6,
+              "trainer.resume_mode": "auto", "trainer.rollout_data_dir": f"/r/{task}/{method}/rollout_dump",
+              "reward.custom_reward_function.path": "pkg://pipeline_lib.rewards",
+              "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE}
+    for key, value in (shared | expected).items():
+        assert OmegaConf.select(verl_config, key) == value, key
+    nodes = expected.get("trainer.nnodes")
+    if nodes:
+        assert slurm_resources(config, task, "rl") == {"nodes": nodes, "gres": "gpu:8"}
+
+
+def test_a_typo_in_an_override_fails_with_the_run_and_key_named(tmp_path):
+    config = paper_config()
+    config["train"]["tasks"] = ["gsm8k"]
+    config["train"]["verl"]["extra_overrides"]["rl"] = ["actor_rollout_ref.actor.clip_ratio_hgih=0.3"]
+    with pytest.raises(VerlOverrideError, match=r"train run gsm8k/grpo_exact/seed0.*clip_ratio_hgih"):
+        validate_planned_runs(config, cache_dir=tmp_path)
+    config["train"]["verl"]["extra_overrides"]["rl"] = ["actor_rollout_ref.actor.ppo_mini_batch_size=1024"]
+    with pytest.raises(VerlOverrideError, match=r"validate_config.*must be >= actor.ppo_mini_batch_size \(1024\)"):
+        validate_planned_runs(config, cache_dir=tmp_path)
+
+
+def test_snakemake_dry_run_fails_on_a_typo_before_submitting_anything(workflow_copy):
+    (workflow_copy / "typo.yaml").write_text(yaml.safe_dump({
+        "train": {"tasks": ["gsm8k"],
+                  "verl": {"extra_overrides": {"rl": ["actor_rollout_ref.rollout.temperture=1.0"]}}},
+        "imagenet": {"enabled": False}}))
+    result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml", "typo.yaml")
+    assert result.returncode != 0
+    assert "temperture" in result.stdout + result.stderr and "VerlOverrideError" in result.stdout + result.stderr
+
+
+def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokenizer_dir, tmp_path):
+    """verl's own JSONL writer -> rollouts.jsonl that the gradient-allocation table reads.
+
+    The writer is the legacy trainer's; the v1 trainer's (which needs TransferQueue, a GPU-extra dependency)
+    writes the same fields and differs only in how it JSON-encodes numpy scalars.
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from pipeline_lib.engines.verl.train import collect_rollouts
+    from pipeline_lib.paper.results import allocation_data
+
+    run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
+    rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(2).to_dict("records")
+    for step in (1, 2):
+        keys = [f"uid{p}_{s}_0" for p in range(2) for s in range(4)]
+        outputs = ["<think>a</think><answer>1+2</answer>" if (step + i) % 3 else "<answer>9</answer>" for i in range(8)]
+        gts = [rows[int(k[3])]["reward_model"]["ground_truth"] for k in keys]
+        scores = [compute_score("tiny/countdown", o, g)["score"] for o, g in zip(outputs, gts, strict=True)]
+        RayPPOTrainer._write_generations(["q"] * 8, outputs, gts, scores, {"uid": keys},
+                                          str(run_dir / "rollout_dump"), step)
+    spec = {"advantage": "softmax", "tau": 0.1}
+    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert record["group"] == [0] * 4 + [1] * 4 and len(record["length"]) == 8 and min(record["length"]) > 0
+        expected = group_advantages("softmax", torch.tensor(record["reward"], dtype=torch.float64),
+                                    torch.tensor(record["group"]), tau=0.1)
+        assert record["advantage"] == expected.tolist()
+        assert record["correct"] == record["reward"]  # exact runs: the training reward is the verifier
+    frame = allocation_data([path])
+    assert len(frame) == 1
+    with pytest.raises(Exception, match="missing for steps"):
+        collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=3)
+
+
+def test_done_requires_verls_tracker_to_reach_the_last_step(tmp_path):
+    from pipeline_lib.engines.verl.train import TRACKER, VerlRunError, finished_step
+
+    assert finished_step(tmp_path) is None
+    (tmp_path / TRACKER).write_text("40")
+    assert finished_step(tmp_path) == 40
+    (tmp_path / TRACKER).write_text("forty")
+    with pytest.raises(VerlRunError, match="expected a step number"):
+        finished_step(tmp_path)
+
+
+def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path, capsys):
+    from pipeline_lib.engines.verl.train import main
+
+    config = paper_config()
+    spec = json.dumps(rl_spec(config, "deepmath", "softmax_exact"))
+    main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
+          "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
+    out = capsys.readouterr().out
+    printed = json.loads(out[out.index("{\n"):])
+    command = printed["command"]
+    assert command[1:6] == ["-m", "pipeline_lib.engines.verl.launch", "--gpus-per-node", "8", "--"]
+    assert command[7:9] == ["-m", "verl.trainer.main_ppo"] and "trainer.nnodes=2" in command
+    assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
