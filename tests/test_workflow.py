@@ -191,6 +191,11 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     config["train"]["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,
                               "checkpoint_every": 1}
     config["eval"] |= {"samples": 1, "max_new_tokens": 8, "max_prompts": 4}
+    # the baselines, the ablation and the judge stage have their own end-to-end tests (test_baselines,
+    # test_slurm's reduced DAG); this one is the main LM chain
+    config["train"]["baselines"]["tasks"] = []
+    config["train"]["ablation"]["tasks"] = []
+    config["judge"]["tasks"] = []
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(workflow_copy, "--cores", "2", "--configfile", "e2e.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
