@@ -12,9 +12,6 @@ longer-trained tiny model this pipeline trains itself (rule ``train_opd_teacher`
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline_lib.engines.local.model import load_model
-from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, add_common_arguments, train_rl
+from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 from pipeline_lib.losses import PolicyLossConfig, aggregate
 
 __all__ = ["OnPolicyDistillation", "reverse_kl_per_token"]
@@ -72,17 +69,9 @@ class OnPolicyDistillation(GroupRLMethod):
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.opd", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    parser.add_argument("--teacher", type=Path, required=True, help="HF directory of the teacher model")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    spec = json.loads(args.spec)
-    train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=OnPolicyDistillation(spec, args.teacher),
-             step_name="train_opd", extra_inputs=(args.teacher / "model.safetensors",))
-    return 0
+    return method_main(argv, module="pipeline_lib.engines.local.opd", description=__doc__, step_name="train_opd",
+                       extra_input=("teacher", "HF directory of the teacher model"),
+                       make_method=OnPolicyDistillation, tracked_file="model.safetensors")
 
 
 if __name__ == "__main__":

@@ -15,9 +15,6 @@ expert pays). Policy and critic groups go through one GRPO update together (mixe
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,7 @@ import torch
 from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.model import encode_prompts
-from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, add_common_arguments, train_rl
+from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
 from pipeline_lib.rewards.extract import extract_answer
 
 __all__ = ["VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict"]
@@ -132,17 +129,8 @@ class Raro(GroupRLMethod):
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.raro", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    spec = json.loads(args.spec)
-    train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=Raro(spec, args.demonstrations),
-             step_name="train_raro", extra_inputs=(args.demonstrations,))
-    return 0
+    return method_main(argv, module="pipeline_lib.engines.local.raro", description=__doc__, step_name="train_raro",
+                       extra_input=("demonstrations", "the task's sft_train.parquet"), make_method=Raro)
 
 
 if __name__ == "__main__":

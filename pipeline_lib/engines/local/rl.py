@@ -20,6 +20,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,6 +255,29 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+
+
+def method_main(argv: list[str] | None, *, module: str, description: str | None, step_name: str,
+                extra_input: tuple[str, str], make_method: Callable[[dict[str, Any], Path], GroupRLMethod],
+                tracked_file: str | None = None) -> int:
+    """The entry point of an RL-style baseline: the common arguments plus one extra input path.
+
+    ``extra_input`` is (flag name, help); ``make_method(spec, path)`` builds the method; the path (or
+    ``path / tracked_file``) is recorded as an input in the provenance.
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(parser)
+    flag, help_text = extra_input
+    parser.add_argument(f"--{flag}", type=Path, required=True, help=help_text)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    spec = json.loads(args.spec)
+    extra = getattr(args, flag)
+    train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=make_method(spec, extra),
+             step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

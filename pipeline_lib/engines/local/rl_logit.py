@@ -11,9 +11,6 @@ policy without gradient, for the whole rollout batch in one forward pass.
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.engines.local.model import pack, response_logprobs
-from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, add_common_arguments, train_rl
+from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 
 __all__ = ["VARIANTS", "RLLogit", "answer_logprob_rewards"]
 
@@ -68,17 +65,9 @@ class RLLogit(GroupRLMethod):
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rl_logit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(parser)
-    parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    spec = json.loads(args.spec)
-    train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=RLLogit(spec, args.demonstrations),
-             step_name="train_rl_logit", extra_inputs=(args.demonstrations,))
-    return 0
+    return method_main(argv, module="pipeline_lib.engines.local.rl_logit", description=__doc__,
+                       step_name="train_rl_logit", extra_input=("demonstrations", "the task's sft_train.parquet"),
+                       make_method=RLLogit)
 
 
 if __name__ == "__main__":
