@@ -33,6 +33,7 @@ from pipeline_lib.targets import (
     tiny_task_spec,
 )
 from pipeline_lib.engines.verl.translate import rl_spec as verl_rl_spec, sft_spec as verl_sft_spec
+from pipeline_lib.engines.verl.translate import VERL_BASELINES, baseline_rl_spec as verl_baseline_spec
 from pipeline_lib.engines.verl.translate import slurm_resources as verl_slurm_resources
 
 CONFIG_SHA256 = config_digest(config)

@@ -138,6 +138,37 @@ if config["train"]["engine"] == "verl":
             " > {log} 2>&1"
 
 
+    # OPD, RL-Logit and RARO on verl (translate.VERL_BASELINES): the task's App. B RL run from SFT with the
+    # baseline's own overrides (distillation.* for OPD; the pipeline's agent loops for RL-Logit and RARO).
+    rule train_verl_baseline:
+        input:
+            data="results/data/{task}/rl_train.parquet",
+            val="results/data/{task}/rl_test.parquet",
+            init="results/train/{task}/sft/seed{seed}/DONE.json",
+        output:
+            done="results/train/{task}/{method}/seed{seed}/DONE.json",
+        params:
+            spec=lambda wildcards: json.dumps(verl_baseline_spec(config, wildcards.task, wildcards.method)),
+            run_dir=lambda wildcards, output: os.path.dirname(output.done),
+            init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
+        wildcard_constraints:
+            method="|".join(VERL_BASELINES),
+            task=VERL_TASK,
+        resources:  # the App. B compute setup (config); CPUs, memory, runtime: profiles/slurm
+            nodes=lambda wildcards: verl_slurm_resources(config, wildcards.task, "rl")["nodes"],
+            gres=lambda wildcards: verl_slurm_resources(config, wildcards.task, "rl")["gres"],
+        log:
+            "logs/train_verl_baseline/{task}_{method}_seed{seed}.log",
+        benchmark:
+            "results/benchmarks/train_verl_baseline/{task}_{method}_seed{seed}.tsv"
+        conda:
+            "../../envs/train-verl.yaml"
+        shell:
+            "python -m pipeline_lib.engines.verl.train rl --spec {params.spec:q} --data {input.data}"
+            " --val-data {input.val} --init {params.init_dir} --run-dir {params.run_dir} --seed {wildcards.seed}"
+            " > {log} 2>&1"
+
+
 # --- Baselines of Table 1 (paper Sec. 5.2, App. B); each reads its spec from train.baselines.<name> ---------------
 
 
@@ -179,6 +210,8 @@ rule train_rationalization:
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         annotator_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.annotator), "final"),
         base_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.base), "final"),
+    wildcard_constraints:
+        task=LOCAL_TASK,
     log:
         "logs/train_rationalization/{task}_seed{seed}.log",
     benchmark:
@@ -204,6 +237,8 @@ rule train_iterative_dpo:
         spec=json.dumps(baseline_spec(config, "iterative_dpo")),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
+    wildcard_constraints:
+        task=LOCAL_TASK,
     log:
         "logs/train_iterative_dpo/{task}_seed{seed}.log",
     benchmark:
@@ -231,6 +266,7 @@ rule train_expert_rl:
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
     wildcard_constraints:
         method="rl_logit|raro",
+        task=LOCAL_TASK,
     log:
         "logs/train_expert_rl/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -259,6 +295,8 @@ rule train_opd_teacher:
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         init=lambda wildcards, input: (f"--init {os.path.join(os.path.dirname(input.init[0]), 'final')}"
                                        if input.init else ""),
+    wildcard_constraints:
+        task=LOCAL_TASK,
     log:
         "logs/train_opd_teacher/{task}_seed{seed}.log",
     benchmark:
@@ -286,6 +324,8 @@ rule train_opd:
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
         teacher_dir=lambda wildcards, input: (os.path.join(os.path.dirname(input.teacher), "final") if input.teacher
                                               else opd_teacher(config, wildcards.task, wildcards.seed)),
+    wildcard_constraints:
+        task=LOCAL_TASK,
     log:
         "logs/train_opd/{task}_seed{seed}.log",
     benchmark:

@@ -22,8 +22,11 @@ __all__ = [
     "ESTIMATOR_MODULE",
     "REWARD_FUNCTION",
     "VERL_ADVANTAGES",
+    "VERL_BASELINES",
     "TrainPaths",
     "checkpoint_dir",
+    "baseline_overrides",
+    "baseline_rl_spec",
     "experiment_name",
     "hydra_value",
     "metrics_log_path",
@@ -160,6 +163,49 @@ def rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]
     return spec
 
 
+#: Baselines that run as verl RL jobs (paper App. B): OPD through verl's ``distillation.*`` config, RL-Logit and
+#: RARO through the pipeline's agent loops. Each keeps the task's App. B RL row (model, M, batch, steps, lengths,
+#: clip, KL, lr), so only the method differs from the GRPO runs it is compared with.
+VERL_BASELINES = ("opd", "rl_logit", "raro")
+
+
+def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
+    """One verl baseline run: the task's App. B RL row, the baseline's estimator (default GRPO) and its section
+    ``train.baselines.<method>`` (under ``baseline_settings``); the task's verifier reward (only logged by OPD)."""
+    if method not in VERL_BASELINES:
+        raise ValueError(f"{method!r} is not a verl baseline; verl baselines: {VERL_BASELINES}")
+    verl = _verl_section(config)
+    row = _task_section(config, task)
+    settings = dict(config["train"].get("baselines", {}).get(method) or {})
+    advantage = settings.get("advantage", "grpo")
+    if advantage not in VERL_ADVANTAGES or VERL_ADVANTAGES[advantage][0] == "softmax":
+        raise ValueError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator "
+                         f"({sorted(a for a, (e, _) in VERL_ADVANTAGES.items() if e != 'softmax')})")
+    spec = {**verl["rl"], **{k: v for k, v in row.items() if k not in ("methods", "similarity_weights", "sft", "tau")}}
+    spec.update({"task": task, "method": method, "model": verl["model"], "advantage": advantage, "tau": None,
+                 "reward_weights": None, "baseline": method, "baseline_settings": settings,
+                 "extra_overrides": list(verl["extra_overrides"]["rl"])})
+    return spec
+
+
+def baseline_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
+    """The overrides a verl baseline adds to (or replaces in) its RL run's."""
+    builders = {"opd": _opd_overrides, "rl_logit": _rl_logit_overrides, "raro": _raro_overrides}
+    return builders[spec["baseline"]](spec, paths)
+
+
+def _opd_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
+    raise NotImplementedError("OPD on verl: being built (issue 8)")
+
+
+def _rl_logit_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
+    raise NotImplementedError("RL-Logit on verl: being built (issue 8)")
+
+
+def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
+    raise NotImplementedError("RARO on verl: being built (issue 8)")
+
+
 def sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:
     """The SFT run of ``task`` (the start of its RL runs): shared ``train.verl.sft`` plus the task's ``sft``."""
     verl = _verl_section(config)
@@ -270,6 +316,8 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
     env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir))}
     for name, value in env.items():
         pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
+    if spec.get("baseline"):
+        pairs.update(baseline_overrides(spec, paths))
     return _overrides(pairs) + list(spec.get("extra_overrides", []))
 
 

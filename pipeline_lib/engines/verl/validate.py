@@ -26,7 +26,9 @@ from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
 from pipeline_lib.engines.verl.translate import (
+    VERL_BASELINES,
     TrainPaths,
+    baseline_rl_spec,
     rl_overrides,
     rl_spec,
     sft_overrides,
@@ -38,6 +40,7 @@ check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is impo
 
 __all__ = [
     "VerlOverrideError",
+    "baseline_paths",
     "compose",
     "planned_runs",
     "validate_planned_runs",
@@ -176,6 +179,15 @@ def rl_paths(config: Mapping[str, Any], task: str, method: str, seed: int, root:
                       init=root / f"results/train/{task}/sft/seed{seed}/final")
 
 
+def baseline_paths(task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
+    """The files of one verl baseline run (rule ``train_verl_baseline``): the task's RL prompts, from SFT."""
+    root = Path(root).resolve()
+    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
+                      train_files=root / f"results/data/{task}/rl_train.parquet",
+                      val_files=root / f"results/data/{task}/rl_test.parquet",
+                      init=root / f"results/train/{task}/sft/seed{seed}/final")
+
+
 def sft_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:
     root = Path(root).resolve()
     return TrainPaths(run_dir=root / f"results/train/{task}/sft/seed{seed}",
@@ -207,6 +219,13 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tupl
                     paths.run_dir = paths.run_dir.parent.parent / name / f"seed{seed}"
                     runs.append((f"{task}/{name}/seed{seed}", "rl",
                                  rl_overrides(targets.verl_ablation_spec(config, task, tau, group), paths, seed)))
+    baselines = config["train"].get("baselines") or {}
+    for task in [t for t in baselines.get("tasks", []) if t in verl]:
+        for method in [m for m in baselines.get("methods", []) if m in VERL_BASELINES]:
+            for seed in baselines.get("seeds", [0]):
+                paths = baseline_paths(task, method, seed, root)
+                runs.append((f"{task}/{method}/seed{seed}", "rl",
+                             rl_overrides(baseline_rl_spec(config, task, method), paths, seed)))
     scale = config["train"].get("scale") or {}
     for task in [t for t in scale.get("tasks", []) if t in verl]:
         for name in scale.get("models", {}):
