@@ -17,6 +17,7 @@ __all__ = [
     "IMAGENET_OUTPUTS",
     "JUDGES",
     "JUDGE_TABLES",
+    "PROMPTS_WITHOUT_REFERENCE",
     "SCALE_OUTPUTS",
     "STAGES",
     "THEORY_OUTPUTS",
@@ -29,6 +30,8 @@ __all__ = [
     "baseline_eval_targets",
     "baseline_runs",
     "baseline_spec",
+    "baseline_tasks",
+    "baseline_train_data",
     "calibration_ratings",
     "data_targets",
     "eval_spec",
@@ -47,6 +50,7 @@ __all__ = [
     "local_task_pattern",
     "opd_teacher",
     "opd_teacher_spec",
+    "reference_prompts",
     "rl_run_spec",
     "rl_runs",
     "rl_train_data",
@@ -56,7 +60,9 @@ __all__ = [
     "sft_run_spec",
     "softmax_exact_method",
     "stage_targets",
+    "table1_eval_targets",
     "table1_methods",
+    "table1_tasks",
     "tiny_task_spec",
     "trained_methods",
     "transfer_targets",
@@ -138,11 +144,27 @@ def rl_run_spec(config: Mapping[str, Any], method: str) -> dict[str, Any]:
             "reward_weights": {"similarity": 1.0} if spec["reward"] == "similarity" else None}
 
 
+#: Datasets whose RL prompts carry no expert answer; their prompts with one are ``rl_sim_train`` (Countdown: the
+#: GOLD prompts, which have reference solutions).
+PROMPTS_WITHOUT_REFERENCE = ("countdown",)
+
+
+def reference_prompts(task: str) -> str:
+    """RL prompts that carry an expert answer (``extra_info.reference``)."""
+    kind = "rl_sim_train" if task in PROMPTS_WITHOUT_REFERENCE else "rl_train"
+    return f"results/data/{task}/{kind}.parquet"
+
+
 def rl_train_data(config: Mapping[str, Any], task: str, method: str) -> str:
-    """Countdown's similarity runs train on the GOLD prompts, which carry reference answers."""
-    if task == "countdown" and config["train"]["methods"][method]["reward"] == "similarity":
-        return f"results/data/{task}/rl_sim_train.parquet"
+    """Similarity-reward runs need the expert answer of every prompt; verifier runs train on all prompts."""
+    if config["train"]["methods"][method]["reward"] == "similarity":
+        return reference_prompts(task)
     return f"results/data/{task}/rl_train.parquet"
+
+
+def baseline_train_data(task: str, method: str) -> str:
+    """RL-Logit and RARO score against the expert answer, so they train on prompts that have one."""
+    return reference_prompts(task) if method in ("rl_logit", "raro") else f"results/data/{task}/rl_train.parquet"
 
 
 def table1_methods(config: Mapping[str, Any]) -> list[str]:
@@ -156,6 +178,23 @@ def eval_targets(config: Mapping[str, Any]) -> list[str]:
             for task in train["tasks"] for method in ["sft", *trained_methods(config, task)]
             for seed in train["seeds"]]
     return main + [path for path in baseline_eval_targets(config) if path not in main]
+
+
+def table1_tasks(config: Mapping[str, Any]) -> list[str]:
+    """Table 1's columns: the verifiable tasks, i.e. those some verifier-reward method trains on.
+
+    The paper's non-verifiable tasks (Poetry, MeetingBank, OpenThoughts) train only the -Sim pair and are reported in
+    the non-verifiable table instead.
+    """
+    methods = config["train"]["methods"]
+    return [task for task in config["train"]["tasks"]
+            if any(methods[m]["reward"] == "verifier" for m in trained_methods(config, task))]
+
+
+def table1_eval_targets(config: Mapping[str, Any]) -> list[str]:
+    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task)."""
+    tasks = set(table1_tasks(config))
+    return [path for path in eval_targets(config) if path.split("/")[2] in tasks]
 
 
 def verl_tasks(config: Mapping[str, Any]) -> list[str]:
@@ -348,10 +387,21 @@ BASELINES = ("base", "rationalization", "iterative_dpo", "rl_logit", "raro", "op
 ABLATION_OUTPUTS = tuple(f"results/paper/tables/ablation.{ext}" for ext in ("tex", "md", "csv"))
 
 
+def baseline_tasks(config: Mapping[str, Any], method: str) -> list[str]:
+    """Tasks one baseline runs on: its own ``train.baselines.<method>.tasks`` where set, else ``train.baselines.tasks``.
+
+    The paper runs RARO on Countdown and DeepMath only (Table 1 shows -- for GSM8K) and Base and OPD also on the
+    non-verifiable tasks (the non-verifiable table).
+    """
+    section = config["train"].get("baselines") or {}
+    own = (section.get(method) or {}).get("tasks")
+    return list(section.get("tasks", []) if own is None else own)
+
+
 def baseline_runs(config: Mapping[str, Any], methods: list[str] | None = None) -> list[str]:
     section = config["train"].get("baselines") or {}
-    return [f"results/train/{task}/{method}/seed{seed}/DONE.json" for task in section.get("tasks", [])
-            for method in (methods or section.get("methods", [])) for seed in section.get("seeds", [0])]
+    return [f"results/train/{task}/{method}/seed{seed}/DONE.json" for method in (methods or section.get("methods", []))
+            for task in baseline_tasks(config, method) for seed in section.get("seeds", [0])]
 
 
 def baseline_eval_targets(config: Mapping[str, Any]) -> list[str]:
@@ -369,7 +419,7 @@ def baseline_spec(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     section = config["train"]["baselines"]
     if method not in BASELINES:
         raise ValueError(f"unknown baseline {method!r}; baselines: {BASELINES}")
-    own = dict(section.get(method) or {})
+    own = {key: value for key, value in (section.get(method) or {}).items() if key != "tasks"}
     if method == "base":
         return {"model": config["train"]["model"]}
     if method == "rationalization":

@@ -22,7 +22,8 @@ from pipeline_lib.losses import PolicyLossConfig
 
 from .test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
 
-RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_prompts_per_step": 2,
+RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
+        "critic_prompts_per_step": 2,
         "replay_fraction": 0.5, "replay_size": 8,
         "rewards": {"policy": {"policy_better": 1.0, "tie": 0.5, "expert_better": 0.0, "invalid": 0.0},
                     "critic": {"expert_better": 1.0, "tie": 0.5, "policy_better": 0.0, "invalid": 0.0}}}
@@ -157,6 +158,36 @@ def test_raro_rewards_follow_the_outcome_table():
         raro_module.outcome_rewards(verdicts, {"expert_better": 1.0, "policy_better": 0.0, "tie": 0.5})
 
 
+def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_odds(tiny, tokenizer):  # noqa: F811
+    from pipeline_lib.engines.local.model import encode_prompts, load_model
+
+    model = load_model(tiny / "init")
+    prompts = encode_prompts(tokenizer, [raro_module.critic_messages("You are a critic.", f"q{i}", "a", "b")
+                                         for i in range(3)])
+    choices = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+               for c in raro_module.CRITIC_CHOICES]
+    replies = raro_module.sample_critic_choices(model, tokenizer, prompts, 400, 1.0, torch.Generator().manual_seed(0))
+    assert len(replies) == 1200 and all(r in choices for r in replies)
+    assert {raro_module.parse_verdict(tokenizer.decode(r, skip_special_tokens=True), True) for r in replies} <= {
+        "expert_better", "policy_better", "tie"}
+    # the empirical choice frequencies of prompt 0 match the model's renormalised sequence probabilities
+    scores = torch.tensor([[sum_logprob(model, p, c) for c in choices] for p in prompts[:1]])
+    expected = torch.softmax(scores, dim=-1)[0]
+    observed = torch.tensor([sum(r == c for r in replies[:400]) / 400 for c in choices])
+    assert torch.allclose(observed, expected, atol=0.08), (observed, expected)
+    # near-zero temperature picks the likeliest reply
+    cold = raro_module.sample_critic_choices(model, tokenizer, prompts[:1], 5, 1e-4, torch.Generator().manual_seed(1))
+    assert all(r == choices[int(expected.argmax())] for r in cold)
+
+
+def sum_logprob(model, prompt, reply):
+    from pipeline_lib.engines.local.model import pack, response_logprobs
+
+    ids, attention, mask = pack([prompt], [reply], 0)
+    with torch.no_grad():
+        return float(response_logprobs(model.eval(), ids, attention, mask).sum())
+
+
 def test_expert_demonstrations_align_with_rl_prompts_by_text(tiny, tmp_path):  # noqa: F811
     frame = pd.read_parquet(tiny / "data/rl_train.parquet")
     demos = expert_demonstrations(frame, tiny / "data/sft_train.parquet")
@@ -183,6 +214,23 @@ def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):  # noqa: F
     assert done(tmp_path)["pretrained"] is False
     a, b = params(tmp_path / "final"), params(tiny / "init")  # the fixture's init is build_model(..., seed 0)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_path):  # noqa: F811
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.engines.local.model import load_model, save_model_atomic
+
+    pretrained = tmp_path / "pretrained"
+    save_model_atomic(load_model(tiny / "init").to(torch.bfloat16), AutoTokenizer.from_pretrained(tiny / "tok"),
+                      pretrained)
+    make_base({"model": MODEL}, tiny / "tok", tmp_path / "run", 0, init=pretrained)
+    assert done(tmp_path / "run")["pretrained"] is True
+    from safetensors.torch import load_file
+
+    copied, source = load_file(tmp_path / "run/final/model.safetensors"), load_file(pretrained / "model.safetensors")
+    assert {t.dtype for t in copied.values()} == {torch.bfloat16}
+    assert copied.keys() == source.keys() and all(torch.equal(copied[k], source[k]) for k in source)
 
 
 def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):  # noqa: F811
@@ -285,6 +333,16 @@ def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(t
     assert untimed[0] == untimed[1]
 
 
+def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_reward_signal(tiny, tmp_path):  # noqa: F811
+    spec = GROUP_RL | {"steps": 2, "raro": RARO | {"critic_decoding": "choice"}}
+    train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
+             method=raro_module.Raro(spec, tiny / "data/sft_train.parquet"))
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["critic_invalid"] == 0.0 for m in metrics)
+    # the untrained critic splits its verdicts, so critic groups have rewards that differ (something to learn)
+    assert any(0.0 < m["critic_expert_better"] < 1.0 for m in metrics)
+
+
 # --- targets, specs and the workflow -------------------------------------------------------------------------------
 
 def validated(**train):
@@ -338,6 +396,26 @@ def test_baseline_and_ablation_targets_and_names():
     assert "results/eval/countdown_tiny/opd/seed0/metrics.json" in evals and len(evals) == len(set(evals))
     config["train"]["baselines"]["tasks"] = []
     assert baseline_runs(config) == [] and not any("/opd/" in p for p in eval_targets(config))
+
+
+def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
+    from pipeline_lib.targets import baseline_runs, baseline_spec, table1_eval_targets, table1_tasks
+
+    from .test_verl_engine import paper_config
+
+    config = paper_config()
+    runs = baseline_runs(config)
+    tasks_of = {m: sorted({p.split("/")[2] for p in runs if p.split("/")[3] == m}) for m in
+                ("base", "opd", "raro", "rl_logit", "iterative_dpo", "rationalization")}
+    verifiable, everything = ["countdown", "deepmath", "gsm8k"], sorted(config["train"]["tasks"])
+    assert tasks_of == {"base": everything, "opd": everything, "raro": ["countdown", "deepmath"],
+                        "rl_logit": verifiable, "iterative_dpo": verifiable, "rationalization": verifiable}
+    assert sorted(table1_tasks(config)) == verifiable
+    assert {p.split("/")[2] for p in table1_eval_targets(config)} == set(verifiable)
+    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config)
+    assert "tasks" not in baseline_spec(config, "iterative_dpo")  # where it runs is not part of the run's spec
+    # the paper's critic writes its verdict; only the tiny default constrains it (configs merge, so this is explicit)
+    assert config["train"]["baselines"]["raro"]["critic_decoding"] == "free"
 
 
 def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
@@ -442,16 +520,22 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     plan = result.stdout
-    for rule in ("train_base", "train_rationalization", "train_iterative_dpo", "train_expert_rl", "train_opd",
-                 "train_verl_ablation", "train_verl_scale_sft", "train_verl_scale_rl", "paper_ablation",
-                 "paper_scale", "paper_table1"):
+    # every baseline on its GPU path: Base copies the pretrained model; the rest are verl / TRL jobs
+    for rule in ("train_base", "annotate_rationales", "train_verl_rationalization", "train_trl_iterative_dpo",
+                 "train_verl_baseline", "train_verl_ablation", "train_verl_scale_sft", "train_verl_scale_rl",
+                 "paper_ablation", "paper_scale", "paper_table1"):
         assert f"rule {rule}:" in plan or f"localrule {rule}:" in plan, rule
-    for path in ("results/train/countdown/raro/seed0/DONE.json",
+    for local_rule in ("train_rationalization", "train_iterative_dpo", "train_expert_rl", "train_opd",
+                       "train_opd_teacher"):  # the local engine's CPU rules never take a paper task
+        assert f"rule {local_rule}:" not in plan, local_rule
+    for path in ("results/train/countdown/raro/seed0/DONE.json", "results/train/poetry/opd/seed0/DONE.json",
+                 "results/train/meetingbank/base/seed0/DONE.json",
                  "results/train/gsm8k/softmax_tau1p3_m4/seed0/DONE.json",
                  "results/train/countdown/softmax_exact_at_qwen25_3b/seed0/DONE.json"):
         assert path in plan, path
-    assert "--teacher Qwen/Qwen3-8B" in plan and "--init Qwen/Qwen2.5-1.5B" in plan
-    assert "train_opd_teacher" not in plan  # the paper's teacher is a ready model
+    assert "results/train/gsm8k/raro/seed0/DONE.json" not in plan  # Table 1 has no RARO entry for GSM8K
+    assert "--init Qwen/Qwen2.5-1.5B" in plan
+    assert '"teacher": {"hub": "Qwen/Qwen3-8B"' in plan  # OPD's verl run distils from the paper's teacher
 
 
 def test_scale_table_groups_runs_by_base_model(tmp_path):

@@ -31,6 +31,7 @@ from pipeline_lib.engines.verl.validate import (
     validate_rl,
 )
 from pipeline_lib.rewards import compute_score
+from pipeline_lib.targets import baseline_runs
 
 from .conftest import REPO
 from .test_workflow import snakemake
@@ -217,8 +218,13 @@ def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
     for task in ("poetry", "meetingbank", "openthoughts"):
         assert {f"{task}/{m}/seed0" for m in ("sft", "grpo_sim", "softmax_sim")} <= labels
         assert f"{task}/grpo_exact/seed0" not in labels
-    main = [label for label in labels if "_tau" not in label and "_at_" not in label]
+    baselines = {"opd", "rl_logit", "raro", "rationalization"}  # the verl baselines and Rationalization's SFT
+    main = [label for label in labels if "_tau" not in label and "_at_" not in label
+            and label.split("/")[1] not in baselines]
     assert len(main) == 3 * 5 + 3 * 3  # the tau x M ablation and scale runs (train.ablation/scale) come on top
+    planned = sorted(f"results/train/{label}/DONE.json" for label in labels if label.split("/")[1] in baselines)
+    assert planned == sorted(baseline_runs(config, sorted(baselines)))
+    assert len(planned) == 6 + 3 + 2 + 3  # OPD also on the non-verifiable tasks; RARO not on GSM8K
     summary = validate_planned_runs(config, cache_dir=tmp_path)
     assert summary == summary | {"runs": len(runs), "validated": len(runs), "cached": 0}
     assert validate_planned_runs(config, cache_dir=tmp_path)["cached"] == len(runs)

@@ -14,6 +14,7 @@ from pipeline_lib.targets import (
     base_init,
     baseline_runs,
     baseline_spec,
+    baseline_train_data,
     opd_teacher,
     opd_teacher_spec,
     scale_config,
@@ -29,6 +30,7 @@ from pipeline_lib.targets import (
     rl_train_data,
     sft_run_spec,
     stage_targets,
+    table1_eval_targets,
     local_task_pattern,
     tiny_task_spec,
 )

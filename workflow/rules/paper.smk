@@ -117,7 +117,7 @@ rule paper_imagenet:
 
 rule paper_table1_data:
     input:
-        metrics=eval_targets(config),
+        metrics=table1_eval_targets(config),
     output:
         csv="results/paper/data/table1.csv",
     log:

@@ -142,7 +142,7 @@ if config["train"]["engine"] == "verl":
     # baseline's own overrides (distillation.* for OPD; the pipeline's agent loops for RL-Logit and RARO).
     rule train_verl_baseline:
         input:
-            data="results/data/{task}/rl_train.parquet",
+            data=lambda wildcards: baseline_train_data(wildcards.task, wildcards.method),
             val="results/data/{task}/rl_test.parquet",
             init="results/train/{task}/sft/seed{seed}/DONE.json",
         output:
@@ -155,8 +155,8 @@ if config["train"]["engine"] == "verl":
             method="|".join(VERL_BASELINES),
             task=VERL_TASK,
         resources:  # the App. B compute setup (config); CPUs, memory, runtime: profiles/slurm
-            nodes=lambda wildcards: verl_slurm_resources(config, wildcards.task, "rl")["nodes"],
-            gres=lambda wildcards: verl_slurm_resources(config, wildcards.task, "rl")["gres"],
+            nodes=lambda wildcards: verl_slurm_resources(config, wildcards.task, wildcards.method)["nodes"],
+            gres=lambda wildcards: verl_slurm_resources(config, wildcards.task, wildcards.method)["gres"],
         log:
             "logs/train_verl_baseline/{task}_{method}_seed{seed}.log",
         benchmark:
@@ -167,6 +167,84 @@ if config["train"]["engine"] == "verl":
             "python -m pipeline_lib.engines.verl.train rl --spec {params.spec:q} --data {input.data}"
             " --val-data {input.val} --init {params.init_dir} --run-dir {params.run_dir} --seed {wildcards.seed}"
             " > {log} 2>&1"
+
+    from pipeline_lib.engines.trl.dpo import trl_dpo_spec
+    from pipeline_lib.engines.verl.rationalization import annotation_spec, rationalization_sft_spec
+
+    # Iterative DPO on GPU (verl has no DPO): per round, on-policy samples through the eval generation backend
+    # (vLLM), then TRL's DPOTrainer (round start = reference); best round on held-out training prompts -> final/.
+    rule train_trl_iterative_dpo:
+        input:
+            data="results/data/{task}/rl_train.parquet",
+            demonstrations="results/data/{task}/sft_train.parquet",
+            init="results/train/{task}/sft/seed{seed}/DONE.json",
+        output:
+            done="results/train/{task}/iterative_dpo/seed{seed}/DONE.json",
+        params:
+            spec=json.dumps(trl_dpo_spec(config)),
+            run_dir=lambda wildcards, output: os.path.dirname(output.done),
+            init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
+        wildcard_constraints:
+            task=VERL_TASK,
+        resources:  # one node, a GPU per training process (= the config); CPUs, memory, runtime: profiles/slurm
+            gpu=config["train"]["baselines"]["iterative_dpo"]["num_processes"],
+        log:
+            "logs/train_trl_iterative_dpo/{task}_seed{seed}.log",
+        benchmark:
+            "results/benchmarks/train_trl_iterative_dpo/{task}_seed{seed}.tsv"
+        conda:
+            "../../envs/train-verl.yaml"
+        shell:
+            "python -m pipeline_lib.engines.trl.dpo run --spec {params.spec:q} --data {input.data}"
+            " --demonstrations {input.demonstrations} --init {params.init_dir} --run-dir {params.run_dir}"
+            " --seed {wildcards.seed} > {log} 2>&1"
+
+    # Rationalization (STaR) on GPU: the base model (train.verl.model) annotates through the eval generation
+    # backend; verl's SFT trainer then trains on the annotated parquet with the task's SFT settings.
+    rule annotate_rationales:
+        input:
+            data="results/data/{task}/sft_train.parquet",
+        output:
+            annotated="results/train/{task}/rationalization/seed{seed}/rationalized_sft.parquet",
+        params:
+            spec=lambda wildcards: json.dumps(annotation_spec(config)),  # a function: the hint holds "{answer}"
+            model=config["train"]["verl"]["model"],
+        wildcard_constraints:
+            task=VERL_TASK,
+        resources:  # vLLM's tensor-parallel GPUs (eval.vllm); CPUs, memory, runtime: profiles/slurm
+            gpu=config["eval"]["vllm"]["tensor_parallel_size"],
+        log:
+            "logs/annotate_rationales/{task}_seed{seed}.log",
+        benchmark:
+            "results/benchmarks/annotate_rationales/{task}_seed{seed}.tsv"
+        conda:
+            "../../envs/train-verl.yaml"
+        shell:
+            "python -m pipeline_lib.engines.verl.rationalization --spec {params.spec:q} --data {input.data}"
+            " --model {params.model} --out {output.annotated} --seed {wildcards.seed} > {log} 2>&1"
+
+    rule train_verl_rationalization:
+        input:
+            data="results/train/{task}/rationalization/seed{seed}/rationalized_sft.parquet",
+        output:
+            done="results/train/{task}/rationalization/seed{seed}/DONE.json",
+        params:
+            spec=lambda wildcards: json.dumps(rationalization_sft_spec(config, wildcards.task)),
+            run_dir=lambda wildcards, output: os.path.dirname(output.done),
+        wildcard_constraints:
+            task=VERL_TASK,
+        resources:  # the App. B compute setup of the task's SFT run; CPUs, memory, runtime: profiles/slurm
+            nodes=lambda wildcards: verl_slurm_resources(config, wildcards.task, "sft")["nodes"],
+            gres=lambda wildcards: verl_slurm_resources(config, wildcards.task, "sft")["gres"],
+        log:
+            "logs/train_verl_rationalization/{task}_seed{seed}.log",
+        benchmark:
+            "results/benchmarks/train_verl_rationalization/{task}_seed{seed}.tsv"
+        conda:
+            "../../envs/train-verl.yaml"
+        shell:
+            "python -m pipeline_lib.engines.verl.train sft --spec {params.spec:q} --data {input.data}"
+            " --run-dir {params.run_dir} --seed {wildcards.seed} > {log} 2>&1"
 
 
 # --- Baselines of Table 1 (paper Sec. 5.2, App. B); each reads its spec from train.baselines.<name> ---------------

@@ -37,14 +37,16 @@ def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: in
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "init": str(init)})
     tokenizer = AutoTokenizer.from_pretrained(init or tokenizer_dir)
-    model = load_model(init) if init else build_model(tokenizer, spec["model"], seed)
+    # A pretrained base keeps its own precision (a bf16 1.5B model copied at fp32 would double its size on disk).
+    model = load_model(init, dtype="auto") if init else build_model(tokenizer, spec["model"], seed)
     final = save_model_atomic(model, tokenizer, run_dir / "final")
     metrics = MetricsLog(run_dir / "metrics.jsonl", -1)
     metrics.write({"step": 0, "parameters": sum(p.numel() for p in model.parameters())})
     metrics.close()
     done = write_done(run_dir, step=0, total_steps=0, config_sha256=digest, kind="base", seed=seed,
                       pretrained=init is not None)
-    write_provenance([done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"],
+    weights = sorted(final.glob("*.safetensors"))  # large pretrained models are saved in shards
+    write_provenance([done, run_dir / "metrics.jsonl", final / "config.json", *weights],
                      step="train_base", inputs=[tokenizer_dir / "tokenizer.json"], params={"spec": spec},
                      config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done

@@ -32,10 +32,11 @@ def build_model(tokenizer: Any, spec: dict[str, Any], seed: int) -> torch.nn.Mod
     return Qwen2ForCausalLM(config)
 
 
-def load_model(path: str | os.PathLike[str]) -> torch.nn.Module:
+def load_model(path: str | os.PathLike[str], dtype: torch.dtype | str = torch.float32) -> torch.nn.Module:
+    """A causal LM from an HF directory or hub name; ``dtype="auto"`` keeps the checkpoint's own precision."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
 
 
 def save_model_atomic(model: torch.nn.Module, tokenizer: Any, target: str | os.PathLike[str]) -> Path:

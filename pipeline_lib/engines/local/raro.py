@@ -23,11 +23,12 @@ import torch
 
 from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import expert_demonstrations
-from pipeline_lib.engines.local.model import encode_prompts
+from pipeline_lib.engines.local.model import encode_prompts, pack, response_logprobs
 from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
 from pipeline_lib.rewards.extract import extract_answer
 
-__all__ = ["VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict"]
+__all__ = ["CRITIC_CHOICES", "VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict",
+           "sample_critic_choices"]
 
 #: What one critic reply says about an (expert, policy) pair.
 VERDICTS = ("expert_better", "policy_better", "tie", "invalid")
@@ -50,6 +51,32 @@ def outcome_rewards(verdicts: list[str], table: dict[str, float]) -> torch.Tenso
     if missing:
         raise KeyError(f"RARO outcome table {table} lacks {missing}")
     return torch.tensor([float(table[v]) for v in verdicts], dtype=torch.float32)
+
+
+#: The three well-formed critic replies; ``critic_decoding: choice`` samples only among them.
+CRITIC_CHOICES = ("<answer>1</answer>", "<answer>2</answer>", "<answer>tie</answer>")
+
+
+@torch.no_grad()
+def sample_critic_choices(model: torch.nn.Module, tokenizer: Any, prompts: list[list[int]], samples: int,
+                          temperature: float, generator: torch.Generator) -> list[list[int]]:
+    """Constrained critic decoding: ``samples`` replies per prompt, each one of :data:`CRITIC_CHOICES` drawn from the
+    model's own probabilities of the three complete replies (+ EOS), renormalised over them at ``temperature``.
+
+    A small model that was never taught the critic's reply format almost never writes a valid verdict, so every
+    critic reward is the same and GRPO has nothing to learn from; restricting the reply to the valid set (as guided
+    ``choice`` decoding does in vLLM) keeps the critic's choice the model's own and trainable.
+    """
+    choices = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for c in CRITIC_CHOICES]
+    contexts = [p for p in prompts for _ in choices]
+    ids, attention, reply_mask = pack(contexts, choices * len(prompts), tokenizer.pad_token_id)
+    was_training = model.training
+    model.eval()
+    scores = response_logprobs(model, ids, attention, reply_mask).sum(-1).view(len(prompts), len(choices))
+    model.train(was_training)
+    probs = torch.softmax(scores / temperature, dim=-1).repeat_interleave(samples, dim=0)
+    picked = torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
+    return [list(choices[i]) for i in picked]
 
 
 def critic_messages(system: str, question: str, first: str, second: str) -> list[dict[str, str]]:
@@ -81,10 +108,14 @@ class Raro(GroupRLMethod):
         messages = [critic_messages(raro["critic_system_prompt"], self.questions[row],
                                     *((self.experts[row], answer) if first else (answer, self.experts[row])))
                     for (row, answer), first in zip(pairs, expert_first, strict=True)]
-        prompts = [p for p in encode_prompts(tokenizer, messages) for _ in range(samples)]
-        replies = generate(ctx.model, prompts, max_new_tokens=raro["critic_max_new_tokens"], greedy=False,
-                           temperature=ctx.spec["temperature"], eos_id=tokenizer.eos_token_id,
-                           pad_id=tokenizer.pad_token_id)
+        unique = encode_prompts(tokenizer, messages)
+        prompts = [p for p in unique for _ in range(samples)]
+        if raro["critic_decoding"] == "choice":
+            replies = sample_critic_choices(ctx.model, tokenizer, unique, samples, ctx.spec["temperature"], generator)
+        else:
+            replies = generate(ctx.model, prompts, max_new_tokens=raro["critic_max_new_tokens"], greedy=False,
+                               temperature=ctx.spec["temperature"], eos_id=tokenizer.eos_token_id,
+                               pad_id=tokenizer.pad_token_id)
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in replies]
         verdicts = [parse_verdict(t, first) for t, first in zip(texts, (f for f in expert_first for _ in
                                                                        range(samples)), strict=True)]

@@ -32,18 +32,41 @@ from pipeline_lib.engines.local.model import encode_prompts, load_model
 from pipeline_lib.engines.local.sft import train_sft
 from pipeline_lib.io import atomic_path, write_json
 
-__all__ = ["rationalize", "train_rationalization"]
+__all__ = ["assemble", "hinted_prompts", "rationalize", "rationalized_frame", "train_rationalization"]
 
 log = logging.getLogger("pipeline_lib.engines.local.rationalization")
+
+
+def hinted_prompts(conversations: list[list[dict[str, str]]], hint: str) -> tuple[list[list[dict[str, str]]],
+                                                                                  list[str]]:
+    """(annotator prompts, expert answer parts): the question with the expert answer as a hint, one per conversation.
+
+    Shared by every engine's annotator (local generation here, the GPU generation backends in
+    ``pipeline_lib.engines.verl.rationalization``), so both write the same demonstrations.
+    """
+    answers = [split_reasoning(c[-1]["content"])[1] for c in conversations]
+    hinted = [[*c[:-2], {**c[-2], "content": c[-2]["content"] + "\n\n" + hint.format(answer=a.strip())}]
+              for c, a in zip(conversations, answers, strict=True)]
+    return hinted, answers
+
+
+def assemble(annotations: list[str], answers: list[str]) -> list[str]:
+    """Rationale (reasoning part of each annotation) followed by the expert's answer part."""
+    return [split_reasoning(text)[0] + answer for text, answer in zip(annotations, answers, strict=True)]
+
+
+def rationalized_frame(frame: pd.DataFrame, demos: list[str]) -> pd.DataFrame:
+    """The SFT parquet rows: the original question turns, the assembled demonstration as the assistant turn."""
+    conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
+    return pd.DataFrame([sft_row([*c[:-1], {"role": "assistant", "content": d}], dict(extra) | {"rationalized": True})
+                         for c, d, extra in zip(conversations, demos, frame["extra_info"], strict=True)])
 
 
 def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list[dict[str, str]]],
                 spec: dict[str, Any], seed: int) -> list[str]:
     """One (rationale + expert answer part) demonstration per conversation (user turns, then the expert's)."""
     torch.manual_seed(seed)
-    answers = [split_reasoning(c[-1]["content"])[1] for c in conversations]
-    hinted = [[*c[:-2], {**c[-2], "content": c[-2]["content"] + "\n\n" + spec["hint"].format(answer=a.strip())}]
-              for c, a in zip(conversations, answers, strict=True)]
+    hinted, answers = hinted_prompts(conversations, spec["hint"])
     prompts = encode_prompts(tokenizer, hinted)
     out: list[str] = []
     for start in range(0, len(prompts), spec["batch_size"]):
@@ -51,7 +74,7 @@ def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list
                              greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
                              pad_id=tokenizer.pad_token_id)
         out += [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-    return [split_reasoning(text)[0] + answer for text, answer in zip(out, answers, strict=True)]
+    return assemble(out, answers)
 
 
 def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
@@ -68,10 +91,9 @@ def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tok
         conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
         tokenizer = AutoTokenizer.from_pretrained(annotator)
         demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, spec["annotate"], seed)
-        rows = [sft_row([*c[:-1], {"role": "assistant", "content": d}], dict(extra) | {"rationalized": True})
-                for c, d, extra in zip(conversations, demos, frame["extra_info"], strict=True)]
+        rows = rationalized_frame(frame, demos)
         with atomic_path(annotated) as tmp:
-            pd.DataFrame(rows).to_parquet(tmp, index=False)
+            rows.to_parquet(tmp, index=False)
         write_json(stamp, identity)  # after the parquet: a stamp always describes a complete file
         log.info("annotated %d demonstrations; first: %r", len(rows), demos[0][:200])
     return train_sft(spec["sft"], annotated, tokenizer_dir, run_dir, seed, init=init, progress=progress,

@@ -53,9 +53,12 @@ log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
-#: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads).
+#: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads). OPD has no
+#: reference KL; its ``kl`` is, as on the local engine, the reverse KL to the teacher: verl's distillation surrogate
+#: with advantage -k1 (per-token log pi_student - log pi_teacher), i.e. the mean k1 weighted by the (clipped)
+#: importance ratio, which is 1 on the first mini-batch of a step.
 METRIC_NAMES = {"critic/score/mean": "reward_mean", "actor/kl_loss": "kl", "response_length/mean": "response_length",
-                "train/loss": "loss"}
+                "train/loss": "loss", "actor/distillation/loss": "kl"}
 
 
 class VerlRunError(RuntimeError):
@@ -201,6 +204,10 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     if dry_run:
         print(json.dumps({"command": command, "overrides": overrides}, indent=1))
         return None
+    if spec.get("baseline") == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
+        from pipeline_lib.engines.verl.raro_loop import check_training_data
+
+        check_training_data(paths.train_files)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)

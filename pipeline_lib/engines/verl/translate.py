@@ -20,16 +20,21 @@ from typing import Any
 
 __all__ = [
     "ESTIMATOR_MODULE",
+    "OPD_TEACHER_DEFAULTS",
     "REWARD_FUNCTION",
+    "RL_LOGIT_AGENT_LOOPS",
+    "RL_LOGIT_VARIANTS",
     "VERL_ADVANTAGES",
     "VERL_BASELINES",
     "TrainPaths",
-    "checkpoint_dir",
     "baseline_overrides",
     "baseline_rl_spec",
+    "checkpoint_dir",
     "experiment_name",
     "hydra_value",
     "metrics_log_path",
+    "opd_teacher_settings",
+    "rl_logit_agent_loop",
     "rl_overrides",
     "rl_spec",
     "rollout_dump_dir",
@@ -126,14 +131,21 @@ def slurm_resources(config: Mapping[str, Any], task: str, kind: str) -> dict[str
     """Nodes and per-node GPUs of a verl job, from the same settings that become trainer.nnodes/n_gpus_per_node.
 
     The rules take these from here (the App. B compute setup is part of the experiment, and must match the
-    overrides); the site-specific rest (CPUs, memory, runtime, partition) lives in profiles/slurm.
+    overrides); the site-specific rest (CPUs, memory, runtime, partition) lives in profiles/slurm. ``kind`` is
+    ``sft``, ``rl`` or a verl baseline's name (its RL row; OPD adds its teacher's nodes).
     """
     verl = _verl_section(config)
     row = _task_section(config, task)
     if kind == "sft":
         return {"nodes": 1, "gres": f"gpu:{row.get('sft', {}).get('gpus_per_node', verl['sft']['gpus_per_node'])}"}
     merged = {**verl["rl"], **row}
-    return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
+    nodes = int(merged["nodes"])
+    if kind == "opd":  # the teacher's nodes come on top of the student's (train.baselines.opd.verl.nodes)
+        opd = config["train"].get("baselines", {}).get("opd") or {}
+        nodes += int({**OPD_TEACHER_DEFAULTS, **(opd.get("verl") or {})}["nodes"])
+    elif kind != "rl" and kind not in VERL_BASELINES:
+        raise ValueError(f"slurm_resources kind {kind!r}: one of sft, rl, {', '.join(VERL_BASELINES)}")
+    return {"nodes": nodes, "gres": f"gpu:{merged['gpus_per_node']}"}
 
 
 def rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
@@ -194,16 +206,147 @@ def baseline_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, 
     return builders[spec["baseline"]](spec, paths)
 
 
+#: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key).
+OPD_TEACHER_DEFAULTS = {"nodes": 1, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85}
+
+
+def opd_teacher_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl`` over the defaults)."""
+    settings = spec["baseline_settings"]
+    hub = (settings.get("teacher") or {}).get("hub")
+    if not hub:
+        raise ValueError(f"train.baselines.opd.teacher.hub must name the teacher (the paper's: Qwen/Qwen3-8B) for the "
+                         f"verl OPD run on task {spec['task']!r}; the trained tiny teacher exists on the local engine "
+                         f"only")
+    teacher = {**OPD_TEACHER_DEFAULTS, **(settings.get("verl") or {})}
+    unknown = sorted(set(teacher) - set(OPD_TEACHER_DEFAULTS))
+    if unknown:
+        raise ValueError(f"train.baselines.opd.verl has unknown key(s) {unknown}; known: "
+                         f"{sorted(OPD_TEACHER_DEFAULTS)}")
+    if spec["gpus_per_node"] % teacher["tensor_parallel_size"]:
+        raise ValueError(f"train.baselines.opd.verl.tensor_parallel_size ({teacher['tensor_parallel_size']}) must "
+                         f"divide the {spec['gpus_per_node']} GPUs of each teacher node (task {spec['task']!r})")
+    return {"model": hub, **teacher}
+
+
 def _opd_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
-    raise NotImplementedError("OPD on verl: being built (issue 8)")
+    """On-policy distillation (lu2025) through verl's ``distillation.*``: student rollouts, per-token reverse KL to
+    the teacher as the policy-gradient reward (``k1`` + ``use_policy_gradient``); the task reward is only logged.
+
+    The teacher gets its own vLLM replicas on ``nodes`` extra nodes of the task's GPUs per node (Slurm gives every
+    node the same GPUs; :func:`slurm_resources` kind ``opd`` adds them), so the student keeps its App. B GPUs and
+    batch sizes. The student's PPO clip applies to the distillation update, and verl drops the policy loss (KL to
+    the reference included) when task rewards are off, so the reference model is not loaded.
+    """
+    teacher = opd_teacher_settings(spec)
+    base = "distillation.teacher_models.teacher_model"
+    return {
+        "distillation.enabled": True,
+        "distillation.distillation_loss.loss_mode": "k1",
+        "distillation.distillation_loss.use_policy_gradient": True,
+        "distillation.distillation_loss.use_task_rewards": False,
+        "distillation.distillation_loss.clip_ratio_low": float(spec["clip_low"]),
+        "distillation.distillation_loss.clip_ratio_high": float(spec["clip_high"]),
+        "distillation.n_gpus_per_node": spec["gpus_per_node"],
+        "distillation.nnodes": teacher["nodes"],
+        f"{base}.model_path": teacher["model"],
+        f"{base}.inference.tensor_model_parallel_size": teacher["tensor_parallel_size"],
+        f"{base}.inference.gpu_memory_utilization": float(teacher["gpu_memory_utilization"]),
+        "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.actor.kl_loss_coef": 0.0,
+    }
+
+
+#: verl agent loop registry for RL-Logit (``rl_logit_loop.RLLogitAgentLoop``, one entry per variant).
+RL_LOGIT_AGENT_LOOPS = Path(__file__).resolve().with_name("rl_logit_agent_loops.yaml")
+RL_LOGIT_VARIANTS = ("logprob", "neg_perplexity")
+
+
+def rl_logit_agent_loop(variant: str) -> str:
+    """The registered agent loop name of an RL-Logit variant (an entry of :data:`RL_LOGIT_AGENT_LOOPS`)."""
+    return f"rl_logit_{variant}"
 
 
 def _rl_logit_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
-    raise NotImplementedError("RL-Logit on verl: being built (issue 8)")
+    """RL-Logit: every rollout runs the pipeline's agent loop, which scores log pi(a* | q, z) on the rollout server
+    (current weights, no gradient) and hands it to verl as the rollout's reward (``rm_scores``)."""
+    variant = spec["baseline_settings"].get("variant", "logprob")
+    if variant not in RL_LOGIT_VARIANTS:
+        raise ValueError(f"train.baselines.rl_logit.variant {variant!r} not in {RL_LOGIT_VARIANTS}")
+    return {
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RL_LOGIT_AGENT_LOOPS),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": rl_logit_agent_loop(variant),
+    }
+
+
+#: RARO's agent loops (``raro_loop.RaroPolicyLoop`` / ``RaroCriticLoop``), its dataset and agent loop manager.
+RARO_AGENT_LOOPS = Path(__file__).resolve().with_name("raro_agent_loops.yaml")
+RARO_MODULE = "pipeline_lib.engines.verl.raro_loop"
+#: Rollout prompt tokens beyond question + two answers that a critic prompt may use (system prompt, chat template,
+#: "Answer 1/2" framing and instructions); should a critic prompt still not fit, the loop shortens the expert answer.
+RARO_CRITIC_PROMPT_OVERHEAD = 256
+
+
+def raro_replay_dir(run_dir: str | Path) -> Path:
+    """Where the RARO replay buffer is saved after every step (a resumed run reloads it from here)."""
+    return Path(run_dir) / "raro_replay"
 
 
 def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
-    raise NotImplementedError("RARO on verl: being built (issue 8)")
+    """RARO: per step ``batch_size`` policy rows plus ``critic_prompts_per_step`` critic rows (each M rollouts, one
+    GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
+    reward both roles by the critic's verdicts; the replay buffer lives beside the run.
+
+    The PPO update keeps the GRPO run's number of mini-batches per step (the mini-batch grows by the critic rows'
+    share), and the rollout prompt length grows so a critic prompt (question, expert answer, policy answer) fits;
+    the task prompts are filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
+    """
+    settings = spec["baseline_settings"]
+    keys = ("critic_system_prompt", "critic_max_new_tokens", "critic_prompts_per_step", "replay_fraction",
+            "replay_size", "rewards")
+    missing = [k for k in keys if k not in settings]
+    if missing:
+        raise ValueError(f"train.baselines.raro lacks {missing} (the schema's defaults fill them; is the config "
+                         f"validated?)")
+    policy, critic = int(spec["batch_size"]), int(settings["critic_prompts_per_step"])
+    n_gpus = spec["gpus_per_node"] * spec["nodes"]
+    mini = spec["mini_batch_per_device"] * n_gpus
+    if policy % mini:
+        raise ValueError(f"task {spec['task']!r}: batch_size {policy} is not a multiple of the PPO mini-batch "
+                         f"{mini} (mini_batch_per_device x GPUs)")
+    updates = policy // mini
+    total = policy + critic
+    if total % updates or (total // updates) % n_gpus:
+        raise ValueError(f"RARO on task {spec['task']!r}: batch_size + train.baselines.raro.critic_prompts_per_step = "
+                         f"{total} prompts must split into the GRPO run's {updates} PPO mini-batches, each a multiple "
+                         f"of the {n_gpus} GPUs; choose critic_prompts_per_step accordingly")
+    if settings.get("critic_decoding", "free") != "free":
+        raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
+                         f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
+                         f"only")
+    if settings["critic_max_new_tokens"] > spec["max_response_tokens"]:
+        raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
+                         f"the task's max_response_tokens ({spec['max_response_tokens']})")
+    return {
+        "data.train_batch_size": total,
+        "data.shuffle": False,
+        "data.custom_cls.path": f"pkg://{RARO_MODULE}",
+        "data.custom_cls.name": "RaroDataset",
+        "+data.raro": {"policy_per_step": policy, "critic_per_step": critic,
+                       "replay_slots": round(float(settings["replay_fraction"]) * critic), "steps": spec["steps"]},
+        "actor_rollout_ref.actor.ppo_mini_batch_size": total // updates,
+        "actor_rollout_ref.rollout.prompt_length": spec["max_prompt_tokens"] + 2 * spec["max_response_tokens"]
+        + RARO_CRITIC_PROMPT_OVERHEAD,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RARO_AGENT_LOOPS),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "single_turn_agent",  # validation rows: the verifier
+        "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": f"{RARO_MODULE}.RaroAgentLoopManager",
+        "+raro": {"critic_system_prompt": settings["critic_system_prompt"],
+                  "critic_max_new_tokens": int(settings["critic_max_new_tokens"]),
+                  "replay_size": int(settings["replay_size"]),
+                  "rewards": {role: {v: float(r) for v, r in settings["rewards"][role].items()}
+                              for role in ("policy", "critic")},
+                  "state_dir": str(raro_replay_dir(paths.run_dir))},
+    }
 
 
 def sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:

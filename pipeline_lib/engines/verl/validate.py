@@ -114,6 +114,65 @@ def _check_reward(config: Any) -> None:
         raise ValueError(f"reward_weights names unknown reward(s) {bad}; registered: {available_rewards()}")
 
 
+def _check_agent_loops(config: Any) -> None:
+    """The pipeline's verl plug-ins load: every agent loop of ``agent_loop_config_path`` imports and is an
+    ``AgentLoopBase``, the default agent loop is registered, and a custom agent loop manager / dataset class imports
+    (so a typo in a class path fails at dry-run, not on the cluster)."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopManager
+    from verl.utils.import_utils import load_class_from_fqn, load_extern_object, resolve_config_path
+
+    agent = config.actor_rollout_ref.rollout.agent
+    names = {"single_turn_agent", "tool_agent"}  # verl's own loops
+    if agent.get("agent_loop_config_path"):
+        path = resolve_config_path(agent.agent_loop_config_path)
+        entries = OmegaConf.load(path)
+        if not isinstance(entries, Sequence) or not entries:
+            raise ValueError(f"{path}: an agent loop config is a non-empty list of {{name, _target_, ...}} entries")
+        for entry in entries:
+            if not entry.get("name") or not entry.get("_target_"):
+                raise ValueError(f"{path}: entry {OmegaConf.to_container(entry)} lacks `name` or `_target_`")
+            cls = load_class_from_fqn(entry._target_, f"agent loop {entry.name}")
+            if not (isinstance(cls, type) and issubclass(cls, AgentLoopBase)):
+                raise TypeError(f"{path}: {entry._target_} (agent loop {entry.name}) is not a verl AgentLoopBase")
+            names.add(entry.name)
+    if agent.default_agent_loop not in names:
+        raise ValueError(f"actor_rollout_ref.rollout.agent.default_agent_loop {agent.default_agent_loop!r} is not "
+                         f"registered (known: {sorted(names)})")
+    if agent.get("agent_loop_manager_class"):
+        cls = load_class_from_fqn(agent.agent_loop_manager_class, "AgentLoopManager")
+        if not (isinstance(cls, type) and issubclass(cls, AgentLoopManager)):
+            raise TypeError(f"agent_loop_manager_class {agent.agent_loop_manager_class} is not a verl AgentLoopManager")
+    custom = config.data.get("custom_cls") or {}
+    if custom.get("path"):
+        from torch.utils.data import Dataset
+
+        cls = load_extern_object(custom.path, custom.name)
+        if not (isinstance(cls, type) and issubclass(cls, Dataset)):
+            raise TypeError(f"data.custom_cls {custom.path}:{custom.name} is not a torch Dataset")
+
+
+def _check_distillation(config: Any) -> None:
+    """With ``distillation.enabled`` (OPD): build verl's DistillationConfig as the trainer does (loss mode and its
+    policy-gradient pairing, teacher model path/key, replicas vs the teacher pool, vLLM top-k limits) and the
+    teacher pool checks of verl's resource-pool setup."""
+    from verl.trainer.distillation.losses import is_distillation_enabled
+    from verl.utils.config import omega_conf_to_dataclass
+
+    section = config.get("distillation")
+    if not is_distillation_enabled(section):
+        return
+    if section.n_gpus_per_node <= 0 or section.nnodes <= 0:
+        raise ValueError(f"distillation.n_gpus_per_node ({section.n_gpus_per_node}) and distillation.nnodes "
+                         f"({section.nnodes}) must be > 0: the teacher needs its own resource pool")
+    built = omega_conf_to_dataclass(section)
+    engine = config.actor_rollout_ref.rollout.name
+    for key, teacher in built.teacher_models.items():
+        if teacher.inference.name not in ("vllm", "sglang"):
+            raise ValueError(f"distillation teacher {key!r}: inference engine {teacher.inference.name!r} (from "
+                             f"actor_rollout_ref.rollout.name {engine!r}) cannot serve teacher log-probs")
+
+
 def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
     """The composed, checked ``ppo_trainer`` config; raises :class:`VerlOverrideError` naming ``label``."""
     from omegaconf import OmegaConf
@@ -133,6 +192,10 @@ def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
         _check_estimator(config)
         step = "loading the custom reward function"
         _check_reward(config)
+        step = "loading the agent loops, agent loop manager and dataset class"
+        _check_agent_loops(config)
+        step = "building verl's distillation (OPD teacher) config"
+        _check_distillation(config)
     except Exception as exc:
         raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
                                 f"{type(exc).__name__}: {exc}") from exc
@@ -181,9 +244,11 @@ def rl_paths(config: Mapping[str, Any], task: str, method: str, seed: int, root:
 
 def baseline_paths(task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
     """The files of one verl baseline run (rule ``train_verl_baseline``): the task's RL prompts, from SFT."""
+    from pipeline_lib.targets import baseline_train_data
+
     root = Path(root).resolve()
     return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
-                      train_files=root / f"results/data/{task}/rl_train.parquet",
+                      train_files=root / baseline_train_data(task, method),
                       val_files=root / f"results/data/{task}/rl_test.parquet",
                       init=root / f"results/train/{task}/sft/seed{seed}/final")
 
@@ -220,12 +285,20 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tupl
                     runs.append((f"{task}/{name}/seed{seed}", "rl",
                                  rl_overrides(targets.verl_ablation_spec(config, task, tau, group), paths, seed)))
     baselines = config["train"].get("baselines") or {}
-    for task in [t for t in baselines.get("tasks", []) if t in verl]:
-        for method in [m for m in baselines.get("methods", []) if m in VERL_BASELINES]:
+    for method in [m for m in baselines.get("methods", []) if m in VERL_BASELINES]:
+        for task in [t for t in targets.baseline_tasks(config, method) if t in verl]:
             for seed in baselines.get("seeds", [0]):
                 paths = baseline_paths(task, method, seed, root)
                 runs.append((f"{task}/{method}/seed{seed}", "rl",
                              rl_overrides(baseline_rl_spec(config, task, method), paths, seed)))
+    if "rationalization" in baselines.get("methods", []):  # verl SFT on the annotated demonstrations
+        from pipeline_lib.engines.verl.rationalization import rationalization_paths, rationalization_sft_spec
+
+        for task in [t for t in targets.baseline_tasks(config, "rationalization") if t in verl]:
+            for seed in baselines.get("seeds", [0]):
+                runs.append((f"{task}/rationalization/seed{seed}", "sft",
+                             sft_overrides(rationalization_sft_spec(config, task),
+                                           rationalization_paths(task, seed, root), seed)))
     scale = config["train"].get("scale") or {}
     for task in [t for t in scale.get("tasks", []) if t in verl]:
         for name in scale.get("models", {}):
@@ -246,8 +319,9 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tupl
 
 def _code_digest() -> str:
     digest = hashlib.sha256(REQUIRED_VERL.encode())
-    for name in ("__init__.py", "estimators.py", "translate.py", "validate.py"):
-        digest.update((_ENGINE_DIR / name).read_bytes())
+    # every module and agent loop registry of the engine: the checks import the agent loops and dataset class too
+    for path in sorted([*_ENGINE_DIR.glob("*.py"), *_ENGINE_DIR.glob("*.yaml")]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
