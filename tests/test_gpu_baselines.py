@@ -159,7 +159,8 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
                                             "rationalized_sft.parquet")
     assert composed.model.path == config["train"]["verl"]["model"]
     assert "rationalization" in composed.trainer.experiment_name
-    assert {k: v for k, v in sft.items() if k != "method"} == sft_spec(config, "gsm8k")  # = the task's SFT run
+    # = the task's SFT run, under the baseline's name (its DONE.json says kind "rationalization")
+    assert {k: v for k, v in sft.items() if k not in ("method", "baseline")} == sft_spec(config, "gsm8k")
     planned = {label: (kind, o) for label, kind, o in planned_runs(config, tmp_path)}
     for task in ("gsm8k", "countdown", "deepmath"):
         kind, planned_overrides = planned[f"{task}/rationalization/seed0"]

@@ -46,7 +46,7 @@ def annotation_spec(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def rationalization_sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:
     """The task's SFT run (same settings, same base model) under the run name ``rationalization``."""
-    return {**sft_spec(config, task), "method": METHOD}
+    return {**sft_spec(config, task), "method": METHOD, "baseline": METHOD}
 
 
 def rationalization_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:

@@ -235,8 +235,9 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
         inputs += [paths.val_files, paths.init / "config.json"]
     digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
-    done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest, kind=kind, engine="verl",
-                      advantage=spec.get("advantage"), seed=seed)
+    # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
+    done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
+                      kind=spec.get("baseline") or kind, engine="verl", advantage=spec.get("advantage"), seed=seed)
     write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
                      params={"spec": dict(spec), "overrides": overrides}, config_sha256=digest,
                      seeds={"run": seed}, started_at=started)
