@@ -36,6 +36,7 @@ __all__ = [
     "data_targets",
     "eval_spec",
     "eval_targets",
+    "generation_spec",
     "imagenet_run_spec",
     "imagenet_runs",
     "judge_concurrency",
@@ -163,8 +164,18 @@ def rl_train_data(config: Mapping[str, Any], task: str, method: str) -> str:
 
 
 def baseline_train_data(task: str, method: str) -> str:
-    """RL-Logit and RARO score against the expert answer, so they train on prompts that have one."""
-    return reference_prompts(task) if method in ("rl_logit", "raro") else f"results/data/{task}/rl_train.parquet"
+    """RL-Logit, RARO and Iterative DPO use the expert answer of every prompt, so they train on prompts that have
+    one (on Countdown the GOLD prompts: its other RL prompts have no demonstration to prefer or score)."""
+    return (reference_prompts(task) if method in ("rl_logit", "raro", "iterative_dpo")
+            else f"results/data/{task}/rl_train.parquet")
+
+
+def generation_spec(config: Mapping[str, Any], method: str, batch_key: str = "batch_size") -> dict[str, Any]:
+    """How a baseline generates on its GPU path: the evaluation backend and engine settings (:func:`eval_spec`)
+    with the method's own length, temperature, batch (``batch_key``) and, where set, backend."""
+    own = config["train"]["baselines"][method]
+    return {**eval_spec(config), "backend": own.get("backend") or config["eval"]["backend"],
+            "max_new_tokens": own["max_new_tokens"], "temperature": own["temperature"], "batch_size": own[batch_key]}
 
 
 def table1_methods(config: Mapping[str, Any]) -> list[str]:

@@ -175,7 +175,7 @@ if config["train"]["engine"] == "verl":
     # (vLLM), then TRL's DPOTrainer (round start = reference); best round on held-out training prompts -> final/.
     rule train_trl_iterative_dpo:
         input:
-            data="results/data/{task}/rl_train.parquet",
+            data=lambda wildcards: baseline_train_data(wildcards.task, "iterative_dpo"),
             demonstrations="results/data/{task}/sft_train.parquet",
             init="results/train/{task}/sft/seed{seed}/DONE.json",
         output:

@@ -46,12 +46,10 @@ MODULE = "pipeline_lib.engines.trl.dpo"
 def trl_dpo_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """``train.baselines.iterative_dpo`` plus the generation settings of its sampling and validation: ``eval``'s
     backend and engine settings with the method's own length, temperature and batch (``backend`` overrides)."""
+    from pipeline_lib.targets import generation_spec
+
     own = {k: v for k, v in config["train"]["baselines"]["iterative_dpo"].items() if k != "tasks"}  # planning only
-    generation = {k: v for k, v in config["eval"].items() if k != "transfer"}
-    generation.update({"backend": own.get("backend") or config["eval"]["backend"],
-                       "max_new_tokens": own["max_new_tokens"], "temperature": own["temperature"],
-                       "batch_size": own["batch_size_generate"]})
-    return {**own, "generation": generation}
+    return {**own, "generation": generation_spec(config, "iterative_dpo", "batch_size_generate")}
 
 
 def gradient_accumulation(spec: Mapping[str, Any]) -> int:

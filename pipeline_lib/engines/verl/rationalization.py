@@ -36,12 +36,9 @@ METHOD = "rationalization"
 def annotation_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """Generation settings of the annotator: ``eval``'s backend and engine settings with the method's own length,
     temperature, batch and (optionally) backend from ``train.baselines.rationalization``, plus the hint."""
-    own = dict(config["train"]["baselines"].get(METHOD) or {})
-    generation = {k: v for k, v in config["eval"].items() if k != "transfer"}
-    generation.update({"backend": own.get("backend") or config["eval"]["backend"],
-                       "max_new_tokens": own["max_new_tokens"], "temperature": own["temperature"],
-                       "batch_size": own["batch_size"]})
-    return {"hint": own["hint"], "generation": generation}
+    from pipeline_lib.targets import generation_spec
+
+    return {"hint": config["train"]["baselines"][METHOD]["hint"], "generation": generation_spec(config, METHOD)}
 
 
 def rationalization_sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:
