@@ -144,3 +144,63 @@ def test_snakemake_dry_run_fails_at_parse_time_naming_each_key(workflow_copy):
                 "data.datasets.deepmath.sources.main.local"):
         assert f"key '{key}'" in result.stdout + result.stderr, result.stdout[-3000:]
     assert "Job stats" not in result.stdout  # nothing was planned
+
+
+# --- 4. the similarity reward on huge or hostile texts ----------------------------------------------------------
+
+def _reference_metrics(prediction: str, reference: str) -> tuple[float, float]:
+    from rouge_score.rouge_scorer import RougeScorer
+
+    from .test_rewards import official_squad_f1
+
+    return official_squad_f1(prediction, reference), RougeScorer(["rougeL"]).score(reference, prediction)[
+        "rougeL"].fmeasure
+
+
+def test_similarity_is_bit_exact_with_the_references_up_to_the_cap():
+    import random
+
+    from pipeline_lib.rewards.similarity import SIM_MAX_CHARS, SIM_MAX_TOKENS, rouge_l_f, squad_f1
+
+    rng = random.Random(1)
+    words = ["The", "cat", "sat", "on", "a", "mat.", "dogs", "café", "42", "(yes)", "x", "NO!", "東京"]  # <= 1 token
+    long = " ".join(rng.choice(words) for _ in range(SIM_MAX_TOKENS))  # at most SIM_MAX_TOKENS tokens per metric
+    assert len(long) <= SIM_MAX_CHARS
+    for prediction, reference in [(long, " ".join(rng.choice(words) for _ in range(200))),
+                                  (" ".join(rng.choice(words) for _ in range(150)), long)]:
+        f1, rouge = _reference_metrics(prediction, reference)
+        assert squad_f1(prediction, reference) == f1 and rouge_l_f(prediction, reference) == rouge
+
+
+def test_similarity_beyond_the_cap_compares_the_first_tokens():
+    from pipeline_lib.rewards.similarity import SIM_MAX_TOKENS, rouge_l_f, squad_f1
+
+    head = " ".join(["cat", "dog"] * (SIM_MAX_TOKENS // 2))
+    reference = "cat dog bird " * 50
+    for tail in ("bird " * 10_000, "bird" * 100_000):  # more tokens, or more characters, than the caps
+        f1, rouge = _reference_metrics(head, reference)
+        assert squad_f1(head + " " + tail, reference) == f1 and rouge_l_f(head + " " + tail, reference) == rouge
+
+
+@pytest.mark.parametrize("kind", ["words", "one_token_run", "answer_tags", "closed_tags", "think"])
+def test_similarity_of_a_1mb_pair_takes_milliseconds(kind):
+    import random
+
+    from pipeline_lib.rewards import score
+
+    rng = random.Random(0)
+    words = ["the", "cat", "sat", "on", "mat", "Hello,", "world.", "x1", "alpha"]
+    text = {"words": " ".join(rng.choice(words) for _ in range(250_000)), "one_token_run": "a." * 500_000,
+            "answer_tags": "<answer>" * 125_000, "closed_tags": "<answer>x</answer>" * 55_000,
+            "think": "<think>" + "a b " * 250_000}[kind][:1_000_000]
+    other = " ".join(rng.choice(words) for _ in range(250_000))[:1_000_000]
+    best = min(_timed(lambda: score("similarity", text, other)) for _ in range(3))
+    assert best < 0.1, f"{kind}: {best * 1e3:.1f} ms"  # ~3-15 ms here; was ~10 s before the cap
+
+
+def _timed(call) -> float:
+    import time
+
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
