@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -242,7 +243,7 @@ def package_copy(tmp_path):
 
 
 def test_audit_flags_outputs_made_with_older_code(package_copy):
-    package, work, audit = package_copy
+    package, _work, audit = package_copy
     assert audit().returncode == 0, audit().stdout
     with open(package / "theory.py", "a") as handle:
         handle.write("\nEDITED = True\n")
@@ -254,7 +255,7 @@ def test_audit_flags_outputs_made_with_older_code(package_copy):
 
 
 def test_audit_flags_an_untracked_new_module(package_copy):
-    package, work, audit = package_copy
+    package, _work, audit = package_copy
     (package / "helpers_new.py").write_text("VALUE = 1\n")
     result = audit()
     assert result.returncode == 1 and "new pipeline_lib/helpers_new.py" in result.stdout, result.stdout
@@ -263,7 +264,7 @@ def test_audit_flags_an_untracked_new_module(package_copy):
 
 
 def test_audit_flags_a_deleted_sidecar_of_an_intermediate_output(package_copy):
-    package, work, audit = package_copy
+    _package, work, audit = package_copy
     (work / "features.parquet.prov.json").unlink()
     result = audit()
     assert result.returncode == 1
@@ -287,3 +288,59 @@ def test_code_digest_follows_imports_and_is_cached_per_process():
     assert (time.perf_counter() - start) / 20 < 0.05  # cached: a Snakefile calls it once per rule
     with pytest.raises(ValueError, match="not a module"):
         code_digest("pipeline_lib.no_such_module")
+
+
+def _planned(result) -> set[str]:
+    """Rules in a dry run's job table (empty when there is nothing to do)."""
+    lines = result.stdout.splitlines()
+    if "Job stats:" not in lines:
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
+        return set()
+    rows = [line.split()[0] for line in lines[lines.index("Job stats:") + 3:] if line.strip()]
+    return set(rows[: rows.index("total")])
+
+
+@pytest.mark.slow
+def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
+    """A results tree whose metadata Snakemake recorded (``--touch`` over placeholder outputs, no real run), then
+    dry runs with the default rerun triggers after an edit to the judge and to the RL trainer."""
+    import shutil
+    import subprocess
+    import sys
+
+    from .conftest import REPO, WORKFLOW_PARTS
+
+    for part in (*WORKFLOW_PARTS, "pipeline_lib"):
+        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
+        kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / part).is_dir() else {}
+        copy(REPO / part, tmp_path / part, **kwargs)
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
+           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
+
+    def snakemake(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    summary = snakemake("--summary")
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    for line in summary.stdout.splitlines()[1:]:
+        target = tmp_path / line.split("\t")[0]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    touched = snakemake("--touch", "--forceall", "--cores", "1")
+    assert touched.returncode == 0, touched.stderr[-3000:]
+    assert _planned(snakemake("-n")) == set()
+
+    judge = tmp_path / "pipeline_lib/judge/parse.py"
+    original = judge.read_text()
+    judge.write_text(original + "\n# a change to the judge\n")
+    jobs = _planned(snakemake("-n"))
+    assert "judge_score" in jobs and not any(job.startswith(("train_", "data_", "eval_")) for job in jobs), jobs
+    judge.write_text(original)
+    assert _planned(snakemake("-n")) == set()
+
+    trainer = tmp_path / "pipeline_lib/engines/local/rl.py"
+    trainer.write_text(trainer.read_text() + "\n# a change to the RL trainer\n")
+    jobs = _planned(snakemake("-n"))
+    assert {"train_rl", "train_ablation", "eval_checkpoint", "judge_score", "paper_table1"} <= jobs, jobs
+    assert not jobs & {"train_sft", "data_tiny", "data_tokenizer", "paper_theory"}, jobs
