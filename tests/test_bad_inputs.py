@@ -344,3 +344,233 @@ def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
     jobs = _planned(snakemake("-n"))
     assert {"train_rl", "train_ablation", "eval_checkpoint", "judge_score", "paper_table1"} <= jobs, jobs
     assert not jobs & {"train_sft", "data_tiny", "data_tokenizer", "paper_theory"}, jobs
+
+
+# --- 2. local dataset files: no type guessing, errors name the file and its line --------------------------------
+
+def _deepmath_row(index: int, **fields) -> dict:
+    row = {"question": f"What is {index} + {index}?", "final_answer": str(2 * index), "difficulty": 1.0,
+           "topic": "arithmetic", "r1_solution_1": f"\\boxed{{{2 * index}}}", "r1_solution_2": "", "r1_solution_3": ""}
+    return row | fields
+
+
+def _write_jsonl(path, rows, blank_lines_at=()):
+    lines = []
+    for index, row in enumerate(rows):
+        if index in blank_lines_at:
+            lines.append("")
+        lines.append(row if isinstance(row, str) else json.dumps(row))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _build(name, source, tmp_path, **sources):
+    from pipeline_lib.data.build import build_real
+
+    from .test_data import real_spec
+
+    spec = real_spec(name, holdout_fraction=0.5)
+    spec["sources"]["main"]["local"] = str(source)
+    for role, path in sources.items():
+        spec["sources"][role]["local"] = str(path)
+    build_real(name, spec, tmp_path / "out", None)
+    return tmp_path / "out"
+
+
+def _golds(out):
+    import pandas as pd
+
+    frames = [pd.read_parquet(out / f"rl_{split}.parquet") for split in ("train", "test")]
+    return {row["prompt"][0]["content"].split("?")[0] + "?": row["reward_model"]["ground_truth"]
+            for frame in frames for row in frame.to_dict("records")}
+
+
+@pytest.mark.parametrize("missing", [{"final_answer": None}, "drop"], ids=["null", "absent"])
+def test_deepmath_row_without_final_answer_is_an_error_naming_file_and_line(tmp_path, missing):
+    from pipeline_lib.data.schema import DataError
+
+    rows = [_deepmath_row(i) for i in range(12)]
+    # three duplicates first, so a row count after de-duplication would differ from the file line
+    rows[1:1] = [_deepmath_row(0), _deepmath_row(0), _deepmath_row(0)]
+    bad = _deepmath_row(99)
+    if missing == "drop":
+        del bad["final_answer"]
+    else:
+        bad |= missing
+    rows.insert(9, bad)
+    source = _write_jsonl(tmp_path / "train.jsonl", rows, blank_lines_at=(5,))  # a blank line before it, too
+    with pytest.raises(DataError, match=r"deepmath: .*train\.jsonl, line 11: column 'final_answer' must be a "
+                                        r"non-empty string, got None"):
+        _build("deepmath", source, tmp_path)
+
+
+def test_deepmath_golds_are_read_as_written(tmp_path):
+    rows = [_deepmath_row(i) for i in range(16)]
+    rows[0]["final_answer"] = "007"
+    rows[1]["final_answer"] = 123456789012345678901234567890  # a JSON integer: exact, never 1.2345678901234568e+29
+    rows[2]["final_answer"] = "123456789012345678901234567890"
+    rows[3]["final_answer"] = 5  # another row's gold of another JSON type
+    golds = _golds(_build("deepmath", _write_jsonl(tmp_path / "train.jsonl", rows), tmp_path))
+    assert golds["What is 0 + 0?"] == "007"
+    assert golds["What is 1 + 1?"] == golds["What is 2 + 2?"] == "123456789012345678901234567890"
+    assert golds["What is 3 + 3?"] == "5"
+
+
+@pytest.mark.parametrize("value", [7.5, 1e29, True, [1]], ids=["float", "float_big", "bool", "list"])
+def test_deepmath_gold_of_another_type_is_an_error(tmp_path, value):
+    from pipeline_lib.data.schema import DataError
+
+    rows = [_deepmath_row(i) for i in range(10)]
+    rows[4]["final_answer"] = value
+    with pytest.raises(DataError, match=r"train\.jsonl, line 5: column 'final_answer'"):
+        _build("deepmath", _write_jsonl(tmp_path / "train.jsonl", rows), tmp_path)
+
+
+def test_csv_is_read_without_type_guessing(tmp_path):
+    import csv
+
+    from pipeline_lib.data.schema import DataError
+
+    rows = [_deepmath_row(i) for i in range(16)]
+    rows[0]["final_answer"] = "007"
+    rows[1]["final_answer"] = "123456789012345678901234567890"
+    rows[2]["question"] = "A question\nover two lines?"  # a quoted multi-line cell: later rows start a line later
+    path = tmp_path / "train.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    golds = _golds(_build("deepmath", path, tmp_path))
+    assert golds["What is 0 + 0?"] == "007" and golds["What is 1 + 1?"] == "123456789012345678901234567890"
+    rows[6]["final_answer"] = ""  # an empty cell: a missing gold (file line 1 header + 6 rows + 1 extra line)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(DataError, match=r"train\.csv, line 9: column 'final_answer' must be a non-empty string"):
+        _build("deepmath", path, tmp_path)
+
+
+COUNTDOWN_BAD = [
+    ({"target": 7.9, "nums": [1, 2, 4]}, r"target must be an integer, got 7\.9"),
+    ({"target": 7.0, "nums": [1, 2, 4]}, r"target must be an integer, got 7\.0"),
+    ({"target": "7", "nums": [1, 2, 4]}, r"target must be an integer, got '7'"),
+    ({"target": None, "nums": [1, 2, 4]}, r"target must be an integer, got None"),
+    ({"target": True, "nums": [1, 2, 4]}, r"target must be an integer, got True"),
+    ({"nums": [1, 2, 4]}, r"target must be an integer, got None"),
+    ({"target": 7, "nums": ["a", 2, 4]}, r"every entry of nums must be an integer, got 'a'"),
+    ({"target": 7, "nums": [1.5, 2, 4]}, r"every entry of nums must be an integer, got 1\.5"),
+    ({"target": 7, "nums": 124}, r"nums must be a list of integers, got 124"),
+    ({"target": 7, "nums": "1 2 4"}, r"nums must be a list of integers, got '1 2 4'"),
+    ({"target": 7, "nums": [1, 2]}, r"expected 3-4 numbers, got \[1, 2\]"),
+]
+
+
+@pytest.mark.parametrize("row, message", COUNTDOWN_BAD, ids=[str(i) for i in range(len(COUNTDOWN_BAD))])
+def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, message):
+    from pipeline_lib.data.schema import DataError
+
+    from .test_data import FIXTURES
+
+    main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
+    main.insert(6, json.dumps(row))
+    (tmp_path / "main.jsonl").write_text("\n".join(main) + "\n")
+    with pytest.raises(DataError, match=r"countdown: .*main\.jsonl, line 7: " + message):
+        _build("countdown", tmp_path / "main.jsonl", tmp_path)
+
+
+@pytest.mark.parametrize("row, message", COUNTDOWN_BAD[:3], ids=["float", "float_integral", "string"])
+def test_bad_countdown_gold_task_is_an_error_naming_file_and_line(tmp_path, row, message):
+    from pipeline_lib.data.schema import DataError
+
+    from .test_data import FIXTURES
+
+    gold = (FIXTURES / "countdown/gold/train.jsonl").read_text().splitlines()
+    gold[2] = json.dumps(json.loads(gold[2]) | row)
+    (tmp_path / "gold.jsonl").write_text("\n".join(gold) + "\n")
+    with pytest.raises(DataError, match=r"countdown: .*gold\.jsonl, line 3: " + message):
+        _build("countdown", FIXTURES / "countdown/main", tmp_path, gold=tmp_path / "gold.jsonl")
+
+
+@pytest.mark.parametrize("truth", ['{"numbers": [1, 2, 3], "target": 6.5}', '{"numbers": [1, 2.0, 3], "target": 6}',
+                                   '{"numbers": "123", "target": 6}', {"numbers": [1, 2, 3], "target": True}])
+def test_countdown_ground_truth_is_never_truncated_at_scoring(truth):
+    from pipeline_lib.rewards import score
+
+    with pytest.raises(ValueError, match="integer numbers and target"):
+        score("countdown", "<answer>1 + 2 + 3</answer>", truth)
+
+
+def test_bad_jsonl_lines_name_file_and_line(tmp_path):
+    from pipeline_lib.data.schema import DataError
+
+    rows = [json.dumps(_deepmath_row(i)) for i in range(5)]
+    for bad, message in (("{not json", "line 3: not valid JSON"), ("[1, 2]", "line 3: expected a JSON object")):
+        source = _write_jsonl(tmp_path / "train.jsonl", [*rows[:2], bad, *rows[2:]])
+        with pytest.raises(DataError, match=message):
+            _build("deepmath", source, tmp_path)
+
+
+def _out_files(out):
+    return sorted(p.name for p in out.iterdir()) if out.exists() else []
+
+
+def test_failed_python_m_build_leaves_no_partial_outputs(tmp_path):
+    import subprocess
+    import sys
+
+    from .test_data import real_spec
+    from .test_workflow import repo_env
+
+    rows = [_deepmath_row(i) for i in range(30)]
+    source = _write_jsonl(tmp_path / "train.jsonl", rows)
+    spec = real_spec("deepmath", holdout_fraction=0.5)
+    spec["sources"]["main"]["local"] = str(source)
+    out = tmp_path / "results/data/deepmath"
+    (out / "synthesis.sqlite").parent.mkdir(parents=True)
+    (out / "synthesis.sqlite").write_text("a cache is kept")
+
+    def build() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline_lib.data.build", "real", "--dataset", "deepmath",
+                               "--spec", json.dumps(spec), "--out-dir", str(out)], capture_output=True, text=True,
+                              timeout=300, env=repo_env() | {"OMP_NUM_THREADS": "1"})
+
+    assert build().returncode == 0
+    assert "rl_train.parquet.prov.json" in _out_files(out) and "manifest.json" in _out_files(out)
+    rows[25]["final_answer"] = None  # the bad row is late: some splits are written before it is reached
+    _write_jsonl(source, rows)
+    result = build()
+    assert result.returncode != 0 and f"{source}, line 26: column 'final_answer'" in result.stderr
+    assert _out_files(out) == ["synthesis.sqlite"], result.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_failed_snakemake_build_leaves_no_partial_outputs(workflow_copy):
+    import subprocess
+    import sys
+
+    import yaml
+
+    from .test_workflow import repo_env
+
+    rows = [_deepmath_row(i) for i in range(30)]
+    source = _write_jsonl(workflow_copy / "deepmath.jsonl", rows)
+    config = {"data": {"datasets": {"deepmath": {"enabled": True, "holdout_fraction": 0.5, "sources": {
+        "main": {"hub": "zwhe99/DeepMath-103K", "local": "deepmath.jsonl"}}}}}}
+    (workflow_copy / "data.yaml").write_text(yaml.safe_dump(config))
+
+    def snakemake(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snakemake", "results/data/deepmath/manifest.json", "--cores",
+                               "1", "--configfile", "data.yaml", *args], cwd=workflow_copy, capture_output=True,
+                              text=True, timeout=600, env=repo_env() | {"OMP_NUM_THREADS": "1"})
+
+    assert snakemake().returncode == 0
+    out = workflow_copy / "results/data/deepmath"
+    assert "rl_test.parquet.prov.json" in _out_files(out)
+    rows[25]["final_answer"] = None
+    _write_jsonl(source, rows)
+    result = snakemake("--forcerun", "data_build")
+    assert result.returncode != 0
+    log = (workflow_copy / "logs/data_build/deepmath.log").read_text()
+    assert "deepmath.jsonl, line 26: column 'final_answer' must be a non-empty string" in log
+    assert _out_files(out) == [], _out_files(out)
