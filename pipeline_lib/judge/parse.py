@@ -73,7 +73,7 @@ def parse_verdict(content: str | None, keys: Sequence[str], scale: tuple[int, in
             try:
                 data = json.loads(candidate, parse_int=_parse_int)
             except (ValueError, RecursionError) as exc:  # JSONDecodeError, >4300-digit ints, deep nesting
-                problems.append(f"malformed JSON ({str(exc)[:80]})")
+                problems.append(f"malformed JSON ({type(exc).__name__})")
                 continue
             if not isinstance(data, dict) or not set(keys) <= set(data):
                 problems.append(f"missing key(s) {sorted(set(keys) - set(data))}" if isinstance(data, dict)
