@@ -574,3 +574,34 @@ def test_failed_snakemake_build_leaves_no_partial_outputs(workflow_copy):
     log = (workflow_copy / "logs/data_build/deepmath.log").read_text()
     assert "deepmath.jsonl, line 26: column 'final_answer' must be a non-empty string" in log
     assert _out_files(out) == [], _out_files(out)
+
+
+@pytest.mark.parametrize("name, role, relative, line, field, expected", [
+    ("gsm8k", "demonstrations", "gsm8k/cot/train.jsonl", 2, "final_answer", "column 'final_answer'"),
+    ("gsm8k", "main", "gsm8k/main/train.jsonl", 3, "answer", "column 'answer'"),
+    ("meetingbank", "main", "meetingbank/train.jsonl", 4, "summary", "column 'summary'"),
+    ("openthoughts", "main", "openthoughts/train.jsonl", 2, "conversations", "conversations must be a list"),
+    ("openthoughts", "main", "openthoughts/train.jsonl", 3, "domain", "column 'domain' must be a string"),
+])
+def test_missing_or_mistyped_field_in_other_datasets_names_file_and_line(tmp_path, name, role, relative, line,
+                                                                         field, expected):
+    import shutil
+
+    from pipeline_lib.data.build import build_real
+    from pipeline_lib.data.schema import DataError
+
+    from .test_data import FIXTURES, real_spec
+
+    spec = real_spec(name)
+    source = FIXTURES / relative
+    copy = tmp_path / "src" / relative
+    shutil.copytree(source.parent, copy.parent)
+    rows = copy.read_text().splitlines()
+    record = json.loads(rows[line - 1])
+    record[field] = 12 if field in ("domain", "conversations") else None
+    rows[line - 1] = json.dumps(record)
+    copy.write_text("\n".join(rows) + "\n")
+    local = spec["sources"][role]["local"]
+    spec["sources"][role]["local"] = str(copy if local.endswith(".jsonl") else copy.parent)
+    with pytest.raises(DataError, match=rf"{name}: .*{copy.name}, line {line}: .*{expected}"):
+        build_real(name, spec, tmp_path / "out", None)
