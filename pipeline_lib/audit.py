@@ -5,9 +5,11 @@
 For each file in the chain: its sidecar exists, its sha256 matches the sidecar, each input
 exists and still has the hash the consuming step recorded; every training step's DONE
 sentinel reached its final step; every step ran from a clean tree, and all steps ran from
-the same code version (or the difference is listed). Prints the chain as a tree and exits
-non-zero naming every problem. Unlike Snakemake's rerun triggers, this sees edits inside
-library code, because each sidecar records the git commit and the hash of the diff.
+the same code version (or the difference is listed); every step's recorded code digest
+(the ``pipeline_lib`` files its entry point imports, untracked ones included) still
+matches the files of this checkout, or the changed files are named. A file whose sidecar
+was deleted is flagged when the step that used it recorded a sidecar; only an input that
+had none when it was used (a fixture, a download) is a raw leaf of the chain.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.io import sha256_file, write_text
-from pipeline_lib.provenance import SIDECAR_SUFFIX
+from pipeline_lib.provenance import SIDECAR_SUFFIX, code_modules
 
 __all__ = ["AuditReport", "audit"]
 
@@ -50,7 +52,35 @@ def _check_done(record: dict[str, Any], report: AuditReport) -> None:
                                        f"{done.get('total_steps')}")
 
 
-def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport, seen: set[Path]) -> None:
+def _code_changes(record: dict[str, Any]) -> str | None:
+    """Which of the step's code files differ from this checkout (None when all match)."""
+    recorded = record.get("code_digest")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("modules"), dict):
+        return "no code digest recorded (made by an older pipeline), so it cannot be checked against this code"
+    try:
+        current = code_modules(recorded.get("entry"))
+    except (ValueError, OSError, SyntaxError) as exc:
+        return f"its entry module {recorded.get('entry')!r} cannot be read in this checkout ({exc})"
+    old = recorded["modules"]
+    changed = sorted(k for k in old.keys() & current.keys() if old[k] != current[k])
+    added, removed = sorted(current.keys() - old.keys()), sorted(old.keys() - current.keys())
+    if not (changed or added or removed):
+        return None
+    parts = [f"{label} {', '.join(files[:5])}{' ...' if len(files) > 5 else ''}"
+             for label, files in (("changed", changed), ("new", added), ("removed", removed)) if files]
+    return f"made with older code (entry {recorded.get('entry') or 'whole package'}): " + "; ".join(parts)
+
+
+def _is_raw(path: Path, raw: bool | None) -> bool:
+    """Whether a file without a sidecar is a raw input; ``raw`` is what the consuming step recorded."""
+    if raw is not None:
+        return raw
+    # a sidecar written before inputs recorded it: only data files outside results/ may be raw
+    return path.suffix in {".parquet", ".jsonl", ".json", ".csv"} and "results" not in path.parts
+
+
+def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport, seen: set[Path],
+           raw: bool | None = None) -> None:
     indent = "  " * depth
     if not path.is_file():
         report.problems.append(f"{path}: missing")
@@ -65,8 +95,9 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
         status = "CHANGED"
     sidecar = _sidecar(path)
     if not sidecar.is_file():
-        if depth == 0 or path.suffix not in {".parquet", ".jsonl", ".json", ".csv"}:
-            report.problems.append(f"{path}: no provenance sidecar {sidecar.name}")
+        if depth == 0 or not _is_raw(path, raw):
+            report.problems.append(f"{path}: no provenance sidecar {sidecar.name}"
+                                   + (" (it had one when it was used: deleted since)" if raw is False else ""))
             report.lines.append(f"{indent}{path}  [{status}] NO SIDECAR")
         else:  # raw input (a fixture or downloaded file): a leaf of the chain
             report.lines.append(f"{indent}{path}  [{status}] raw input, sha256 {actual[:12]}")
@@ -84,13 +115,17 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
     report.code_versions.setdefault(key, []).append(str(path))
     if code.get("dirty"):
         status += ", dirty tree"
+    stale = _code_changes(record)
+    if stale:
+        report.problems.append(f"{path}: {stale}")
+        status += ", STALE CODE"
     report.lines.append(f"{indent}{path}  [{status}] step {record.get('step')} @ {str(code.get('git_commit'))[:10]}")
     _check_done(record, report)
     if path in seen:
         return
     seen.add(path)
     for entry in record.get("inputs", []):
-        _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen)
+        _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen, entry.get("raw"))
 
 
 def audit(target: str | Path) -> AuditReport:
@@ -112,7 +147,8 @@ def render(report: AuditReport) -> str:
     if report.problems:
         lines += ["", f"AUDIT FAILED: {len(report.problems)} problem(s)", *[f"  - {p}" for p in report.problems]]
     else:
-        lines.append("audit passed: every file exists, every hash matches, every run finished, one clean code version")
+        lines.append("audit passed: every file exists, every hash matches, every run finished, one clean code version, "
+                     "the code of every step unchanged")
     return "\n".join(lines) + "\n"
 
 

@@ -92,8 +92,18 @@ class ResponseCache:
         return self._local.db
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The stored response, or None (a miss, so it is asked again) when absent or not a readable JSON object."""
         row = self._connect().execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        if row is None:
+            return None
+        try:
+            response = json.loads(row[0])
+        except (TypeError, ValueError, RecursionError):
+            response = None
+        if not isinstance(response, dict):
+            log.warning("%s: unreadable cached response for key %s; asking again", self.path, key[:12])
+            return None
+        return response
 
     def put(self, key: str, response: dict[str, Any]) -> None:
         with self._connect() as db:

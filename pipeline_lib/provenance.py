@@ -3,29 +3,38 @@
 A sidecar records what an auditor needs to trace a number back: the step, its
 resolved parameters and config digest, every input and output with size and
 sha256, the code version (git commit, dirty flag, hash of the uncommitted diff),
-software versions, host and timing. Keys or secrets never belong in ``params``.
+the digest of the library code the step ran (:func:`code_digest`), software
+versions, host and timing. Keys or secrets never belong in ``params``.
+
+The code digest covers the ``pipeline_lib`` modules the step's entry point imports
+(static, transitive, from the files on disk, so untracked modules count), which is
+what lets the audit and Snakemake's params trigger notice an output made with older
+code while an edit to unrelated code (the judge, for a trained model) leaves it alone.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pipeline_lib.io import sha256_file, write_json
 
-__all__ = ["SIDECAR_SUFFIX", "code_version", "config_digest", "file_record", "write_provenance"]
+__all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "entry_module",
+           "file_record", "write_provenance"]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
@@ -33,6 +42,108 @@ _TRACKED_PACKAGES = (
     "transformers", "verl", "vllm", "math-verify", "rouge-score", "openai",
 )
 _REPO_ROOT = Path(__file__).resolve().parents[1]
+_PACKAGE = "pipeline_lib"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".jinja")  # package files read at run time (agent-loop configs)
+_MODULE_STRING = re.compile(r"^pipeline_lib(?:[./][A-Za-z_][A-Za-z0-9_]*)+(?:\.py)?$")
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of module ``pipeline_lib.a.b`` (a package's ``__init__.py``), or None (an attribute, not a module)."""
+    parts = name.split(".")
+    if parts[0] != _PACKAGE:
+        return None
+    base = _PACKAGE_DIR.joinpath(*parts[1:])
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+
+
+@cache
+def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """Every ``pipeline_lib`` name a module may import: import statements anywhere (lazy ones in functions
+    included), relative imports resolved, and string constants naming a module (verl's reward-function paths)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                prefix = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                prefix = node.module or ""
+            names += [prefix, *(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
+            names.append(node.value.removesuffix(".py").replace("/", "."))
+    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + "."))
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _package_state() -> tuple[tuple[Path, int, int], ...]:
+    """Every package file with its mtime and size: the key that invalidates the per-process caches after an edit."""
+    files = sorted(p for p in _PACKAGE_DIR.rglob("*") if "__pycache__" not in p.parts
+                   and p.suffix in (".py", *_DATA_SUFFIXES) and p.is_file())
+    return tuple((p, *_stamp(p)) for p in files)
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@cache
+def _closure(entry: str | None, state: tuple[tuple[Path, int, int], ...]) -> tuple[Path, ...]:
+    if entry is None:  # no known entry point (a notebook, a test): every file of the package
+        return tuple(p for p, *_ in state)
+    if _module_file(entry) is None:
+        raise ValueError(f"code digest: {entry!r} is not a module under {_PACKAGE_DIR}")
+    files: set[Path] = set()
+    todo, seen = [entry], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = _module_file(name)
+        todo += _parents(name)  # importing pipeline_lib.a.b runs pipeline_lib/__init__ and pipeline_lib/a/__init__
+        if path is None or path in files:
+            continue
+        files.add(path)
+        files.update(p for p in path.parent.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
+        todo += _imported_names(path, name, _stamp(path))
+    return tuple(sorted(files))
+
+
+@cache
+def _file_sha256(path: Path, stamp: tuple[int, int]) -> str:
+    return sha256_file(path)
+
+
+def code_modules(entry: str | None = None) -> dict[str, str]:
+    """sha256 of every package file the entry module imports (transitively), by path relative to the checkout.
+
+    Cached per process by file mtime and size (the workflow calls this for every rule at parse time).
+    """
+    return {str(p.relative_to(_REPO_ROOT)): _file_sha256(p, _stamp(p)) for p in _closure(entry, _package_state())}
+
+
+def code_digest(entry: str | None = None) -> str:
+    """One sha256 over :func:`code_modules`; a rule parameter, so Snakemake reruns a job whose code changed."""
+    return hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
+
+
+def entry_module() -> str | None:
+    """The ``pipeline_lib`` module this process runs as (``python -m pipeline_lib.x.y``), else None."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    name = getattr(spec, "name", None)
+    return name if isinstance(name, str) and _module_file(name) is not None else None
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -99,6 +210,10 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def _code_record(entry: str | None) -> dict[str, Any]:
+    return {"entry": entry, "sha256": code_digest(entry), "modules": code_modules(entry)}
+
+
 def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
@@ -113,8 +228,13 @@ def write_provenance(
     config_sha256: str | None = None,
     seeds: Mapping[str, int] | None = None,
     started_at: float | None = None,
+    entry: str | None = None,
 ) -> list[Path]:
-    """Write one sidecar per output, each listing every input and output of the step."""
+    """Write one sidecar per output, each listing every input and output of the step.
+
+    ``entry`` is the step's entry module (default: the module run with ``python -m``); its code digest is recorded.
+    An input without a sidecar is recorded as ``raw``, so a sidecar deleted later is told from a raw input.
+    """
     outputs = [Path(p) for p in outputs]
     inputs = [Path(p) for p in inputs]
     missing = [str(p) for p in outputs + inputs if not p.is_file()]
@@ -126,9 +246,11 @@ def write_provenance(
         # the workflow exports the digest of the whole resolved config to every job it starts
         "config_sha256": config_sha256 or os.environ.get("PIPELINE_CONFIG_SHA256"),
         "seeds": dict(seeds or {}),
-        "inputs": [file_record(p) | {"provenance": str(p) + SIDECAR_SUFFIX} for p in inputs],
+        "inputs": [file_record(p) | {"provenance": str(p) + SIDECAR_SUFFIX,
+                                     "raw": not Path(str(p) + SIDECAR_SUFFIX).is_file()} for p in inputs],
         "outputs": [file_record(p) for p in outputs],
         "code": code_version(),
+        "code_digest": _code_record(entry or entry_module()),
         "software": software_versions(),
         "host": hardware(),
         "slurm": {key: os.environ[key] for key in ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST")

@@ -160,7 +160,7 @@ def test_bad_row_names_the_row(tmp_path):
     bad.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     spec = real_spec("openthoughts")
     spec["sources"]["main"]["local"] = str(bad)
-    with pytest.raises(DataError, match=r"openthoughts: .*train\.jsonl, row 1: conversations must be \[human, gpt\]"):
+    with pytest.raises(DataError, match=r"openthoughts: .*train\.jsonl, line 2: conversations must be \[human, gpt\]"):
         build_real("openthoughts", spec, tmp_path / "out", None)
 
 

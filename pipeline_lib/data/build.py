@@ -4,15 +4,21 @@
     python -m pipeline_lib.data.build real --dataset gsm8k --spec JSON --out-dir DIR
     python -m pipeline_lib.data.build imagenet --spec JSON --out-dir DIR
     python -m pipeline_lib.data.build tokenizer --inputs A.parquet B.parquet --vocab-size 1024 --out-dir DIR
+
+A build that fails leaves no partial outputs (:func:`no_partial_outputs`), whether it ran
+under Snakemake (which removes only the declared files, not their sidecars) or by hand.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fnmatch
 import json
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -25,9 +31,39 @@ from pipeline_lib.data.sources import SourceSpec, load_split
 from pipeline_lib.data.tiny import TASKS, generate_task
 from pipeline_lib.data.tokenizer import train_tokenizer
 from pipeline_lib.io import sha256_file, write_json
-from pipeline_lib.provenance import write_provenance
+from pipeline_lib.provenance import SIDECAR_SUFFIX, write_provenance
 
 log = logging.getLogger("pipeline_lib.data.build")
+DATASET_OUTPUTS = ("rl_*.parquet", "sft_*.parquet", "manifest.json")  # what a DatasetWriter writes
+CACHES = ("*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite-journal")  # kept: finished LLM answers
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_mtime_ns, stat.st_size
+
+
+@contextlib.contextmanager
+def no_partial_outputs(out_dir: Path) -> Iterator[None]:
+    """On any failure, remove every file this build wrote or changed in ``out_dir`` and every dataset output (and
+    sidecar) left from an earlier build, so no mix of old and new files survives; LLM caches are kept."""
+    out_dir = Path(out_dir)
+    before = {p: _stamp(p) for p in out_dir.iterdir() if p.is_file()} if out_dir.is_dir() else {}
+    try:
+        yield
+    except BaseException:
+        removed = []
+        for path in sorted(out_dir.iterdir()) if out_dir.is_dir() else []:
+            name = path.name
+            if not path.is_file() or any(fnmatch.fnmatch(name, pattern) for pattern in CACHES):
+                continue
+            output = any(fnmatch.fnmatch(name.removesuffix(SIDECAR_SUFFIX), pattern) for pattern in DATASET_OUTPUTS)
+            if output or before.get(path) != _stamp(path):
+                path.unlink()
+                removed.append(name)
+        if removed:
+            log.error("build failed: removed %s from %s so no partial output remains", ", ".join(removed), out_dir)
+        raise
 
 
 def build_tiny(task: str, spec: dict, seed: int, reward_weights: dict | None, out_dir: Path) -> list[Path]:
@@ -120,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     tok.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
+    with no_partial_outputs(args.out_dir):
+        outputs = _run(args, started)
+    log.info("wrote %s", ", ".join(str(p) for p in outputs))
+    return 0
+
+
+def _run(args: argparse.Namespace, started: float) -> list[Path]:
     if args.command == "tiny":
         spec = json.loads(args.spec)
         outputs = build_tiny(args.task, spec, args.seed, json.loads(args.reward_weights), args.out_dir)
@@ -140,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         outputs = build_tokenizer(args.inputs, args.vocab_size, args.out_dir)
         write_provenance(outputs, step="data_tokenizer", inputs=args.inputs, params={"vocab_size": args.vocab_size},
                          started_at=started)
-    log.info("wrote %s", ", ".join(str(p) for p in outputs))
-    return 0
+    return outputs
 
 
 if __name__ == "__main__":

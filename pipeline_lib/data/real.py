@@ -8,15 +8,17 @@ SFT parquet and ``manifest.json`` through :class:`~pipeline_lib.data.schema.Data
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline_lib.data.schema import MATH_SUFFIX, POETRY_SYSTEM, DataError, DatasetWriter, holdout_mask, rl_row, sft_row
-from pipeline_lib.data.sources import SourceSpec, load_split
+from pipeline_lib.data.sources import LINE, SourceSpec, load_split, where
 
 __all__ = ["BUILDERS", "build_dataset"]
 
@@ -28,10 +30,34 @@ COUNTDOWN_PROMPT = (
 MEETING_PROMPT = "Summarize the following city council meeting transcript.\n\n{transcript}"
 
 
-def _text(value: Any, dataset: str, origin: str, row: int, column: str) -> str:
+def _text(value: Any, dataset: str, location: str, column: str) -> str:
+    """A non-empty string, stripped; anything else (missing, a number, NaN) is an error at ``location``."""
     if not isinstance(value, str) or not value.strip():
-        raise DataError(dataset, origin, f"column {column!r} must be a non-empty string, got {value!r}", row)
+        raise DataError(dataset, location, f"column {column!r} must be a non-empty string, got {value!r:.200}")
     return value.strip()
+
+
+def _gold(value: Any, dataset: str, location: str, column: str) -> str:
+    """A gold answer as written: a string, or an exact JSON integer; never a float (``1e29``, ``7.0``) or missing."""
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return str(int(value))
+    return _text(value, dataset, location, column)
+
+
+def _integer(value: Any, dataset: str, location: str, column: str) -> int:
+    if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        return int(value)
+    raise DataError(dataset, location, f"{column} must be an integer, got {value!r:.200} "
+                    f"({type(value).__name__})")
+
+
+def _optional_text(value: Any, dataset: str, location: str, column: str) -> str:
+    """Metadata that may be missing (``""``), but is a string when present."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return ""
+    if not isinstance(value, str):
+        raise DataError(dataset, location, f"column {column!r} must be a string, got {value!r:.200}")
+    return value
 
 
 def _gsm8k_gold(answer: str) -> str | None:
@@ -64,21 +90,26 @@ def _drop_train_duplicates(writer: DatasetWriter, splits: dict[str, pd.DataFrame
 def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     main = SourceSpec.from_config(spec["sources"]["main"])
     demos = SourceSpec.from_config(spec["sources"]["demonstrations"])
-    splits, facts = {}, []
+    splits, facts, split_facts = {}, [], {}
     for split in ("train", "test"):
-        splits[split], fact = load_split(writer.name, main, split, ("question", "answer"))
-        facts.append(fact)
-    demo_frame, fact = load_split(writer.name, demos, "train", ("question", "cot", "final_answer"))
-    facts.append(fact)
-    demo_by_question = {str(q).strip(): (str(c), str(a)) for q, c, a in
-                        zip(demo_frame["question"], demo_frame["cot"], demo_frame["final_answer"], strict=True)}
+        splits[split], split_facts[split] = load_split(writer.name, main, split, ("question", "answer"))
+        facts.append(split_facts[split])
+    demo_frame, demo_fact = load_split(writer.name, demos, "train", ("question", "cot", "final_answer"))
+    facts.append(demo_fact)
+    demo_by_question = {}
+    for q, c, a, line in zip(demo_frame["question"], demo_frame["cot"], demo_frame["final_answer"],
+                             demo_frame[LINE], strict=True):
+        at = where(demo_fact, line)
+        demo_by_question[_text(q, writer.name, at, "question")] = (
+            _text(c, writer.name, at, "cot"), _gold(a, writer.name, at, "final_answer"))
     writer.source["files"] = facts
     _drop_train_duplicates(writer, splits, "question")
     for split, frame in splits.items():
         rl, sft = [], []
-        for position, (question, answer) in enumerate(zip(frame["question"], frame["answer"], strict=True)):
-            question = _text(question, writer.name, f"{split} split", position, "question")
-            answer = _text(answer, writer.name, f"{split} split", position, "answer")
+        for question, answer, line in zip(frame["question"], frame["answer"], frame[LINE], strict=True):
+            at = where(split_facts[split], line)
+            question = _text(question, writer.name, at, "question")
+            answer = _text(answer, writer.name, at, "answer")
             gold = _gsm8k_gold(answer)
             if gold is None:
                 writer.count_filter("unparseable gold answer (no numeric text after ####)", 1)
@@ -100,9 +131,22 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             writer.write("sft", split, sft)
 
 
-def _countdown_key(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.assign(_key=[json.dumps([sorted(int(n) for n in nums), int(t)])
-                              for nums, t in zip(frame["nums"], frame["target"], strict=True)])
+def _countdown_tasks(frame: pd.DataFrame, fact: dict[str, Any], dataset: str, sizes: tuple[int, ...] = (3, 4)
+                     ) -> pd.DataFrame:
+    """``nums`` as a list of integers (``sizes`` of them) and ``target`` an integer in every row, else a DataError
+    naming the file and line (a 7.9 target is never truncated to 7); adds the de-duplication key ``_key``."""
+    numbers, targets = [], []
+    for nums, target, line in zip(frame["nums"], frame["target"], frame[LINE], strict=True):
+        at = where(fact, line)
+        if not isinstance(nums, list | tuple | np.ndarray):
+            raise DataError(dataset, at, f"nums must be a list of integers, got {nums!r:.200}")
+        values = [_integer(n, dataset, at, "every entry of nums") for n in nums]
+        if len(values) not in sizes:
+            raise DataError(dataset, at, f"expected {'-'.join(map(str, sizes))} numbers, got {values}")
+        numbers.append(values)
+        targets.append(_integer(target, dataset, at, "target"))
+    return frame.assign(nums=pd.Series(numbers, index=frame.index, dtype=object), target=targets,
+                        _key=[json.dumps([sorted(n), t]) for n, t in zip(numbers, targets, strict=True)])
 
 
 def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -114,41 +158,55 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     frame, fact = load_split(writer.name, main, "train", ("target", "nums"))
     gold_frame, gold_fact = load_split(writer.name, gold, "train", ("nums", "target", "messages"))
     writer.source["files"] = [fact, gold_fact]
-    splits = _split_holdout(_countdown_key(frame), "_key", spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(_countdown_tasks(frame, fact, writer.name), "_key", spec["holdout_fraction"],
+                            writer.name)
+    gold_frame = _countdown_tasks(gold_frame, gold_fact, writer.name)
     _drop_train_duplicates(writer, splits, "_key")
     for split, part in splits.items():
         rows = []
-        for position, (nums, target) in enumerate(zip(part["nums"], part["target"], strict=True)):
-            numbers = [int(n) for n in nums]
-            if not 3 <= len(numbers) <= 4:
-                raise DataError(writer.name, f"{split} split", f"expected 3-4 numbers, got {numbers}", position)
-            content = COUNTDOWN_PROMPT.format(numbers=numbers, target=int(target))
+        for numbers, target in zip(part["nums"], part["target"], strict=True):
+            content = COUNTDOWN_PROMPT.format(numbers=numbers, target=target)
             rows.append(rl_row(prompt=[{"role": "user", "content": content}], data_source=main.hub,
-                               ability="math", ground_truth={"numbers": numbers, "target": int(target)},
+                               ability="math", ground_truth={"numbers": numbers, "target": target},
                                extra_info={"index": len(rows), "split": split, "numbers": numbers,
-                                           "target": int(target)}))
+                                           "target": target}))
         writer.write("rl", split, rows)
 
-    gold_frame = _countdown_key(gold_frame)
     leaked = gold_frame["_key"].isin(set(splits["test"]["_key"]))
     writer.count_filter("GOLD task also in the RL test split (removed)", int(leaked.sum()))
     gold_frame = gold_frame[~leaked]
     sim, sft = [], []
-    for position, (nums, target, messages) in enumerate(
-            zip(gold_frame["nums"], gold_frame["target"], gold_frame["messages"], strict=True)):
+    for numbers, target, messages, line in zip(gold_frame["nums"], gold_frame["target"], gold_frame["messages"],
+                                               gold_frame[LINE], strict=True):
+        at = where(gold_fact, line)
+        if not isinstance(messages, list | tuple | np.ndarray) or not all(isinstance(m, dict) for m in messages):
+            raise DataError(writer.name, at, f"messages must be a list of {{role, content}} objects, "
+                            f"got {messages!r:.200}")
         messages = [dict(m) for m in messages]
         roles = [m.get("role") for m in messages]
         if not roles or roles[-1] != "assistant" or "user" not in roles:
-            raise DataError(writer.name, gold_fact["file"], f"messages must end user -> assistant, got {roles}",
-                            position)
-        numbers = [int(n) for n in nums]
-        extra = {"index": len(sim), "split": "train", "numbers": numbers, "target": int(target),
+            raise DataError(writer.name, at, f"messages must end user -> assistant, got {roles}")
+        for message in messages:
+            _text(message.get("content"), writer.name, at, f"messages[{message.get('role')}].content")
+        extra = {"index": len(sim), "split": "train", "numbers": numbers, "target": target,
                  "reference": messages[-1]["content"]}
         sim.append(rl_row(prompt=messages[:-1], data_source=gold.hub, ability="math",
-                          ground_truth={"numbers": numbers, "target": int(target)}, extra_info=extra))
+                          ground_truth={"numbers": numbers, "target": target}, extra_info=extra))
         sft.append(sft_row(messages, extra))
     writer.write("sft", "train", sft)
     writer.write("rl_sim", "train", sim)
+
+
+def _difficulty(value: Any, dataset: str, location: str) -> float:
+    """DeepMath's difficulty label (metadata): a number, a numeric CSV cell, or missing (NaN)."""
+    if value is None or value == "":
+        return float("nan")
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_):
+        return float(value)
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    raise DataError(dataset, location, f"difficulty must be a number, got {value!r:.200}")
 
 
 def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -160,18 +218,19 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     _drop_train_duplicates(writer, splits, "question")
     for split, part in splits.items():
         rl, sft = [], []
-        for position, row in enumerate(part.itertuples(index=False)):
-            question = _text(row.question, writer.name, f"{split} split", position, "question")
-            gold = _text(str(row.final_answer), writer.name, f"{split} split", position, "final_answer")
-            solutions = [s for s in (row.r1_solution_1, row.r1_solution_2, row.r1_solution_3)
-                         if isinstance(s, str) and s.strip()]
-            if not solutions:
+        for row in part.to_dict("records"):
+            at = where(fact, row[LINE])
+            question = _text(row["question"], writer.name, at, "question")
+            gold = _gold(row["final_answer"], writer.name, at, "final_answer")
+            solutions = [row[c] for c in columns[2:] if isinstance(row[c], str) and row[c].strip()]
+            if not solutions:  # the recipe trains on the shortest r1 solution; a row with none is dropped, counted
                 writer.count_filter("no non-empty r1 solution", 1)
                 continue
             shortest = min(solutions, key=len)
             prompt = [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
             extra = {"index": len(rl), "split": split, "reference": shortest, "gold": gold,
-                     "topic": str(getattr(row, "topic", "")), "difficulty": float(getattr(row, "difficulty", "nan"))}
+                     "topic": _optional_text(row.get("topic"), writer.name, at, "topic"),
+                     "difficulty": _difficulty(row.get("difficulty"), writer.name, at)}
             rl.append(rl_row(prompt=prompt, data_source=source.hub, ability="math", ground_truth=gold,
                              extra_info=extra))
             if split == "train":
@@ -201,7 +260,8 @@ def build_poetry(writer: DatasetWriter, spec: dict[str, Any], instructions: dict
     column = spec["text_column"]
     frame, fact = load_split(writer.name, source, "train", (column,))
     writer.source["files"] = [fact]
-    frame = frame.assign(_poem=[_text(p, writer.name, fact["file"], i, column) for i, p in enumerate(frame[column])])
+    frame = frame.assign(_poem=[_text(p, writer.name, where(fact, line), column)
+                                for p, line in zip(frame[column], frame[LINE], strict=True)])
     splits = _split_holdout(frame, "_poem", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "_poem")
     for split, part in splits.items():
@@ -225,10 +285,10 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     _drop_train_duplicates(writer, splits, transcript_column)
     for split, part in splits.items():
         items = []
-        for position, (transcript, summary) in enumerate(
-                zip(part[transcript_column], part[summary_column], strict=True)):
-            transcript = _text(transcript, writer.name, f"{split} split", position, transcript_column)
-            summary = _text(summary, writer.name, f"{split} split", position, summary_column)
+        for transcript, summary, line in zip(part[transcript_column], part[summary_column], part[LINE], strict=True):
+            at = where(fact, line)
+            transcript = _text(transcript, writer.name, at, transcript_column)
+            summary = _text(summary, writer.name, at, summary_column)
             prompt = [{"role": "user", "content": MEETING_PROMPT.format(transcript=transcript)}]
             items.append((prompt, summary, {"transcript": transcript}))
         _chat_dataset(writer, split, items, source.hub, "summarization")
@@ -239,14 +299,19 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     frame, fact = load_split(writer.name, source, "train", ("conversations",))
     writer.source["files"] = [fact]
     pairs = []
-    for position, conversation in enumerate(frame["conversations"]):
+    domains = frame["domain"] if "domain" in frame.columns else [None] * len(frame)
+    for conversation, domain, line in zip(frame["conversations"], domains, frame[LINE], strict=True):
+        at = where(fact, line)
+        if not isinstance(conversation, list | tuple | np.ndarray) or not all(isinstance(t, dict)
+                                                                               for t in conversation):
+            raise DataError(writer.name, at, f"conversations must be a list of turns, got {conversation!r:.200}")
         turns = [dict(t) for t in conversation]
         if [t.get("from") for t in turns] != ["human", "gpt"]:
-            raise DataError(writer.name, fact["file"], f"conversations must be [human, gpt], got "
-                            f"{[t.get('from') for t in turns]}", position)
-        pairs.append((_text(turns[0]["value"], writer.name, fact["file"], position, "conversations[0].value"),
-                      _text(turns[1]["value"], writer.name, fact["file"], position, "conversations[1].value"),
-                      str(frame["domain"].iloc[position]) if "domain" in frame.columns else ""))
+            raise DataError(writer.name, at, f"conversations must be [human, gpt], got "
+                            f"{[t.get('from') for t in turns]}")
+        pairs.append((_text(turns[0].get("value"), writer.name, at, "conversations[0].value"),
+                      _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
+                      _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
     splits = _split_holdout(table, "question", spec["holdout_fraction"], writer.name)
     _drop_train_duplicates(writer, splits, "question")

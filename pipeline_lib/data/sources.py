@@ -3,10 +3,20 @@
 Local sources (air-gapped clusters, tests) are a directory holding one file per split
 (``{split}.parquet``, ``.jsonl``, ``.json`` or ``.csv``) or, for a one-split dataset,
 a single file. Every frame is checked for the columns its builder needs before use.
+
+Local text files are read without type guessing: JSON values keep their JSON types
+(a 30-digit integer stays exact, ``"007"`` stays a string, a missing key is ``None``,
+never NaN), and every CSV cell is a string. Each frame carries a ``_line`` column, the
+line of the file a row came from (JSONL and CSV; the record number for JSON, the row
+for parquet and the hub), so a builder's error names the file and that line even after
+rows were split or de-duplicated (:func:`where`).
 """
 
 from __future__ import annotations
 
+import csv
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,10 +25,82 @@ import pandas as pd
 
 from pipeline_lib.data.schema import DataError, source_fingerprint
 
-__all__ = ["SourceSpec", "load_split"]
+__all__ = ["LINE", "SourceSpec", "load_split", "where"]
 
-_READERS = {".parquet": pd.read_parquet, ".jsonl": lambda p: pd.read_json(p, lines=True), ".json": pd.read_json,
-            ".csv": pd.read_csv}
+LINE = "_line"  # the column holding each row's line (or record/row number) in its source file
+
+
+def _frame(records: list[dict[str, Any]], lines: list[int]) -> pd.DataFrame:
+    """Object columns holding the parsed values as they are (no dtype inference, missing keys as None)."""
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    data = {c: pd.Series([r.get(c) for r in records], dtype=object) for c in columns}
+    return pd.DataFrame({**data, LINE: pd.Series(lines, dtype="int64")})
+
+
+def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
+    records, lines = [], []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(dataset, f"{path}, line {number}", f"not valid JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise DataError(dataset, f"{path}, line {number}",
+                                f"expected a JSON object, got {type(record).__name__}")
+            records.append(record)
+            lines.append(number)
+    return _frame(records, lines)
+
+
+def _read_json(path: Path, dataset: str) -> pd.DataFrame:
+    """A JSON array of objects (numbered as records 1, 2, ...)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(dataset, str(path), f"not valid JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise DataError(dataset, str(path), "expected a JSON array of objects (one per row)")
+    for number, record in enumerate(data, 1):
+        if not isinstance(record, dict):
+            raise DataError(dataset, f"{path}, record {number}", f"expected a JSON object, got {type(record).__name__}")
+    return _frame(data, list(range(1, len(data) + 1)))
+
+
+def _read_csv(path: Path, dataset: str) -> pd.DataFrame:
+    """Every cell a string (an empty cell is ``""``); rows numbered by the file line they start on."""
+    records, lines = [], []
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None:
+            return _frame([], [])
+        start = reader.line_num + 1
+        for row in reader:
+            if len(row) != len(header) and any(row):
+                raise DataError(dataset, f"{path}, line {start}", f"{len(row)} cells for {len(header)} columns")
+            if any(row):
+                records.append(dict(zip(header, row, strict=True)))
+                lines.append(start)
+            start = reader.line_num + 1
+    return _frame(records, lines)
+
+
+def _read_parquet(path: Path, dataset: str) -> pd.DataFrame:
+    frame = pd.read_parquet(path)  # typed columns: nothing is guessed
+    return frame.assign(**{LINE: range(1, len(frame) + 1)})
+
+
+_READERS: dict[str, Callable[[Path, str], pd.DataFrame]] = {
+    ".parquet": _read_parquet, ".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv}
+_UNIT = {".jsonl": "line", ".csv": "line", ".json": "record"}
+
+
+def where(facts: dict[str, Any], line: int) -> str:
+    """``<file>, line N`` (record N for JSON, row N for parquet and the hub) for an error message."""
+    return f"{facts['file']}, {facts.get('unit', 'row')} {line}"
 
 
 @dataclass(frozen=True)
@@ -53,19 +135,21 @@ def _local_file(spec: SourceSpec, split: str) -> Path:
 
 
 def load_split(dataset: str, spec: SourceSpec, split: str, required: tuple[str, ...]) -> tuple[pd.DataFrame, dict]:
-    """One split as a DataFrame plus facts for the manifest; raises DataError naming missing columns."""
+    """One split as a DataFrame (with its :data:`LINE` column) plus facts for the manifest; raises DataError
+    naming missing columns."""
     if spec.local:
         path = _local_file(spec, split)
-        frame = _READERS[path.suffix](path)
+        frame = _READERS[path.suffix](path, dataset)
         origin = str(path)
-        facts = {"split": split, "file": origin, **source_fingerprint([path])}
+        facts = {"split": split, "file": origin, "unit": _UNIT.get(path.suffix, "row"), **source_fingerprint([path])}
     else:  # pragma: no cover - needs the network; the same frames are built from local fixtures in tests
         import datasets
 
         loaded = datasets.load_dataset(spec.hub, spec.config, revision=spec.revision, split=split)
         frame = loaded.to_pandas()
+        frame = frame.assign(**{LINE: range(1, len(frame) + 1)})
         origin = f"hf://{spec.hub}/{spec.config or ''}@{spec.revision or 'main'}:{split}"
-        facts = {"split": split, "file": origin, "fingerprint": getattr(loaded, "_fingerprint", None)}
+        facts = {"split": split, "file": origin, "unit": "row", "fingerprint": getattr(loaded, "_fingerprint", None)}
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise DataError(dataset, origin, f"missing column(s) {missing}; found {list(frame.columns)}")

@@ -11,6 +11,7 @@ failed), never a 0 or a default.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 
 __all__ = ["VerdictParseError", "parse_verdict"]
@@ -18,6 +19,21 @@ __all__ = ["VerdictParseError", "parse_verdict"]
 
 class VerdictParseError(ValueError):
     pass
+
+
+def _parse_int(digits: str) -> int | float:
+    """Huge integer literals become inf (a bad score) instead of Python's int-size ValueError (a skipped fragment)."""
+    return int(digits) if len(digits) <= 64 else math.inf
+
+
+def _score(value: object, scale: tuple[int, int]) -> int | None:
+    """The integer score, or None for anything else (bool, string, fraction, non-finite, out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        return None  # NaN, Infinity, -Infinity and 1e400 (parsed as inf) are bad scores, not fragments to skip
+    score = int(value)
+    return score if scale[0] <= score <= scale[1] else None
 
 
 def _json_objects(text: str) -> list[str]:
@@ -50,23 +66,23 @@ def parse_verdict(content: str | None, keys: Sequence[str], scale: tuple[int, in
                   reasoning: str | None = None) -> dict[str, int]:
     """Scores from the answer (falling back to the reasoning text only when the answer has none)."""
     problems = []
-    for source in (content or "", reasoning or ""):
+    for source in (content, reasoning):
+        if not isinstance(source, str):  # None, or a malformed cached response: nothing to read
+            continue
         for candidate in reversed(_json_objects(source)):
             try:
-                data = json.loads(candidate)
-            except json.JSONDecodeError:
-                problems.append("malformed JSON")
+                data = json.loads(candidate, parse_int=_parse_int)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, >4300-digit ints, deep nesting
+                problems.append(f"malformed JSON ({type(exc).__name__})")
                 continue
             if not isinstance(data, dict) or not set(keys) <= set(data):
                 problems.append(f"missing key(s) {sorted(set(keys) - set(data))}" if isinstance(data, dict)
                                 else "not an object")
                 continue
-            values = {k: data[k] for k in keys}
-            bad = {k: v for k, v in values.items()
-                   if isinstance(v, bool) or not isinstance(v, int | float) or float(v) != int(v)
-                   or not scale[0] <= int(v) <= scale[1]}
+            scores = {k: _score(data[k], scale) for k in keys}
+            bad = {k: data[k] for k, v in scores.items() if v is None}
             if bad:
-                raise VerdictParseError(f"scores outside {scale[0]}-{scale[1]} or not integers: {bad}")
-            return {k: int(v) for k, v in values.items()}
+                raise VerdictParseError(f"scores outside {scale[0]}-{scale[1]} or not integers: {bad}"[:500])
+            return scores
     raise VerdictParseError("no JSON object with keys " + ", ".join(keys)
                             + (f" ({'; '.join(dict.fromkeys(problems))})" if problems else ""))

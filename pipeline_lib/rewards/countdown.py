@@ -13,9 +13,11 @@ import json
 import operator
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
+
+import numpy as np
 
 from pipeline_lib.rewards.extract import extract_answer
 
@@ -71,7 +73,13 @@ def _ground_truth(ground_truth: Any) -> tuple[list[int], int]:
         ground_truth = json.loads(ground_truth)
     if not isinstance(ground_truth, Mapping) or "numbers" not in ground_truth or "target" not in ground_truth:
         raise ValueError(f"countdown ground truth must be {{'numbers': [...], 'target': int}}, got {ground_truth!r}")
-    return [int(n) for n in ground_truth["numbers"]], int(ground_truth["target"])
+    numbers, target = ground_truth["numbers"], ground_truth["target"]
+    values = [*numbers, target] if isinstance(numbers, Sequence | np.ndarray) and not isinstance(numbers, str) \
+        else [None]
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) for v in values):
+        # never int(): a 6.5 target would silently become 6
+        raise ValueError(f"countdown ground truth needs integer numbers and target, got {ground_truth!r:.300}")
+    return [int(n) for n in numbers], int(target)
 
 
 def _candidate(solution: str) -> str | None:

@@ -21,8 +21,18 @@ def after_think(text: str) -> str:
 
 
 def last_answer_tag(text: str) -> str | None:
-    matches = _ANSWER_RE.findall(text)
-    return matches[-1].strip() if matches else None
+    """The last ``<answer>...</answer>`` span as ``_ANSWER_RE.findall`` pairs them, found in linear time.
+
+    The regex retries every ``<answer>`` when no ``</answer>`` follows, which is quadratic on a hostile
+    ``"<answer>" * n``; the same left-to-right pairing with ``str.find`` stops at the first unclosed tag.
+    """
+    last, position = None, 0
+    while (start := text.find("<answer>", position)) >= 0:
+        end = text.find("</answer>", start + len("<answer>"))
+        if end < 0:
+            break
+        last, position = text[start + len("<answer>"):end], end + len("</answer>")
+    return last.strip() if last is not None else None
 
 
 def last_boxed(text: str) -> str | None:

@@ -13,6 +13,13 @@ Tokenisation, inherited on purpose from the references:
   ``str.lower()``, every character outside ``[a-z0-9]`` becomes a space. So
   accented and non-Latin text tokenises to (almost) nothing: "café" -> "caf",
   Chinese text -> no tokens and a ROUGE-L of 0.
+
+Bounded cost (verl calls this for every rollout, and a rollout may be hostile): each
+metric reads at most the first ``SIM_MAX_CHARS`` characters of each text and compares
+at most the first ``SIM_MAX_TOKENS`` of its tokens. A pair within both caps scores
+exactly as the references do; beyond them only the prefix counts, so one call costs a
+few milliseconds whatever the lengths (LCS is quadratic in tokens, tokenising linear in
+characters). The caps sit above what a 4096-token response produces.
 """
 
 from __future__ import annotations
@@ -25,15 +32,16 @@ from rapidfuzz.distance import LCSseq
 
 from pipeline_lib.rewards.extract import after_think, last_answer_tag
 
-__all__ = ["SIM_WEIGHTS", "rouge_l_f", "rouge_tokens", "similarity_score", "similarity_text", "squad_f1",
+__all__ = ["SIM_MAX_CHARS", "SIM_MAX_TOKENS", "SIM_WEIGHTS", "rouge_l_f", "rouge_tokens", "similarity_score",
+           "similarity_text", "squad_f1",
            "squad_normalize"]
 
 SIM_WEIGHTS = (0.6, 0.4)  # (SQuAD-F1, ROUGE-L)
+SIM_MAX_CHARS = 32_768  # characters of each text read by either metric
+SIM_MAX_TOKENS = 4_096  # tokens of each text compared by either metric (after its own tokenisation)
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_NON_ALPHANUM = re.compile(r"[^a-z0-9]+")
-_SPACES = re.compile(r"\s+")
-_VALID_TOKEN = re.compile(r"^[a-z0-9]+$")
+_ALPHANUM_RUN = re.compile(r"[a-z0-9]+")
 
 
 def squad_normalize(text: str) -> str:
@@ -45,9 +53,9 @@ def squad_normalize(text: str) -> str:
 
 
 def squad_f1(prediction: str, reference: str) -> float:
-    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings)."""
-    prediction_tokens = squad_normalize(prediction).split()
-    reference_tokens = squad_normalize(reference).split()
+    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings), within the caps."""
+    prediction_tokens = squad_normalize(prediction[:SIM_MAX_CHARS]).split()[:SIM_MAX_TOKENS]
+    reference_tokens = squad_normalize(reference[:SIM_MAX_CHARS]).split()[:SIM_MAX_TOKENS]
     common = Counter(prediction_tokens) & Counter(reference_tokens)
     num_same = sum(common.values())
     if num_same == 0:
@@ -58,14 +66,15 @@ def squad_f1(prediction: str, reference: str) -> float:
 
 
 def rouge_tokens(text: str) -> list[str]:
-    """rouge-score's default tokenizer without stemming."""
-    text = _NON_ALPHANUM.sub(" ", text.lower())
-    return [token for token in _SPACES.split(text) if _VALID_TOKEN.match(token)]
+    """rouge-score's default tokenizer without stemming: after it maps every character outside ``[a-z0-9]`` to
+    a space and splits, the tokens are exactly the maximal ``[a-z0-9]`` runs of the lowercased text."""
+    return _ALPHANUM_RUN.findall(text.lower())
 
 
 def rouge_l_f(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)``."""
-    target_tokens, prediction_tokens = rouge_tokens(reference), rouge_tokens(prediction)
+    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)``, within the caps."""
+    target_tokens = rouge_tokens(reference[:SIM_MAX_CHARS])[:SIM_MAX_TOKENS]
+    prediction_tokens = rouge_tokens(prediction[:SIM_MAX_CHARS])[:SIM_MAX_TOKENS]
     if not target_tokens or not prediction_tokens:
         return 0
     lcs_length = LCSseq.similarity(target_tokens, prediction_tokens)

@@ -4,7 +4,7 @@ import json
 import os
 import sys
 
-from pipeline_lib.provenance import config_digest
+from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.targets import (
     ablation_method,

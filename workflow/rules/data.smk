@@ -8,6 +8,7 @@ rule data_tiny:
         sft_train="results/data/{task}/sft_train.parquet",
         manifest="results/data/{task}/manifest.json",
     params:
+        code=code_digest("pipeline_lib.data.build"),
         spec=json.dumps(tiny_task_spec(config)),
         weights=lambda wildcards: json.dumps(config["data"]["tiny"]["reward_weights"].get(wildcards.task)),
         seed=config["seed"],
@@ -32,6 +33,7 @@ rule data_tokenizer:
         config="results/data/tokenizer/tokenizer_config.json",
         manifest="results/data/tokenizer/manifest.json",
     params:
+        code=code_digest("pipeline_lib.data.build"),
         vocab_size=config["data"]["tokenizer"]["vocab_size"],
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     log:
@@ -50,6 +52,7 @@ rule data_build:
         sft_train="results/data/{dataset}/sft_train.parquet",
         manifest="results/data/{dataset}/manifest.json",
     params:
+        code=code_digest("pipeline_lib.data.build"),
         spec=lambda wildcards: json.dumps(config["data"]["datasets"][wildcards.dataset]),
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     wildcard_constraints:
@@ -70,6 +73,7 @@ rule data_build_countdown:
         rl_sim_train="results/data/{dataset}/rl_sim_train.parquet",
         manifest="results/data/{dataset}/manifest.json",
     params:
+        code=code_digest("pipeline_lib.data.build"),
         spec=lambda wildcards: json.dumps(config["data"]["datasets"][wildcards.dataset]),
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     wildcard_constraints:
@@ -86,6 +90,7 @@ rule data_imagenet:
     output:
         manifest="results/data/imagenet/manifest.json",
     params:
+        code=code_digest("pipeline_lib.data.build"),
         spec=json.dumps(config["imagenet"]),
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     log:

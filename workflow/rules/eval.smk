@@ -11,6 +11,7 @@ rule eval_checkpoint:
         metrics="results/eval/{task}/{method}/seed{seed}/metrics.json",
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
     params:
+        code=code_digest("pipeline_lib.eval.evaluate"),
         spec=json.dumps(eval_spec(config)),
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
         out_dir=lambda wildcards, output: os.path.dirname(output.metrics),
@@ -33,6 +34,7 @@ rule eval_lm_eval:
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
     params:
+        code=code_digest("pipeline_lib.eval.harness"),
         spec=json.dumps(config["eval"]["transfer"]["lm_eval"]),
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
     log:
@@ -50,6 +52,7 @@ rule eval_alpaca_eval:
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:
+        code=code_digest("pipeline_lib.eval.harness"),
         spec=json.dumps(config["eval"]["transfer"]["alpaca_eval"]),
         eval_spec=json.dumps(eval_spec(config)),
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),

@@ -28,6 +28,7 @@ rule judge_score:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
     params:
+        code=code_digest("pipeline_lib.judge.score"),
         judge=lambda wildcards: json.dumps(judge_spec(config, wildcards.judge)),
         rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         mode=config["judge"]["mode"],
@@ -54,6 +55,7 @@ rule judge_cross:
     output:
         "results/judge/cross/{task}.json",
     params:
+        code=code_digest("pipeline_lib.judge.cross"),
         methods=config["judge"]["methods"],
     log:
         "logs/judge_cross/{task}.log",
@@ -73,6 +75,7 @@ rule judge_calibration_export:
         page="results/judge/calibration/{task}/rate.html",
         key="results/judge/calibration/{task}/key/key.csv",
     params:
+        code=code_digest("pipeline_lib.judge.calibration"),
         rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         size=config["judge"]["calibration"]["items_per_task"],
         seed=config["judge"]["calibration"]["seed"],
@@ -95,6 +98,7 @@ rule judge_calibration_import:
     output:
         "results/judge/calibration/{task}/agreement.json",
     params:
+        code=code_digest("pipeline_lib.judge.calibration"),
         rubric=lambda wildcards: judge_rubric(config, wildcards.task),
         ratings=lambda wildcards: config["judge"]["calibration"]["ratings"].get(wildcards.task) or "",
     log:

@@ -14,6 +14,7 @@ rule paper_theory_data:
             category="Theory",
         ),
     params:
+        code=code_digest("pipeline_lib.paper.theory"),
         spec=json.dumps(config["theory"]),
         seed=config["seed"],
         config_sha256=CONFIG_SHA256,
@@ -56,6 +57,7 @@ rule paper_theory:
         ),
         table_tex="results/paper/tables/weight_view.tex",
     params:
+        code=code_digest("pipeline_lib.paper.theory"),
         group_size=config["theory"]["group_size"],
         table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
@@ -79,6 +81,8 @@ rule paper_imagenet_data:
         "logs/paper_imagenet_data.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        code=code_digest("pipeline_lib.classify.report"),
     shell:
         "python -m pipeline_lib.classify.report collect --done {input.done} --curves {output.curves}"
         " --summary {output.summary} > {log} 2>&1"
@@ -103,6 +107,7 @@ rule paper_imagenet:
         ),
         table_tex="results/paper/tables/imagenet_objectives.tex",
     params:
+        code=code_digest("pipeline_lib.classify.report"),
         label=config["imagenet"]["label"],
         table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
@@ -124,6 +129,8 @@ rule paper_table1_data:
         "logs/paper_table1_data.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        code=code_digest("pipeline_lib.paper.results"),
     shell:
         "python -m pipeline_lib.paper.results table1-data --metrics {input.metrics} --out {output.csv} > {log} 2>&1"
 
@@ -136,6 +143,7 @@ rule paper_table1:
         md=report("results/paper/tables/table1.md", caption="../report/table1.rst", category="Results"),
         csv="results/paper/tables/table1.csv",
     params:
+        code=code_digest("pipeline_lib.paper.results"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
@@ -153,6 +161,7 @@ rule paper_gradient_allocation_data:
     output:
         csv="results/paper/data/gradient_allocation.csv",
     params:
+        code=code_digest("pipeline_lib.paper.results"),
         rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
     log:
         "logs/paper_gradient_allocation_data.log",
@@ -175,6 +184,7 @@ rule paper_gradient_allocation:
         ),
         csv="results/paper/tables/gradient_allocation.csv",
     params:
+        code=code_digest("pipeline_lib.paper.results"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
@@ -197,6 +207,7 @@ rule paper_training_curves:
         ),
         pdf="results/paper/figures/training_curves.pdf",
     params:
+        code=code_digest("pipeline_lib.paper.results"),
         metrics=lambda wildcards, input: [os.path.join(os.path.dirname(d), "metrics.jsonl") for d in input.done],
         label=config["label"],
     log:
@@ -220,6 +231,7 @@ rule paper_reproduction_report:
             category="Reproduction",
         ),
     params:
+        code=code_digest("pipeline_lib.paper.reproduction"),
         label=config["label"],
     log:
         "logs/paper_reproduction_report.log",
@@ -239,6 +251,8 @@ rule paper_audit:
         "logs/paper_audit.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        code=code_digest("pipeline_lib.__main__"),
     shell:
         "python -m pipeline_lib audit {input.table} --out {output.audit} --no-fail > {log} 2>&1"
 
@@ -253,6 +267,7 @@ rule paper_nonverifiable:
         md=report("results/paper/tables/nonverifiable.md", caption="../report/nonverifiable.rst", category="Results"),
         csv="results/paper/tables/nonverifiable.csv",
     params:
+        code=code_digest("pipeline_lib.paper.judging"),
         methods=config["judge"]["methods"],
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
@@ -275,6 +290,7 @@ rule paper_judge_validation:
                   category="Results"),
         csv="results/paper/tables/judge_validation.csv",
     params:
+        code=code_digest("pipeline_lib.paper.judging"),
         ours=judge_ours(config),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
@@ -297,6 +313,8 @@ rule paper_ablation_data:
         "logs/paper_ablation_data.log",
     conda:
         "../../envs/report.yaml"
+    params:
+        code=code_digest("pipeline_lib.paper.ablation"),
     shell:
         "python -m pipeline_lib.paper.ablation data --metrics {input.metrics} --out {output.csv} > {log} 2>&1"
 
@@ -309,6 +327,7 @@ rule paper_ablation:
         md=report("results/paper/tables/ablation.md", caption="../report/ablation.rst", category="Results"),
         csv="results/paper/tables/ablation.csv",
     params:
+        code=code_digest("pipeline_lib.paper.ablation"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
@@ -326,6 +345,7 @@ rule paper_scale_data:
     output:
         csv="results/paper/data/scale.csv",
     params:
+        code=code_digest("pipeline_lib.paper.scale"),
         main_label=config["train"]["scale"]["label"],
         labels=json.dumps({name: spec.get("label", name) for name, spec in config["train"]["scale"]["models"].items()}),
     log:
@@ -345,6 +365,7 @@ rule paper_scale:
         md=report("results/paper/tables/scale.md", caption="../report/scale.rst", category="Results"),
         csv="results/paper/tables/scale.csv",
     params:
+        code=code_digest("pipeline_lib.paper.scale"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:

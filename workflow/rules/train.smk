@@ -6,6 +6,7 @@ rule train_imagenet:
     output:
         done="results/train/imagenet/{objective}/m{rollouts}/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.classify.train"),
         spec=json.dumps(imagenet_run_spec(config["imagenet"])),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
     log:
@@ -36,6 +37,7 @@ rule train_sft:
     output:
         done="results/train/{task}/sft/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.sft"),
         spec=json.dumps(sft_run_spec(config)),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
@@ -61,6 +63,7 @@ rule train_rl:
     output:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.rl"),
         spec=lambda wildcards: json.dumps(rl_run_spec(config, wildcards.method)),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -92,6 +95,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/sft/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_sft_spec(config, wildcards.task)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
         wildcard_constraints:
@@ -117,6 +121,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/{method}/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_rl_spec(config, wildcards.task, wildcards.method)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
             init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -148,6 +153,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/{method}/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_baseline_spec(config, wildcards.task, wildcards.method)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
             init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -181,6 +187,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/iterative_dpo/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.trl.dpo"),
             spec=json.dumps(trl_dpo_spec(config)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
             init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -207,6 +214,7 @@ if config["train"]["engine"] == "verl":
         output:
             annotated="results/train/{task}/rationalization/seed{seed}/rationalized_sft.parquet",
         params:
+            code=code_digest("pipeline_lib.engines.verl.rationalization"),
             spec=lambda wildcards: json.dumps(annotation_spec(config)),  # a function: the hint holds "{answer}"
             model=config["train"]["verl"]["model"],
         wildcard_constraints:
@@ -229,6 +237,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/rationalization/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(rationalization_sft_spec(config, wildcards.task)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
         wildcard_constraints:
@@ -256,6 +265,7 @@ rule train_base:
     output:
         done="results/train/{task}/base/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.base"),
         spec=json.dumps(baseline_spec(config, "base")),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
@@ -283,6 +293,7 @@ rule train_rationalization:
     output:
         done="results/train/{task}/rationalization/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.rationalization"),
         spec=lambda wildcards: json.dumps(baseline_spec(config, "rationalization")),  # the hint holds "{answer}"
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
@@ -312,6 +323,7 @@ rule train_iterative_dpo:
     output:
         done="results/train/{task}/iterative_dpo/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.dpo"),
         spec=json.dumps(baseline_spec(config, "iterative_dpo")),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -339,6 +351,7 @@ rule train_expert_rl:
     output:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
     params:
+        code=lambda wildcards: code_digest(f"pipeline_lib.engines.local.{wildcards.method}"),
         spec=lambda wildcards: json.dumps(baseline_spec(config, wildcards.method)),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -368,6 +381,7 @@ rule train_opd_teacher:
     output:
         done="results/train/{task}/opd_teacher/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.sft"),
         spec=lambda wildcards: json.dumps(opd_teacher_spec(config)),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
@@ -397,6 +411,7 @@ rule train_opd:
     output:
         done="results/train/{task}/opd/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.opd"),
         spec=json.dumps(baseline_spec(config, "opd")),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -427,6 +442,7 @@ rule train_ablation:
     output:
         done="results/train/{task}/softmax_tau{tau}_m{group}/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.rl"),
         spec=lambda wildcards: json.dumps(ablation_run_spec(config, ablation_tau(wildcards.tau), int(wildcards.group))),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -458,6 +474,7 @@ rule train_scale_sft:
     output:
         done="results/train/{task}/sft_at_{scale}/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.sft"),
         spec=lambda wildcards: json.dumps(sft_run_spec(scale_config(config, wildcards.scale))),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
@@ -484,6 +501,7 @@ rule train_scale_rl:
     output:
         done="results/train/{task}/{method}_at_{scale}/seed{seed}/DONE.json",
     params:
+        code=code_digest("pipeline_lib.engines.local.rl"),
         spec=lambda wildcards: json.dumps(rl_run_spec(scale_config(config, wildcards.scale), wildcards.method)),
         run_dir=lambda wildcards, output: os.path.dirname(output.done),
         init_dir=lambda wildcards, input: os.path.join(os.path.dirname(input.init), "final"),
@@ -517,6 +535,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/softmax_tau{tau}_m{group}/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_ablation_spec(config, wildcards.task, ablation_tau(wildcards.tau),
                                                                  int(wildcards.group))),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
@@ -545,6 +564,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/sft_at_{scale}/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_sft_spec(scale_config(config, wildcards.scale), wildcards.task)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
         wildcard_constraints:
@@ -571,6 +591,7 @@ if config["train"]["engine"] == "verl":
         output:
             done="results/train/{task}/{method}_at_{scale}/seed{seed}/DONE.json",
         params:
+            code=code_digest("pipeline_lib.engines.verl.train"),
             spec=lambda wildcards: json.dumps(verl_rl_spec(scale_config(config, wildcards.scale), wildcards.task,
                                                            wildcards.method)),
             run_dir=lambda wildcards, output: os.path.dirname(output.done),
