@@ -13,6 +13,9 @@ Conventions shared by all estimators:
   GRPO instead gives a singleton its raw reward with mean 0 / std 1; we treat
   "no comparison" as "no signal" for every estimator alike).
 * A group whose rewards are all equal gets advantage 0.
+
+An estimator that chooses something per group (``softmax_ess``: its temperature) reports it per rollout
+through :func:`advantage_diagnostics`, which the trainers add to ``rollouts.jsonl``.
 """
 
 from __future__ import annotations
