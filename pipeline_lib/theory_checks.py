@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from pipeline_lib import theory
-from pipeline_lib.advantages import group_advantages
+from pipeline_lib.advantages import ess_group_tau, group_advantages
 
 __all__ = ["CHECKS", "CheckResult", "VerificationSpec", "run_checks"]
 
@@ -330,6 +330,83 @@ def check_ess(spec: VerificationSpec) -> CheckResult:
                    "1/sum w^2 from registry weights; ESS at adaptive_tau(k, M, nu) vs nu", worst, 1e-9)
 
 
+def _ess_adv(values: torch.Tensor, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax_ess advantages and chosen tau of a [G, M] reward matrix, through the registry."""
+    rewards, ids = _groups(values)
+    adv = group_advantages("softmax_ess", rewards, ids, ess_fraction=fraction).view(values.shape)
+    return adv, ess_group_tau(rewards, ids, fraction).view(values.shape)[:, 0]
+
+
+def _weights_ess(advantages: torch.Tensor) -> torch.Tensor:
+    """Within-group ESS 1 / sum w^2 of each row, from the weights w = (A + 1) / M the advantages encode."""
+    w = (advantages + 1) / advantages.shape[1]
+    return 1 / w.square().sum(1)
+
+
+def check_ess_estimator_binary(spec: VerificationSpec) -> CheckResult:
+    gen = torch.Generator().manual_seed(spec.seed + 13)
+    M, worst, checked = spec.group_size, 0.0, 0
+    for fraction in (0.3, 0.5, 0.75, 0.95):
+        values = (torch.rand((2000, M), generator=gen, dtype=torch.float64) < torch.rand((2000, 1), generator=gen,
+                                                                                          dtype=torch.float64)).double()
+        adv, tau = _ess_adv(values, fraction)
+        k = values.sum(1)
+        reachable = (k > 0) & (fraction * M > k)
+        checked += int(reachable.sum())
+        worst = max(worst, (_weights_ess(adv[reachable]) - fraction * M).abs().max().item())
+        closed = torch.tensor([theory.adaptive_tau(int(kk), M, fraction * M) for kk in k[reachable].tolist()],
+                              dtype=torch.float64)
+        worst = max(worst, ((tau[reachable] - closed).abs() / closed).max().item())
+    return _result("app:tau_kl (softmax_ess, binary)",
+                   "the softmax_ess estimator hits the target ESS nu = fM with tau = 1/log c of the closed form",
+                   f"ESS of registry weights vs nu, and tau vs adaptive_tau(k, M, nu), {checked} reachable random "
+                   "binary groups, f in {0.3, 0.5, 0.75, 0.95} (max abs ESS / relative tau error)", worst, 1e-9)
+
+
+def check_ess_estimator_scalar(spec: VerificationSpec) -> CheckResult:
+    gen = torch.Generator().manual_seed(spec.seed + 14)
+    M, worst = spec.group_size, 0.0
+    # Continuous rewards have one rollout at the top, so every target fM > 1 is reachable.
+    for fraction in [f for f in (0.3, 0.5, 0.75, 0.95) if f * M > 1]:
+        values = torch.rand((2000, M), generator=gen, dtype=torch.float64) ** 3 * 5.0  # skewed, range up to 5
+        adv, _ = _ess_adv(values, fraction)
+        worst = max(worst, (_weights_ess(adv) - fraction * M).abs().max().item())
+    return _result("app:tau_kl (softmax_ess, scalar)",
+                   "for scalar rewards the vectorised bisection finds the tau with ESS = nu in every group",
+                   "ESS of registry weights vs nu on 2,000 random continuous groups per f in {0.3, 0.5, 0.75, 0.95} "
+                   "(max abs error)", worst, 1e-9)
+
+
+def check_ess_reinforce_limit(spec: VerificationSpec) -> CheckResult:
+    gen = torch.Generator().manual_seed(spec.seed + 15)
+    M = spec.group_size
+    scalar = torch.rand((500, M), generator=gen, dtype=torch.float64)
+    binary = (torch.rand((500, M), generator=gen, dtype=torch.float64) < 0.5).double()
+    binary = binary[(binary.sum(1) > 0) & (binary.sum(1) < M)]
+    worst, bound = 0.0, 0.0
+    for values in (scalar, binary):
+        adv, tau = _ess_adv(values, 1 - 1e-9)
+        centred = values - values.mean(1, keepdim=True)
+        worst = max(worst, (tau[:, None] * adv - centred).abs().max().item())
+        bound = max(bound, 10.0 / tau.min().item())
+    return _result("app:tau_kl (softmax_ess, nu -> M)",
+                   "nu -> M sends tau -> inf and tau A_i -> R_i - mean(R): REINFORCE with the group baseline",
+                   "registry at f = 1 - 1e-9 on random scalar and binary groups (error is O(1/tau))", worst, bound)
+
+
+def check_ess_maxrl_limit(spec: VerificationSpec) -> CheckResult:
+    M, delta, worst = spec.group_size, 1e-6, 0.0
+    for k in range(1, M):
+        values = torch.tensor([[1.0] * k + [0.0] * (M - k)], dtype=torch.float64)
+        adv, _ = _ess_adv(values, (k + delta) / M)
+        maxrl = group_advantages("maxrl", *_groups(values), eps=0.0).view(values.shape)
+        worst = max(worst, (adv - maxrl).abs().max().item())
+    return _result("app:tau_kl (softmax_ess, nu -> k+)",
+                   "nu just above k sends tau -> 0 and the advantages to MaxRL's R / p_hat - 1 (low-temperature limit)",
+                   f"registry at nu = k + {delta:g} vs the maxrl estimator, k = 1..M-1 (error ~ M delta / (2 k^2))",
+                   worst, M * delta)
+
+
 def check_population_shapes(spec: VerificationSpec) -> CheckResult:
     """REINFORCE is flat, ML is 1/p and large-M GRPO is proportional to 1/sqrt(p(1-p))."""
     M, worst = spec.group_size, 0.0
@@ -365,6 +442,10 @@ CHECKS: tuple[Callable[[VerificationSpec], CheckResult], ...] = (
     check_noisy_envelope,
     check_noisy_omega,
     check_ess,
+    check_ess_estimator_binary,
+    check_ess_estimator_scalar,
+    check_ess_reinforce_limit,
+    check_ess_maxrl_limit,
     check_population_shapes,
 )
 

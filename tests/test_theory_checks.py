@@ -24,6 +24,18 @@ def softmax_registry(scale=1.0, tau_scale=1.0):
     return broken
 
 
+def ess_registry(fraction_scale=1.0, scale=1.0):
+    """A broken registry: softmax_ess with a wrong target fraction or a wrong advantage scale."""
+
+    def broken(method, rewards, ids, **params):
+        if method != "softmax_ess":
+            return group_advantages(method, rewards, ids, **params)
+        params = {**params, "ess_fraction": min(params["ess_fraction"] * fraction_scale, 1 - 1e-12)}
+        return group_advantages(method, rewards, ids, **params) * scale
+
+    return broken
+
+
 # check name -> (object to patch, attribute, replacement)
 BREAKAGES = {
     "check_weights_centred": (theory_checks, "group_advantages", softmax_registry(scale=1.001)),
@@ -44,6 +56,10 @@ BREAKAGES = {
     "check_noisy_envelope": (theory_checks, "group_advantages", softmax_registry(tau_scale=0.5)),
     "check_noisy_omega": (theory, "omega_exact", scaled(theory.omega_exact, 1.5)),
     "check_ess": (theory, "ess", scaled(theory.ess, 1.001)),
+    "check_ess_estimator_binary": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.001)),
+    "check_ess_estimator_scalar": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.001)),
+    "check_ess_reinforce_limit": (theory_checks, "group_advantages", ess_registry(scale=1.01)),
+    "check_ess_maxrl_limit": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.01)),
     "check_population_shapes": (theory, "omega_grpo", lambda p: theory_omega_grpo(p) ** 2),
 }
 theory_omega_maxrl = theory.omega_maxrl

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline_lib.advantages import group_advantages
+from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
@@ -191,6 +191,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         batch = method.collect(ctx, rows)
         rewards, correct, group_ids = batch.rewards, batch.correct, batch.group_ids
         advantages = group_advantages(spec["advantage"], rewards, group_ids, **adv_params)
+        chosen = advantage_diagnostics(spec["advantage"], rewards, group_ids, **adv_params)  # e.g. softmax_ess's tau
         ids, attention, response_mask = pack(batch.prompt_ids, batch.responses, tokenizer.pad_token_id)
         with torch.no_grad():
             old_logprobs = response_logprobs(model, ids, attention, response_mask)
@@ -227,7 +228,8 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         })
         rollouts.write({"step": step, "group": group_ids[policy].tolist(), "prompt_index": batch.rows[policy],
                         "reward": rewards[policy].tolist(), "advantage": advantages[policy].tolist(),
-                        "length": lengths.int().tolist(), "correct": correct[policy].int().tolist()})
+                        "length": lengths.int().tolist(), "correct": correct[policy].int().tolist(),
+                        **{key: values[policy] for key, values in chosen.items()}})
         bar.set_postfix(reward=f"{float(rewards[policy].mean()):.2f}",
                         pass_rate=f"{float(correct[policy].mean()):.2f}")
         if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:

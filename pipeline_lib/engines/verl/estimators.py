@@ -33,6 +33,7 @@ __all__ = ["ESTIMATORS", "group_index", "register"]
 #: verl estimator name -> (our registry's method, algorithm-config keys passed as its parameters).
 ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     "softmax": ("softmax", ("tau",)),
+    "softmax_ess": ("softmax_ess", ("ess_fraction",)),
     "maxrl": ("maxrl", ()),
     "reinforce": ("reinforce", ()),
 }

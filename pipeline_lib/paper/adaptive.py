@@ -1,0 +1,298 @@
+"""Adaptive temperature by effective sample size (``softmax_ess``) against fixed-tau SoftmaxGRPO and GRPO.
+
+    python -m pipeline_lib.paper.adaptive compare --ours softmax_ess --baselines softmax_exact grpo_exact \
+        --eval results/eval/T/M/seedS/generations.jsonl ... --rollouts results/train/T/M/seedS/rollouts.jsonl ... \
+        --label tiny --stem results/paper/tables/adaptive_tau
+    python -m pipeline_lib.paper.adaptive tau-data --rollouts results/train/T/softmax_ess/seedS/rollouts.jsonl ... \
+        --ess-fraction 0.5 --out results/paper/data/adaptive_tau.csv
+    python -m pipeline_lib.paper.adaptive tau-figure --data CSV --label tiny --png P --pdf P
+
+``compare`` writes two tables: ``<stem>`` (paired differences ours - baseline of held-out pass@1, greedy and
+sampled, with 95% intervals from :func:`pipeline_lib.stats.paired_bootstrap` over seeds and test prompts) and
+``<stem>_allocation`` (each method's share of the gradient budget sum_i T_i |A_i| by the group's pass-rate bin,
+and ours - baseline per bin with seed-bootstrap intervals). ``tau-data``/``tau-figure`` show the per-group
+temperature softmax_ess chose over training: read from the ``tau`` the local engine logs per rollout, or, for
+runs without it (verl), recomputed from the logged rewards with the same estimator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from pipeline_lib.advantages import ess_group_tau
+from pipeline_lib.io import atomic_path, save_figure
+from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _run_identity, allocation_data
+from pipeline_lib.paper.tables import write_table
+from pipeline_lib.provenance import write_provenance
+from pipeline_lib.stats import paired_bootstrap, paired_seed_bootstrap
+
+__all__ = ["allocation_comparison", "paired_differences", "prompt_scores", "tau_data", "tau_figure"]
+
+log = logging.getLogger("pipeline_lib.paper.adaptive")
+
+LABELS = {**METHOD_LABELS, "softmax_ess": "SoftmaxGRPO-ESS"}
+#: generations.jsonl mode -> the metrics.json name of its per-prompt mean.
+MODES = {"greedy": "pass@1_greedy", "sample": "pass@1_sampled"}
+LEVEL = 0.95
+STATE_LABELS = {"solved": "ESS = target", "limit": "unreachable: tau -> 0 (MaxRL limit)",
+                "no signal": "all rewards equal: no signal"}
+
+
+def _label(method: str) -> str:
+    return LABELS.get(method, method)
+
+
+def prompt_scores(path: Path) -> dict[str, pd.Series]:
+    """One run's ``generations.jsonl`` -> per-prompt score by mode (greedy: its one sample; sampled: the mean)."""
+    frame = pd.read_json(path, lines=True)
+    missing = {"prompt_index", "mode", "score"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: generations lack the key(s) {sorted(missing)}")
+    return {mode: frame[frame["mode"] == mode].groupby("prompt_index")["score"].mean().sort_index()
+            for mode in MODES if (frame["mode"] == mode).any()}
+
+
+def _by_run(paths: list[Path]) -> dict[tuple[str, str, int], Path]:
+    runs: dict[tuple[str, str, int], Path] = {}
+    for path in paths:
+        identity = _run_identity(path)
+        key = (str(identity["task"]), str(identity["method"]), int(identity["seed"]))
+        if key in runs:
+            raise ValueError(f"two files for task {key[0]} method {key[1]} seed {key[2]}: {runs[key]} and {path}")
+        runs[key] = path
+    return runs
+
+
+def _paired_seeds(runs: dict[tuple[str, str, int], object], task: str, ours: str, baseline: str) -> list[int]:
+    """The seeds both methods ran on a task; a seed one of them lacks is an error (the comparison is paired)."""
+    seeds = {m: sorted(s for t, mm, s in runs if t == task and mm == m) for m in (ours, baseline)}
+    if not seeds[ours] or seeds[ours] != seeds[baseline]:
+        raise ValueError(f"task {task}: {ours} has seeds {seeds[ours]} but {baseline} has {seeds[baseline]}; a paired "
+                         "comparison needs both methods on the same seeds")
+    return seeds[ours]
+
+
+def _matrix(scores: dict[tuple[str, str, int], dict[str, pd.Series]], paths: dict, task: str, method: str,
+            seeds: list[int], mode: str, prompts: pd.Index) -> np.ndarray:
+    rows = []
+    for seed in seeds:
+        per_prompt = scores[(task, method, seed)].get(mode)
+        if per_prompt is None or not per_prompt.index.equals(prompts):
+            raise ValueError(f"{paths[(task, method, seed)]}: its {mode} scores are not on the same test prompts as "
+                             f"the other runs of task {task} ({len(prompts)} prompts)")
+        rows.append(per_prompt.to_numpy(dtype=np.float64))
+    return np.stack(rows)
+
+
+def paired_differences(eval_paths: list[Path], ours: str, baselines: list[str], n_boot: int = 10000,
+                       seed: int = 0) -> pd.DataFrame:
+    """Per task, baseline and metric: mean(ours - baseline) of held-out per-prompt scores with a 95% interval."""
+    paths = _by_run(eval_paths)
+    scores = {key: prompt_scores(path) for key, path in paths.items()}
+    rows = []
+    for task in sorted({t for t, _, _ in paths}):
+        for baseline in baselines:
+            seeds = _paired_seeds(paths, task, ours, baseline)
+            for mode, metric in MODES.items():
+                reference = scores[(task, ours, seeds[0])].get(mode)
+                if reference is None:
+                    continue  # no sampled generations in this evaluation (eval.samples = 0)
+                a = _matrix(scores, paths, task, ours, seeds, mode, reference.index)
+                b = _matrix(scores, paths, task, baseline, seeds, mode, reference.index)
+                diff = paired_bootstrap(a, b, level=LEVEL, n_boot=n_boot, seed=seed)
+                rows.append({"task": task, "ours": ours, "baseline": baseline, "metric": metric,
+                             "ours_mean": float(a.mean()), "baseline_mean": float(b.mean()), **diff.as_dict()})
+    return pd.DataFrame(rows)
+
+
+def comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+    rows = [{"Task": r.task, "Comparison": f"{_label(r.ours)} - {_label(r.baseline)}", "Metric": r.metric,
+             "Ours (%)": f"{100 * r.ours_mean:.1f}", "Baseline (%)": f"{100 * r.baseline_mean:.1f}",
+             "Difference (pp) [95% CI]": f"{100 * r.mean:+.1f} [{100 * r.low:+.1f}, {100 * r.high:+.1f}]",
+             "Seeds": int(r.n_seeds), "Prompts": int(r.n_items)} for r in frame.itertuples()]
+    caption = (f"Adaptive tau by effective sample size [{label} run]: held-out pass@1 of SoftmaxGRPO-ESS minus each "
+               "baseline trained on the same budget and seeds, in percentage points, with 95% paired bootstrap "
+               "intervals (seeds and test prompts resampled together).")
+    return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau")
+
+
+def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[str], n_boot: int = 10000,
+                          seed: int = 0) -> pd.DataFrame:
+    """Per task: each method's mean share of sum T|A| by pass-rate bin, and ours - baseline with seed intervals."""
+    data = allocation_data(rollout_paths)
+    bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
+    totals = data[bins].sum(axis=1)
+    if (totals <= 0).any():
+        empty = data.loc[totals <= 0, ["task", "method", "seed"]].to_dict("records")
+        raise ValueError(f"runs with no gradient signal at all (every group all-equal): {empty}")
+    shares = data.assign(**{b: data[b] / totals for b in bins})
+    runs = {(r.task, r.method, int(r.seed)): r for r in shares.itertuples()}
+    rows = []
+    for task in sorted(shares["task"].unique()):
+        for method in [ours, *baselines]:
+            part = shares[(shares["task"] == task) & (shares["method"] == method)]
+            rows.append({"task": task, "row": method, "kind": "share", "n_seeds": len(part),
+                         **{f"{b}_mean": float(part[b].mean()) for b in bins}})
+        for baseline in baselines:
+            seeds = _paired_seeds(runs, task, ours, baseline)
+            row = {"task": task, "row": f"{ours}-{baseline}", "kind": "difference", "n_seeds": len(seeds)}
+            for b in bins:
+                diff = paired_seed_bootstrap([getattr(runs[(task, ours, s)], b) for s in seeds],
+                                             [getattr(runs[(task, baseline, s)], b) for s in seeds],
+                                             level=LEVEL, n_boot=n_boot, seed=seed)
+                row |= {f"{b}_mean": diff.mean, f"{b}_low": diff.low, f"{b}_high": diff.high}
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+    names = [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
+             for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
+    rows = []
+    for r in frame.to_dict("records"):
+        if r["kind"] == "share":
+            name = _label(r["row"])
+            cells = {n: f"{100 * r[f'bin{i}_mean']:.1f}%" for i, n in enumerate(names)}
+        else:
+            ours, baseline = r["row"].split("-", 1)
+            name = f"{_label(ours)} - {_label(baseline)} (pp)"
+            cells = {n: f"{100 * r[f'bin{i}_mean']:+.1f} [{100 * r[f'bin{i}_low']:+.1f}, "
+                        f"{100 * r[f'bin{i}_high']:+.1f}]" for i, n in enumerate(names)}
+        rows.append({"Task": r["task"], "Row": name, **cells, "Seeds": int(r["n_seeds"])})
+    caption = (f"Gradient allocation of SoftmaxGRPO-ESS [{label} run]: share of the token-level gradient budget "
+               "sum_i T_i |A_i| spent on groups binned by their measured pass rate (mean over seeds of each run's "
+               "share over all steps), and the paired difference to each baseline in percentage points with 95% "
+               "seed-bootstrap intervals.")
+    return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau_allocation")
+
+
+def tau_data(rollout_paths: list[Path], ess_fraction: float | None = None) -> pd.DataFrame:
+    """One row per (run, step, group): its pass rate and the temperature softmax_ess chose.
+
+    ``state`` is ``solved`` (ESS = target), ``limit`` (target unreachable: the tau -> 0 limit, tau = 0) or
+    ``no signal`` (all rewards equal: no tau, advantage 0). A run whose rollouts carry no ``tau`` gets it
+    recomputed from its rewards with ``ess_fraction`` (an error without one).
+    """
+    frames = []
+    for path in rollout_paths:
+        identity = _run_identity(path)
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            record = json.loads(line)
+            group = np.asarray(record["group"], dtype=np.int64)
+            if "tau" in record:
+                tau = np.array([np.nan if t is None else t for t in record["tau"]], dtype=np.float64)
+            elif ess_fraction is not None:
+                tau = ess_group_tau(torch.tensor(record["reward"], dtype=torch.float64), torch.from_numpy(group),
+                                    ess_fraction).numpy()
+            else:
+                raise ValueError(f"{path} line {number}: no 'tau' per rollout (not a local softmax_ess run); pass "
+                                 "--ess-fraction to recompute it from the logged rewards")
+            ids, first, size = np.unique(group, return_index=True, return_counts=True)
+            correct = np.bincount(np.searchsorted(ids, group), np.asarray(record["correct"], dtype=np.float64))
+            frames.append(pd.DataFrame({**identity, "step": int(record["step"]), "group": ids, "size": size,
+                                        "pass_rate": correct / size, "tau": tau[first]}))
+    data = pd.concat(frames, ignore_index=True)
+    data["state"] = np.where(data["tau"].isna(), "no signal", np.where(data["tau"] == 0, "limit", "solved"))
+    return data
+
+
+def tau_figure(data: pd.DataFrame, label: str, png: str, pdf: str) -> None:
+    """Per task: (a) every group's tau over training, coloured by pass rate, with the per-step median; (b) shares."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted(data["task"].unique())
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(10, 3.4 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        part = data[data["task"] == task]
+        solved = part[part["state"] == "solved"]
+        ax = axes[row][0]
+        jitter = np.random.default_rng(0).uniform(-0.25, 0.25, len(solved))
+        points = ax.scatter(solved["step"] + jitter, solved["tau"], c=solved["pass_rate"], cmap="viridis", vmin=0,
+                            vmax=1, s=6, alpha=0.5, linewidths=0)
+        median = solved.groupby("step")["tau"].median()
+        ax.plot(median.index, median.values, color="black", linewidth=1.2, label="median over groups")
+        ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("tau chosen for the group")
+        ax.set_title(f"{task}: per-group tau (groups whose target ESS is reachable)", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.colorbar(points, ax=ax, label="group pass rate")
+        ax = axes[row][1]
+        shares = part.groupby("step")["state"].value_counts(normalize=True).unstack(fill_value=0.0)
+        states = [s for s in ("solved", "limit", "no signal") if s in shares.columns]
+        ax.stackplot(shares.index, *(shares[s].values for s in states), labels=[STATE_LABELS[s] for s in states])
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("share of groups")
+        ax.set_title(f"{task}: groups by temperature state", fontsize=9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    fig.suptitle(f"Temperatures chosen by SoftmaxGRPO-ESS over training [{label} run], all seeds")
+    fig.tight_layout()
+    save_figure(fig, png, pdf, dpi=140)
+
+
+def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.adaptive", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compare")
+    p.add_argument("--ours", default="softmax_ess")
+    p.add_argument("--baselines", nargs="+", default=["softmax_exact", "grpo_exact"])
+    p.add_argument("--eval", nargs="+", type=Path, required=True, help="generations.jsonl of every run")
+    p.add_argument("--rollouts", nargs="+", type=Path, required=True, help="rollouts.jsonl of every run")
+    p.add_argument("--label", required=True)
+    p.add_argument("--stem", type=Path, required=True)
+    p.add_argument("--n-boot", type=int, default=10000)
+    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser("tau-data")
+    p.add_argument("--rollouts", nargs="+", type=Path, required=True)
+    p.add_argument("--ess-fraction", type=float, default=None)
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("tau-figure")
+    p.add_argument("--data", required=True)
+    p.add_argument("--label", required=True)
+    p.add_argument("--png", required=True)
+    p.add_argument("--pdf", required=True)
+    args = parser.parse_args(argv)
+    started = time.time()
+    if args.command == "compare":
+        paths = comparison_table(paired_differences(args.eval, args.ours, args.baselines, args.n_boot, args.seed),
+                                 args.label, args.stem)
+        allocation_stem = args.stem.with_name(args.stem.name + "_allocation")
+        paths += allocation_comparison_table(
+            allocation_comparison(args.rollouts, args.ours, args.baselines, args.n_boot, args.seed), args.label,
+            allocation_stem)
+        write_provenance(paths, step="paper_adaptive_tau", inputs=[*args.eval, *args.rollouts],
+                         params={"ours": args.ours, "baselines": args.baselines, "n_boot": args.n_boot},
+                         seeds={"bootstrap": args.seed}, started_at=started)
+    elif args.command == "tau-data":
+        _write_csv(tau_data(args.rollouts, args.ess_fraction), args.out)
+        write_provenance([args.out], step="paper_adaptive_tau_data", inputs=args.rollouts,
+                         params={"ess_fraction": args.ess_fraction}, started_at=started)
+    else:
+        tau_figure(pd.read_csv(args.data), args.label, args.png, args.pdf)
+        write_provenance([args.png, args.pdf], step="paper_adaptive_tau_figure", inputs=[args.data],
+                         started_at=started)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
