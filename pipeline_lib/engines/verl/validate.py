@@ -25,22 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
-from pipeline_lib.engines.verl.translate import (
-    VERL_BASELINES,
-    TrainPaths,
-    baseline_rl_spec,
-    rl_overrides,
-    rl_spec,
-    sft_overrides,
-    sft_spec,
-    task_methods,
-)
+from pipeline_lib.plan import Plan, plan_runs
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
 __all__ = [
     "VerlOverrideError",
-    "baseline_paths",
     "compose",
     "planned_runs",
     "validate_planned_runs",
@@ -231,90 +221,12 @@ def validate_sft(overrides: Sequence[str], label: str = "SFT run") -> Any:
 
 # --- every run a config plans --------------------------------------------------------------------------------------
 
-def rl_paths(config: Mapping[str, Any], task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    """The files of one RL run, as the Snakemake rule passes them (absolute, so Ray workers anywhere agree)."""
-    from pipeline_lib.targets import rl_train_data
-
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
-                      train_files=root / rl_train_data(config, task, method),
-                      val_files=root / f"results/data/{task}/rl_test.parquet",
-                      init=root / f"results/train/{task}/sft/seed{seed}/final")
-
-
-def baseline_paths(task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    """The files of one verl baseline run (rule ``train_verl_baseline``): the task's RL prompts, from SFT."""
-    from pipeline_lib.targets import baseline_train_data
-
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
-                      train_files=root / baseline_train_data(task, method),
-                      val_files=root / f"results/data/{task}/rl_test.parquet",
-                      init=root / f"results/train/{task}/sft/seed{seed}/final")
-
-
-def sft_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/sft/seed{seed}",
-                      train_files=root / f"results/data/{task}/sft_train.parquet")
-
-
-def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tuple[str, str, list[str]]]:
-    """(label, kind, overrides) of every verl run the config plans: the main SFT/RL runs, the tau x M ablation
-    cells and the model-scale runs (``train.ablation`` / ``train.scale`` on verl tasks)."""
-    from pipeline_lib import targets
-
-    verl = targets.verl_tasks(config)
-    runs = []
-    for task in [t for t in config["train"]["tasks"] if t in verl]:
-        for seed in config["train"]["seeds"]:
-            runs.append((f"{task}/sft/seed{seed}", "sft",
-                         sft_overrides(sft_spec(config, task), sft_paths(task, seed, root), seed)))
-            for method in task_methods(config, task):
-                runs.append((f"{task}/{method}/seed{seed}", "rl",
-                             rl_overrides(rl_spec(config, task, method), rl_paths(config, task, method, seed, root),
-                                          seed)))
-    ablation = config["train"].get("ablation") or {}
-    for task in [t for t in ablation.get("tasks", []) if t in verl]:
-        for tau in ablation["taus"]:
-            for group in ablation["group_sizes"]:
-                for seed in ablation["seeds"]:
-                    name = targets.ablation_method(tau, group)
-                    paths = rl_paths(config, task, targets.softmax_exact_method(config), seed, root)
-                    paths.run_dir = paths.run_dir.parent.parent / name / f"seed{seed}"
-                    runs.append((f"{task}/{name}/seed{seed}", "rl",
-                                 rl_overrides(targets.verl_ablation_spec(config, task, tau, group), paths, seed)))
-    baselines = config["train"].get("baselines") or {}
-    for method in [m for m in baselines.get("methods", []) if m in VERL_BASELINES]:
-        for task in [t for t in targets.baseline_tasks(config, method) if t in verl]:
-            for seed in baselines.get("seeds", [0]):
-                paths = baseline_paths(task, method, seed, root)
-                runs.append((f"{task}/{method}/seed{seed}", "rl",
-                             rl_overrides(baseline_rl_spec(config, task, method), paths, seed)))
-    if "rationalization" in baselines.get("methods", []):  # verl SFT on the annotated demonstrations
-        from pipeline_lib.engines.verl.rationalization import rationalization_paths, rationalization_sft_spec
-
-        for task in [t for t in targets.baseline_tasks(config, "rationalization") if t in verl]:
-            for seed in baselines.get("seeds", [0]):
-                runs.append((f"{task}/rationalization/seed{seed}", "sft",
-                             sft_overrides(rationalization_sft_spec(config, task),
-                                           rationalization_paths(task, seed, root), seed)))
-    scale = config["train"].get("scale") or {}
-    for task in [t for t in scale.get("tasks", []) if t in verl]:
-        for name in scale.get("models", {}):
-            scaled = targets.scale_config(config, name)
-            for seed in scale["seeds"]:
-                sft = sft_paths(task, seed, root)
-                sft.run_dir = sft.run_dir.parent.parent / f"sft_at_{name}" / f"seed{seed}"
-                runs.append((f"{task}/sft_at_{name}/seed{seed}", "sft",
-                             sft_overrides(sft_spec(scaled, task), sft, seed)))
-                for method in scale["methods"]:
-                    paths = rl_paths(config, task, method, seed, root)
-                    paths.run_dir = paths.run_dir.parent.parent / f"{method}_at_{name}" / f"seed{seed}"
-                    paths.init = sft.run_dir / "final"
-                    runs.append((f"{task}/{method}_at_{name}/seed{seed}", "rl",
-                                 rl_overrides(rl_spec(scaled, task, method), paths, seed)))
-    return runs
+def planned_runs(config: Mapping[str, Any], root: str | Path = ".", plan: Plan | None = None
+                 ) -> list[tuple[str, str, list[str]]]:
+    """(label, kind, overrides) of every verl run of the plan (:func:`pipeline_lib.plan.plan_runs`): the main SFT/RL
+    runs, the baselines, the tau x M ablation cells and the model-scale runs on verl tasks."""
+    plan = plan or plan_runs(config, root)
+    return [(run.key, run.verl_kind, list(run.overrides)) for run in plan.runs if run.verl_kind]
 
 
 def _code_digest() -> str:
@@ -325,10 +237,11 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR) -> dict[str, int]:
-    """Validate every planned run (cached per overrides); raises :class:`VerlOverrideError` on the first bad one."""
+def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR,
+                          plan: Plan | None = None) -> dict[str, int]:
+    """Validate every planned verl run (cached per overrides); raises :class:`VerlOverrideError` on the first bad one."""
     started = time.perf_counter()
-    runs = planned_runs(config)
+    runs = planned_runs(config, plan=plan)
     code = _code_digest()
     cache = Path(cache_dir)
     checked = 0
