@@ -8,6 +8,7 @@ and :mod:`.runs` for the parameter precedence.
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER, METHODS, Entry, Method, PlanError, group_rl, method
 from pipeline_lib.plan.runs import (
     JOBS,
+    VERL_CHECKED,
     JobKind,
     Plan,
     Run,
@@ -22,6 +23,7 @@ from pipeline_lib.plan.runs import (
 __all__ = [
     "JOBS",
     "JobKind",
+    "VERL_CHECKED",
     "METHODS",
     "METHOD_LABELS",
     "METHOD_ORDER",

@@ -45,9 +45,12 @@ from pipeline_lib.specs import (
     sft_run_spec,
 )
 
-__all__ = ["JOBS", "JobKind", "Plan", "Run", "engine_of", "plan_runs", "softmax_exact_method", "trained_methods", "verl_tasks"]
+__all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "engine_of", "plan_runs", "softmax_exact_method", "trained_methods", "verl_tasks"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
+#: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
+#: training job starts after it (an order-only prerequisite: its timestamp reruns nothing).
+VERL_CHECKED = "results/checks/verl_overrides.json"
 _SENTINEL = re.compile(r"^results/train/([a-z0-9_]+)/([a-z0-9_]+)/seed([0-9]+)/DONE\.json$")
 
 
@@ -90,6 +93,7 @@ class Run:
     verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides are validated
     overrides: tuple[str, ...] = ()
     study: str = "main"
+    after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
 
     @property
     def key(self) -> str:
@@ -397,7 +401,8 @@ def _make(c: _Ctx, entry: Entry, spec: dict[str, Any], resource_kind: str, study
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
                args=(*_module(entry.entry_point), *job.args), spec=spec,
                resources=_resources(c.config, entry, c.task, resource_kind), threads=job.threads,
-               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root), study=study)
+               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root), study=study,
+               after=(VERL_CHECKED,) if entry.verl_kind else ())
 
 
 def _data(config: Mapping[str, Any], task: str, name: str) -> str:

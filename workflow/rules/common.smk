@@ -1,12 +1,13 @@
 # Shared wiring: the run plan and target lists (built and tested in pipeline_lib.plan / pipeline_lib.targets), the config
 # digest recorded in every provenance sidecar, and wildcard constraints.
+import hashlib
 import json
 import os
 import sys
 
 from pipeline_lib.provenance import config_digest
 from pipeline_lib.run_info import write_run_info
-from pipeline_lib.plan import JOBS, plan_runs
+from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
     ablation_eval_targets,
@@ -32,12 +33,14 @@ onstart:
 PLAN = plan_runs(config)
 TARGETS = stage_targets(config, PLAN)
 
-# verl runs: each one's Hydra overrides are composed with verl's own config and checked now, so a typo fails
-# `snakemake -n` before anything is submitted (cached by content under .snakemake/verl_validated).
-if PLAN.of(engine="verl"):
-    from pipeline_lib.engines.verl.validate import validate_planned_runs
+# verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
+# (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
+VERL_RUNS = [(run.key, run.verl_kind, list(run.overrides)) for run in PLAN.runs if run.verl_kind]
+VERL_RUNS_DIGEST = hashlib.sha256(json.dumps(VERL_RUNS).encode()).hexdigest()
+if VERL_RUNS:
+    from pipeline_lib.engines.verl.validate import check_override_keys
 
-    print(f"verl overrides validated: {validate_planned_runs(config, plan=PLAN)}", file=sys.stderr)
+    print(f"verl override keys checked: {check_override_keys(VERL_RUNS)}", file=sys.stderr)
 
 
 wildcard_constraints:

@@ -11,6 +11,7 @@ for job, kind in JOBS.items():
             job
         input:
             unpack(lambda wildcards, job=job: PLAN.get(job, wildcards.run).inputs),
+            after=lambda wildcards, job=job: [ancient(path) for path in PLAN.get(job, wildcards.run).after],
         output:
             f"results/train/{{run}}/{kind.output}",
         params:
@@ -29,3 +30,24 @@ for job, kind in JOBS.items():
             f"../../envs/{kind.conda}"
         shell:
             "{params.command} > {log} 2>&1"
+
+
+# verl's own checks of every verl run (validate_config, its dataclass configs, the estimator through
+# compute_advantage, the reward function, agent loops, the OPD teacher): on the submitting machine, before any verl
+# job starts (they wait for its output). `snakemake -n` checks every override key (common.smk).
+localrules:
+    validate_verl,
+
+
+rule validate_verl:
+    output:
+        VERL_CHECKED,
+    params:
+        runs=VERL_RUNS_DIGEST,
+    log:
+        "logs/validate_verl.log",
+    run:
+        from pipeline_lib.engines.verl.validate import validate_planned_runs
+        from pipeline_lib.io import write_json
+
+        write_json(output[0], validate_planned_runs(config, plan=PLAN))

@@ -7,14 +7,18 @@ verl builds at start-up; for RL, also run the configured advantage estimator thr
 ``compute_advantage`` on a small batch with the composed ``algorithm`` config (so the estimator name
 resolves and its extra keys such as ``tau`` are present), and load the custom reward function.
 
-:func:`validate_planned_runs` does this for every run the config plans; the Snakefile calls it at
-parse time (so ``snakemake -n`` fails on a typo), caching each passed run by the hash of its
-overrides and of this engine's code under ``.snakemake/``.
+:func:`validate_planned_runs` does this for every verl run of the plan, in the local job ``validate_verl``
+that every verl training job waits for (so nothing is submitted before every run passed), caching each
+passed run by the hash of its overrides and of this engine's code under ``.snakemake/``. At parse time
+(``snakemake -n``) :func:`check_override_keys` checks in about a second that every override of every run
+parses and names a key of verl's config: one Hydra compose of all the keys per trainer config, not one
+per run, and no verl import.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -31,6 +35,7 @@ check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is impo
 
 __all__ = [
     "VerlOverrideError",
+    "check_override_keys",
     "compose",
     "planned_runs",
     "validate_planned_runs",
@@ -47,10 +52,12 @@ class VerlOverrideError(ValueError):
 
 
 def _config_dir() -> str:
+    """verl's Hydra config directory, found without importing verl (its import takes seconds)."""
     check_verl_version()
-    import verl
-
-    return str(Path(verl.__file__).resolve().parent / "trainer" / "config")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("verl is not installed")
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve() / "trainer" / "config")
 
 
 def compose(config_name: str, overrides: Sequence[str]) -> Any:
@@ -235,6 +242,73 @@ def _code_digest() -> str:
     for path in sorted([*_ENGINE_DIR.glob("*.py"), *_ENGINE_DIR.glob("*.yaml")]):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+_CONFIG_NAMES = {"sft": "sft_trainer_engine", "rl": "ppo_trainer"}
+
+
+def _key(override: str) -> str:
+    """What an override sets: its key (with a +/~ prefix); a config-group choice (``a/b=c``) is kept whole, since
+    the group's value decides which keys exist."""
+    key = override.split("=", 1)[0]
+    return override if "/" in key else key
+
+
+def check_override_keys(runs: Sequence[tuple[str, str, Sequence[str]]], cache_dir: str | Path = CACHE_DIR
+                        ) -> dict[str, Any]:
+    """Every override of every run parses (Hydra's grammar) and names a key of verl's config.
+
+    One compose per trainer config with the union of all runs' keys; only if that fails is each distinct key set
+    composed on its own, so the error names the run (keys two runs set differently, e.g. ``+x`` and ``x``, can
+    clash in the union without either run being wrong). Cached by content, like the full checks.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    started = time.perf_counter()
+    digest = hashlib.sha256(json.dumps([_code_digest(), [[k, list(o)] for _, k, o in runs]]).encode()).hexdigest()
+    marker = Path(cache_dir) / f"keys-{digest}"
+    if marker.exists():
+        return {"runs": len(runs), "composed": 0, "cached": True, "seconds": round(time.perf_counter() - started, 2)}
+    parser = OverridesParser.create()
+    for label, _, overrides in runs:
+        try:
+            parser.parse_overrides(list(overrides))
+        except Exception as exc:
+            raise VerlOverrideError(f"train run {label}: an override is not valid Hydra syntax: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    composed = 0
+    for kind, name in _CONFIG_NAMES.items():
+        of_kind = [(label, list(overrides)) for label, k, overrides in runs if k == kind]
+        union: dict[str, str] = {}
+        for _, overrides in of_kind:
+            for override in overrides:
+                union.setdefault(_key(override), override)
+        if not union:
+            continue
+        try:
+            composed += 1
+            compose(name, list(union.values()))
+            continue
+        except Exception:  # find the run that is wrong, if any
+            pass
+        seen: set[tuple[str, ...]] = set()
+        for label, overrides in of_kind:
+            shape = tuple(_key(o) for o in overrides)
+            if shape in seen:
+                continue
+            seen.add(shape)
+            try:
+                composed += 1
+                compose(name, overrides)
+            except Exception as exc:
+                raise VerlOverrideError(f"train run {label}: verl {REQUIRED_VERL} rejected the overrides while "
+                                        f"composing verl's {name} config: {type(exc).__name__}: {exc}") from exc
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"runs": [label for label, _, _ in runs]}, indent=1))
+    tmp.replace(marker)
+    return {"runs": len(runs), "composed": composed, "cached": False,
+            "seconds": round(time.perf_counter() - started, 2)}
 
 
 def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR,
