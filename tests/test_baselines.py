@@ -363,7 +363,7 @@ def differing(a, b):
 
 
 def test_paired_methods_share_every_setting_but_the_advantage():
-    from pipeline_lib.targets import ablation_run_spec, baseline_spec, rl_run_spec
+    from pipeline_lib.specs import ablation_run_spec, baseline_spec, rl_run_spec
 
     config = validated()
     for grpo, softmax in (("grpo_exact", "softmax_exact"), ("grpo_sim", "softmax_sim")):
@@ -384,42 +384,49 @@ def test_paired_methods_share_every_setting_but_the_advantage():
 
 
 def test_baseline_and_ablation_targets_and_names():
-    from pipeline_lib.targets import ablation_method, ablation_runs, ablation_tau, baseline_runs, eval_targets
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.specs import ablation_method, ablation_tau
+    from pipeline_lib.targets import eval_targets, runs_of
 
     config = validated()
+    plan = plan_runs(config)
     assert ablation_method(0.1, 4) == "softmax_tau0p1_m4" and ablation_method(10.0, 8) == "softmax_tau10_m8"
     for tau in (0.1, 0.3, 0.5, 1.0, 1.3, 1.5, 10.0):
         assert ablation_tau(ablation_method(tau, 4).split("_")[1].removeprefix("tau")) == tau
-    assert "results/train/countdown_tiny/raro/seed0/DONE.json" in baseline_runs(config)
-    assert len(ablation_runs(config)) == len(config["train"]["ablation"]["taus"]) * 2
-    evals = eval_targets(config)
+    assert "results/train/countdown_tiny/raro/seed0/DONE.json" in runs_of(plan, "baseline")
+    assert len(runs_of(plan, "ablation")) == len(config["train"]["ablation"]["taus"]) * 2
+    evals = eval_targets(plan)
     assert "results/eval/countdown_tiny/opd/seed0/metrics.json" in evals and len(evals) == len(set(evals))
     config["train"]["baselines"]["tasks"] = []
-    assert baseline_runs(config) == [] and not any("/opd/" in p for p in eval_targets(config))
+    plan = plan_runs(config)
+    assert runs_of(plan, "baseline") == [] and not any("/opd/" in p for p in eval_targets(plan))
 
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
-    from pipeline_lib.targets import baseline_runs, baseline_spec, table1_eval_targets, table1_tasks
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.specs import baseline_spec
+    from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
 
     from .test_verl_engine import paper_config
 
     config = paper_config()
-    runs = baseline_runs(config)
+    plan = plan_runs(config)
+    runs = runs_of(plan, "baseline")
     tasks_of = {m: sorted({p.split("/")[2] for p in runs if p.split("/")[3] == m}) for m in
                 ("base", "opd", "raro", "rl_logit", "iterative_dpo", "rationalization")}
     verifiable, everything = ["countdown", "deepmath", "gsm8k"], sorted(config["train"]["tasks"])
     assert tasks_of == {"base": everything, "opd": everything, "raro": ["countdown", "deepmath"],
                         "rl_logit": verifiable, "iterative_dpo": verifiable, "rationalization": verifiable}
     assert sorted(table1_tasks(config)) == verifiable
-    assert {p.split("/")[2] for p in table1_eval_targets(config)} == set(verifiable)
-    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config)
+    assert {p.split("/")[2] for p in table1_eval_targets(config, plan)} == set(verifiable)
+    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config, plan)
     assert "tasks" not in baseline_spec(config, "iterative_dpo")  # where it runs is not part of the run's spec
-    # the paper's critic writes its verdict; only the tiny default constrains it (configs merge, so this is explicit)
+    # the paper's critic writes its verdict; only the tiny default constrains it
     assert config["train"]["baselines"]["raro"]["critic_decoding"] == "free"
 
 
 def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
-    from pipeline_lib.targets import opd_teacher_spec
+    from pipeline_lib.specs import opd_teacher_spec
 
     config = validated()
     config["train"]["baselines"]["opd"]["teacher"] |= {"init": "sft", "model": {"layers": 8}}

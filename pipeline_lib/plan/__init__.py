@@ -22,12 +22,12 @@ from pipeline_lib.plan.runs import (
 
 __all__ = [
     "JOBS",
-    "JobKind",
-    "VERL_CHECKED",
     "METHODS",
     "METHOD_LABELS",
     "METHOD_ORDER",
+    "VERL_CHECKED",
     "Entry",
+    "JobKind",
     "Method",
     "Plan",
     "PlanError",

@@ -31,7 +31,7 @@ import torch
 
 from pipeline_lib.advantages import available_methods, group_advantages
 from pipeline_lib.engines.verl.rationalization import annotation_spec
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_spec, slurm_resources, sft_spec
+from pipeline_lib.engines.verl.translate import TrainPaths, rl_spec, sft_spec, slurm_resources
 from pipeline_lib.plan.registry import ENGINES, METHODS, Entry, PlanError, method
 from pipeline_lib.specs import (
     ablation_method,
@@ -45,7 +45,8 @@ from pipeline_lib.specs import (
     sft_run_spec,
 )
 
-__all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "engine_of", "plan_runs", "softmax_exact_method", "trained_methods", "verl_tasks"]
+__all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
+           "softmax_exact_method", "trained_methods", "verl_tasks"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl

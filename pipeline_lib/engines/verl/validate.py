@@ -313,7 +313,7 @@ def check_override_keys(runs: Sequence[tuple[str, str, Sequence[str]]], cache_di
 
 def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR,
                           plan: Plan | None = None) -> dict[str, int]:
-    """Validate every planned verl run (cached per overrides); raises :class:`VerlOverrideError` on the first bad one."""
+    """Validate every planned verl run (cached per overrides); raise :class:`VerlOverrideError` on the first bad one."""
     started = time.perf_counter()
     runs = planned_runs(config, plan=plan)
     code = _code_digest()
