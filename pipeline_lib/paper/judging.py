@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.paper.tables import latex_escape, write_table
+from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
 
 __all__ = ["nonverifiable_table", "validation_table"]

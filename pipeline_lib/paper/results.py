@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.io import atomic_path, save_figure
-from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
