@@ -21,8 +21,9 @@ from pipeline_lib.plan.runs import Plan, plan_runs
 
 __all__ = ["load_config", "main", "render"]
 
+#: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
+SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "tau", "M", "steps", "lr",
            "resources")
 
@@ -36,8 +37,9 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     return base
 
 
-def load_config(paths: Sequence[str | Path], schema: str | Path = SCHEMA) -> dict[str, Any]:
+def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -> dict[str, Any]:
     """The validated config of ``paths`` merged in order (schema defaults filled)."""
+    schema = schema or (SCHEMA_PATH if SCHEMA_PATH.is_file() else REPO / SCHEMA_PATH)
     config: dict[str, Any] = {}
     for path in paths:
         with open(path, encoding="utf-8") as handle:
