@@ -60,31 +60,22 @@ class Method:
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
 
 
-def _local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return rl_run_spec(config, method)
+def _of_config(build: Callable[[Mapping[str, Any]], dict[str, Any]]) -> SpecBuilder:
+    """A spec builder that reads only the config (the local engine's shared sections)."""
+    return lambda config, task, method: build(config)
 
 
-def _local_sft_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return sft_run_spec(config)
+def _of_task(build: Callable[[Mapping[str, Any], str], dict[str, Any]]) -> SpecBuilder:
+    """A spec builder of the config and the task (verl: the task's App. B row)."""
+    return lambda config, task, method: build(config, task)
 
 
-def _verl_sft_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return sft_spec(config, task)
+def _of_method(build: Callable[[Mapping[str, Any], str], dict[str, Any]]) -> SpecBuilder:
+    """A spec builder of the config and the method (its own section)."""
+    return lambda config, task, method: build(config, method)
 
 
-def _local_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return baseline_spec(config, method)
-
-
-def _trl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return trl_dpo_spec(config)
-
-
-def _rationalization_sft_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    return rationalization_sft_spec(config, task)
-
-
-LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", _local_rl_spec)
+LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", _of_method(rl_run_spec))
 VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", rl_spec, rl_overrides, "rl")
 VERL_BASELINE = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", baseline_rl_spec, rl_overrides,
                       "rl")
@@ -98,29 +89,29 @@ def group_rl(name: str, label: str, advantage: str, reward: str, ours: bool = Fa
 
 
 def _local_expert(name: str) -> Entry:
-    return Entry("train_local", f"pipeline_lib.engines.local.{name}", "local_expert", _local_baseline_spec)
+    return Entry("train_local", f"pipeline_lib.engines.local.{name}", "local_expert", _of_method(baseline_spec))
 
 
 _METHODS = (
     Method("base", "Base", "baseline", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _local_baseline_spec),
-        "verl": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _local_baseline_spec)}),
+        "local": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _of_method(baseline_spec)),
+        "verl": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _of_method(baseline_spec))}),
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", _local_sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", _verl_sft_spec, sft_overrides,
-                      "sft")}),
+        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", _of_config(sft_run_spec)),
+        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", _of_task(sft_spec),
+                      sft_overrides, "sft")}),
     Method("rationalization", "Rationalization", "baseline", {
         "local": Entry("train_local", "pipeline_lib.engines.local.rationalization", "local_rationalization",
-                       _local_baseline_spec),
+                       _of_method(baseline_spec)),
         "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization",
-                      _rationalization_sft_spec, sft_overrides, "sft")}),
+                      _of_task(rationalization_sft_spec), sft_overrides, "sft")}),
     Method("iterative_dpo", "Iterative DPO", "baseline", {
         "local": _local_expert("dpo"),
-        "verl": Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _trl_spec)}),
+        "verl": Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_config(trl_dpo_spec))}),
     Method("rl_logit", "RL-Logit", "baseline", {"local": _local_expert("rl_logit"), "verl": VERL_BASELINE}),
     Method("raro", "RARO", "baseline", {"local": _local_expert("raro"), "verl": VERL_BASELINE}),
     Method("opd", "OPD", "baseline", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.opd", "local_opd", _local_baseline_spec),
+        "local": Entry("train_local", "pipeline_lib.engines.local.opd", "local_opd", _of_method(baseline_spec)),
         "verl": VERL_BASELINE}),
     group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity"),
     group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
