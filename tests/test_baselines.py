@@ -527,14 +527,19 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     plan = result.stdout
-    # every baseline on its GPU path: Base copies the pretrained model; the rest are verl / TRL jobs
-    for rule in ("train_base", "annotate_rationales", "train_verl_rationalization", "train_trl_iterative_dpo",
-                 "train_verl_baseline", "train_verl_ablation", "train_verl_scale_sft", "train_verl_scale_rl",
-                 "paper_ablation", "paper_scale", "paper_table1"):
+    # every baseline on its GPU path: Base copies the pretrained model (a local job); the rest are verl / TRL / vLLM
+    for rule in ("train_local", "annotate_rationales", "train_trl", "train_verl", "validate_verl", "paper_ablation",
+                 "paper_scale", "paper_table1"):
         assert f"rule {rule}:" in plan or f"localrule {rule}:" in plan, rule
-    for local_rule in ("train_rationalization", "train_iterative_dpo", "train_expert_rl", "train_opd",
-                       "train_opd_teacher"):  # the local engine's CPU rules never take a paper task
-        assert f"rule {local_rule}:" not in plan, local_rule
+    local = [line for line in plan.splitlines() if "python -m pipeline_lib.engines.local." in line]
+    assert local and all("python -m pipeline_lib.engines.local.base " in line for line in local)  # CPU only for Base
+    for run, entry_point in (("countdown/rationalization", "pipeline_lib.engines.verl.train sft"),
+                             ("gsm8k/iterative_dpo", "pipeline_lib.engines.trl.dpo run"),
+                             ("deepmath/raro", "pipeline_lib.engines.verl.train rl"),
+                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.engines.verl.train rl"),
+                             ("countdown/sft_at_qwen25_3b", "pipeline_lib.engines.verl.train sft")):
+        assert any(f"--run-dir results/train/{run}/seed0 " in line and entry_point in line
+                   for line in plan.splitlines()), run
     for path in ("results/train/countdown/raro/seed0/DONE.json", "results/train/poetry/opd/seed0/DONE.json",
                  "results/train/meetingbank/base/seed0/DONE.json",
                  "results/train/gsm8k/softmax_tau1p3_m4/seed0/DONE.json",
