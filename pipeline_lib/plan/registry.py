@@ -45,6 +45,7 @@ class Entry:
     spec: SpecBuilder
     overrides: Callable[..., list[str]] | None = None
     verl_kind: str | None = None  # verl's trainer: "sft" or "rl"
+    prelude: str | None = None  # a job that makes the training data first (pipeline_lib.plan.runs.PRELUDES)
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ _METHODS = (
         "local": Entry("train_local", "pipeline_lib.engines.local.rationalization", "local_rationalization",
                        _of_method(baseline_spec)),
         "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization",
-                      _of_task(rationalization_sft_spec), sft_overrides, "sft")}),
+                      _of_task(rationalization_sft_spec), sft_overrides, "sft", prelude="annotate")}),
     Method("iterative_dpo", "Iterative DPO", "baseline", {
         "local": _local_expert("dpo"),
         "verl": Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_config(trl_dpo_spec))}),

@@ -31,18 +31,15 @@ import torch
 
 from pipeline_lib.advantages import available_methods, group_advantages
 from pipeline_lib.engines.verl.rationalization import annotation_spec
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_spec, sft_spec, slurm_resources
+from pipeline_lib.engines.verl.translate import TrainPaths, slurm_resources
 from pipeline_lib.plan.registry import ENGINES, METHODS, Entry, PlanError, method
 from pipeline_lib.specs import (
     ablation_method,
-    ablation_run_spec,
     baseline_train_data,
     imagenet_run_spec,
     opd_teacher_spec,
-    rl_run_spec,
     rl_train_data,
     scale_config,
-    sft_run_spec,
 )
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
@@ -365,6 +362,23 @@ def _trl_dpo(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
                          "--seed", str(c.seed)], threads=False)
 
 
+def _annotate(c: _Ctx, study: str) -> Run:
+    """Rationalization on GPU, step one: the base model writes the rationales through the eval backend (vLLM)."""
+    out = f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
+    data = f"results/data/{c.task}/sft_train.parquet"
+    spec = annotation_spec(c.config)
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+               job="annotate_rationales", output=out, inputs={"data": data},
+               args=("python", "-m", "pipeline_lib.engines.verl.rationalization", "--spec", _spec_json(spec),
+                     "--data", data, "--model", c.config["train"]["verl"]["model"], "--out", out,
+                     "--seed", str(c.seed)),
+               spec=spec, threads=False, study=study,
+               resources={"gpu": c.config["eval"]["vllm"]["tensor_parallel_size"]})
+
+
+#: Preparatory job name (registry ``Entry.prelude``) -> builder.
+PRELUDES: dict[str, Callable[[_Ctx, str], Run]] = {"annotate": _annotate}
+
 #: Command layout name (registry ``Entry.layout``) -> builder.
 LAYOUTS: dict[str, Callable[[_Ctx, Mapping[str, Any]], _Job]] = {
     "local_sft": _local_sft, "local_rl": _local_rl, "local_base": _local_base,
@@ -428,50 +442,48 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     spec = entry.spec(config, task, name)
     kind = "sft" if entry.verl_kind == "sft" else ("rl" if registered.family == "group_rl" else name)
     runs = [_make(c, entry, spec, kind, study, root)]
-    if name == "rationalization" and engine == "verl":  # the base model annotates first (vLLM), then verl SFT
-        out = f"{_run_dir(task, name, seed)}/rationalized_sft.parquet"
-        data = f"results/data/{task}/sft_train.parquet"
-        runs.insert(0, Run(task=task, name=name, method=name, seed=seed, engine=engine, job="annotate_rationales",
-                           output=out, inputs={"data": data},
-                           args=("python", "-m", "pipeline_lib.engines.verl.rationalization", "--spec",
-                                 _spec_json(annotation_spec(config)), "--data", data, "--model",
-                                 config["train"]["verl"]["model"], "--out", out, "--seed", str(seed)),
-                           spec=annotation_spec(config), threads=False, study=study,
-                           resources={"gpu": config["eval"]["vllm"]["tensor_parallel_size"]}))
+    if entry.prelude:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
+        runs.insert(0, PRELUDES[entry.prelude](c, study))
     return runs
+
+
+def _ablation_config(config: Mapping[str, Any], task: str, tau: float, group: int) -> dict[str, Any]:
+    """The config of one ablation cell: SoftmaxGRPO-Exact's tau and M (and the ablation's step count, where set)
+    replaced wherever the task's runs read them (``train.rl`` on the local engine, the task's row on verl)."""
+    changed = copy.deepcopy(dict(config))
+    base = softmax_exact_method(config)
+    steps = config["train"]["ablation"]["steps"]
+    row = changed["train"].get("verl", {}).get("tasks", {}).get(task)
+    for section in (changed["train"]["rl"], row):
+        if section is not None:
+            section |= {"group_size": group, **({"steps": steps} if steps else {})}
+    changed["train"]["methods"][base]["tau"] = tau
+    if row is not None and "tau" in row:
+        row["tau"] = tau
+    return changed
 
 
 def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int],
                   root: Path) -> Run:
-    tau, group = cell
+    """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
     base = softmax_exact_method(config)
-    engine = engine_of(config, task)
+    entry = METHODS[base].engines[engine_of(config, task)]
     c = _Ctx(config, task, name, base, seed, _done(task, "sft", seed), f"results/data/{task}/rl_train.parquet")
-    if engine == "verl":
-        changed = copy.deepcopy(dict(config))
-        row = changed["train"]["verl"]["tasks"][task]
-        row |= {"tau": tau, "group_size": group}
-        if config["train"]["ablation"]["steps"]:
-            row["steps"] = config["train"]["ablation"]["steps"]
-        changed["train"]["methods"][base].pop("tau", None)  # the cell's tau replaces the method's
-        return _make(c, METHODS[base].engines["verl"], rl_spec(changed, task, base), "rl", "ablation", root)
-    return _make(c, METHODS[base].engines["local"], ablation_run_spec(config, tau, group), "rl", "ablation", root)
+    return _make(c, entry, entry.spec(_ablation_config(config, task, *cell), task, base), "rl", "ablation", root)
 
 
 def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str,
                root: Path) -> Run:
+    """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start)."""
     scaled = scale_config(config, scale)
-    engine = engine_of(config, task)
     registered = method(base)
-    entry = registered.engines[engine]
-    init = _done(task, f"sft_at_{scale}", seed)
-    c = _Ctx(config, task, name, base, seed, init, "" if base == "sft" else rl_train_data(config, task, base))
-    if base == "sft":
-        spec = sft_spec(scaled, task) if engine == "verl" else sft_run_spec(scaled)
-        return _make(c, entry, spec, "sft", "scale", root)
-    _check_method(config, base, task)
-    spec = rl_spec(scaled, task, base) if engine == "verl" else rl_run_spec(scaled, base)
-    return _make(c, entry, spec, "rl", "scale", root)
+    entry = registered.engines[engine_of(config, task)]
+    if registered.family == "group_rl":
+        _check_method(config, base, task)
+    c = _Ctx(config, task, name, base, seed, _done(task, f"sft_at_{scale}", seed),
+             "" if registered.family == "sft" else _data(config, task, base))
+    return _make(c, entry, entry.spec(scaled, task, base), "sft" if registered.family == "sft" else "rl", "scale",
+                 root)
 
 
 def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int, root: Path) -> Run:
