@@ -105,7 +105,7 @@ class Run:
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a reviewer checks first (advantage, tau, M, steps, lr)."""
-        spec = self.spec.get("sft", self.spec) if self.method == "rationalization" else self.spec
+        spec = self.spec["sft"] if isinstance(self.spec.get("sft"), dict) else self.spec  # local STaR: its SFT
         tau = spec.get("tau", (spec.get("advantage_params") or {}).get("tau"))
         out = {"advantage": spec.get("advantage"), "tau": tau,
                "M": spec.get("group_size", spec.get("rollouts")), "steps": spec.get("steps"), "lr": spec.get("lr")}
