@@ -6,10 +6,8 @@ from pipeline_lib.config import validate_config
 
 min_version("9.0")
 
-
-configfile: "config/config.yaml"
-
-
+# The config is chosen on the command line (`--configfile`); plain `snakemake` from the repository root gets the tiny
+# default config/config.yaml from profiles/default. Keys a config leaves out take the schema's defaults.
 validate_config(config, "workflow/schemas/config.schema.yaml")
 
 

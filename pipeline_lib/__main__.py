@@ -1,12 +1,13 @@
-"""``python -m pipeline_lib <command>``: the package's own commands (``audit``)."""
+"""``python -m pipeline_lib <command>``: the package's own commands (``audit``, ``plan``)."""
 
 import sys
 
 from pipeline_lib import audit
+from pipeline_lib.plan import table
 
 
 def main() -> int:
-    commands = {"audit": audit.main}
+    commands = {"audit": audit.main, "plan": table.main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(f"usage: python -m pipeline_lib {{{','.join(commands)}}} ...", file=sys.stderr)
         return 2

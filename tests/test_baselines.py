@@ -363,7 +363,7 @@ def differing(a, b):
 
 
 def test_paired_methods_share_every_setting_but_the_advantage():
-    from pipeline_lib.targets import ablation_run_spec, baseline_spec, rl_run_spec
+    from pipeline_lib.specs import ablation_run_spec, baseline_spec, rl_run_spec
 
     config = validated()
     for grpo, softmax in (("grpo_exact", "softmax_exact"), ("grpo_sim", "softmax_sim")):
@@ -384,42 +384,49 @@ def test_paired_methods_share_every_setting_but_the_advantage():
 
 
 def test_baseline_and_ablation_targets_and_names():
-    from pipeline_lib.targets import ablation_method, ablation_runs, ablation_tau, baseline_runs, eval_targets
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.specs import ablation_method, ablation_tau
+    from pipeline_lib.targets import eval_targets, runs_of
 
     config = validated()
+    plan = plan_runs(config)
     assert ablation_method(0.1, 4) == "softmax_tau0p1_m4" and ablation_method(10.0, 8) == "softmax_tau10_m8"
     for tau in (0.1, 0.3, 0.5, 1.0, 1.3, 1.5, 10.0):
         assert ablation_tau(ablation_method(tau, 4).split("_")[1].removeprefix("tau")) == tau
-    assert "results/train/countdown_tiny/raro/seed0/DONE.json" in baseline_runs(config)
-    assert len(ablation_runs(config)) == len(config["train"]["ablation"]["taus"]) * 2
-    evals = eval_targets(config)
+    assert "results/train/countdown_tiny/raro/seed0/DONE.json" in runs_of(plan, "baseline")
+    assert len(runs_of(plan, "ablation")) == len(config["train"]["ablation"]["taus"]) * 2
+    evals = eval_targets(plan)
     assert "results/eval/countdown_tiny/opd/seed0/metrics.json" in evals and len(evals) == len(set(evals))
     config["train"]["baselines"]["tasks"] = []
-    assert baseline_runs(config) == [] and not any("/opd/" in p for p in eval_targets(config))
+    plan = plan_runs(config)
+    assert runs_of(plan, "baseline") == [] and not any("/opd/" in p for p in eval_targets(plan))
 
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
-    from pipeline_lib.targets import baseline_runs, baseline_spec, table1_eval_targets, table1_tasks
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.specs import baseline_spec
+    from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
 
     from .test_verl_engine import paper_config
 
     config = paper_config()
-    runs = baseline_runs(config)
+    plan = plan_runs(config)
+    runs = runs_of(plan, "baseline")
     tasks_of = {m: sorted({p.split("/")[2] for p in runs if p.split("/")[3] == m}) for m in
                 ("base", "opd", "raro", "rl_logit", "iterative_dpo", "rationalization")}
     verifiable, everything = ["countdown", "deepmath", "gsm8k"], sorted(config["train"]["tasks"])
     assert tasks_of == {"base": everything, "opd": everything, "raro": ["countdown", "deepmath"],
                         "rl_logit": verifiable, "iterative_dpo": verifiable, "rationalization": verifiable}
     assert sorted(table1_tasks(config)) == verifiable
-    assert {p.split("/")[2] for p in table1_eval_targets(config)} == set(verifiable)
-    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config)
+    assert {p.split("/")[2] for p in table1_eval_targets(config, plan)} == set(verifiable)
+    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config, plan)
     assert "tasks" not in baseline_spec(config, "iterative_dpo")  # where it runs is not part of the run's spec
-    # the paper's critic writes its verdict; only the tiny default constrains it (configs merge, so this is explicit)
+    # the paper's critic writes its verdict; only the tiny default constrains it
     assert config["train"]["baselines"]["raro"]["critic_decoding"] == "free"
 
 
 def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
-    from pipeline_lib.targets import opd_teacher_spec
+    from pipeline_lib.specs import opd_teacher_spec
 
     config = validated()
     config["train"]["baselines"]["opd"]["teacher"] |= {"init": "sft", "model": {"layers": 8}}
@@ -520,14 +527,19 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     plan = result.stdout
-    # every baseline on its GPU path: Base copies the pretrained model; the rest are verl / TRL jobs
-    for rule in ("train_base", "annotate_rationales", "train_verl_rationalization", "train_trl_iterative_dpo",
-                 "train_verl_baseline", "train_verl_ablation", "train_verl_scale_sft", "train_verl_scale_rl",
-                 "paper_ablation", "paper_scale", "paper_table1"):
+    # every baseline on its GPU path: Base copies the pretrained model (a local job); the rest are verl / TRL / vLLM
+    for rule in ("train_local", "annotate_rationales", "train_trl", "train_verl", "validate_verl", "paper_ablation",
+                 "paper_scale", "paper_table1"):
         assert f"rule {rule}:" in plan or f"localrule {rule}:" in plan, rule
-    for local_rule in ("train_rationalization", "train_iterative_dpo", "train_expert_rl", "train_opd",
-                       "train_opd_teacher"):  # the local engine's CPU rules never take a paper task
-        assert f"rule {local_rule}:" not in plan, local_rule
+    local = [line for line in plan.splitlines() if "python -m pipeline_lib.engines.local." in line]
+    assert local and all("python -m pipeline_lib.engines.local.base " in line for line in local)  # CPU only for Base
+    for run, entry_point in (("countdown/rationalization", "pipeline_lib.engines.verl.train sft"),
+                             ("gsm8k/iterative_dpo", "pipeline_lib.engines.trl.dpo run"),
+                             ("deepmath/raro", "pipeline_lib.engines.verl.train rl"),
+                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.engines.verl.train rl"),
+                             ("countdown/sft_at_qwen25_3b", "pipeline_lib.engines.verl.train sft")):
+        assert any(f"--run-dir results/train/{run}/seed0 " in line and entry_point in line
+                   for line in plan.splitlines()), run
     for path in ("results/train/countdown/raro/seed0/DONE.json", "results/train/poetry/opd/seed0/DONE.json",
                  "results/train/meetingbank/base/seed0/DONE.json",
                  "results/train/gsm8k/softmax_tau1p3_m4/seed0/DONE.json",

@@ -10,7 +10,8 @@ from pipeline_lib.checkpoint import ConfigMismatchError
 from pipeline_lib.classify import train as train_module
 from pipeline_lib.classify.data import validate_imagefolder
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
-from pipeline_lib.targets import imagenet_run_spec, imagenet_runs
+from pipeline_lib.plan import plan_runs
+from pipeline_lib.specs import imagenet_run_spec
 
 SPEC = {
     "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,
@@ -139,7 +140,7 @@ def test_imagefolder_validation(tmp_path):
 
 def test_run_targets_and_spec():
     section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1}
-    runs = imagenet_runs(section)
+    runs = plan_runs({"imagenet": section}).requests["imagenet"]
     assert "results/train/imagenet/ml/m0/seed1/DONE.json" in runs
     assert "results/train/imagenet/softmax/m16/seed0/DONE.json" in runs
     assert len(runs) == 2 + 4

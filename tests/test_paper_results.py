@@ -5,7 +5,7 @@ import json
 import pandas as pd
 
 from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
-from pipeline_lib.targets import rl_run_spec, rl_train_data
+from pipeline_lib.specs import rl_run_spec, rl_train_data
 
 
 def write_metrics(root, task, method, seed, value):

@@ -30,8 +30,9 @@ from pipeline_lib.engines.verl.validate import (
     validate_planned_runs,
     validate_rl,
 )
+from pipeline_lib.plan import plan_runs
 from pipeline_lib.rewards import compute_score
-from pipeline_lib.targets import baseline_runs
+from pipeline_lib.targets import runs_of
 
 from .conftest import REPO
 from .test_workflow import snakemake
@@ -40,12 +41,8 @@ SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def paper_config() -> dict:
-    """config/paper.yaml merged over config/config.yaml, as `snakemake --configfile config/paper.yaml` does."""
-    from snakemake.utils import update_config
-
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    update_config(config, yaml.safe_load((REPO / "config/paper.yaml").read_text()))
-    return validate_config(config, SCHEMA)
+    """config/paper.yaml on its own with the schema defaults, as `snakemake --configfile config/paper.yaml` reads it."""
+    return validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
 
 
 def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: bool = True):
@@ -223,7 +220,7 @@ def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
             and label.split("/")[1] not in baselines]
     assert len(main) == 3 * 5 + 3 * 3  # the tau x M ablation and scale runs (train.ablation/scale) come on top
     planned = sorted(f"results/train/{label}/DONE.json" for label in labels if label.split("/")[1] in baselines)
-    assert planned == sorted(baseline_runs(config, sorted(baselines)))
+    assert planned == sorted(p for p in runs_of(plan_runs(config), "baseline") if p.split("/")[3] in baselines)
     assert len(planned) == 6 + 3 + 2 + 3  # OPD also on the non-verifiable tasks; RARO not on GSM8K
     summary = validate_planned_runs(config, cache_dir=tmp_path)
     assert summary == summary | {"runs": len(runs), "validated": len(runs), "cached": 0}

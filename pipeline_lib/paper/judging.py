@@ -21,13 +21,13 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.paper.results import METHOD_LABELS
 from pipeline_lib.paper.tables import latex_escape, write_table
+from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
 
 __all__ = ["nonverifiable_table", "validation_table"]
 
-NONVERIFIABLE_LABELS = {**METHOD_LABELS, "base": "Base", "opd": "OPD", "softmax_sim": "SoftmaxGRPO-Sim"}
+NONVERIFIABLE_LABELS = METHOD_LABELS  # the registry's row labels
 
 
 def _summary_identity(path: Path) -> dict[str, str]:

@@ -22,15 +22,12 @@ import pandas as pd
 
 from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
 
-METHOD_LABELS = {"base": "Base", "sft": "SFT", "rationalization": "Rationalization", "iterative_dpo": "Iterative DPO",
-                 "rl_logit": "RL-Logit", "raro": "RARO", "opd": "OPD", "grpo_sim": "GRPO-Sim",
-                 "grpo_exact": "GRPO-Exact", "softmax_sim": "SoftmaxGRPO-Sim", "softmax_exact": "SoftmaxGRPO-Exact"}
-METHOD_ORDER = ["base", "sft", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "grpo_sim",
-                "grpo_exact", "softmax_sim", "softmax_exact"]
+# Row labels and order come from the method registry (pipeline_lib.plan.registry): one entry per method.
 #: Pass-rate bins of the paper's gradient-allocation table.
 PASS_RATE_BINS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.0))
 

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.io import atomic_path
-from pipeline_lib.paper.results import METHOD_LABELS
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
 
 __all__ = ["scale_data", "scale_table"]

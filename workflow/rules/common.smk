@@ -1,42 +1,22 @@
-# Shared wiring: target lists (built and tested in pipeline_lib.targets), the config
+# Shared wiring: the run plan and target lists (built and tested in pipeline_lib.plan / pipeline_lib.targets), the config
 # digest recorded in every provenance sidecar, and wildcard constraints.
+import hashlib
 import json
 import os
 import sys
 
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
+from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
+from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
-    ablation_method,
-    ablation_run_spec,
-    ablation_runs,
-    ablation_tau,
-    base_init,
-    baseline_runs,
-    baseline_spec,
-    baseline_train_data,
-    opd_teacher,
-    opd_teacher_spec,
-    scale_config,
-    scale_eval_targets,
-    scale_runs,
-    verl_ablation_spec,
-    verl_tasks,
-    eval_targets,
-    imagenet_run_spec,
-    imagenet_runs,
-    rl_run_spec,
+    ablation_eval_targets,
     rl_runs,
-    rl_train_data,
-    sft_run_spec,
+    runs_of,
+    scale_eval_targets,
     stage_targets,
     table1_eval_targets,
-    local_task_pattern,
-    tiny_task_spec,
 )
-from pipeline_lib.engines.verl.translate import rl_spec as verl_rl_spec, sft_spec as verl_sft_spec
-from pipeline_lib.engines.verl.translate import VERL_BASELINES, baseline_rl_spec as verl_baseline_spec
-from pipeline_lib.engines.verl.translate import slurm_resources as verl_slurm_resources
 
 CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest; provenance sidecars record it.
@@ -49,15 +29,18 @@ report: "../report/workflow.rst"
 onstart:
     write_run_info(config)
 
-TARGETS = stage_targets(config)
+# The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
+PLAN = plan_runs(config)
+TARGETS = stage_targets(config, PLAN)
 
-# The verl engine: every planned run's Hydra overrides are composed with verl's own config and checked now, so a
-# typo fails `snakemake -n` before anything is submitted (each passed run is cached under .snakemake/).
-if config["train"]["engine"] == "verl":
-    from pipeline_lib.engines.verl.validate import validate_planned_runs
+# verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
+# (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
+VERL_RUNS = [(run.key, run.verl_kind, list(run.overrides)) for run in PLAN.runs if run.verl_kind]
+VERL_RUNS_DIGEST = hashlib.sha256(json.dumps(VERL_RUNS).encode()).hexdigest()
+if VERL_RUNS:
+    from pipeline_lib.engines.verl.validate import check_override_keys
 
-    VERL_VALIDATION = validate_planned_runs(config)
-    print(f"verl overrides validated: {VERL_VALIDATION}", file=sys.stderr)
+    print(f"verl override keys checked: {check_override_keys(VERL_RUNS)}", file=sys.stderr)
 
 
 wildcard_constraints:

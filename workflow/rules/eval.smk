@@ -1,6 +1,6 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
-from pipeline_lib.targets import eval_spec
+from pipeline_lib.specs import eval_spec
 
 
 rule eval_checkpoint:

@@ -73,7 +73,7 @@ rule paper_theory:
 
 rule paper_imagenet_data:
     input:
-        done=imagenet_runs(config["imagenet"]),
+        done=runs_of(PLAN, "imagenet"),
     output:
         curves="results/paper/data/imagenet_curves.csv",
         summary="results/paper/data/imagenet_summary.csv",
@@ -122,7 +122,7 @@ rule paper_imagenet:
 
 rule paper_table1_data:
     input:
-        metrics=table1_eval_targets(config),
+        metrics=table1_eval_targets(config, PLAN),
     output:
         csv="results/paper/data/table1.csv",
     log:
@@ -157,7 +157,7 @@ rule paper_table1:
 
 rule paper_gradient_allocation_data:
     input:
-        done=rl_runs(config, ["grpo_exact", "softmax_exact"]),
+        done=rl_runs(PLAN, ["grpo_exact", "softmax_exact"]),
     output:
         csv="results/paper/data/gradient_allocation.csv",
     params:
@@ -198,7 +198,7 @@ rule paper_gradient_allocation:
 
 rule paper_training_curves:
     input:
-        done=rl_runs(config),
+        done=rl_runs(PLAN),
     output:
         png=report(
             "results/paper/figures/training_curves.png",
@@ -305,8 +305,7 @@ rule paper_judge_validation:
 
 rule paper_ablation_data:
     input:
-        metrics=lambda wildcards: [p.replace("results/train/", "results/eval/").replace("DONE.json", "metrics.json")
-                                   for p in ablation_runs(config)],
+        metrics=ablation_eval_targets(PLAN),
     output:
         csv="results/paper/data/ablation.csv",
     log:
@@ -341,7 +340,7 @@ rule paper_ablation:
 
 rule paper_scale_data:
     input:
-        metrics=lambda wildcards: scale_eval_targets(config),
+        metrics=lambda wildcards: scale_eval_targets(PLAN),
     output:
         csv="results/paper/data/scale.csv",
     params:

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.specs import generation_spec
+
 __all__ = ["REQUIRED_TRL", "train_command", "train_iterative_dpo", "train_round", "trl_dpo_spec"]
 
 log = logging.getLogger("pipeline_lib.engines.trl.dpo")
@@ -46,8 +48,6 @@ MODULE = "pipeline_lib.engines.trl.dpo"
 def trl_dpo_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """``train.baselines.iterative_dpo`` plus the generation settings of its sampling and validation: ``eval``'s
     backend and engine settings with the method's own length, temperature and batch (``backend`` overrides)."""
-    from pipeline_lib.targets import generation_spec
-
     own = {k: v for k, v in config["train"]["baselines"]["iterative_dpo"].items() if k != "tasks"}  # planning only
     return {**own, "generation": generation_spec(config, "iterative_dpo", "batch_size_generate")}
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl.translate import TrainPaths, sft_spec
+from pipeline_lib.specs import generation_spec
 
 __all__ = ["annotate", "annotation_spec", "rationalization_paths", "rationalization_sft_spec"]
 
@@ -36,8 +37,6 @@ METHOD = "rationalization"
 def annotation_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """Generation settings of the annotator: ``eval``'s backend and engine settings with the method's own length,
     temperature, batch and (optionally) backend from ``train.baselines.rationalization``, plus the hint."""
-    from pipeline_lib.targets import generation_spec
-
     return {"hint": config["train"]["baselines"][METHOD]["hint"], "generation": generation_spec(config, METHOD)}
 
 

@@ -7,14 +7,19 @@ verl builds at start-up; for RL, also run the configured advantage estimator thr
 ``compute_advantage`` on a small batch with the composed ``algorithm`` config (so the estimator name
 resolves and its extra keys such as ``tau`` are present), and load the custom reward function.
 
-:func:`validate_planned_runs` does this for every run the config plans; the Snakefile calls it at
-parse time (so ``snakemake -n`` fails on a typo), caching each passed run by the hash of its
-overrides and of this engine's code under ``.snakemake/``.
+:func:`validate_planned_runs` does this for every verl run of the plan, in the local job ``validate_verl``
+that every verl training job waits for (so nothing is submitted before every run passed), caching each
+passed run by the hash of its overrides and of this engine's code under ``.snakemake/``. At parse time
+(``snakemake -n``) :func:`check_override_keys` checks in about a second that every override of every run
+parses and names a key of verl's config: one Hydra compose of all the keys per trainer config, not one
+per run, and no verl import.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
+import importlib.util
 import inspect
 import json
 import os
@@ -25,22 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
-from pipeline_lib.engines.verl.translate import (
-    VERL_BASELINES,
-    TrainPaths,
-    baseline_rl_spec,
-    rl_overrides,
-    rl_spec,
-    sft_overrides,
-    sft_spec,
-    task_methods,
-)
+from pipeline_lib.io import write_json
+from pipeline_lib.plan import Plan, plan_runs
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
 __all__ = [
     "VerlOverrideError",
-    "baseline_paths",
+    "check_override_keys",
     "compose",
     "planned_runs",
     "validate_planned_runs",
@@ -57,10 +54,12 @@ class VerlOverrideError(ValueError):
 
 
 def _config_dir() -> str:
+    """verl's Hydra config directory, found without importing verl (its import takes seconds)."""
     check_verl_version()
-    import verl
-
-    return str(Path(verl.__file__).resolve().parent / "trainer" / "config")
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("verl is not installed")
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve() / "trainer" / "config")
 
 
 def compose(config_name: str, overrides: Sequence[str]) -> Any:
@@ -231,90 +230,12 @@ def validate_sft(overrides: Sequence[str], label: str = "SFT run") -> Any:
 
 # --- every run a config plans --------------------------------------------------------------------------------------
 
-def rl_paths(config: Mapping[str, Any], task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    """The files of one RL run, as the Snakemake rule passes them (absolute, so Ray workers anywhere agree)."""
-    from pipeline_lib.targets import rl_train_data
-
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
-                      train_files=root / rl_train_data(config, task, method),
-                      val_files=root / f"results/data/{task}/rl_test.parquet",
-                      init=root / f"results/train/{task}/sft/seed{seed}/final")
-
-
-def baseline_paths(task: str, method: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    """The files of one verl baseline run (rule ``train_verl_baseline``): the task's RL prompts, from SFT."""
-    from pipeline_lib.targets import baseline_train_data
-
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/{method}/seed{seed}",
-                      train_files=root / baseline_train_data(task, method),
-                      val_files=root / f"results/data/{task}/rl_test.parquet",
-                      init=root / f"results/train/{task}/sft/seed{seed}/final")
-
-
-def sft_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:
-    root = Path(root).resolve()
-    return TrainPaths(run_dir=root / f"results/train/{task}/sft/seed{seed}",
-                      train_files=root / f"results/data/{task}/sft_train.parquet")
-
-
-def planned_runs(config: Mapping[str, Any], root: str | Path = ".") -> list[tuple[str, str, list[str]]]:
-    """(label, kind, overrides) of every verl run the config plans: the main SFT/RL runs, the tau x M ablation
-    cells and the model-scale runs (``train.ablation`` / ``train.scale`` on verl tasks)."""
-    from pipeline_lib import targets
-
-    verl = targets.verl_tasks(config)
-    runs = []
-    for task in [t for t in config["train"]["tasks"] if t in verl]:
-        for seed in config["train"]["seeds"]:
-            runs.append((f"{task}/sft/seed{seed}", "sft",
-                         sft_overrides(sft_spec(config, task), sft_paths(task, seed, root), seed)))
-            for method in task_methods(config, task):
-                runs.append((f"{task}/{method}/seed{seed}", "rl",
-                             rl_overrides(rl_spec(config, task, method), rl_paths(config, task, method, seed, root),
-                                          seed)))
-    ablation = config["train"].get("ablation") or {}
-    for task in [t for t in ablation.get("tasks", []) if t in verl]:
-        for tau in ablation["taus"]:
-            for group in ablation["group_sizes"]:
-                for seed in ablation["seeds"]:
-                    name = targets.ablation_method(tau, group)
-                    paths = rl_paths(config, task, targets.softmax_exact_method(config), seed, root)
-                    paths.run_dir = paths.run_dir.parent.parent / name / f"seed{seed}"
-                    runs.append((f"{task}/{name}/seed{seed}", "rl",
-                                 rl_overrides(targets.verl_ablation_spec(config, task, tau, group), paths, seed)))
-    baselines = config["train"].get("baselines") or {}
-    for method in [m for m in baselines.get("methods", []) if m in VERL_BASELINES]:
-        for task in [t for t in targets.baseline_tasks(config, method) if t in verl]:
-            for seed in baselines.get("seeds", [0]):
-                paths = baseline_paths(task, method, seed, root)
-                runs.append((f"{task}/{method}/seed{seed}", "rl",
-                             rl_overrides(baseline_rl_spec(config, task, method), paths, seed)))
-    if "rationalization" in baselines.get("methods", []):  # verl SFT on the annotated demonstrations
-        from pipeline_lib.engines.verl.rationalization import rationalization_paths, rationalization_sft_spec
-
-        for task in [t for t in targets.baseline_tasks(config, "rationalization") if t in verl]:
-            for seed in baselines.get("seeds", [0]):
-                runs.append((f"{task}/rationalization/seed{seed}", "sft",
-                             sft_overrides(rationalization_sft_spec(config, task),
-                                           rationalization_paths(task, seed, root), seed)))
-    scale = config["train"].get("scale") or {}
-    for task in [t for t in scale.get("tasks", []) if t in verl]:
-        for name in scale.get("models", {}):
-            scaled = targets.scale_config(config, name)
-            for seed in scale["seeds"]:
-                sft = sft_paths(task, seed, root)
-                sft.run_dir = sft.run_dir.parent.parent / f"sft_at_{name}" / f"seed{seed}"
-                runs.append((f"{task}/sft_at_{name}/seed{seed}", "sft",
-                             sft_overrides(sft_spec(scaled, task), sft, seed)))
-                for method in scale["methods"]:
-                    paths = rl_paths(config, task, method, seed, root)
-                    paths.run_dir = paths.run_dir.parent.parent / f"{method}_at_{name}" / f"seed{seed}"
-                    paths.init = sft.run_dir / "final"
-                    runs.append((f"{task}/{method}_at_{name}/seed{seed}", "rl",
-                                 rl_overrides(rl_spec(scaled, task, method), paths, seed)))
-    return runs
+def planned_runs(config: Mapping[str, Any], root: str | Path = ".", plan: Plan | None = None
+                 ) -> list[tuple[str, str, list[str]]]:
+    """(label, kind, overrides) of every verl run of the plan (:func:`pipeline_lib.plan.plan_runs`): the main SFT/RL
+    runs, the baselines, the tau x M ablation cells and the model-scale runs on verl tasks."""
+    plan = plan or plan_runs(config, root)
+    return [(run.key, run.verl_kind, list(run.overrides)) for run in plan.runs if run.verl_kind]
 
 
 def _code_digest() -> str:
@@ -325,10 +246,78 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR) -> dict[str, int]:
-    """Validate every planned run (cached per overrides); raises :class:`VerlOverrideError` on the first bad one."""
+_CONFIG_NAMES = {"sft": "sft_trainer_engine", "rl": "ppo_trainer"}
+
+
+def _key(override: str) -> str:
+    """What an override sets: its key (with a +/~ prefix); a config-group choice (``a/b=c``) is kept whole, since
+    the group's value decides which keys exist."""
+    key = override.split("=", 1)[0]
+    return override if "/" in key else key
+
+
+def check_override_keys(runs: Sequence[tuple[str, str, Sequence[str]]], cache_dir: str | Path = CACHE_DIR
+                        ) -> dict[str, Any]:
+    """Every override of every run parses (Hydra's grammar) and names a key of verl's config.
+
+    One compose per trainer config with the union of all runs' keys; only if that fails is each distinct key set
+    composed on its own, so the error names the run (keys two runs set differently, e.g. ``+x`` and ``x``, can
+    clash in the union without either run being wrong). Cached by content, like the full checks.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     started = time.perf_counter()
-    runs = planned_runs(config)
+    digest = hashlib.sha256(json.dumps([_code_digest(), [[k, list(o)] for _, k, o in runs]]).encode()).hexdigest()
+    marker = Path(cache_dir) / f"keys-{digest}"
+    if marker.exists():
+        return {"runs": len(runs), "composed": 0, "cached": True, "seconds": round(time.perf_counter() - started, 2)}
+    parser = OverridesParser.create()
+    for label, _, overrides in runs:
+        try:
+            parser.parse_overrides(list(overrides))
+        except Exception as exc:
+            raise VerlOverrideError(f"train run {label}: an override is not valid Hydra syntax: "
+                                    f"{type(exc).__name__}: {exc}") from exc
+    composed = 0
+    for kind, name in _CONFIG_NAMES.items():
+        of_kind = [(label, list(overrides)) for label, k, overrides in runs if k == kind]
+        union: dict[str, str] = {}
+        for _, overrides in of_kind:
+            for override in overrides:
+                union.setdefault(_key(override), override)
+        if not union:
+            continue
+        try:
+            composed += 1
+            compose(name, list(union.values()))
+            continue
+        except Exception:  # find the run that is wrong, if any
+            pass
+        seen: set[tuple[str, ...]] = set()
+        for label, overrides in of_kind:
+            shape = tuple(_key(o) for o in overrides)
+            if shape in seen:
+                continue
+            seen.add(shape)
+            try:
+                composed += 1
+                compose(name, overrides)
+            except Exception as exc:
+                raise VerlOverrideError(f"train run {label}: verl {REQUIRED_VERL} rejected the overrides while "
+                                        f"composing verl's {name} config: {type(exc).__name__}: {exc}") from exc
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({"runs": [label for label, _, _ in runs]}, indent=1))
+    tmp.replace(marker)
+    return {"runs": len(runs), "composed": composed, "cached": False,
+            "seconds": round(time.perf_counter() - started, 2)}
+
+
+def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR,
+                          plan: Plan | None = None) -> dict[str, int]:
+    """Validate every planned verl run (cached per overrides); raise :class:`VerlOverrideError` on the first bad one."""
+    started = time.perf_counter()
+    runs = planned_runs(config, plan=plan)
     code = _code_digest()
     cache = Path(cache_dir)
     checked = 0
@@ -347,3 +336,16 @@ def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CAC
         checked += 1
     return {"runs": len(runs), "validated": checked, "cached": len(runs) - checked,
             "seconds": round(time.perf_counter() - started, 2)}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of rule ``validate_verl``: validate every verl run of the resolved config, record the summary."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="the resolved workflow config, as JSON")
+    parser.add_argument("--out", required=True, help="summary JSON, written once every run passed")
+    args = parser.parse_args(argv)
+    write_json(args.out, validate_planned_runs(json.loads(args.config)))
+
+
+if __name__ == "__main__":
+    main()

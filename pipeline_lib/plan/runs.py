@@ -1,0 +1,614 @@
+"""Config -> the list of runs: the one place where the pipeline decides which training jobs exist.
+
+:func:`plan_runs` asks every study for the runs it reads (the main methods, the baselines, the tau x M ablation, the
+scale study, the judged and transfer runs, the ImageNet objectives), adds the runs those start from (SFT, the Base
+model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
+(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec, resources and, on verl, the
+Hydra overrides :mod:`pipeline_lib.engines.verl.validate` checks at parse time.
+
+Parameter precedence (stated once, here): a run's spec is the engine's shared section (``train.rl`` /
+``train.verl.rl``), then the task's row (``train.verl.tasks.<task>``, verl only), then the method's own keys
+(``train.methods.<m>``: advantage, its parameters, reward). The one parameter both a task row and a method may set
+is ``tau``; where both set it they must agree (:class:`~pipeline_lib.plan.registry.PlanError` otherwise), so no
+value is picked silently. A study that varies a parameter (an ablation cell's tau / M, a scale's base model)
+replaces it explicitly for its own runs only. Every group-RL method's advantage and parameters are checked against
+:mod:`pipeline_lib.advantages`, which knows each estimator's parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pipeline_lib.advantages import available_methods, group_advantages
+from pipeline_lib.engines.verl.rationalization import annotation_spec
+from pipeline_lib.engines.verl.translate import TrainPaths, slurm_resources
+from pipeline_lib.plan.registry import ENGINES, METHODS, Entry, PlanError, method
+from pipeline_lib.specs import (
+    ablation_method,
+    baseline_train_data,
+    imagenet_run_spec,
+    opd_teacher_spec,
+    rl_train_data,
+    scale_config,
+)
+
+__all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
+           "softmax_exact_method", "trained_methods", "verl_tasks"]
+
+TOKENIZER = "results/data/tokenizer/tokenizer.json"
+#: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
+#: training job starts after it (an order-only prerequisite: its timestamp reruns nothing).
+VERL_CHECKED = "results/checks/verl_overrides.json"
+_SENTINEL = re.compile(r"^results/train/([a-z0-9_]+)/([a-z0-9_]+)/seed([0-9]+)/DONE\.json$")
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A kind of job = one Snakemake rule: the file it writes in the run directory, its conda environment and the
+    resources the plan sets per run (the App. B compute setup; the site's own resources live in the profile)."""
+
+    output: str
+    conda: str
+    resources: tuple[str, ...] = ()
+
+
+#: Every kind of training job, by rule name.
+JOBS: dict[str, JobKind] = {
+    "train_local": JobKind("DONE.json", "report.yaml"),  # the local PyTorch engine (CPU)
+    "train_verl": JobKind("DONE.json", "train-verl.yaml", ("nodes", "gres")),  # verl SFT / RL on Slurm nodes
+    "train_trl": JobKind("DONE.json", "train-verl.yaml", ("gpu",)),  # Iterative DPO: vLLM samples + TRL
+    "annotate_rationales": JobKind("rationalized_sft.parquet", "train-verl.yaml", ("gpu",)),  # STaR via vLLM
+    "train_imagenet": JobKind("DONE.json", "train-verl.yaml"),  # the ImageNet objective study
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One Snakemake job of the plan: a training run (or its annotation step) with everything its rule needs."""
+
+    task: str
+    name: str  # the run directory: a method, an ablation cell (softmax_tau0p1_m4), <method>_at_<scale>, opd_teacher
+    method: str  # the registry method it trains (an ablation cell trains SoftmaxGRPO-Exact)
+    seed: int
+    engine: str  # train.engine of the task: local or verl (ImageNet: classify)
+    job: str  # the Snakemake rule: train_local, train_verl, train_trl, annotate_rationales, train_imagenet
+    output: str
+    inputs: dict[str, str]
+    args: tuple[str, ...]
+    spec: dict[str, Any]
+    resources: dict[str, Any] = field(default_factory=dict)
+    threads: bool = True  # the entry point takes --threads (appended from the rule's threads)
+    verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides are validated
+    overrides: tuple[str, ...] = ()
+    study: str = "main"
+    after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
+
+    @property
+    def key(self) -> str:
+        """The run's id in its rule's output pattern: ``<task>/<name>/seed<seed>``."""
+        return f"{self.task}/{self.name}/seed{self.seed}"
+
+    @property
+    def entry_module(self) -> str:
+        """The ``python -m`` module the job runs: its code digest is a rule parameter (reruns follow code edits)."""
+        return self.args[self.args.index("-m") + 1]
+
+    def command(self, threads: int | None = None) -> str:
+        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it."""
+        args = [*self.args, *(["--threads", str(threads)] if self.threads and threads is not None else [])]
+        return " ".join(shlex.quote(a) for a in args)
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The settings a reviewer checks first (advantage, tau, M, steps, lr)."""
+        spec = self.spec["sft"] if isinstance(self.spec.get("sft"), dict) else self.spec  # local STaR: its SFT
+        tau = spec.get("tau", (spec.get("advantage_params") or {}).get("tau"))
+        out = {"advantage": spec.get("advantage"), "tau": tau,
+               "M": spec.get("group_size", spec.get("rollouts")), "steps": spec.get("steps"), "lr": spec.get("lr")}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+class Plan:
+    """Every run of a config, addressable by (rule, run key) for the rules and iterable for the tables."""
+
+    def __init__(self, runs: Iterable[Run], targets: Iterable[str], requests: Mapping[str, list[str]]) -> None:
+        self.runs = list(runs)
+        #: The train stage's targets (every study's own runs, not the runs they start from), in study order.
+        self.train_targets = list(targets)
+        #: Per study (main, baseline, ablation, scale, scale_reference, judge, transfer, imagenet), the run sentinels
+        #: it reads, in the order its tables list them.
+        self.requests = {study: list(paths) for study, paths in requests.items()}
+        self._by_job: dict[tuple[str, str], Run] = {}
+        for run in self.runs:
+            if (run.job, run.key) in self._by_job:
+                raise PlanError(f"two runs of rule {run.job} share {run.key}")
+            self._by_job[run.job, run.key] = run
+
+    def get(self, job: str, key: str) -> Run:
+        return self._by_job[job, key]
+
+    def pattern(self, job: str) -> str:
+        """A wildcard constraint matching exactly the run keys of ``job`` (none: a pattern that matches nothing)."""
+        keys = sorted({run.key for run in self.runs if run.job == job}, key=lambda k: (-len(k), k))
+        return "|".join(re.escape(k) for k in keys) or "(?!)"
+
+    def of(self, engine: str | None = None, job: str | None = None) -> list[Run]:
+        return [r for r in self.runs if (engine is None or r.engine == engine) and (job is None or r.job == job)]
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per run: the reviewer's view of what the config will do."""
+        return [{"task": r.task, "run": r.name, "method": r.method, "seed": r.seed, "engine": r.engine, "job": r.job,
+                 "study": r.study, **r.hyperparameters(),
+                 "resources": ",".join(f"{k}={v}" for k, v in r.resources.items()) or "-"} for r in self.runs]
+
+
+# --- which task runs where ---------------------------------------------------------------------------------------
+
+def verl_tasks(config: Mapping[str, Any]) -> list[str]:
+    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.verl.tasks`` entry (App. B settings);
+    any other task of a verl config (a tiny analogue) stays on the local engine."""
+    train = config["train"]
+    return list(train.get("verl", {}).get("tasks", {})) if train.get("engine") == "verl" else []
+
+
+def engine_of(config: Mapping[str, Any], task: str) -> str:
+    engine = config["train"].get("engine", "local")
+    if engine not in ENGINES:
+        raise PlanError(f"train.engine {engine!r}: one of {ENGINES}")
+    return "verl" if task in verl_tasks(config) else "local"
+
+
+def trained_methods(config: Mapping[str, Any], task: str) -> list[str]:
+    """RL methods trained on ``task``: every ``train.methods`` entry, or on a verl task its own list
+    (``train.verl.tasks.<task>.methods``: the paper's non-verifiable tasks train only the -Sim pair)."""
+    methods = list(config["train"]["methods"])
+    if task not in verl_tasks(config):
+        return methods
+    listed = config["train"]["verl"]["tasks"][task].get("methods")
+    if listed is None:
+        return methods
+    unknown = sorted(set(listed) - set(methods))
+    if unknown:
+        raise PlanError(f"train.verl.tasks.{task}.methods lists {unknown}, which are not in train.methods ({methods})")
+    return list(listed)
+
+
+def softmax_exact_method(config: Mapping[str, Any]) -> str:
+    """The configured SoftmaxGRPO-Exact method (ours, with the verifier reward) whose tau and M the ablation varies."""
+    for name in config["train"]["methods"]:
+        if name in METHODS and METHODS[name].ours and METHODS[name].reward == "verifier":
+            return name
+    raise PlanError("the tau x M ablation needs a train.methods entry of ours (SoftmaxGRPO) with the verifier reward")
+
+
+# --- method parameters --------------------------------------------------------------------------------------------
+
+@cache
+def _advantage_error(advantage: str, params: str) -> str | None:
+    """Why the estimator rejects these parameters (run once on two groups), or None."""
+    if advantage not in available_methods():
+        return f"advantage {advantage!r} is not in pipeline_lib.advantages; registered: {available_methods()}"
+    try:
+        group_advantages(advantage, torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]),
+                         **json.loads(params))
+    except TypeError as exc:
+        return f"advantage {advantage!r} with parameters {params}: {exc}"
+    return None
+
+
+def _check_advantage(advantage: str, params: Mapping[str, Any]) -> None:
+    error = _advantage_error(advantage, json.dumps(dict(params), sort_keys=True))
+    if error:
+        raise PlanError(error)
+
+
+def _takes_tau(advantage: str) -> bool:
+    return advantage in available_methods() and "unknown parameter" not in (
+        _advantage_error(advantage, json.dumps({"tau": 1.0})) or "")
+
+
+def _check_method(config: Mapping[str, Any], name: str, task: str | None = None) -> dict[str, Any]:
+    """The advantage parameters of method ``name`` (on ``task`` where given): its ``train.methods`` entry must agree
+    with the registry, and the estimator must take exactly these parameters.
+
+    On a verl task, the row's tau is the tau of the task's methods whose estimator takes one; a method that also
+    sets tau must agree with it (a conflict is an error, never resolved silently).
+    """
+    registered = method(name)
+    entry = config["train"]["methods"][name]
+    if registered.family != "group_rl":
+        raise PlanError(f"train.methods.{name}: {name!r} is a {registered.family} method, not a group-RL one")
+    for key in ("advantage", "reward"):
+        if entry[key] != getattr(registered, key):
+            raise PlanError(f"train.methods.{name}.{key} is {entry[key]!r} but the registry's {name!r} has "
+                            f"{getattr(registered, key)!r}")
+    params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
+    row = config["train"]["verl"]["tasks"][task] if task in verl_tasks(config) else {}
+    if "tau" in row and _takes_tau(entry["advantage"]):
+        if "tau" in params and float(params["tau"]) != float(row["tau"]):
+            raise PlanError(f"tau set twice for {task}/{name}: train.methods.{name}.tau = {params['tau']} and "
+                            f"train.verl.tasks.{task}.tau = {row['tau']}; set it in one place")
+        params["tau"] = row["tau"]
+    _check_advantage(entry["advantage"], params)
+    return params
+
+
+# --- command layouts: the inputs and flags of each entry point ----------------------------------------------------
+
+def _done(task: str, name: str, seed: int) -> str:
+    return f"results/train/{task}/{name}/seed{seed}/DONE.json"
+
+
+def _final(sentinel: str) -> str:
+    return str(Path(sentinel).parent / "final")
+
+
+def _run_dir(task: str, name: str, seed: int) -> str:
+    return f"results/train/{task}/{name}/seed{seed}"
+
+
+class _Job:
+    """What a layout returns: the job's inputs, arguments after the entry point, and whether it takes --threads."""
+
+    def __init__(self, inputs: dict[str, str], args: list[str], threads: bool = True,
+                 output: str | None = None) -> None:
+        self.inputs, self.args, self.threads, self.output = inputs, args, threads, output
+
+
+def _module(entry_point: str) -> list[str]:
+    return ["python", "-m", *entry_point.split()]
+
+
+def _spec_json(spec: Mapping[str, Any]) -> str:
+    return json.dumps(spec)
+
+
+@dataclass
+class _Ctx:
+    """One run being built: where it lives and what it starts from."""
+
+    config: Mapping[str, Any]
+    task: str
+    name: str
+    method: str
+    seed: int
+    init: str  # the SFT sentinel it starts from
+    data: str  # the RL prompts it trains on
+
+
+def _local_sft(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)])
+
+
+def _local_rl(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    inputs = {"data": c.data, "init": c.init}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--init", _final(c.init),
+                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def _local_base(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    init = c.config["train"]["verl"]["model"] if engine_of(c.config, c.task) == "verl" else None
+    return _Job({"tokenizer": TOKENIZER}, ["--spec", _spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
+                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed),
+                                           *(["--init", init] if init else [])], threads=False)
+
+
+def _local_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    annotator = _done(c.task, c.config["train"]["baselines"]["rationalization"]["annotator"], c.seed)
+    base = _done(c.task, "base", c.seed)
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, "annotator": annotator,
+              "base": base}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--annotator", _final(annotator),
+                         "--init", _final(base), "--tokenizer", str(Path(TOKENIZER).parent),
+                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def _local_expert(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
+              "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--demonstrations",
+                         inputs["demonstrations"], "--init", _final(c.init),
+                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def _local_opd(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    hub = c.config["train"]["baselines"]["opd"]["teacher"].get("hub")
+    teacher = hub or _done(c.task, "opd_teacher", c.seed)
+    inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
+              **({} if hub else {"teacher": teacher})}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--teacher",
+                         hub or _final(teacher), "--init", _final(c.init),
+                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def _local_opd_teacher(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
+              **({"init": c.init} if from_sft else {})}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed), *(["--init", _final(c.init)] if from_sft else []),
+                         "--kind", "opd_teacher"])
+
+
+def _verl_sft(c: _Ctx, spec: Mapping[str, Any], data: str | None = None) -> _Job:
+    data = data or f"results/data/{c.task}/sft_train.parquet"
+    return _Job({"data": data}, ["--spec", _spec_json(spec), "--data", data,
+                                 "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)], threads=False)
+
+
+def _verl_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    return _verl_sft(c, spec, f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet")
+
+
+def _verl_rl(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--val-data", inputs["val"],
+                         "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)], threads=False)
+
+
+def _trl_dpo(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+    inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
+    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
+                         "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)], threads=False)
+
+
+def _annotate(c: _Ctx, study: str) -> Run:
+    """Rationalization on GPU, step one: the base model writes the rationales through the eval backend (vLLM)."""
+    out = f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
+    data = f"results/data/{c.task}/sft_train.parquet"
+    spec = annotation_spec(c.config)
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+               job="annotate_rationales", output=out, inputs={"data": data},
+               args=("python", "-m", "pipeline_lib.engines.verl.rationalization", "--spec", _spec_json(spec),
+                     "--data", data, "--model", c.config["train"]["verl"]["model"], "--out", out,
+                     "--seed", str(c.seed)),
+               spec=spec, threads=False, study=study,
+               resources={"gpu": c.config["eval"]["vllm"]["tensor_parallel_size"]})
+
+
+#: Preparatory job name (registry ``Entry.prelude``) -> builder.
+PRELUDES: dict[str, Callable[[_Ctx, str], Run]] = {"annotate": _annotate}
+
+#: Command layout name (registry ``Entry.layout``) -> builder.
+LAYOUTS: dict[str, Callable[[_Ctx, Mapping[str, Any]], _Job]] = {
+    "local_sft": _local_sft, "local_rl": _local_rl, "local_base": _local_base,
+    "local_rationalization": _local_rationalization, "local_expert": _local_expert, "local_opd": _local_opd,
+    "local_opd_teacher": _local_opd_teacher, "verl_sft": _verl_sft, "verl_rationalization": _verl_rationalization,
+    "verl_rl": _verl_rl, "trl_dpo": _trl_dpo,
+}
+
+
+# --- building runs -------------------------------------------------------------------------------------------------
+
+def _resources(config: Mapping[str, Any], entry: Entry, task: str, kind: str) -> dict[str, Any]:
+    if entry.job == "train_verl":
+        return dict(slurm_resources(config, task, kind))
+    if entry.job == "train_trl":
+        return {"gpu": config["train"]["baselines"]["iterative_dpo"]["num_processes"]}
+    return {}
+
+
+def _overrides(entry: Entry, spec: Mapping[str, Any], job: _Job, c: _Ctx, root: Path) -> tuple[str, ...]:
+    if entry.overrides is None:
+        return ()
+    run_dir = root / _run_dir(c.task, c.name, c.seed)
+    if entry.verl_kind == "sft":
+        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"])
+    else:
+        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"],
+                           val_files=root / job.inputs["val"], init=root / _final(c.init))
+    return tuple(entry.overrides(spec, paths, c.seed))
+
+
+def _make(c: _Ctx, entry: Entry, spec: dict[str, Any], resource_kind: str, study: str, root: Path) -> Run:
+    job = LAYOUTS[entry.layout](c, spec)
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+               job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
+               args=(*_module(entry.entry_point), *job.args), spec=spec,
+               resources=_resources(c.config, entry, c.task, resource_kind), threads=job.threads,
+               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root), study=study,
+               after=(VERL_CHECKED,) if entry.verl_kind else ())
+
+
+def _data(config: Mapping[str, Any], task: str, name: str) -> str:
+    """The RL prompts a method trains on (similarity reward and demonstration-using baselines: those with a
+    reference)."""
+    registered = method(name)
+    if registered.family == "group_rl":
+        return rl_train_data(config, task, name)
+    return baseline_train_data(task, name)
+
+
+def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str, root: Path) -> list[Run]:
+    engine = engine_of(config, task)
+    registered = method(name)
+    if engine not in registered.engines:
+        raise PlanError(f"method {name!r} has no {engine} entry in the registry (task {task!r})")
+    entry = registered.engines[engine]
+    if registered.family == "group_rl":
+        _check_method(config, name, task)
+    c = _Ctx(config, task, name, name, seed, _done(task, "sft", seed),
+             _data(config, task, name) if registered.family != "sft" else "")
+    spec = entry.spec(config, task, name)
+    kind = "sft" if entry.verl_kind == "sft" else ("rl" if registered.family == "group_rl" else name)
+    runs = [_make(c, entry, spec, kind, study, root)]
+    if entry.prelude:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
+        runs.insert(0, PRELUDES[entry.prelude](c, study))
+    return runs
+
+
+def _ablation_config(config: Mapping[str, Any], task: str, tau: float, group: int) -> dict[str, Any]:
+    """The config of one ablation cell: SoftmaxGRPO-Exact's tau and M (and the ablation's step count, where set)
+    replaced wherever the task's runs read them (``train.rl`` on the local engine, the task's row on verl)."""
+    changed = copy.deepcopy(dict(config))
+    base = softmax_exact_method(config)
+    steps = config["train"]["ablation"]["steps"]
+    row = changed["train"].get("verl", {}).get("tasks", {}).get(task)
+    for section in (changed["train"]["rl"], row):
+        if section is not None:
+            section |= {"group_size": group, **({"steps": steps} if steps else {})}
+    changed["train"]["methods"][base]["tau"] = tau
+    if row is not None and "tau" in row:
+        row["tau"] = tau
+    return changed
+
+
+def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int],
+                  root: Path) -> Run:
+    """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
+    base = softmax_exact_method(config)
+    entry = METHODS[base].engines[engine_of(config, task)]
+    c = _Ctx(config, task, name, base, seed, _done(task, "sft", seed), f"results/data/{task}/rl_train.parquet")
+    return _make(c, entry, entry.spec(_ablation_config(config, task, *cell), task, base), "rl", "ablation", root)
+
+
+def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str,
+               root: Path) -> Run:
+    """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start)."""
+    scaled = scale_config(config, scale)
+    registered = method(base)
+    entry = registered.engines[engine_of(config, task)]
+    if registered.family == "group_rl":
+        _check_method(config, base, task)
+    c = _Ctx(config, task, name, base, seed, _done(task, f"sft_at_{scale}", seed),
+             "" if registered.family == "sft" else _data(config, task, base))
+    return _make(c, entry, entry.spec(scaled, task, base), "sft" if registered.family == "sft" else "rl", "scale",
+                 root)
+
+
+def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int, root: Path) -> Run:
+    if engine_of(config, task) != "local":
+        raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
+                        f"train.baselines.opd.teacher.hub")
+    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, "sft", seed), "")
+    entry = Entry("train_local", "pipeline_lib.engines.local.sft", "local_opd_teacher", lambda *a: {})
+    return _make(c, entry, opd_teacher_spec(config), "sft", "baseline", root)
+
+
+def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
+    section = config.get("imagenet") or {}
+    if not section.get("enabled"):
+        return []
+    spec = imagenet_run_spec(section)
+    runs = []
+    for objective in section["objectives"]:
+        for rollouts in [0] if objective == "ml" else section["rollouts"]:
+            for seed in section["seeds"]:
+                name = f"{objective}/m{rollouts}"
+                runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
+                                job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
+                                args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
+                                      "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
+                                      "--run-dir", _run_dir("imagenet", name, seed)),
+                                spec={**spec, "objective": objective, "rollouts": rollouts}, study="imagenet"))
+    return runs
+
+
+# --- the studies ----------------------------------------------------------------------------------------------------
+
+def baseline_tasks(config: Mapping[str, Any], name: str) -> list[str]:
+    """Tasks one baseline runs on: its own ``train.baselines.<name>.tasks`` where set, else ``train.baselines.tasks``.
+
+    The paper runs RARO on Countdown and DeepMath only (Table 1 shows -- for GSM8K) and Base and OPD also on the
+    non-verifiable tasks (the non-verifiable table).
+    """
+    section = config["train"].get("baselines") or {}
+    own = (section.get(name) or {}).get("tasks")
+    return list(section.get("tasks", []) if own is None else own)
+
+
+def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool]]:
+    """(task, run name, seed, study, is a train target) of every run some study reads, in study order."""
+    train = config.get("train") or {}
+    wanted = []
+    for task in train.get("tasks", []):
+        for name in ["sft", *trained_methods(config, task)]:  # SFT is evaluated too (Table 1's SFT row)
+            wanted += [(task, name, seed, "main", name != "sft") for seed in train["seeds"]]
+    baselines = train.get("baselines") or {}
+    for name in baselines.get("methods", []):
+        for task in baseline_tasks(config, name):
+            wanted += [(task, name, seed, "baseline", True) for seed in baselines.get("seeds", [0])]
+    ablation = train.get("ablation") or {}
+    for task in ablation.get("tasks", []):
+        for tau in ablation["taus"]:
+            for group in ablation["group_sizes"]:
+                wanted += [(task, ablation_method(tau, group), seed, "ablation", True) for seed in ablation["seeds"]]
+    scale = train.get("scale") or {}
+    if scale.get("tasks") and scale.get("models"):
+        for task in scale["tasks"]:  # the main-scale runs the scale table compares with
+            for name in scale["methods"]:
+                wanted += [(task, name, seed, "scale_reference", False) for seed in scale["seeds"]]
+        for task in scale["tasks"]:
+            for model in scale["models"]:
+                for name in scale["methods"]:
+                    wanted += [(task, f"{name}_at_{model}", seed, "scale", True) for seed in scale["seeds"]]
+    judge = config.get("judge") or {}
+    for task in judge.get("tasks", []):
+        for name in judge["methods"]:
+            wanted += [(task, name, seed, "judge", False) for seed in (judge["seeds"] or train["seeds"])]
+    transfer = (config.get("eval") or {}).get("transfer") or {}
+    if transfer.get("task"):
+        wanted += [(transfer["task"], name, seed, "transfer", False) for name in transfer["methods"]
+                   for seed in train["seeds"]]
+    return wanted
+
+
+def plan_runs(config: Mapping[str, Any], root: str | Path = ".") -> Plan:
+    """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
+    rationalization annotator) are added where a run starts from them."""
+    root = Path(root).resolve()
+    train = config.get("train") or {}
+    ablation = train.get("ablation") or {}
+    cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
+             for group in ablation.get("group_sizes", [])} if ablation.get("tasks") else {}
+    scales = {f"{base}_at_{model}": (base, model) for model in (train.get("scale") or {}).get("models", {})
+              for base in ["sft", *train.get("methods", {})]}
+    built: dict[tuple[str, str, int], list[Run]] = {}
+    targets: list[str] = []
+    requests: dict[str, list[str]] = {}
+
+    def build(task: str, name: str, seed: int, study: str) -> None:
+        if (task, name, seed) in built:
+            return
+        if name in cells:
+            runs = [_ablation_run(config, task, name, seed, cells[name], root)]
+        elif name in scales:
+            runs = [_scale_run(config, task, name, seed, *scales[name], root)]
+        elif name == "opd_teacher":
+            runs = [_opd_teacher_run(config, task, seed, root)]
+        else:
+            runs = _method_run(config, task, name, seed, study, root)
+        built[task, name, seed] = runs
+        for run in runs:
+            for path in run.inputs.values():
+                match = _SENTINEL.match(path)
+                if match:
+                    build(match[1], match[2], int(match[3]), "dependency")
+
+    for task, name, seed, study, target in _requested(config):
+        build(task, name, seed, study)
+        sentinel = _done(task, name, seed)
+        if target and sentinel not in targets:
+            targets.append(sentinel)
+        if sentinel not in requests.setdefault(study, []):
+            requests[study].append(sentinel)
+    imagenet = _imagenet_runs(config)
+    targets += [run.output for run in imagenet]
+    requests["imagenet"] = [run.output for run in imagenet]
+    return Plan([run for runs in built.values() for run in runs] + imagenet, targets, requests)
+

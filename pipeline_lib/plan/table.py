@@ -1,0 +1,74 @@
+"""``python -m pipeline_lib plan [--configfile FILE ...]``: the run table of a config, before anything runs.
+
+One row per training job of :func:`pipeline_lib.plan.plan_runs` (task, run, method, seed, engine, rule, study, the
+key hyperparameters and the resources the plan sets), then the number of jobs per rule. Config files merge in order,
+as Snakemake's ``--configfile A B`` does, and the schema fills what they leave out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline_lib.config import validate_config
+from pipeline_lib.plan.runs import Plan, plan_runs
+
+__all__ = ["load_config", "main", "render"]
+
+#: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
+SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
+REPO = Path(__file__).resolve().parents[2]
+COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "tau", "M", "steps", "lr",
+           "resources")
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -> dict[str, Any]:
+    """The validated config of ``paths`` merged in order (schema defaults filled)."""
+    schema = schema or (SCHEMA_PATH if SCHEMA_PATH.is_file() else REPO / SCHEMA_PATH)
+    config: dict[str, Any] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as handle:
+            _merge(config, yaml.safe_load(handle) or {})
+    return dict(validate_config(config, schema))
+
+
+def render(plan: Plan) -> str:
+    """The run table as aligned text, then the job count per rule."""
+    rows = [{column: row.get(column, "") for column in COLUMNS} for row in plan.table()]
+    cells = [[str(row[c]) if row[c] is not None else "" for c in COLUMNS] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    counts = Counter(run.job for run in plan.runs)
+    lines += ["", f"{len(plan.runs)} jobs: " + ", ".join(f"{job} {n}" for job, n in sorted(counts.items()))]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib plan", description=__doc__.splitlines()[0])
+    parser.add_argument("--configfile", nargs="+", default=["config/config.yaml"],
+                        help="config file(s), merged in order (default: the tiny default config/config.yaml)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per run instead of the table")
+    args = parser.parse_args(argv)
+    plan = plan_runs(load_config(args.configfile))
+    if args.json:
+        print("\n".join(json.dumps(row) for row in plan.table()))
+    else:
+        print(render(plan))
+    return 0
