@@ -46,7 +46,7 @@ rule validate_verl:
     params:
         runs=VERL_RUNS_DIGEST,
         code=code_digest("pipeline_lib.engines.verl.validate"),
-        config=json.dumps(config),
+        config=lambda wildcards: json.dumps(config),
     log:
         "logs/validate_verl.log",
     shell:
