@@ -59,7 +59,7 @@ def rl_run_spec(config: Mapping[str, Any], method: str) -> dict[str, Any]:
         raise ValueError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     spec = config["train"]["methods"][method]
     return {**config["train"]["rl"], "advantage": spec["advantage"],
-            "advantage_params": {"tau": spec["tau"]} if "tau" in spec else {},
+            "advantage_params": {k: v for k, v in spec.items() if k not in ("advantage", "reward")},
             "reward_weights": {"similarity": 1.0} if spec["reward"] == "similarity" else None}
 
 

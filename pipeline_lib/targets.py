@@ -15,6 +15,7 @@ from pipeline_lib.specs import eval_spec
 
 __all__ = [
     "ABLATION_OUTPUTS",
+    "ADAPTIVE_OUTPUTS",
     "IMAGENET_OUTPUTS",
     "JUDGES",
     "JUDGE_TABLES",
@@ -22,6 +23,7 @@ __all__ = [
     "STAGES",
     "THEORY_OUTPUTS",
     "ablation_eval_targets",
+    "adaptive_comparison",
     "baseline_eval_targets",
     "calibration_ratings",
     "data_targets",
@@ -69,6 +71,33 @@ IMAGENET_OUTPUTS = (
     "results/paper/tables/imagenet_objectives.md",
     "results/paper/tables/imagenet_objectives.csv",
 )
+
+
+#: The adaptive-temperature study (softmax_ess against fixed-tau SoftmaxGRPO and GRPO, beyond the paper).
+ADAPTIVE_OUTPUTS = (
+    *(f"results/paper/tables/adaptive_tau{part}.{ext}" for part in ("", "_allocation") for ext in ("tex", "md", "csv")),
+    "results/paper/data/adaptive_tau.csv",
+    "results/paper/figures/adaptive_tau.png",
+    "results/paper/figures/adaptive_tau.pdf",
+)
+
+
+def adaptive_comparison(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The adaptive-tau comparison the config asks for: ``ours`` (the configured method whose advantage is
+    ``softmax_ess``), ``baselines`` (the fixed-tau SoftmaxGRPO and GRPO methods with the same reward) and its
+    ``ess_fraction``; None where no such method is configured (or it has nothing to be compared with)."""
+    methods = config.get("train", {}).get("methods", {})
+    ours = [name for name, spec in methods.items() if spec["advantage"] == "softmax_ess"]
+    if not ours:
+        return None
+    if len(ours) > 1:
+        raise ValueError(f"train.methods: one softmax_ess method is compared at a time, got {ours}")
+    reward = methods[ours[0]]["reward"]
+    baselines = [name for name, spec in methods.items()
+                 if spec["advantage"] in ("softmax", "grpo") and spec["reward"] == reward]
+    if not baselines:
+        return None
+    return {"ours": ours[0], "baselines": baselines, "ess_fraction": methods[ours[0]]["ess_fraction"]}
 
 
 def data_targets(config: Mapping[str, Any]) -> list[str]:
@@ -263,6 +292,8 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
     if config.get("train", {}).get("tasks"):
         targets["eval"] += eval_targets(plan)
         targets["paper"] += PAPER_RESULT_OUTPUTS
+    if config.get("train", {}).get("tasks") and adaptive_comparison(config):
+        targets["paper"] += ADAPTIVE_OUTPUTS
     if plan.requests.get("ablation"):
         targets["eval"] += ablation_eval_targets(plan)
         targets["paper"] += ABLATION_OUTPUTS

@@ -96,7 +96,7 @@ def test_plan_command_prints_the_run_table(capsys):
     assert plan_command(["--configfile", str(REPO / "config/paper.yaml")]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
-    assert " train_verl " in row and " 0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
+    assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
     assert "jobs: annotate_rationales 3, train_imagenet 13, train_local 6, train_trl 3, train_verl 72" in out
 
 

@@ -39,7 +39,7 @@ __all__ = ["allocation_comparison", "paired_differences", "prompt_scores", "tau_
 
 log = logging.getLogger("pipeline_lib.paper.adaptive")
 
-LABELS = {**METHOD_LABELS, "softmax_ess": "SoftmaxGRPO-ESS"}
+LABELS = METHOD_LABELS
 #: generations.jsonl mode -> the metrics.json name of its per-prompt mean.
 MODES = {"greedy": "pass@1_greedy", "sample": "pass@1_sampled"}
 LEVEL = 0.95

@@ -118,6 +118,8 @@ _METHODS = (
     group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
     group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True),
     group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True),
+    # Beyond the paper: SoftmaxGRPO with each group's tau set by a target effective sample size (App. A).
+    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier"),
 )
 
 #: Every method by name, in the paper's table order.

@@ -109,12 +109,13 @@ class Run:
         return " ".join(shlex.quote(a) for a in args)
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The settings a reviewer checks first (advantage, tau, M, steps, lr)."""
+        """The settings a reviewer checks first (advantage and its parameters, M, steps, lr)."""
         spec = self.spec["sft"] if isinstance(self.spec.get("sft"), dict) else self.spec  # local STaR: its SFT
-        tau = spec.get("tau", (spec.get("advantage_params") or {}).get("tau"))
-        out = {"advantage": spec.get("advantage"), "tau": tau,
+        params = dict(spec.get("advantage_params") or {})
+        params.update({k: spec[k] for k in ("tau", "ess_fraction") if spec.get(k) is not None})  # verl specs
+        out = {"advantage": spec.get("advantage"), "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
                "M": spec.get("group_size", spec.get("rollouts")), "steps": spec.get("steps"), "lr": spec.get("lr")}
-        return {k: v for k, v in out.items() if v is not None}
+        return {k: v for k, v in out.items() if v not in (None, "")}
 
 
 class Plan:

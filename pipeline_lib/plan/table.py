@@ -24,7 +24,7 @@ __all__ = ["load_config", "main", "render"]
 #: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
 SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
 REPO = Path(__file__).resolve().parents[2]
-COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "tau", "M", "steps", "lr",
+COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "params", "M", "steps", "lr",
            "resources")
 
 

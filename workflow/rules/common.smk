@@ -10,7 +10,9 @@ from pipeline_lib.run_info import write_run_info
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
+    ADAPTIVE_OUTPUTS,
     ablation_eval_targets,
+    adaptive_comparison,
     rl_runs,
     runs_of,
     scale_eval_targets,

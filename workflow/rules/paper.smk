@@ -374,3 +374,66 @@ rule paper_scale:
     shell:
         "python -m pipeline_lib.paper.scale table --data {input.csv} --label {params.label}"
         " --stem {params.stem} > {log} 2>&1"
+
+
+# Beyond the paper: adaptive temperature (softmax_ess) against fixed-tau SoftmaxGRPO and GRPO on train.tasks, paired
+# over seeds and test prompts (targets.adaptive_comparison; only when a softmax_ess method is configured).
+ADAPTIVE = adaptive_comparison(config)
+if ADAPTIVE:
+
+    rule paper_adaptive_tau:
+        input:
+            done=rl_runs(PLAN, [ADAPTIVE["ours"], *ADAPTIVE["baselines"]]),
+            evals=[p.replace("DONE.json", "generations.jsonl").replace("results/train/", "results/eval/")
+                   for p in rl_runs(PLAN, [ADAPTIVE["ours"], *ADAPTIVE["baselines"]])],
+        output:
+            [p for p in ADAPTIVE_OUTPUTS if "/tables/" in p],
+        params:
+            code=code_digest("pipeline_lib.paper.adaptive"),
+            ours=ADAPTIVE["ours"],
+            baselines=ADAPTIVE["baselines"],
+            label=config["label"],
+            rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
+        log:
+            "logs/paper_adaptive_tau.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m pipeline_lib.paper.adaptive compare --ours {params.ours} --baselines {params.baselines}"
+            " --eval {input.evals} --rollouts {params.rollouts} --label {params.label}"
+            " --stem results/paper/tables/adaptive_tau > {log} 2>&1"
+
+    rule paper_adaptive_tau_data:
+        input:
+            done=rl_runs(PLAN, [ADAPTIVE["ours"]]),
+        output:
+            csv="results/paper/data/adaptive_tau.csv",
+        params:
+            code=code_digest("pipeline_lib.paper.adaptive"),
+            ess_fraction=ADAPTIVE["ess_fraction"],
+            rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
+        log:
+            "logs/paper_adaptive_tau_data.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m pipeline_lib.paper.adaptive tau-data --rollouts {params.rollouts}"
+            " --ess-fraction {params.ess_fraction} --out {output.csv} > {log} 2>&1"
+
+    rule paper_adaptive_tau_figure:
+        input:
+            csv=rules.paper_adaptive_tau_data.output.csv,
+        output:
+            png=report("results/paper/figures/adaptive_tau.png", caption="../report/adaptive_tau.rst",
+                       category="Results"),
+            pdf="results/paper/figures/adaptive_tau.pdf",
+        params:
+            code=code_digest("pipeline_lib.paper.adaptive"),
+            label=config["label"],
+        log:
+            "logs/paper_adaptive_tau_figure.log",
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m pipeline_lib.paper.adaptive tau-figure --data {input.csv} --label {params.label}"
+            " --png {output.png} --pdf {output.pdf} > {log} 2>&1"
