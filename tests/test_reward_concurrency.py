@@ -83,6 +83,7 @@ def test_math_reward_from_many_threads_returns_each_caller_its_own_score():
     assert all(e["timeouts"] == 0.0 and e["failures"] == 0.0 for e in extra)
 
 
+@pytest.mark.slow
 def test_math_reward_from_several_processes_with_threads_each():
     context = mp.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:

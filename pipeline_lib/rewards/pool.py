@@ -70,6 +70,18 @@ class _NoMainPopen(popen_forkserver.Popen):
 
 
 class _NoMainProcess(ForkServerProcess):
+    """Always daemonic (pebble starts its workers non-daemonic): a multiprocessing child that scores (verl's or a
+    user's process pool) exits with ``os._exit`` after joining its non-daemonic children, so it would wait forever
+    on workers that only an atexit handler stops; daemonic workers are terminated instead."""
+
+    @property
+    def daemon(self) -> bool:
+        return True
+
+    @daemon.setter
+    def daemon(self, value: bool) -> None:
+        pass
+
     @staticmethod
     def _Popen(process_obj: Any) -> _NoMainPopen:  # noqa: N802 (multiprocessing's name)
         return _NoMainPopen(process_obj)
