@@ -9,6 +9,7 @@ we set nothing, verl 0.9.1's default), or a difference listed in ``DIFFERENCES``
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -85,10 +86,8 @@ def _as_dict(overrides: list[str]) -> dict:
         key, value = item.split("=", 1)
         parsed = yaml.safe_load(value)
         if isinstance(parsed, str):  # YAML 1.1 reads 1e-06 as a string; Hydra reads it as a float
-            try:
+            with contextlib.suppress(ValueError):
                 parsed = float(parsed)
-            except ValueError:
-                pass
         pairs[key.lstrip("+")] = parsed
     return pairs
 

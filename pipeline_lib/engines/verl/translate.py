@@ -315,8 +315,9 @@ def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any
     GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
     reward both roles by the critic's verdicts; the replay buffer lives beside the run.
 
-    The PPO update is one mini-batch over both roles, as the GRPO run's is one over its batch, and the rollout prompt length grows so a critic prompt (question, expert answer, policy answer) fits;
-    the task prompts are filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
+    The PPO update is one mini-batch over both roles, as the GRPO run's is one over its batch, and the rollout
+    prompt length grows so a critic prompt (question, expert answer, policy answer) fits; the task prompts are
+    filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
     """
     settings = spec["baseline_settings"]
     keys = ("critic_system_prompt", "critic_max_new_tokens", "critic_prompts_per_step", "replay_fraction",
@@ -406,7 +407,6 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
     if paths.init is None or paths.val_files is None:
         raise ValueError("an RL run needs the initial (SFT) model and validation prompts")
     estimator, algorithm_extra = VERL_ADVANTAGES[spec["advantage"]]
-    n_gpus = spec["gpus_per_node"] * spec["nodes"]
     pairs: dict[str, Any] = {
         "algorithm.adv_estimator": estimator,
         **algorithm_extra,
