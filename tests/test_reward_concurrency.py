@@ -134,3 +134,52 @@ def test_math_reward_from_a_plain_script_without_main_guard(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q"])
+
+
+def die_with(*_args) -> None:
+    """A verifier that crashes its worker (as an out-of-memory kill would)."""
+    os._exit(3)
+
+
+def raise_with(*_args) -> None:
+    raise MemoryError("verifier blew up")
+
+
+def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_answer():
+    from pipeline_lib.rewards import health_counts, mathverify, reward_health, score_batch
+    from pipeline_lib.rewards.pool import TimeoutPool
+
+    for target, error in (("tests.test_reward_concurrency:die_with", "worker died"),
+                          ("tests.test_reward_concurrency:raise_with", "MemoryError")):
+        pool = TimeoutPool(target, processes=1, timeout=5.0)
+        try:
+            results = pool.map([("a", "b"), ("c", "d")])
+            assert all(r.failed and not r.timed_out and error in r.error for r in results)
+            assert (pool.failures, pool.timeouts) == (2, 0)
+        finally:
+            pool.close()
+    saved = mathverify._pool
+    mathverify._pool = TimeoutPool("tests.test_reward_concurrency:die_with", processes=1, timeout=5.0)
+    try:
+        before = reward_health()
+        results = score_batch("math", ["\\boxed{1}", "\\boxed{2}"], ["1", "2"])
+        assert [(r["score"], r["failures"], r["timeouts"]) for r in results] == [(0.0, 1.0, 0.0)] * 2
+        assert health_counts(results) == {"timeouts": 0, "failures": 2}
+        after = reward_health()
+        assert (after["failures"] - before["failures"], after["timeouts"] - before["timeouts"]) == (2, 0)
+    finally:
+        mathverify._pool.close()
+        mathverify._pool = saved
+
+
+def test_report_names_evaluations_with_verifier_timeouts_or_failures():
+    import pandas as pd
+
+    from pipeline_lib.paper.reproduction import reward_health_section
+
+    clean = pd.DataFrame({"task": ["gsm8k"], "method": ["grpo_exact"], "seed": [0], "pass@1_greedy": [0.5],
+                          "reward_timeouts_greedy": [0], "reward_failures_greedy": [0]})
+    assert reward_health_section(clean) == []
+    hit = pd.concat([clean, clean.assign(method="softmax_exact", reward_timeouts_greedy=3)])
+    section = "\n".join(reward_health_section(hit))
+    assert "softmax_exact" in section and "| 3 |" in section and "grpo_exact" not in section

@@ -118,10 +118,22 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     for step in sorted(by_step):
         data = by_step[step]
         named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
-        lines.append(json.dumps({"step": step, **named, **data}))
+        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step), **data}))
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
+
+
+def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
+    """Verifier items that timed out / failed in a step's training rollouts, from verl's rollout dump (its reward
+    loop keeps each rollout's reward extras there; verl logs them as metrics for validation only)."""
+    from pipeline_lib.rewards import health_counts
+
+    dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
+    if not dump.exists():
+        return {}
+    rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
+    return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
 
 
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
