@@ -186,6 +186,9 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     report = json.loads((tmp_path / "results/probe/ray_probe.json").read_text())
     tasks = [node["task"] for node in report["nodes"]]
     assert report["alive_nodes"] == 2 and report["gpus"] == 2
+    # each node's Ray has the job's CPUs and fake GPU per node (cpus_per_task=1, gres gpu:1), passed through by the
+    # launcher: the CI nodes declare 3 CPUs each, which Ray would otherwise detect or fall back to the host's count
+    assert [(node["resources"].get("CPU"), node["resources"].get("GPU")) for node in report["nodes"]] == [(1, 1)] * 2
     assert {task["slurm_node"] for task in tasks} == NODES
     assert len({task["slurm_job_id"] for task in tasks}) == 1 and tasks[0]["slurm_job_id"] in jobs
     log = (tmp_path / "logs/ray_probe.log").read_text()
