@@ -200,6 +200,30 @@ def _merge_actor(step_dir: Path, target: Path) -> Path:
     return target
 
 
+PLUGIN_GROUP, PLUGIN_NAME = "verl.plugins", "softmaxgrpo"
+
+
+def require_installed_project(entry_points: Sequence[Any] | None = None) -> None:
+    """Fail before Ray starts unless this environment has the project installed (its ``verl.plugins`` entry point).
+
+    ``import verl`` loads that entry point in every Ray worker, which is what registers our advantage estimators on
+    other nodes; without it they are importable only where Ray happens to put the driver's directory on
+    ``sys.path``, and a worker fails deep inside verl with an unknown estimator. Every node runs the same
+    environment (the job's conda env), so checking it here checks the workers'.
+    """
+    if entry_points is None:
+        from importlib.metadata import entry_points as installed
+
+        entry_points = list(installed(group=PLUGIN_GROUP))
+    if not any(ep.name == PLUGIN_NAME and ep.value == ESTIMATOR_MODULE for ep in entry_points):
+        raise VerlRunError(
+            f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
+            f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
+            f"pipeline's advantage estimators. Fix: `pip install -e <repo>` in this environment (envs/train-verl.yaml "
+            f"installs it; an environment made before that needs `conda env update -f envs/train-verl.yaml` or the "
+            f"pip command)")
+
+
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
     """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
     from pipeline_lib.checkpoint import write_done
@@ -216,6 +240,8 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     if dry_run:
         print(json.dumps({"command": command, "overrides": overrides}, indent=1))
         return None
+    if kind != "sft":
+        require_installed_project()
     if spec.get("baseline") == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 

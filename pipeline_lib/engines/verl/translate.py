@@ -275,6 +275,15 @@ def _opd_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]
     }
 
 
+#: verl 0.9.1 trains with its v1 (TransferQueue) trainer unless ``trainer.use_v1=false``. The v1 trainer hands an
+#: agent-loop manager a ``TensorDict`` and expects it to put the outputs into TransferQueue itself; RARO's manager
+#: (``raro_loop.RaroAgentLoopManager``) subclasses the legacy ``AgentLoopManager`` and reads ``DataProto.meta_info``
+#: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
+#: runs therefore use the legacy trainer, explicitly (``tests/test_verl_gpu_readiness.py`` calls the managers with
+#: the types each trainer passes); GRPO/SoftmaxGRPO and OPD use verl's default.
+LEGACY_TRAINER = {"trainer.use_v1": False}
+
+
 #: verl agent loop registry for RL-Logit (``rl_logit_loop.RLLogitAgentLoop``, one entry per variant).
 RL_LOGIT_AGENT_LOOPS = Path(__file__).resolve().with_name("rl_logit_agent_loops.yaml")
 RL_LOGIT_VARIANTS = ("logprob", "neg_perplexity")
@@ -292,6 +301,7 @@ def _rl_logit_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str,
     if variant not in RL_LOGIT_VARIANTS:
         raise ValueError(f"train.baselines.rl_logit.variant {variant!r} not in {RL_LOGIT_VARIANTS}")
     return {
+        **LEGACY_TRAINER,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RL_LOGIT_AGENT_LOOPS),
         "actor_rollout_ref.rollout.agent.default_agent_loop": rl_logit_agent_loop(variant),
     }
@@ -341,6 +351,7 @@ def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any
         raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
                          f"the task's max_response_tokens ({spec['max_response_tokens']})")
     return {
+        **LEGACY_TRAINER,
         "data.train_batch_size": total,
         "data.shuffle": False,
         "data.custom_cls.path": f"pkg://{RARO_MODULE}",
