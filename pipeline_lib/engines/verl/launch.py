@@ -38,11 +38,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "ray_start_command", "slurm_step_gpus",
-           "wait_for_cluster"]
+__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "per_node_resources",
+           "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
 
 _MODULE = "pipeline_lib.engines.verl.launch"
 _KEEP_SLURM = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CONF", "SLURM_CLUSTER_NAME"}
@@ -81,7 +81,11 @@ def allocation_per_node(job_id: str | None = None) -> dict[str, int]:
     job_id = job_id or os.environ.get("SLURM_JOB_ID")
     if not job_id:
         return {}
-    fields = _fields(_scontrol("show", "job", "--oneliner", job_id))
+    return per_node_resources(_fields(_scontrol("show", "job", "--oneliner", job_id)))
+
+
+def per_node_resources(fields: Mapping[str, str]) -> dict[str, int]:
+    """CPUs and GPUs per node from ``scontrol show job`` fields (NumCPUs / NumNodes; TresPerNode, else AllocTRES)."""
     nodes = int(fields.get("NumNodes", "1").split("-")[0])
     resources = {"cpus": max(1, int(fields["NumCPUs"]) // nodes)} if fields.get("NumCPUs", "").isdigit() else {}
     per_node = re.search(r"gres[/:]gpu(?::[^:=,\s]+)?[:=](\d+)", fields.get("TresPerNode", ""))
