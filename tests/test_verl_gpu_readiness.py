@@ -50,3 +50,22 @@ def test_an_environment_without_the_project_fails_at_start_naming_the_fix():
     for entry_points in ([], [EntryPoint("softmaxgrpo", "somewhere.else", "verl.plugins")]):
         with pytest.raises(VerlRunError, match=r"(?s)verl.plugins.*Fix: `pip install -e <repo>`.*train-verl.yaml"):
             require_installed_project(entry_points)
+
+
+def test_verl_metrics_carry_each_steps_verifier_timeouts_and_failures(tmp_path):
+    """verl logs reward extras as metrics for validation only; the training rollouts' counts come from its dump."""
+    import json
+
+    from pipeline_lib.engines.verl.train import collect_metrics
+    from pipeline_lib.engines.verl.translate import metrics_log_path, rollout_dump_dir
+
+    metrics_log_path(tmp_path).write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5}}) + "\n"
+                                                  for s in (1, 2)))
+    dump = rollout_dump_dir(tmp_path)
+    dump.mkdir()
+    rows = {1: [{"score": 0.0, "timeouts": 1.0, "failures": 0.0}, {"score": 1.0, "timeouts": 0.0, "failures": 0.0}],
+            2: [{"score": 0.0, "math/timeouts": 0.0, "math/failures": 1.0, "similarity/score": 0.3}]}
+    for step, records in rows.items():
+        (dump / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    lines = [json.loads(line) for line in collect_metrics(tmp_path, 2).read_text().splitlines()]
+    assert [(m["reward_timeouts"], m["reward_failures"]) for m in lines] == [(1, 0), (0, 1)]
