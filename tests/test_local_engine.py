@@ -55,6 +55,8 @@ def test_two_rl_steps_change_the_parameters(tiny, tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rollouts = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and len(rollouts[0]["advantage"]) == 12
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all((m["reward_timeouts"], m["reward_failures"]) == (0, 0) for m in metrics)  # logged every step
     for record in rollouts:  # SoftmaxGRPO advantages sum to zero within each group
         for group in range(3):
             assert abs(sum(a for a, g in zip(record["advantage"], record["group"], strict=True) if g == group)) < 1e-5
@@ -111,6 +113,8 @@ def test_evaluation_scores_with_the_verifier(tiny):
     assert metrics["prompts"] == 8 and len(generations) == 8 * 3
     assert 0 <= metrics["pass@1_greedy"] <= 1 and metrics["mean_length_greedy"] > 0
     assert {"score", "valid_expression"} <= set(generations[0])
+    assert {k: metrics[k] for k in metrics if k.startswith("reward_")} == {
+        f"reward_{kind}_{mode}": 0 for kind in ("timeouts", "failures") for mode in ("greedy", "sample")}
 
 
 def test_pass_at_k_estimator():

@@ -189,6 +189,9 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     report = json.loads((tmp_path / "results/probe/ray_probe.json").read_text())
     tasks = [node["task"] for node in report["nodes"]]
     assert report["alive_nodes"] == 2 and report["gpus"] == 2
+    # each node's Ray has the job's CPUs and fake GPU per node (cpus_per_task=1, gres gpu:1), passed through by the
+    # launcher: the CI nodes declare 3 CPUs each, which Ray would otherwise detect or fall back to the host's count
+    assert [(node["resources"].get("CPU"), node["resources"].get("GPU")) for node in report["nodes"]] == [(1, 1)] * 2
     assert {task["slurm_node"] for task in tasks} == NODES
     assert len({task["slurm_job_id"] for task in tasks}) == 1 and tasks[0]["slurm_job_id"] in jobs
     log = (tmp_path / "logs/ray_probe.log").read_text()
@@ -199,3 +202,16 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     pids = [int(pid) for pid in re.findall(r"stopped Ray (?:head|worker step) \(pid (\d+)\)", log)]
     assert len(pids) == 4
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+@pytest.mark.parametrize("fields, expected", [
+    ({"NumNodes": "2", "NumCPUs": "32", "TresPerNode": "gres/gpu:8"}, {"cpus": 16, "gpus": 8}),
+    ({"NumNodes": "2", "NumCPUs": "4", "TresPerNode": "gres:gpu:h100:4"}, {"cpus": 2, "gpus": 4}),
+    ({"NumNodes": "2", "NumCPUs": "2", "AllocTRES": "cpu=2,mem=6000M,node=2,gres/gpu=2"}, {"cpus": 1, "gpus": 1}),
+    ({"NumNodes": "1", "NumCPUs": "8"}, {"cpus": 8}),
+])
+def test_the_job_resources_per_node_come_from_scontrol_fields(fields, expected):
+    from pipeline_lib.engines.verl.launch import per_node_resources
+
+    assert per_node_resources(fields) == expected
+

@@ -168,6 +168,8 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
         for key in ("actor_rollout_ref.rollout.n", "data.train_batch_size", "trainer.total_training_steps",
                     "actor_rollout_ref.actor.ppo_mini_batch_size", "data.max_response_length", "trainer.nnodes",
                     "trainer.n_gpus_per_node", "actor_rollout_ref.actor.optim.lr"):  # the GRPO run's App. B row
+            if method == "opd" and key == "trainer.n_gpus_per_node":  # the teacher takes a share (below)
+                continue
             assert OmegaConf.select(verl_config, key) == OmegaConf.select(grpo, key), (label, key)
         distillation = OmegaConf.select(verl_config, "distillation")
         agent = verl_config.actor_rollout_ref.rollout.agent
@@ -176,11 +178,12 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
             assert distillation.enabled and teacher.model_path == "Qwen/Qwen3-8B"
             assert (distillation.distillation_loss.loss_mode, distillation.distillation_loss.use_policy_gradient,
                     distillation.distillation_loss.use_task_rewards) == ("k1", True, False)
-            assert distillation.n_gpus_per_node == verl_config.trainer.n_gpus_per_node and distillation.nnodes == 1
+            # the teacher's GPUs come out of the task's own: the paper's 8 GPUs (16 on 2 nodes), not a node more
+            assert distillation.n_gpus_per_node + verl_config.trainer.n_gpus_per_node == grpo.trainer.n_gpus_per_node
+            assert distillation.nnodes == verl_config.trainer.nnodes == grpo.trainer.nnodes
             assert not verl_config.actor_rollout_ref.actor.use_kl_loss  # verl drops it with the policy loss
             assert agent.default_agent_loop == "single_turn_agent"
-            resources = slurm_resources(config, task, "opd")
-            assert resources == {"nodes": verl_config.trainer.nnodes + 1, "gres": "gpu:8"}
+            assert slurm_resources(config, task, "opd") == slurm_resources(config, task, "rl")
         else:
             assert not distillation.enabled
             assert agent.default_agent_loop == "rl_logit_logprob"
@@ -219,12 +222,19 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
         rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
     config = paper_baselines()
     config["train"]["baselines"]["opd"]["verl"]["tensor_parallel_size"] = 3
-    with pytest.raises(ValueError, match=r"tensor_parallel_size \(3\) must divide the 8 GPUs"):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size \(3\) must divide train.baselines.opd.verl.gpus_per"):
         rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
-    config["train"]["baselines"]["opd"]["verl"] = {"nodes": 2, "tensor_parallel_size": 2}
+    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 2, "tensor_parallel_size": 1}
+    with pytest.raises(ValueError, match=r"gpus_per_node = 2 leaves the student 6 GPUs.*do not split the 512"):
+        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 8}
+    with pytest.raises(ValueError, match=r"leaves no GPU"):
+        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 4, "tensor_parallel_size": 2}
     verl_config = validate_rl(rl_overrides(baseline_rl_spec(config, "deepmath", "opd"), PATHS, 0))
-    assert verl_config.distillation.nnodes == 2
-    assert slurm_resources(config, "deepmath", "opd") == {"nodes": verl_config.trainer.nnodes + 2, "gres": "gpu:8"}
+    assert (verl_config.distillation.nnodes, verl_config.distillation.n_gpus_per_node) == (2, 4)
+    assert (verl_config.trainer.nnodes, verl_config.trainer.n_gpus_per_node) == (2, 4)
+    assert slurm_resources(config, "deepmath", "opd") == {"nodes": 2, "gres": "gpu:8"}
 
 
 @pytest.mark.parametrize("method", ["opd", "rl_logit"])

@@ -230,10 +230,14 @@ def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
 @pytest.mark.parametrize("task,method,expected", [
     ("gsm8k", "softmax_exact", {"algorithm.adv_estimator": "softmax", "algorithm.tau": 0.1,
                                 "actor_rollout_ref.rollout.n": 8, "data.train_batch_size": 64,
-                                "actor_rollout_ref.actor.ppo_mini_batch_size": 32, "trainer.total_training_steps": 1000,
+                                # one update per step, App. B's per-device mini-batch as the micro-batch (authors')
+                                "actor_rollout_ref.actor.ppo_mini_batch_size": 64,
+                                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+                                "actor_rollout_ref.actor.clip_ratio_c": 1.0e9, "trainer.total_training_steps": 1000,
                                 "data.max_response_length": 256, "trainer.nnodes": 1}),
     ("deepmath", "softmax_exact", {"algorithm.tau": 0.3, "actor_rollout_ref.rollout.n": 16, "trainer.nnodes": 2,
-                                   "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 128,
+                                   "data.train_batch_size": 512, "actor_rollout_ref.actor.ppo_mini_batch_size": 512,
+                                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 8,
                                    "trainer.total_training_steps": 3220, "data.max_response_length": 1024}),
     ("countdown", "grpo_sim", {"algorithm.adv_estimator": "grpo", "trainer.total_training_steps": 2000,
                                "reward.custom_reward_function.reward_kwargs.reward_weights.similarity": 1.0}),

@@ -382,10 +382,9 @@ def test_every_paper_raro_run_translates_and_passes_verls_validation():
         row = config["train"]["verl"]["tasks"][task]
         verl_config = validate_rl(overrides, label=label)
         assert verl_config.data.train_batch_size == row["batch_size"] + settings["critic_prompts_per_step"]
-        gpus = row["gpus_per_node"] * row["nodes"]
-        # as many PPO mini-batches per step as the task's GRPO run
-        assert (verl_config.data.train_batch_size // verl_config.actor_rollout_ref.actor.ppo_mini_batch_size
-                == row["batch_size"] // (row["mini_batch_per_device"] * gpus))
+        # one PPO update per step over both roles, as the task's GRPO run; the legacy trainer (its manager's contract)
+        assert verl_config.actor_rollout_ref.actor.ppo_mini_batch_size == verl_config.data.train_batch_size
+        assert verl_config.trainer.use_v1 is False
         assert verl_config.data.shuffle is False and verl_config.data.max_prompt_length == row["max_prompt_tokens"]
         assert verl_config.actor_rollout_ref.rollout.prompt_length >= (row["max_prompt_tokens"]
                                                                       + 2 * row["max_response_tokens"])
@@ -412,7 +411,7 @@ def test_a_broken_raro_setting_fails_validation_naming_the_run(tmp_path):
     with pytest.raises(VerlOverrideError, match=r"RaroPolicyLop"):
         validate_rl(moved, label="countdown/raro/seed0")
     uneven = spec | {"baseline_settings": spec["baseline_settings"] | {"critic_prompts_per_step": 9}}
-    with pytest.raises(ValueError, match=r"73 prompts must split into the GRPO run's 2 PPO mini-batches"):
+    with pytest.raises(ValueError, match=r"73 prompts must split evenly over the 8 GPUs"):
         rl_overrides(uneven, paths, seed=0)
     choice = spec | {"baseline_settings": spec["baseline_settings"] | {"critic_decoding": "choice"}}
     with pytest.raises(ValueError, match=r"critic_decoding 'choice'"):

@@ -25,7 +25,7 @@ import torch
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
-from pipeline_lib.rewards import compute_scores
+from pipeline_lib.rewards import compute_scores, health_counts
 
 log = logging.getLogger("pipeline_lib.eval.evaluate")
 
@@ -83,6 +83,10 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_
             if k <= n_samples:
                 metrics[f"pass@{k}"] = sum(pass_at_k(n_samples, c, k) for c in correct_counts) / len(frame)
     metrics["score_kind"] = "verifier" if not weights else f"reward {weights}"
+    # Items the verifier timed out on or failed count as wrong in pass@1: say how many, per mode.
+    for mode in ("greedy", "sample"):
+        counts = health_counts([g for g in generations if g["mode"] == mode])
+        metrics.update({f"reward_{kind}_{mode}": count for kind, count in counts.items()})
     return metrics, generations
 
 

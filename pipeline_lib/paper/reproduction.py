@@ -67,6 +67,25 @@ def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
     return to_markdown(pd.DataFrame(rows))
 
 
+def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
+    """Evaluations whose verifier timed out on or failed some items (eval's ``reward_{timeouts,failures}_<mode>``):
+    those items count as wrong in pass@1, so the report says where, and how many. Empty when there are none."""
+    if table1 is None or table1.empty:
+        return []
+    columns = [c for c in table1.columns if c.startswith(("reward_timeouts_", "reward_failures_"))]
+    if not columns:
+        return []
+    hit = table1[(table1[columns].fillna(0) > 0).any(axis=1)]
+    if hit.empty:
+        return []
+    identity = [c for c in ("task", "method", "seed") if c in hit.columns]
+    rows = hit[identity + columns].fillna(0)
+    return ["## Verifier timeouts and failures", "",
+            "These evaluations had items the math verifier timed out on or failed (its worker died or raised); "
+            "each scored 0, so the pass@1 above counts them as wrong answers.", "",
+            to_markdown(rows.astype({c: int for c in columns})), ""]
+
+
 def build_report(label: str, reference: dict, table1: pd.DataFrame | None, allocation: pd.DataFrame | None) -> str:
     comparable = label == "paper"
     parts = [
@@ -86,6 +105,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                   table1_section(table1, reference["table1"], comparable, "pass@1_greedy"), ""]
     else:
         parts += ["## Table 1", "", "Not reproduced in this run.", ""]
+    parts += reward_health_section(table1)
     if allocation is not None and not allocation.empty:
         parts += ["## Gradient allocation (% of sum T_i |A_i|, ours / paper)", "",
                   allocation_section(allocation, reference["gradient_allocation"]), ""]

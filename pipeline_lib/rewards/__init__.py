@@ -14,11 +14,17 @@ Two entry points:
   expert demonstration) when the row has one, since the verifier's ground truth of a
   verifiable task is not a text to imitate.
 
-Every result is a dict with ``score`` plus numeric components (verl logs extra keys).
+Every result is a dict with ``score`` plus numeric components (verl logs extra keys). A verifier item that
+timed out or failed (its worker died or raised) scores 0 and says so in its ``timeouts``/``failures`` keys;
+:func:`reward_health` counts them per process, so the trainers log them per step and eval in ``metrics.json``.
+
+Every scorer is safe to call from many threads and processes at once (verl's reward loop does;
+``tests/test_reward_concurrency.py``): the math pool takes submissions from any thread, the others are pure.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,8 +33,8 @@ from pipeline_lib.rewards.format_reward import exact_score, format_score
 from pipeline_lib.rewards.mathverify import math_scores
 from pipeline_lib.rewards.similarity import similarity_score
 
-__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "compute_scores", "register_reward", "score",
-           "score_batch"]
+__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "compute_scores", "health_counts",
+           "register_reward", "reward_health", "score", "score_batch"]
 
 BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
 _REGISTRY: dict[str, BatchScorer] = {}
@@ -81,10 +87,37 @@ def _scorer(name: str) -> BatchScorer:
     return _REGISTRY[name]
 
 
+_health_lock = threading.Lock()
+_health = {"timeouts": 0, "failures": 0}
+
+
+def health_counts(results: Sequence[Mapping[str, float]]) -> dict[str, int]:
+    """Timed-out and failed items among scored results (a composite's ``math/timeouts`` included)."""
+    counts = {"timeouts": 0, "failures": 0}
+    for result in results:
+        for key, value in result.items():
+            kind = key.rsplit("/", 1)[-1]
+            if kind in counts:
+                counts[kind] += int(value)
+    return counts
+
+
+def reward_health() -> dict[str, int]:
+    """Items this process's scorers timed out on or failed, since it started: a trainer logs the change per step."""
+    with _health_lock:
+        return dict(_health)
+
+
 def score_batch(name: str, solutions: Sequence[Any], ground_truths: Sequence[Any]) -> list[dict[str, float]]:
     if len(solutions) != len(ground_truths):
         raise ValueError(f"{len(solutions)} solutions but {len(ground_truths)} ground truths")
-    return _scorer(name)(solutions, ground_truths)
+    results = _scorer(name)(solutions, ground_truths)
+    counts = health_counts(results)
+    if any(counts.values()):
+        with _health_lock:
+            for kind, count in counts.items():
+                _health[kind] += count
+    return results
 
 
 def score(name: str, solution_str: Any, ground_truth: Any) -> dict[str, float]:

@@ -2,7 +2,10 @@
 
 Verification runs in :class:`~pipeline_lib.rewards.pool.TimeoutPool` workers with
 Math-Verify's own signal timeouts switched off; an item over the limit is killed,
-scores 0 and is counted in ``timeouts``.
+scores 0 and is counted in ``timeouts``; an item whose worker died or raised scores 0
+and is counted in ``failures``. Both are logged per step by the trainers and in eval's
+``metrics.json``, so a pass@1 that counts them as wrong says so. One pool per process,
+shared by all its threads.
 """
 
 from __future__ import annotations
@@ -57,22 +60,24 @@ def _get_pool() -> TimeoutPool:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = TimeoutPool("pipeline_lib.rewards.mathverify:verify_pair", PROCESSES, TIMEOUT_SECONDS)
+            _pool = TimeoutPool("pipeline_lib.rewards.mathverify:verify_pair", PROCESSES, TIMEOUT_SECONDS,
+                                preload=("math_verify",))
         return _pool
 
 
 def math_scores(solutions: Sequence[str | None], ground_truths: Sequence[str]) -> list[dict[str, float]]:
-    """Score a batch in parallel; each dict has ``score``, ``acc`` and ``timeouts`` (0 or 1)."""
+    """Score a batch in parallel; each dict has ``score``, ``acc``, ``timeouts`` and ``failures`` (each 0 or 1)."""
     if len(solutions) != len(ground_truths):
         raise ValueError(f"{len(solutions)} solutions but {len(ground_truths)} ground truths")
     items, positions = [], []
-    out = [{"score": 0.0, "acc": 0.0, "timeouts": 0.0} for _ in solutions]
+    out = [{"score": 0.0, "acc": 0.0, "timeouts": 0.0, "failures": 0.0} for _ in solutions]
     for position, (solution, truth) in enumerate(zip(solutions, ground_truths, strict=True)):
         if isinstance(solution, str) and solution.strip() and truth is not None:
             items.append((prediction_text(solution), gold_answer(truth)))
             positions.append(position)
     if items:
         for position, result in zip(positions, _get_pool().map(items), strict=True):
-            correct = float(bool(result.value)) if not result.timed_out else 0.0
-            out[position] = {"score": correct, "acc": correct, "timeouts": float(result.timed_out)}
+            correct = float(bool(result.value)) if not (result.timed_out or result.failed) else 0.0
+            out[position] = {"score": correct, "acc": correct, "timeouts": float(result.timed_out),
+                             "failures": float(result.failed)}
     return out

@@ -1,23 +1,31 @@
-"""A process pool whose workers enforce a hard per-item wall-clock limit.
+"""A process pool whose workers enforce a hard per-item wall-clock limit, safe to call from many threads.
 
-Math-Verify's own timeouts use ``signal.alarm`` (main thread only, raising in
-threads) and turn a timeout into a silent ``False``. Here each item runs in a
-worker process; an item still running at its deadline gets its worker killed and
-replaced, and the item is reported as timed out, never silently as wrong.
+Math-Verify's own timeouts use ``signal.alarm`` (main thread only, raising in threads) and turn a timeout into a
+silent ``False``. Here each item runs in a pebble ``ProcessPool`` worker: pebble kills the worker of an item still
+running at its deadline and starts a fresh one, and takes submissions from any number of threads (verl's reward
+loop calls ``compute_score`` from a thread pool, see ``tests/test_reward_concurrency.py``). Every item comes back
+as its value, a timeout or a failure (the worker died or the function raised), never silently as a wrong answer.
+
+Workers are forked from a forkserver and never re-import the caller's ``__main__``: a user's plain script that
+scores at top level (no ``if __name__ == "__main__":`` guard) would otherwise be re-run by every worker, which then
+dies in multiprocessing's bootstrapping check.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
+import concurrent.futures
 import importlib
 import multiprocessing as mp
+import threading
 import time
-from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing import popen_forkserver, spawn
+from multiprocessing.context import ForkServerContext, ForkServerProcess
 from typing import Any
+
+import pebble
 
 __all__ = ["ItemResult", "TimeoutPool"]
 
@@ -26,103 +34,127 @@ __all__ = ["ItemResult", "TimeoutPool"]
 class ItemResult:
     value: Any  # the function's return value (None when timed out or failed)
     timed_out: bool = False
-    error: str | None = None
+    error: str | None = None  # set when the item failed: its worker died or the function raised
     seconds: float = 0.0
 
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
 
-def _worker_main(conn: Connection, target: str) -> None:
+
+# --- forkserver workers that do not re-import __main__ -----------------------------------------------------------
+
+_launching = threading.local()
+_original_preparation_data = spawn.get_preparation_data
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """multiprocessing's child preparation data, minus the main module for our workers (only they set the flag)."""
+    data = _original_preparation_data(name)
+    if getattr(_launching, "hide_main", False):
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+    return data
+
+
+spawn.get_preparation_data = _preparation_data  # a pass-through for every process but ours
+
+
+class _NoMainPopen(popen_forkserver.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        _launching.hide_main = True
+        try:
+            super()._launch(process_obj)
+        finally:
+            _launching.hide_main = False
+
+
+class _NoMainProcess(ForkServerProcess):
+    """Always daemonic (pebble starts its workers non-daemonic): a multiprocessing child that scores (verl's or a
+    user's process pool) exits with ``os._exit`` after joining its non-daemonic children, so it would wait forever
+    on workers that only an atexit handler stops; daemonic workers are terminated instead."""
+
+    @property
+    def daemon(self) -> bool:
+        return True
+
+    @daemon.setter
+    def daemon(self, value: bool) -> None:
+        pass
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> _NoMainPopen:  # noqa: N802 (multiprocessing's name)
+        return _NoMainPopen(process_obj)
+
+
+class _NoMainContext(ForkServerContext):
+    Process = _NoMainProcess
+
+
+def _context(preload: Sequence[str]) -> Any:
+    if "forkserver" in mp.get_all_start_methods():
+        context = _NoMainContext()
+        context.set_forkserver_preload(list(preload))
+        return context
+    # No forkserver (not Linux/macOS): spawn re-imports __main__, so a top-level script must use a main guard there.
+    return mp.get_context("spawn")
+
+
+def _resolve(target: str) -> Callable[..., Any]:
     module_name, function_name = target.split(":")
-    function = getattr(importlib.import_module(module_name), function_name)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        index, args = message
-        try:
-            conn.send((index, function(*args), None))
-        except Exception as exc:
-            conn.send((index, None, f"{type(exc).__name__}: {exc}"))
-
-
-class _Worker:
-    def __init__(self, context: Any, target: str) -> None:
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, target), daemon=True)
-        self.process.start()
-        child.close()
-        self.item: int | None = None
-        self.started = 0.0
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.join()
-        self.conn.close()
+    return getattr(importlib.import_module(module_name), function_name)
 
 
 class TimeoutPool:
-    """Run ``module:function`` over argument tuples with ``processes`` workers and a per-item limit."""
+    """Run ``module:function`` over argument tuples with ``processes`` workers and a per-item limit.
 
-    def __init__(self, target: str, processes: int = 2, timeout: float = 5.0) -> None:
+    ``map`` may be called from many threads at once; ``timeouts`` and ``failures`` count this pool's items.
+    """
+
+    def __init__(self, target: str, processes: int = 2, timeout: float = 5.0, preload: Sequence[str] = ()) -> None:
         if processes < 1 or timeout <= 0:
             raise ValueError(f"need processes >= 1 and timeout > 0, got {processes}, {timeout}")
-        methods = mp.get_all_start_methods()
-        self._context = mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-        if "forkserver" in methods:
-            self._context.set_forkserver_preload([target.split(":")[0]])
-        self.target, self.timeout = target, float(timeout)
-        self._workers = [_Worker(self._context, target) for _ in range(processes)]
+        self.target, self.timeout, self.processes = target, float(timeout), processes
+        self._function = _resolve(target)
+        self._mp_context = _context([target.split(":")[0], *preload])
+        self._pool = pebble.ProcessPool(max_workers=processes, context=self._mp_context)
+        self._lock = threading.Lock()
         self.timeouts = 0
+        self.failures = 0
         atexit.register(self.close)
 
     def map(self, items: Sequence[tuple[Any, ...]]) -> list[ItemResult]:
-        results: list[ItemResult | None] = [None] * len(items)
-        pending = deque(enumerate(items))
-        idle = list(self._workers)
-        busy: dict[Connection, _Worker] = {}
-        while pending or busy:
-            while pending and idle:
-                worker = idle.pop()
-                index, args = pending.popleft()
-                worker.item, worker.started = index, time.monotonic()
-                worker.conn.send((index, args))
-                busy[worker.conn] = worker
-            now = time.monotonic()
-            next_deadline = min(w.started + self.timeout for w in busy.values())
-            for conn in wait(list(busy), timeout=max(0.0, next_deadline - now)):
-                worker = busy.pop(conn)
-                try:
-                    index, value, error = conn.recv()
-                except (EOFError, OSError):  # the worker died (e.g. out of memory)
-                    results[worker.item] = ItemResult(None, error="worker died",
-                                                      seconds=time.monotonic() - worker.started)
-                    idle.append(self._replace(worker))
-                    continue
-                results[index] = ItemResult(value, error=error, seconds=time.monotonic() - worker.started)
-                idle.append(worker)
-            now = time.monotonic()
-            for conn, worker in list(busy.items()):
-                if now - worker.started >= self.timeout:
-                    del busy[conn]
-                    results[worker.item] = ItemResult(None, timed_out=True, seconds=now - worker.started)
-                    self.timeouts += 1
-                    idle.append(self._replace(worker))
-        return [r for r in results if r is not None]
+        started = time.monotonic()
+        futures = [self._schedule(tuple(args)) for args in items]
+        results = [self._result(future, started) for future in futures]
+        with self._lock:
+            self.timeouts += sum(r.timed_out for r in results)
+            self.failures += sum(r.failed for r in results)
+        return results
 
-    def _replace(self, worker: _Worker) -> _Worker:
-        worker.kill()
-        fresh = _Worker(self._context, self.target)
-        self._workers[self._workers.index(worker)] = fresh
-        return fresh
+    def _schedule(self, args: tuple[Any, ...]) -> concurrent.futures.Future:
+        pool = self._pool
+        try:
+            return pool.schedule(self._function, args=args, timeout=self.timeout)
+        except RuntimeError:  # pebble stopped the pool (its manager hit an error): start a fresh one, once
+            with self._lock:
+                if self._pool is pool:
+                    self._pool = pebble.ProcessPool(max_workers=self.processes, context=self._mp_context)
+            return self._pool.schedule(self._function, args=args, timeout=self.timeout)
+
+    @staticmethod
+    def _result(future: concurrent.futures.Future, started: float) -> ItemResult:
+        try:
+            value = future.result()
+        except concurrent.futures.TimeoutError:
+            return ItemResult(None, timed_out=True, seconds=time.monotonic() - started)
+        except pebble.ProcessExpired as exc:  # the worker died (crash, out of memory)
+            return ItemResult(None, error=f"worker died (exit code {exc.exitcode})",
+                              seconds=time.monotonic() - started)
+        except Exception as exc:
+            return ItemResult(None, error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started)
+        return ItemResult(value, seconds=time.monotonic() - started)
 
     def close(self) -> None:
-        for worker in self._workers:
-            if worker.process.is_alive():
-                with contextlib.suppress(BrokenPipeError, OSError):
-                    worker.conn.send(None)
-                worker.process.join(timeout=1)
-                if worker.process.is_alive():
-                    worker.process.kill()
-        self._workers = []
+        self._pool.stop()
+        self._pool.join(timeout=5)

@@ -35,7 +35,7 @@ from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance
-from pipeline_lib.rewards import compute_scores
+from pipeline_lib.rewards import compute_scores, reward_health
 
 __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
 
@@ -183,7 +183,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
                f"seed={seed}", file=sys.stderr, disable=not progress)
     n = len(frame)
     while step < spec["steps"]:
-        t0 = time.perf_counter()
+        t0, health = time.perf_counter(), reward_health()
         epoch, offset = divmod(step * batch_prompts, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
         rows = [order[(offset + i) % n] for i in range(batch_prompts)]
@@ -225,6 +225,8 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
             "abs_advantage_mean": float(advantages[policy].abs().mean()), "kl": sum(kls) / len(kls),
             "clip_fraction": sum(clip_fractions) / len(clip_fractions), "response_length": float(lengths.mean()),
             "time_sampling_s": t1 - t0, "time_update_s": t2 - t1, **batch.metrics,
+            # verifier items that timed out / failed this step (scored 0, never silently as wrong answers)
+            **{f"reward_{kind}": count - health[kind] for kind, count in reward_health().items()},
         })
         rollouts.write({"step": step, "group": group_ids[policy].tolist(), "prompt_index": batch.rows[policy],
                         "reward": rewards[policy].tolist(), "advantage": advantages[policy].tolist(),

@@ -17,6 +17,10 @@ Why it looks the way it does:
   ``ray.init`` writes one), so whether a worker may join would depend on the home directory. The
   launcher decides instead: a fresh token per job, passed to head, workers and the command through
   ``RAY_AUTH_MODE=token`` / ``RAY_AUTH_TOKEN`` in their environments (never on a command line).
+- Each node's Ray gets the job's CPUs (and GPUs) per node, as verl's ``examples/slurm/ray_on_slurm.slurm``
+  does: the worker step asks Slurm for them (``--cpus-per-task``, ``--gres``) and ``ray start`` declares the CPUs
+  (``--num-cpus``), read from ``scontrol show job``. Where a site binds tasks to cores, a step that asks for
+  nothing gets one core, which the node's Ray, FSDP and vLLM would then share.
 - Every Ray port is picked free on its own node, so two "nodes" sharing one host (the CI
   cluster's virtual nodes) never collide, and nothing is killed by name: ``ray stop`` would kill
   every Ray on the host, so each ``ray start --block`` is stopped through its own PID instead.
@@ -27,16 +31,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["allocation_nodes", "main", "node_address", "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
+__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "per_node_resources",
+           "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
 
 _MODULE = "pipeline_lib.engines.verl.launch"
 _KEEP_SLURM = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CONF", "SLURM_CLUSTER_NAME"}
@@ -68,6 +74,27 @@ def allocation_nodes(job_id: str | None = None) -> list[str]:
     if not nodelist or nodelist == "(null)":
         raise RuntimeError(f"Slurm job {job_id} has no node list yet")
     return _scontrol("show", "hostnames", nodelist).split()
+
+
+def allocation_per_node(job_id: str | None = None) -> dict[str, int]:
+    """The CPUs and GPUs per node of the Slurm allocation (``{}`` outside Slurm), from ``scontrol show job``."""
+    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return {}
+    return per_node_resources(_fields(_scontrol("show", "job", "--oneliner", job_id)))
+
+
+def per_node_resources(fields: Mapping[str, str]) -> dict[str, int]:
+    """CPUs and GPUs per node from ``scontrol show job`` fields (NumCPUs / NumNodes; TresPerNode, else AllocTRES)."""
+    nodes = int(fields.get("NumNodes", "1").split("-")[0])
+    resources = {"cpus": max(1, int(fields["NumCPUs"]) // nodes)} if fields.get("NumCPUs", "").isdigit() else {}
+    per_node = re.search(r"gres[/:]gpu(?::[^:=,\s]+)?[:=](\d+)", fields.get("TresPerNode", ""))
+    total = re.search(r"gres/gpu=(\d+)", fields.get("AllocTRES", "") or fields.get("TRES", ""))
+    if per_node:
+        resources["gpus"] = int(per_node.group(1))
+    elif total:
+        resources["gpus"] = int(total.group(1)) // nodes
+    return resources
 
 
 def node_address(node: str) -> str:
@@ -212,7 +239,10 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
     job = os.environ.get("SLURM_JOB_ID", "nojob")
     temp_root = Path(args.temp_root)
     ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
-    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}")
+    per_node = allocation_per_node(job)
+    if args.cpus_per_node is None and "cpus" in per_node:
+        args.cpus_per_node = per_node["cpus"]
+    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}")
     head_process = worker_step = None
     with _terminate_on_sigterm():
         try:
@@ -228,6 +258,10 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
             worker_argv += ["--declare-gpus"] if args.declare_gpus else []
             srun = ["srun", "--overlap", f"--jobid={job}", f"--nodes={len(workers)}", f"--ntasks={len(workers)}",
                     "--ntasks-per-node=1", f"--nodelist={','.join(workers)}", "--kill-on-bad-exit=1"]
+            if args.cpus_per_node is not None:  # the node's CPUs for its Ray, not the one core a bare step gets
+                srun.append(f"--cpus-per-task={args.cpus_per_node}")
+            if per_node.get("gpus"):
+                srun.append(f"--gres=gpu:{per_node['gpus']}")
             worker_step = subprocess.Popen(srun + worker_argv, stdin=subprocess.DEVNULL, stdout=sys.stderr,
                                            env=_worker_env() | ray_env, start_new_session=True)
 

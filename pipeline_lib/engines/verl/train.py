@@ -118,10 +118,22 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     for step in sorted(by_step):
         data = by_step[step]
         named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
-        lines.append(json.dumps({"step": step, **named, **data}))
+        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step), **data}))
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
+
+
+def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
+    """Verifier items that timed out / failed in a step's training rollouts, from verl's rollout dump (its reward
+    loop keeps each rollout's reward extras there; verl logs them as metrics for validation only)."""
+    from pipeline_lib.rewards import health_counts
+
+    dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
+    if not dump.exists():
+        return {}
+    rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
+    return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
 
 
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
@@ -188,6 +200,30 @@ def _merge_actor(step_dir: Path, target: Path) -> Path:
     return target
 
 
+PLUGIN_GROUP, PLUGIN_NAME = "verl.plugins", "softmaxgrpo"
+
+
+def require_installed_project(entry_points: Sequence[Any] | None = None) -> None:
+    """Fail before Ray starts unless this environment has the project installed (its ``verl.plugins`` entry point).
+
+    ``import verl`` loads that entry point in every Ray worker, which is what registers our advantage estimators on
+    other nodes; without it they are importable only where Ray happens to put the driver's directory on
+    ``sys.path``, and a worker fails deep inside verl with an unknown estimator. Every node runs the same
+    environment (the job's conda env), so checking it here checks the workers'.
+    """
+    if entry_points is None:
+        from importlib.metadata import entry_points as installed
+
+        entry_points = list(installed(group=PLUGIN_GROUP))
+    if not any(ep.name == PLUGIN_NAME and ep.value == ESTIMATOR_MODULE for ep in entry_points):
+        raise VerlRunError(
+            f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
+            f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
+            f"pipeline's advantage estimators. Fix: `pip install -e <repo>` in this environment (envs/train-verl.yaml "
+            f"installs it; an environment made before that needs `conda env update -f envs/train-verl.yaml` or the "
+            f"pip command)")
+
+
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
     """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
     from pipeline_lib.checkpoint import write_done
@@ -204,6 +240,8 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     if dry_run:
         print(json.dumps({"command": command, "overrides": overrides}, indent=1))
         return None
+    if kind != "sft":
+        require_installed_project()
     if spec.get("baseline") == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 

@@ -4,10 +4,11 @@ Plain Python, no verl import: Snakemake builds the specs at parse time and :mod:
 overrides against verl's own config tree. Every hyperparameter comes from the config
 (``train.verl`` in ``config/paper.yaml``: the App. B tables), none from a shell script.
 
-Two App. B rows need a reading, recorded here and in ``config/README.md``: "rollout batch size" is
-verl's ``data.train_batch_size`` (prompts per step; each gets M rollouts), and "mini-batch size (per
-device)" is prompts per GPU per PPO mini-batch, so verl's global ``ppo_mini_batch_size`` is that
-times the number of GPUs.
+Two App. B rows need a reading, recorded here and in ``config/README.md``; both follow the authors' own
+configs (``softmaxgrpo/configs/base.yaml`` of jeffhernandez1995/softmaxgrpo): "rollout batch size" is verl's
+``data.train_batch_size`` (prompts per step; each gets M rollouts), and "mini-batch size (per device)" is
+``ppo_micro_batch_size_per_gpu``, with ``ppo_mini_batch_size`` the whole rollout batch: one on-policy
+policy update per step.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def slurm_resources(config: Mapping[str, Any], task: str, kind: str) -> dict[str
 
     The rules take these from here (the App. B compute setup is part of the experiment, and must match the
     overrides); the site-specific rest (CPUs, memory, runtime, partition) lives in profiles/slurm. ``kind`` is
-    ``sft``, ``rl`` or a verl baseline's name (its RL row; OPD adds its teacher's nodes).
+    ``sft``, ``rl`` or a verl baseline's name (its RL row: OPD's teacher takes GPUs inside the same allocation).
     """
     verl = _verl_section(config)
     row = _task_section(config, task)
@@ -140,10 +141,7 @@ def slurm_resources(config: Mapping[str, Any], task: str, kind: str) -> dict[str
         return {"nodes": 1, "gres": f"gpu:{row.get('sft', {}).get('gpus_per_node', verl['sft']['gpus_per_node'])}"}
     merged = {**verl["rl"], **row}
     nodes = int(merged["nodes"])
-    if kind == "opd":  # the teacher's nodes come on top of the student's (train.baselines.opd.verl.nodes)
-        opd = config["train"].get("baselines", {}).get("opd") or {}
-        nodes += int({**OPD_TEACHER_DEFAULTS, **(opd.get("verl") or {})}["nodes"])
-    elif kind != "rl" and kind not in VERL_BASELINES:
+    if kind != "rl" and kind not in VERL_BASELINES:
         raise ValueError(f"slurm_resources kind {kind!r}: one of sft, rl, {', '.join(VERL_BASELINES)}")
     return {"nodes": nodes, "gres": f"gpu:{merged['gpus_per_node']}"}
 
@@ -206,12 +204,19 @@ def baseline_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, 
     return builders[spec["baseline"]](spec, paths)
 
 
-#: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key).
-OPD_TEACHER_DEFAULTS = {"nodes": 1, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85}
+#: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key). The
+#: teacher (Qwen3-8B, 16 GB in bf16) fits one GPU; 4 of each node's 8 leave the student 4, which still splits
+#: every App. B rollout batch evenly (7 or 6 would not split 64 x 8 rollouts).
+OPD_TEACHER_DEFAULTS = {"gpus_per_node": 4, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85}
 
 
 def opd_teacher_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl`` over the defaults)."""
+    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl`` over the defaults).
+
+    The teacher's vLLM replicas take ``gpus_per_node`` GPUs of each of the task's nodes (verl's ``teacher_pool``);
+    the student trains on the rest, so the job keeps the App. B GPUs (one node for an 8-GPU task), not a second
+    node for the teacher.
+    """
     settings = spec["baseline_settings"]
     hub = (settings.get("teacher") or {}).get("hub")
     if not hub:
@@ -223,38 +228,60 @@ def opd_teacher_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"train.baselines.opd.verl has unknown key(s) {unknown}; known: "
                          f"{sorted(OPD_TEACHER_DEFAULTS)}")
-    if spec["gpus_per_node"] % teacher["tensor_parallel_size"]:
+    gpus, student = int(teacher["gpus_per_node"]), spec["gpus_per_node"] - int(teacher["gpus_per_node"])
+    if student < 1:
+        raise ValueError(f"train.baselines.opd.verl.gpus_per_node ({gpus}) leaves no GPU of the task's "
+                         f"{spec['gpus_per_node']} per node to the student (task {spec['task']!r})")
+    if gpus % teacher["tensor_parallel_size"]:
         raise ValueError(f"train.baselines.opd.verl.tensor_parallel_size ({teacher['tensor_parallel_size']}) must "
-                         f"divide the {spec['gpus_per_node']} GPUs of each teacher node (task {spec['task']!r})")
-    return {"model": hub, **teacher}
+                         f"divide train.baselines.opd.verl.gpus_per_node ({gpus}) (task {spec['task']!r})")
+    rollouts = spec["batch_size"] * spec["group_size"]
+    per_gpu, rest = divmod(rollouts, student * spec["nodes"])
+    if rest or per_gpu % spec["mini_batch_per_device"]:
+        raise ValueError(f"OPD on task {spec['task']!r}: train.baselines.opd.verl.gpus_per_node = {gpus} leaves the "
+                         f"student {student} GPUs per node x {spec['nodes']} nodes, which do not split the "
+                         f"{rollouts} rollouts per step into whole micro-batches of {spec['mini_batch_per_device']}; "
+                         f"choose a teacher share that does (4 of 8 does for every App. B task)")
+    return {"model": hub, **teacher, "student_gpus_per_node": student}
 
 
 def _opd_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]:
     """On-policy distillation (lu2025) through verl's ``distillation.*``: student rollouts, per-token reverse KL to
     the teacher as the policy-gradient reward (``k1`` + ``use_policy_gradient``); the task reward is only logged.
 
-    The teacher gets its own vLLM replicas on ``nodes`` extra nodes of the task's GPUs per node (Slurm gives every
-    node the same GPUs; :func:`slurm_resources` kind ``opd`` adds them), so the student keeps its App. B GPUs and
-    batch sizes. The student's PPO clip applies to the distillation update, and verl drops the policy loss (KL to
-    the reference included) when task rewards are off, so the reference model is not loaded.
+    The teacher's vLLM replicas take ``train.baselines.opd.verl.gpus_per_node`` GPUs on each of the task's nodes
+    and the student the rest (:func:`opd_teacher_settings`), inside the task's own allocation. The student's batch
+    sizes are global, so the update is the GRPO run's on fewer GPUs. The student's PPO clip applies to the
+    distillation update, and verl drops the policy loss (KL to the reference included) when task rewards are off,
+    so the reference model is not loaded.
     """
     teacher = opd_teacher_settings(spec)
     base = "distillation.teacher_models.teacher_model"
     return {
+        "trainer.n_gpus_per_node": teacher["student_gpus_per_node"],
         "distillation.enabled": True,
         "distillation.distillation_loss.loss_mode": "k1",
         "distillation.distillation_loss.use_policy_gradient": True,
         "distillation.distillation_loss.use_task_rewards": False,
         "distillation.distillation_loss.clip_ratio_low": float(spec["clip_low"]),
         "distillation.distillation_loss.clip_ratio_high": float(spec["clip_high"]),
-        "distillation.n_gpus_per_node": spec["gpus_per_node"],
-        "distillation.nnodes": teacher["nodes"],
+        "distillation.n_gpus_per_node": teacher["gpus_per_node"],
+        "distillation.nnodes": spec["nodes"],
         f"{base}.model_path": teacher["model"],
         f"{base}.inference.tensor_model_parallel_size": teacher["tensor_parallel_size"],
         f"{base}.inference.gpu_memory_utilization": float(teacher["gpu_memory_utilization"]),
         "actor_rollout_ref.actor.use_kl_loss": False,
         "actor_rollout_ref.actor.kl_loss_coef": 0.0,
     }
+
+
+#: verl 0.9.1 trains with its v1 (TransferQueue) trainer unless ``trainer.use_v1=false``. The v1 trainer hands an
+#: agent-loop manager a ``TensorDict`` and expects it to put the outputs into TransferQueue itself; RARO's manager
+#: (``raro_loop.RaroAgentLoopManager``) subclasses the legacy ``AgentLoopManager`` and reads ``DataProto.meta_info``
+#: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
+#: runs therefore use the legacy trainer, explicitly (``tests/test_verl_gpu_readiness.py`` calls the managers with
+#: the types each trainer passes); GRPO/SoftmaxGRPO and OPD use verl's default.
+LEGACY_TRAINER = {"trainer.use_v1": False}
 
 
 #: verl agent loop registry for RL-Logit (``rl_logit_loop.RLLogitAgentLoop``, one entry per variant).
@@ -274,6 +301,7 @@ def _rl_logit_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str,
     if variant not in RL_LOGIT_VARIANTS:
         raise ValueError(f"train.baselines.rl_logit.variant {variant!r} not in {RL_LOGIT_VARIANTS}")
     return {
+        **LEGACY_TRAINER,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RL_LOGIT_AGENT_LOOPS),
         "actor_rollout_ref.rollout.agent.default_agent_loop": rl_logit_agent_loop(variant),
     }
@@ -297,9 +325,9 @@ def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any
     GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
     reward both roles by the critic's verdicts; the replay buffer lives beside the run.
 
-    The PPO update keeps the GRPO run's number of mini-batches per step (the mini-batch grows by the critic rows'
-    share), and the rollout prompt length grows so a critic prompt (question, expert answer, policy answer) fits;
-    the task prompts are filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
+    The PPO update is one mini-batch over both roles, as the GRPO run's is one over its batch, and the rollout
+    prompt length grows so a critic prompt (question, expert answer, policy answer) fits; the task prompts are
+    filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
     """
     settings = spec["baseline_settings"]
     keys = ("critic_system_prompt", "critic_max_new_tokens", "critic_prompts_per_step", "replay_fraction",
@@ -310,16 +338,11 @@ def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any
                          f"validated?)")
     policy, critic = int(spec["batch_size"]), int(settings["critic_prompts_per_step"])
     n_gpus = spec["gpus_per_node"] * spec["nodes"]
-    mini = spec["mini_batch_per_device"] * n_gpus
-    if policy % mini:
-        raise ValueError(f"task {spec['task']!r}: batch_size {policy} is not a multiple of the PPO mini-batch "
-                         f"{mini} (mini_batch_per_device x GPUs)")
-    updates = policy // mini
     total = policy + critic
-    if total % updates or (total // updates) % n_gpus:
+    if total % n_gpus:
         raise ValueError(f"RARO on task {spec['task']!r}: batch_size + train.baselines.raro.critic_prompts_per_step = "
-                         f"{total} prompts must split into the GRPO run's {updates} PPO mini-batches, each a multiple "
-                         f"of the {n_gpus} GPUs; choose critic_prompts_per_step accordingly")
+                         f"{total} prompts must split evenly over the {n_gpus} GPUs; choose critic_prompts_per_step "
+                         f"accordingly")
     if settings.get("critic_decoding", "free") != "free":
         raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
                          f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
@@ -328,13 +351,14 @@ def _raro_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any
         raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
                          f"the task's max_response_tokens ({spec['max_response_tokens']})")
     return {
+        **LEGACY_TRAINER,
         "data.train_batch_size": total,
         "data.shuffle": False,
         "data.custom_cls.path": f"pkg://{RARO_MODULE}",
         "data.custom_cls.name": "RaroDataset",
         "+data.raro": {"policy_per_step": policy, "critic_per_step": critic,
                        "replay_slots": round(float(settings["replay_fraction"]) * critic), "steps": spec["steps"]},
-        "actor_rollout_ref.actor.ppo_mini_batch_size": total // updates,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": total,  # one update per step, as the GRPO runs
         "actor_rollout_ref.rollout.prompt_length": spec["max_prompt_tokens"] + 2 * spec["max_response_tokens"]
         + RARO_CRITIC_PROMPT_OVERHEAD,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RARO_AGENT_LOOPS),
@@ -394,7 +418,6 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
     if paths.init is None or paths.val_files is None:
         raise ValueError("an RL run needs the initial (SFT) model and validation prompts")
     estimator, algorithm_extra = VERL_ADVANTAGES[spec["advantage"]]
-    n_gpus = spec["gpus_per_node"] * spec["nodes"]
     pairs: dict[str, Any] = {
         "algorithm.adv_estimator": estimator,
         **algorithm_extra,
@@ -412,8 +435,9 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
         "actor_rollout_ref.actor.optim.lr": float(spec["lr"]),
         "actor_rollout_ref.actor.optim.weight_decay": float(spec["weight_decay"]),
-        "actor_rollout_ref.actor.ppo_mini_batch_size": spec["mini_batch_per_device"] * n_gpus,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": spec["micro_batch_per_gpu"],
+        # One on-policy update per rollout batch, App. B's per-device mini-batch as the micro-batch (authors' runs).
+        "actor_rollout_ref.actor.ppo_mini_batch_size": spec["batch_size"],
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": spec["mini_batch_per_device"],
         "actor_rollout_ref.actor.ppo_epochs": spec["ppo_epochs"],
         "actor_rollout_ref.actor.clip_ratio_low": float(spec["clip_low"]),
         "actor_rollout_ref.actor.clip_ratio_high": float(spec["clip_high"]),
@@ -440,7 +464,7 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
         "trainer.nnodes": spec["nodes"],
         "trainer.save_freq": spec["save_freq"],
         "trainer.test_freq": spec["test_freq"],
-        "trainer.val_before_train": False,
+        "trainer.val_before_train": True,  # the authors' runs: a step-0 point on the validation curve
         "trainer.resume_mode": "auto",
         "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
         # Disk, not training: a 1.5B actor checkpoint with optimizer state is tens of GB; resuming needs the last.
