@@ -21,6 +21,9 @@ from typing import Any
 
 __all__ = ["ItemResult", "TimeoutPool"]
 
+#: How long a fresh worker may take to import its target (not counted against any item's limit).
+STARTUP_SECONDS = 300.0
+
 
 @dataclass(frozen=True)
 class ItemResult:
@@ -33,6 +36,7 @@ class ItemResult:
 def _worker_main(conn: Connection, target: str) -> None:
     module_name, function_name = target.split(":")
     function = getattr(importlib.import_module(module_name), function_name)
+    conn.send("ready")  # start-up (which may re-import the parent's __main__) is not charged to an item
     while True:
         try:
             message = conn.recv()
@@ -53,6 +57,11 @@ class _Worker:
         self.process = context.Process(target=_worker_main, args=(child, target), daemon=True)
         self.process.start()
         child.close()
+        # Block until the worker has imported its target: on a busy machine that can take longer than an
+        # item's limit, and a deadline that counted it would kill every fresh worker before its first item.
+        if not self.conn.poll(STARTUP_SECONDS) or self.conn.recv() != "ready":
+            self.kill()
+            raise RuntimeError(f"pool worker for {target} did not start within {STARTUP_SECONDS:.0f} s")
         self.item: int | None = None
         self.started = 0.0
 
