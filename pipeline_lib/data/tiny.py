@@ -106,7 +106,8 @@ _ITEMS = ["apples", "pencils", "stamps", "marbles", "cookies", "books"]
 
 def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    a, b, c = (rng.randint(2, spec["max_number"]) for _ in range(3))
+    top = spec.get("arith_max_number") or spec["max_number"]
+    a, b, c = (rng.randint(2, top) for _ in range(3))
     if rng.random() < 0.5:
         question = (f"{name} has {a} {item}. {name} buys {b} bags with {c} {item} in each bag. "
                     f"How many {item} does {name} have now?")
