@@ -41,3 +41,27 @@ def test_batch_rejects_other_modules_and_bad_steps():
         run_steps([{"module": "pipeline_lib.data.build", "args": [1]}])
     with pytest.raises(ValueError, match="non-empty"):
         main(["--steps", "[]"])
+
+
+def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_path):
+    """``--eval-*`` on a training entry point writes what ``pipeline_lib.eval.evaluate`` writes for that model."""
+    from pipeline_lib.data.build import build_tokenizer
+    from pipeline_lib.eval.evaluate import main as eval_main
+
+    run_steps([_build("arith_tiny", tmp_path / "data")])
+    build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 300, tmp_path / "tok")
+    spec = {"lr": 0.003, "weight_decay": 0.0, "warmup_steps": 1, "steps": 3, "batch_size": 4, "max_response_tokens": 16,
+            "grad_clip": 1.0, "checkpoint_every": 10,
+            "model": {"hidden_size": 16, "intermediate_size": 32, "layers": 1, "heads": 2, "kv_heads": 1,
+                      "max_positions": 256}}
+    eval_spec = json.dumps({"batch_size": 8, "samples": 2, "max_new_tokens": 8, "temperature": 1.0, "pass_k": [2],
+                            "max_prompts": 4})
+    test = str(tmp_path / "data" / "rl_test.parquet")
+    run_steps([{"module": "pipeline_lib.engines.local.sft",
+                "args": ["--spec", json.dumps(spec), "--data", str(tmp_path / "data" / "sft_train.parquet"),
+                         "--tokenizer", str(tmp_path / "tok"), "--run-dir", str(tmp_path / "sft"), "--seed", "0",
+                         "--eval-data", test, "--eval-spec", eval_spec, "--eval-out", str(tmp_path / "eval_in")]}])
+    assert eval_main(["--model", str(tmp_path / "sft" / "final"), "--data", test, "--spec", eval_spec,
+                      "--out", str(tmp_path / "eval_apart")]) == 0
+    for name in ("metrics.json", "generations.jsonl"):
+        assert (tmp_path / "eval_in" / name).read_text() == (tmp_path / "eval_apart" / name).read_text()
