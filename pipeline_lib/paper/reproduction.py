@@ -224,18 +224,18 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
                         ("softmax_sim", "grpo_sim", "SoftmaxGRPO-Sim > GRPO-Sim (Table 1; paper: +3.3 to +7.0)")):
         for c in pick(verifiable, a, b, "pass@1_greedy"):
             rows.append({"Claim": claim, "Task": c.task,
-                         "Evidence (greedy pass@1, points)": c.result.format(scale=100) if c.result else c.note,
+                         "Evidence": f"greedy pass@1 {c.result.format(scale=100)} points" if c.result else c.note,
                          "Verdict": _verdict(c.result)})
     for shift in shifts:
         r = shift["result"]
         rows.append({"Claim": "SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)",
                      "Task": shift["task"],
-                     "Evidence (greedy pass@1, points)": (f"share {100 * shift['b_share']:.1f}% -> "
+                     "Evidence": (f"share {100 * shift['b_share']:.1f}% -> "
                                                           f"{100 * shift['a_share']:.1f}%: {r.format(scale=100)}")
                      if r else "–", "Verdict": _verdict(r)})
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
         rows.append({"Claim": "SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", "Task": c.task,
-                     "Evidence (greedy pass@1, points)": (f"judge score {c.result.format(scale=100)}"
+                     "Evidence": (f"judge score {c.result.format(scale=100)}"
                                                           if c.result else c.note),
                      "Verdict": _verdict(c.result)})
     scale_note = "made" if "scale" in made else "not run in this configuration"
@@ -245,7 +245,7 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
             ("The LLM judge agrees with humans", "programmatic judges and no human ratings in this run"),
             ("Small tau (0.1-0.5) beats large tau in the tau x M sweep",
              "one seed per cell in this run" if "ablation" in made else "ablation not run")):
-        rows.append({"Claim": claim, "Task": "–", "Evidence (greedy pass@1, points)": reason,
+        rows.append({"Claim": claim, "Task": "–", "Evidence": reason,
                      "Verdict": "cannot test" if label != "paper" or "not" in reason else "see its table"})
     return to_markdown(pd.DataFrame(rows))
 
