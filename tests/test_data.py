@@ -63,6 +63,18 @@ def test_tiny_demonstrations_are_correct_except_the_deliberate_slips():
     assert 5 <= slips <= 35
 
 
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_tiny_validation_split_is_disjoint_and_slips_follow_the_blind_spot(task):
+    rows = generate_task(task, {**TINY, "n_val": 15, "imperfect_fraction": 0.0, "blind_spot_slip": 1.0}, 0)
+    splits = {key: {r["prompt"][0]["content"] for r in rows[f"rl_{key}"]} for key in ("train", "val", "test")}
+    assert len(splits["val"]) == 15 and not splits["val"] & (splits["train"] | splits["test"])
+    for row in rows["sft_train"]:
+        info, prompt = row["extra_info"], row["messages"][0]["content"]
+        person = dict(info["facts"])["mover"] if task == "meeting_tiny" else prompt.split()[0]
+        blind_spot = info["numbers"][0] <= 3 if task == "countdown_tiny" else person in ("Ava", "Ben", "Cleo")
+        assert info["imperfect_demonstration"] == blind_spot, prompt
+
+
 def test_countdown_solver():
     expr, steps = solve_countdown([3, 5, 2], 16)
     assert eval(expr) == 16 and len(steps) == 2

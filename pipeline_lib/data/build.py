@@ -70,7 +70,7 @@ def build_tiny(task: str, spec: dict, seed: int, reward_weights: dict | None, ou
     rows = generate_task(task, spec, seed)
     duplicates = rows.pop("_duplicates")
     if reward_weights:
-        for key in ("rl_train", "rl_test"):
+        for key in ("rl_train", "rl_val", "rl_test"):
             for row in rows[key]:
                 row["extra_info"]["reward_weights"] = reward_weights
     writer = DatasetWriter(name=task, out_dir=out_dir,
@@ -80,6 +80,8 @@ def build_tiny(task: str, spec: dict, seed: int, reward_weights: dict | None, ou
                            split_policy="independent draws; test generated first, duplicates of seen prompts dropped")
     writer.count_filter("duplicate prompt (regenerated)", duplicates)
     for key, values in rows.items():
+        if not values:  # no validation split configured
+            continue
         kind, split = key.split("_")
         writer.write(kind, split, values)
     imperfect = sum(r["extra_info"]["imperfect_demonstration"] for r in rows["sft_train"])

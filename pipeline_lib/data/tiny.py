@@ -7,8 +7,12 @@
   (motion, mover, seconder, amount, vote) with reference summaries built from the same
   facts; the facts travel in ``extra_info`` so a programmatic judge can score coverage.
 
-A configurable fraction of demonstrations is deliberately imperfect (a wrong final
-step), so SFT learns from noisy experts and RL has room to improve over it.
+Some demonstrations are deliberately imperfect (a wrong final step): the expert slips with
+probability ``imperfect_fraction`` in general and ``blind_spot_slip`` on its blind spot, a
+subset of prompts it can be recognised by (Countdown: the first number is at most 3; the
+word problems and meetings: the first or moving person is Ava, Ben or Cleo). Where the slip
+is the majority, SFT imitates it even greedily; a verifier reward can unlearn it, so RL has
+a measurable mechanism to improve on its SFT start (the expert's systematic error).
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def solve_countdown(numbers: list[int], target: int) -> tuple[str, list[str]] | 
     return None
 
 
+def _slips(rng: random.Random, spec: dict[str, Any], blind_spot: bool) -> bool:
+    """Whether the expert's demonstration of this example is wrong: more often on its blind spot."""
+    rate = spec.get("blind_spot_slip", spec["imperfect_fraction"]) if blind_spot else spec["imperfect_fraction"]
+    return rng.random() < rate
+
+
 def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
     while True:
         count = rng.choice(spec["numbers_per_task"])
@@ -79,7 +89,7 @@ def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExam
     prompt = (f"Using the numbers {numbers}, create an equation that equals {target}. You can use + - * and each "
               "number exactly once. Think in <think> </think> and give the expression in <answer> </answer>.")
     reference = "<think>" + "\n".join(steps) + "</think>\n<answer>" + expr + "</answer>"
-    imperfect = rng.random() < spec["imperfect_fraction"]
+    imperfect = _slips(rng, spec, numbers[0] <= 3)
     demonstration = reference
     if imperfect:  # the expert slips on the last operator
         last = max(expr.rfind(op) for op in "+-*")
@@ -96,7 +106,8 @@ _ITEMS = ["apples", "pencils", "stamps", "marbles", "cookies", "books"]
 
 def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
     name, item = rng.choice(_NAMES), rng.choice(_ITEMS)
-    a, b, c = (rng.randint(2, spec["max_number"]) for _ in range(3))
+    top = spec.get("arith_max_number") or spec["max_number"]
+    a, b, c = (rng.randint(2, top) for _ in range(3))
     if rng.random() < 0.5:
         question = (f"{name} has {a} {item}. {name} buys {b} bags with {c} {item} in each bag. "
                     f"How many {item} does {name} have now?")
@@ -108,7 +119,7 @@ def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
         steps = [f"{a} - {b} = {a - b}", f"{a - b} - {c} = {a - b - c}"]
         answer = a - b - c
     reference = "\n".join(steps) + f"\nThe answer is \\boxed{{{answer}}}."
-    imperfect = rng.random() < spec["imperfect_fraction"]
+    imperfect = _slips(rng, spec, name in _NAMES[:3])
     demonstration = reference.replace(f"\\boxed{{{answer}}}", f"\\boxed{{{answer + 1}}}") if imperfect else reference
     gold = "\n".join(steps) + f"\n#### {answer}"
     return TinyExample(f"{question} {MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
@@ -140,7 +151,7 @@ def _meeting(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExampl
     facts = {"motion": motion, "topic": topic, "department": department, "amount": amount, "mover": mover,
              "seconder": seconder, "votes_for": votes_for, "votes_against": votes_against, "passed": passed}
     prompt = f"Summarize the following city council meeting segment in one or two sentences.\n\n{transcript}"
-    imperfect = rng.random() < spec["imperfect_fraction"]
+    imperfect = _slips(rng, spec, mover in _NAMES[:3])
     demonstration = reference.replace(f"{votes_for}-{votes_against}", f"{votes_against}-{votes_for}") if imperfect \
         else reference
     return TinyExample(prompt, demonstration, reference, reference, imperfect, {"facts": facts,
@@ -156,15 +167,18 @@ TASKS: dict[str, tuple[Callable[[random.Random, dict[str, Any], int], TinyExampl
 
 
 def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[dict[str, Any]]]:
-    """Rows per output (``rl_train``, ``rl_test``, ``sft_train``); test prompts never appear in train."""
+    """Rows per output (``rl_train``, ``rl_val``, ``rl_test``, ``sft_train``); no prompt appears in two splits.
+
+    ``rl_val`` (``n_val`` prompts, may be 0) is where shared settings are tuned, so ``rl_test`` is read once.
+    """
     generator, data_source, ability = TASKS[task]
     rng = random.Random(f"{task}:{seed}")
     seen: set[str] = set()
-    out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_test": [], "sft_train": []}
+    out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_val": [], "rl_test": [], "sft_train": []}
     duplicates = 0
-    for split, size in (("test", spec["n_test"]), ("train", spec["n_train"])):
+    for split, size in (("test", spec["n_test"]), ("val", spec.get("n_val", 0)), ("train", spec["n_train"])):
         index = 0
-        while sum(1 for r in out[f"rl_{split}"]) < size:
+        while len(out[f"rl_{split}"]) < size:
             example = generator(rng, spec, index)
             index += 1
             if example.prompt in seen:

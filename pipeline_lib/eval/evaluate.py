@@ -90,6 +90,43 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_
     return metrics, generations
 
 
+def evaluate_to(out: Path, model_dir: Path, data: Path, spec: dict[str, Any], seed: int,
+                started: float | None = None) -> dict[str, Any]:
+    """Evaluate and write ``generations.jsonl``, ``metrics.json`` and their provenance into ``out``.
+
+    Training entry points call it in-process after their last step (``--eval-*``), which saves a job's
+    Python and torch start-up per run; the outputs are the ``eval_checkpoint`` rule's, byte for byte.
+    """
+    started = time.time() if started is None else started
+    out.mkdir(parents=True, exist_ok=True)
+    metrics, generations = evaluate(model_dir, data, spec, seed, work_dir=out)
+    write_text(out / "generations.jsonl", "".join(json.dumps(g) + "\n" for g in generations))
+    write_json(out / "metrics.json", metrics)
+    write_provenance([out / "metrics.json", out / "generations.jsonl"], step="eval_checkpoint",
+                     inputs=[data, model_dir / "config.json", model_dir / "model.safetensors"],
+                     params={"spec": spec}, seeds={"eval": seed}, started_at=started)
+    log.info("metrics: %s", metrics)
+    return metrics
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--eval-data/--eval-spec/--eval-out`` of a training entry point: evaluate the final model in-process."""
+    parser.add_argument("--eval-data", type=Path, default=None, help="held-out parquet to evaluate the final model on")
+    parser.add_argument("--eval-spec", default=None, help="JSON of config `eval` (with --eval-data)")
+    parser.add_argument("--eval-out", type=Path, default=None, help="eval directory (with --eval-data)")
+    parser.add_argument("--eval-seed", type=int, default=0)
+
+
+def eval_after_training(args: argparse.Namespace, model_dir: Path) -> None:
+    """Run the in-process evaluation a training entry point was asked for (all three flags or none)."""
+    given = [args.eval_data is not None, args.eval_spec is not None, args.eval_out is not None]
+    if not any(given):
+        return
+    if not all(given):
+        raise SystemExit("--eval-data, --eval-spec and --eval-out go together")
+    evaluate_to(args.eval_out, model_dir, args.eval_data, json.loads(args.eval_spec), args.eval_seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.eval.evaluate", description=__doc__,
@@ -102,16 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    started = time.time()
-    spec = json.loads(args.spec)
-    args.out.mkdir(parents=True, exist_ok=True)
-    metrics, generations = evaluate(args.model, args.data, spec, args.seed, work_dir=args.out)
-    write_text(args.out / "generations.jsonl", "".join(json.dumps(g) + "\n" for g in generations))
-    write_json(args.out / "metrics.json", metrics)
-    write_provenance([args.out / "metrics.json", args.out / "generations.jsonl"], step="eval_checkpoint",
-                     inputs=[args.data, args.model / "config.json", args.model / "model.safetensors"],
-                     params={"spec": spec}, seeds={"eval": args.seed}, started_at=started)
-    log.info("metrics: %s", metrics)
+    evaluate_to(args.out, args.model, args.data, json.loads(args.spec), args.seed, started=time.time())
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Sequence
 
@@ -23,6 +24,7 @@ __all__ = ["gold_answer", "math_scores", "prediction_text", "verify_pair"]
 TIMEOUT_SECONDS = float(os.environ.get("PIPELINE_MATH_TIMEOUT", "5"))
 PROCESSES = int(os.environ.get("PIPELINE_MATH_PROCESSES", str(min(2, os.cpu_count() or 1))))
 _pool: TimeoutPool | None = None
+_INTEGER = re.compile(r"\\boxed\{\s*([+-]?\d+)\s*\}")
 _pool_lock = threading.Lock()
 
 
@@ -73,7 +75,13 @@ def math_scores(solutions: Sequence[str | None], ground_truths: Sequence[str]) -
     out = [{"score": 0.0, "acc": 0.0, "timeouts": 0.0, "failures": 0.0} for _ in solutions]
     for position, (solution, truth) in enumerate(zip(solutions, ground_truths, strict=True)):
         if isinstance(solution, str) and solution.strip() and truth is not None:
-            items.append((prediction_text(solution), gold_answer(truth)))
+            prediction, gold = prediction_text(solution), gold_answer(truth)
+            plain = _INTEGER.fullmatch(prediction), _INTEGER.fullmatch(f"\\boxed{{{gold}}}")
+            if all(plain):  # both plain integers: Math-Verify's verdict is integer equality; no worker needed
+                correct = float(int(plain[0].group(1)) == int(plain[1].group(1)))
+                out[position] = {"score": correct, "acc": correct, "timeouts": 0.0}
+                continue
+            items.append((prediction, gold))
             positions.append(position)
     if items:
         for position, result in zip(positions, _get_pool().map(items), strict=True):

@@ -33,6 +33,7 @@ from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
@@ -259,6 +260,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    add_eval_arguments(parser)
 
 
 def method_main(argv: list[str] | None, *, module: str, description: str | None, step_name: str,
@@ -281,6 +283,7 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
     extra = getattr(args, flag)
     train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=make_method(spec, extra),
              step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,))
+    eval_after_training(args, args.run_dir / "final")
     return 0
 
 
@@ -292,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed)
+    eval_after_training(args, args.run_dir / "final")
     return 0
 
 

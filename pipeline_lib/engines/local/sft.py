@@ -34,6 +34,7 @@ from pipeline_lib.engines.local.model import (
     response_logprobs,
     save_model_atomic,
 )
+from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.provenance import config_digest, write_provenance
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
@@ -126,10 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, default=None, help="start from this HF model instead of scratch")
     parser.add_argument("--kind", default="sft", help="run label in DONE.json; provenance step is train_<kind>")
     parser.add_argument("--threads", type=int, default=1)
+    add_eval_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init, kind=args.kind,
               step_name=f"train_{args.kind}")
+    eval_after_training(args, args.run_dir / "final")
     return 0
 
 

@@ -1,0 +1,67 @@
+"""One process running several entry points gives the same outputs as separate commands."""
+
+import hashlib
+import json
+
+import pytest
+
+from pipeline_lib.engines.local.batch import main, run_steps
+
+SPEC = {"n_train": 20, "n_val": 5, "n_test": 5, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
+        "max_target": 100}
+
+
+def _digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.parquet"))}
+
+
+def _build(task, out):
+    return {"module": "pipeline_lib.data.build",
+            "args": ["tiny", "--task", task, "--spec", json.dumps(SPEC), "--seed", "0", "--out-dir", str(out)]}
+
+
+def test_batched_steps_match_separate_runs(tmp_path):
+    from pipeline_lib.data.build import main as build_main
+
+    for task in ("countdown_tiny", "arith_tiny"):
+        step = _build(task, tmp_path / "alone" / task)
+        assert build_main(step["args"]) == 0
+    seconds = run_steps([_build(t, tmp_path / "batch" / t) for t in ("countdown_tiny", "arith_tiny")])
+    assert len(seconds) == 2
+    for task in ("countdown_tiny", "arith_tiny"):
+        alone, batched = _digest(tmp_path / "alone" / task), _digest(tmp_path / "batch" / task)
+        assert set(alone) == {"rl_train.parquet", "rl_val.parquet", "rl_test.parquet", "sft_train.parquet"}
+        assert alone == batched
+
+
+def test_batch_rejects_other_modules_and_bad_steps():
+    with pytest.raises(ValueError, match="not a batchable entry point"):
+        run_steps([{"module": "os", "args": []}])
+    with pytest.raises(ValueError, match="args must be a list of strings"):
+        run_steps([{"module": "pipeline_lib.data.build", "args": [1]}])
+    with pytest.raises(ValueError, match="non-empty"):
+        main(["--steps", "[]"])
+
+
+def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_path):
+    """``--eval-*`` on a training entry point writes what ``pipeline_lib.eval.evaluate`` writes for that model."""
+    from pipeline_lib.data.build import build_tokenizer
+    from pipeline_lib.eval.evaluate import main as eval_main
+
+    run_steps([_build("arith_tiny", tmp_path / "data")])
+    build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 300, tmp_path / "tok")
+    spec = {"lr": 0.003, "weight_decay": 0.0, "warmup_steps": 1, "steps": 3, "batch_size": 4, "max_response_tokens": 16,
+            "grad_clip": 1.0, "checkpoint_every": 10,
+            "model": {"hidden_size": 16, "intermediate_size": 32, "layers": 1, "heads": 2, "kv_heads": 1,
+                      "max_positions": 256}}
+    eval_spec = json.dumps({"batch_size": 8, "samples": 2, "max_new_tokens": 8, "temperature": 1.0, "pass_k": [2],
+                            "max_prompts": 4})
+    test = str(tmp_path / "data" / "rl_test.parquet")
+    run_steps([{"module": "pipeline_lib.engines.local.sft",
+                "args": ["--spec", json.dumps(spec), "--data", str(tmp_path / "data" / "sft_train.parquet"),
+                         "--tokenizer", str(tmp_path / "tok"), "--run-dir", str(tmp_path / "sft"), "--seed", "0",
+                         "--eval-data", test, "--eval-spec", eval_spec, "--eval-out", str(tmp_path / "eval_in")]}])
+    assert eval_main(["--model", str(tmp_path / "sft" / "final"), "--data", test, "--spec", eval_spec,
+                      "--out", str(tmp_path / "eval_apart")]) == 0
+    for name in ("metrics.json", "generations.jsonl"):
+        assert (tmp_path / "eval_in" / name).read_text() == (tmp_path / "eval_apart" / name).read_text()
