@@ -112,7 +112,8 @@ class Run:
         """The settings a reviewer checks first (advantage and its parameters, M, steps, lr)."""
         spec = self.spec["sft"] if isinstance(self.spec.get("sft"), dict) else self.spec  # local STaR: its SFT
         params = dict(spec.get("advantage_params") or {})
-        params.update({k: spec[k] for k in ("tau", "ess_fraction") if spec.get(k) is not None})  # verl specs
+        params.update({"tau": spec["tau"]} if spec.get("tau") is not None else {})  # verl specs
+        params.update(spec.get("estimator_params") or {})
         out = {"advantage": spec.get("advantage"), "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
                "M": spec.get("group_size", spec.get("rollouts")), "steps": spec.get("steps"), "lr": spec.get("lr")}
         return {k: v for k, v in out.items() if v not in (None, "")}

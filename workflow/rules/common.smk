@@ -13,6 +13,7 @@ from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
     ablation_eval_targets,
     adaptive_comparison,
+    report_inputs,
     rl_runs,
     runs_of,
     scale_eval_targets,
@@ -34,6 +35,7 @@ onstart:
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 PLAN = plan_runs(config)
 TARGETS = stage_targets(config, PLAN)
+REPORT_INPUTS = report_inputs(config, PLAN)
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
 # (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).

@@ -224,6 +224,9 @@ rule paper_reproduction_report:
         reference="config/paper_reference.yaml",
         table1=rules.paper_table1_data.output.csv,
         allocation=rules.paper_gradient_allocation_data.output.csv,
+        generations=REPORT_INPUTS["generations"],
+        summaries=REPORT_INPUTS["summaries"],
+        made=[pair.split("=", 1)[1] for pair in REPORT_INPUTS["made"]],
     output:
         report=report(
             "results/paper/reproduction_report.md",
@@ -233,13 +236,15 @@ rule paper_reproduction_report:
     params:
         code=code_digest("pipeline_lib.paper.reproduction"),
         label=config["label"],
+        made=REPORT_INPUTS["made"],
     log:
         "logs/paper_reproduction_report.log",
     conda:
         "../../envs/report.yaml"
     shell:
         "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
-        " --table1 {input.table1} --allocation {input.allocation} --out {output.report} > {log} 2>&1"
+        " --table1 {input.table1} --allocation {input.allocation} --eval-root results/eval"
+        " --judge-summaries {input.summaries} --made {params.made} --out {output.report} > {log} 2>&1"
 
 
 rule paper_audit:

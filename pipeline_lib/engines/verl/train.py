@@ -163,6 +163,7 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
         raise VerlRunError(f"{dump}: rollout dumps missing for steps {missing} (of {total_steps})")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     params = {"tau": spec["tau"]} if VERL_ADVANTAGES[spec["advantage"]][0] == "softmax" else {}
+    params.update(spec.get("estimator_params") or {})
     lines = []
     for path in files:
         step = int(path.stem)

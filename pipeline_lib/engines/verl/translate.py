@@ -58,6 +58,7 @@ VERL_ADVANTAGES: dict[str, tuple[str, dict[str, Any]]] = {
     "rloo": ("rloo", {}),
     "softmax": ("softmax", {}),
     "sage": ("softmax", {}),
+    "softmax_ess": ("softmax_ess", {}),
     "maxrl": ("maxrl", {}),
     "reinforce": ("reinforce", {}),
 }
@@ -170,6 +171,10 @@ def rl_spec(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]
         if entry["reward"] == "similarity" else None
     spec.update({"task": task, "method": method, "model": verl["model"], "advantage": advantage, "tau": tau,
                  "reward_weights": reward_weights, "extra_overrides": list(verl["extra_overrides"]["rl"])})
+    # Any other estimator parameter (softmax_ess's ess_fraction) reaches verl's algorithm config as it is.
+    other = {k: v for k, v in entry.items() if k not in ("advantage", "reward", "tau")}
+    if other:
+        spec["estimator_params"] = other
     return spec
 
 
@@ -476,6 +481,8 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
     }
     if estimator == "softmax":
         pairs["+algorithm.tau"] = float(spec["tau"])
+    for key, value in (spec.get("estimator_params") or {}).items():
+        pairs[f"+algorithm.{key}"] = value
     if spec.get("reward_weights"):
         pairs["+reward.custom_reward_function.reward_kwargs"] = {"reward_weights": dict(spec["reward_weights"])}
     # Fallbacks that reach every Ray worker even where the entry point is not seen, and the metrics file path
