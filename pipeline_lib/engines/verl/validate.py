@@ -5,7 +5,10 @@ overrides (an unknown or misspelt key fails here), resolve every interpolation, 
 ``validate_config`` (batch-size divisibility, micro-batch settings...) and build the dataclass configs
 verl builds at start-up; for RL, also run the configured advantage estimator through verl's
 ``compute_advantage`` on a small batch with the composed ``algorithm`` config (so the estimator name
-resolves and its extra keys such as ``tau`` are present), and load the custom reward function.
+resolves and its extra keys such as ``tau`` are present), load the custom reward function, and run the start-up of
+the trainer the run will use (``trainer.use_v1``: verl's v1 TransferQueue trainer or the legacy one) up to where it
+needs Ray workers and GPUs (:func:`trainer_path`, :func:`_check_v1_trainer`, :func:`_check_legacy_trainer`); the
+cache marker and the summary record which path each run was validated on.
 
 :func:`validate_planned_runs` does this for every verl run of the plan, in the local job ``validate_verl``
 that every verl training job waits for (so nothing is submitted before every run passed), caching each
@@ -40,6 +43,7 @@ __all__ = [
     "check_override_keys",
     "compose",
     "planned_runs",
+    "trainer_path",
     "validate_planned_runs",
     "validate_rl",
     "validate_sft",
@@ -172,6 +176,100 @@ def _check_distillation(config: Any) -> None:
                              f"actor_rollout_ref.rollout.name {engine!r}) cannot serve teacher log-probs")
 
 
+def trainer_path(config: Any) -> str:
+    """The trainer verl's ``main_ppo.main`` dispatches the run to: ``v1`` (``TaskRunnerV1``, TransferQueue) or
+    ``legacy`` (``main_ppo_v0.TaskRunner``, ``RayPPOTrainer``)."""
+    return "v1" if bool(config.trainer.use_v1) else "legacy"
+
+
+def _manager_class(config: Any, default: type) -> type:
+    """The agent loop manager class the trainer loads (``agent.agent_loop_manager_class`` or its default)."""
+    from verl.utils.import_utils import load_class_from_fqn
+
+    fqn = config.actor_rollout_ref.rollout.get("agent", {}).get("agent_loop_manager_class")
+    return load_class_from_fqn(fqn, "AgentLoopManager") if fqn else default
+
+
+def _check_v1_trainer(config: Any) -> None:
+    """What ``main_ppo.TaskRunnerV1.run`` does before it needs Ray workers or GPUs, on a copy of the config.
+
+    Runs: the trainer-mode lookup (``get_trainer_cls(trainer.v1.trainer_mode)``), ``transfer_queue.enable`` set and
+    the config resolved as the task runner does, the trainer's constructor (checkpoint callback, KL controller,
+    replay buffer with its group-filter checks), its resource-pool set-up (role -> worker mapping, reward and teacher
+    pools), the checks ``transfer_queue.init`` makes before it starts its Ray actors (sampler name, storage backend),
+    and the agent loop manager class: v1 calls ``cls.create(config=, llm_client=, teacher_client=,
+    reward_loop_worker_handles=)`` and then ``generate_sequences(TensorDict)`` without reading a return value, so the
+    manager must put its outputs into TransferQueue, i.e. be an ``AgentLoopManagerTQ``.
+    Not run here (needs Ray workers, GPUs, the model and data): ``trainer.init()`` (tokenizer, dataloader, worker
+    groups, vLLM servers, checkpoint engine), ``tq.init`` itself and the manager's ``create``.
+    """
+    import copy
+
+    from omegaconf import OmegaConf
+    from transfer_queue import interface as tq_interface
+    from transfer_queue.sampler import BaseSampler
+    from transfer_queue.storage.bootstrap import StorageBootstrapProvider
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
+
+    config = copy.deepcopy(config)
+    trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
+    config.transfer_queue.enable = True
+    OmegaConf.resolve(config)
+    trainer = trainer_cls(config=config)
+    trainer._init_resource_pool_mgr()
+    # transfer_queue.init: its defaults merged with the run's section, then the sampler and the storage backend
+    from importlib import resources
+
+    tq_conf = OmegaConf.merge(OmegaConf.load(resources.files("transfer_queue") / "config.yaml"),
+                              config.transfer_queue)
+    sampler = getattr(tq_interface, str(tq_conf.controller.sampler), None)
+    if not (isinstance(sampler, type) and issubclass(sampler, BaseSampler)):
+        raise ValueError(f"transfer_queue.controller.sampler {tq_conf.controller.sampler!r} is not a TransferQueue "
+                         f"sampler")
+    if StorageBootstrapProvider.get_provider(tq_conf.backend.storage_backend) is None:
+        raise ValueError(f"transfer_queue.backend.storage_backend {tq_conf.backend.storage_backend!r} is not "
+                         f"registered with TransferQueue")
+    manager = _manager_class(config, AgentLoopManagerTQ)
+    if not (isinstance(manager, type) and issubclass(manager, AgentLoopManagerTQ)):
+        raise TypeError(f"the v1 trainer (trainer.use_v1=true) passes a TensorDict to {manager.__module__}."
+                        f"{manager.__qualname__}.generate_sequences and reads its outputs from TransferQueue, so the "
+                        f"manager must be a verl AgentLoopManagerTQ; set trainer.use_v1=false for a legacy "
+                        f"(DataProto) manager")
+
+
+def _check_legacy_trainer(config: Any) -> None:
+    """What ``main_ppo_v0.TaskRunner.run`` does before it needs Ray workers or GPUs, on a copy of the config.
+
+    Runs: the config resolved, the actor/critic worker roles, the reward-model and teacher pools and the resource-pool
+    manager of verl's ``BaseTaskRunner``, and the agent loop manager class: ``RayPPOTrainer`` calls
+    ``generate_sequences(DataProto)`` and uses the ``DataProto`` it returns, so the manager must be a verl
+    ``AgentLoopManager`` and not the v1 ``AgentLoopManagerTQ`` (which returns nothing).
+    Not run here (needs the model, the data, Ray workers and GPUs): the tokenizer and datasets, ``RayPPOTrainer``'s
+    constructor and ``init_workers`` (worker groups, vLLM servers, the manager's ``create``).
+    """
+    import copy
+
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import AgentLoopManager
+    from verl.trainer.main_ppo_v0 import BaseTaskRunner
+    from verl.trainer.ppo.v1 import AgentLoopManagerTQ
+
+    config = copy.deepcopy(config)
+    OmegaConf.resolve(config)
+    runner = BaseTaskRunner()
+    runner.add_actor_rollout_worker(config)
+    runner.add_critic_worker(config)
+    runner.add_reward_model_resource_pool(config)
+    runner.add_teacher_model_resource_pool(config)
+    runner.init_resource_pool_mgr(config)
+    manager = _manager_class(config, AgentLoopManager)
+    if not (isinstance(manager, type) and issubclass(manager, AgentLoopManager)) \
+            or issubclass(manager, AgentLoopManagerTQ):
+        raise TypeError(f"the legacy trainer (trainer.use_v1=false) uses the DataProto that "
+                        f"{manager.__module__}.{manager.__qualname__}.generate_sequences returns, so the manager must "
+                        f"be a verl AgentLoopManager, not a v1 AgentLoopManagerTQ; set trainer.use_v1=true for it")
+
+
 def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
     """The composed, checked ``ppo_trainer`` config; raises :class:`VerlOverrideError` naming ``label``."""
     from omegaconf import OmegaConf
@@ -195,6 +293,10 @@ def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
         _check_agent_loops(config)
         step = "building verl's distillation (OPD teacher) config"
         _check_distillation(config)
+        path = trainer_path(config)
+        step = f"starting verl's {path} trainer (config, TransferQueue, resource pools, agent loop manager)" \
+            if path == "v1" else "starting verl's legacy trainer (config, resource pools, agent loop manager)"
+        (_check_v1_trainer if path == "v1" else _check_legacy_trainer)(config)
     except Exception as exc:
         raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
                                 f"{type(exc).__name__}: {exc}") from exc
@@ -314,28 +416,38 @@ def check_override_keys(runs: Sequence[tuple[str, str, Sequence[str]]], cache_di
 
 
 def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CACHE_DIR,
-                          plan: Plan | None = None) -> dict[str, int]:
-    """Validate every planned verl run (cached per overrides); raise :class:`VerlOverrideError` on the first bad one."""
+                          plan: Plan | None = None) -> dict[str, Any]:
+    """Validate every planned verl run (cached per overrides); raise :class:`VerlOverrideError` on the first bad one.
+
+    The summary's ``trainer_paths`` maps each RL run to the trainer path (:func:`trainer_path`) whose start-up it was
+    validated on, read back from the cache marker for a cached run."""
     started = time.perf_counter()
     runs = planned_runs(config, plan=plan)
     code = _code_digest()
     cache = Path(cache_dir)
     checked = 0
+    paths: dict[str, str] = {}
     for label, kind, overrides in runs:
         key = hashlib.sha256(json.dumps([code, kind, overrides]).encode()).hexdigest()
         marker = cache / key
         if marker.exists():
+            trainer = json.loads(marker.read_text()).get("trainer")
+            if trainer:
+                paths[label] = trainer
             continue
         with warnings.catch_warnings():  # verl lists every optional training backend it cannot import
             warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
-            (validate_sft if kind == "sft" else validate_rl)(overrides, label=f"train run {label}")
+            validated = (validate_sft if kind == "sft" else validate_rl)(overrides, label=f"train run {label}")
+        record: dict[str, Any] = {"run": label, "kind": kind, "overrides": overrides}
+        if kind == "rl":
+            record["trainer"] = paths[label] = trainer_path(validated)
         cache.mkdir(parents=True, exist_ok=True)
         tmp = marker.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"run": label, "kind": kind, "overrides": overrides}, indent=1))
+        tmp.write_text(json.dumps(record, indent=1))
         tmp.replace(marker)
         checked += 1
     return {"runs": len(runs), "validated": checked, "cached": len(runs) - checked,
-            "seconds": round(time.perf_counter() - started, 2)}
+            "seconds": round(time.perf_counter() - started, 2), "trainer_paths": paths}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
