@@ -284,8 +284,10 @@ def _opd_overrides(spec: Mapping[str, Any], paths: TrainPaths) -> dict[str, Any]
 #: agent-loop manager a ``TensorDict`` and expects it to put the outputs into TransferQueue itself; RARO's manager
 #: (``raro_loop.RaroAgentLoopManager``) subclasses the legacy ``AgentLoopManager`` and reads ``DataProto.meta_info``
 #: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
-#: runs therefore use the legacy trainer, explicitly (``tests/test_verl_gpu_readiness.py`` calls the managers with
-#: the types each trainer passes); GRPO/SoftmaxGRPO and OPD use verl's default.
+#: runs therefore use the legacy trainer, explicitly; validation runs each run's own trainer start-up and refuses a
+#: legacy manager on v1 (``validate._check_v1_trainer``), and the tests drive RARO's and RL-Logit's loops through the
+#: legacy manager with a ``DataProto`` batch (``tests/test_verl_raro.py``, ``tests/test_verl_trainer_path.py``).
+#: GRPO/SoftmaxGRPO and OPD use verl's default (v1, with verl's own manager and single-turn loop).
 LEGACY_TRAINER = {"trainer.use_v1": False}
 
 
