@@ -206,10 +206,15 @@ def _check_v1_trainer(config: Any) -> None:
     import copy
 
     from omegaconf import OmegaConf
-    from transfer_queue import interface as tq_interface
-    from transfer_queue.sampler import BaseSampler
-    from transfer_queue.storage.bootstrap import StorageBootstrapProvider
-    from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
+
+    try:
+        from transfer_queue import interface as tq_interface
+        from transfer_queue.sampler import BaseSampler
+        from transfer_queue.storage.bootstrap import StorageBootstrapProvider
+        from verl.trainer.ppo.v1 import AgentLoopManagerTQ, get_trainer_cls
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"{exc}: verl's v1 trainer (trainer.use_v1=true) needs TransferQueue; install "
+                                  f"verl[verl-core] (the `gpu` and `test` extras of this project have it)") from exc
 
     config = copy.deepcopy(config)
     trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
