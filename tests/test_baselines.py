@@ -507,7 +507,8 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     assert result.returncode == 0, result.stderr[-4000:]
     table = pd.read_csv(workflow_copy / "results/paper/tables/table1.csv")
     assert list(table["Method"]) == ["Base", "SFT", "Rationalization", "Iterative DPO", "RL-Logit", "RARO", "OPD",
-                                     "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact"]
+                                     "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact",
+                                     "SoftmaxGRPO-ESS"]
     assert "--" not in set(table["countdown_tiny"])
     for method in ("base", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "opd_teacher"):
         run = workflow_copy / "results/train/countdown_tiny" / method / "seed0"

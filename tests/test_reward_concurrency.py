@@ -36,12 +36,13 @@ def _tokenizer():
 
 
 def _items(n: int, offset: int) -> tuple[list[str], list[str], list[float]]:
-    """Distinguishable items: item i's gold is its own number; even items answer right, odd items off by one."""
+    """Distinguishable items: item i's gold is its own number; even items answer right, odd items off by one.
+    Decimals, so that every item goes through the verifier pool (plain integers are compared without it)."""
     solutions, golds, expected = [], [], []
     for i in range(n):
         value = 1000 + offset + i
-        solutions.append(f"Work. The answer is \\boxed{{{value if i % 2 == 0 else value + 1}}}.")
-        golds.append(f"steps #### {value}")
+        solutions.append(f"Work. The answer is \\boxed{{{value if i % 2 == 0 else value + 1}.5}}.")
+        golds.append(f"steps #### {value}.5")
         expected.append(1.0 if i % 2 == 0 else 0.0)
     return solutions, golds, expected
 
@@ -97,7 +98,7 @@ def test_every_registered_reward_is_thread_safe():
     from pipeline_lib.rewards import available_rewards, score
 
     cases = {
-        "math": [(f"\\boxed{{{v}}}", str(v + (v % 2))) for v in range(24)],
+        "math": [(f"\\boxed{{{v}.5}}", f"{v + (v % 2)}.5") for v in range(24)],  # decimals: through the pool
         "countdown": [(f"<answer>{a} + {b}</answer>", {"numbers": [a, b], "target": a + b + (a % 2)})
                       for a, b in zip(range(1, 25), range(30, 54), strict=True)],
         "similarity": [(f"the cat number {v} sat", f"the cat number {v + (v % 3)} sat on a mat") for v in range(24)],
@@ -116,7 +117,7 @@ def test_every_registered_reward_is_thread_safe():
 SCRIPT = """\
 from pipeline_lib.rewards import score
 
-print("RESULT", score("math", "so \\\\boxed{42}", "42")["score"], score("math", "\\\\boxed{41}", "42")["score"])
+print("RESULT", score("math", "so \\\\boxed{42.5}", "42.5")["score"], score("math", "\\\\boxed{41.5}", "42.5")["score"])
 """
 
 
@@ -162,7 +163,7 @@ def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_an
     mathverify._pool = TimeoutPool("tests.test_reward_concurrency:die_with", processes=1, timeout=5.0)
     try:
         before = reward_health()
-        results = score_batch("math", ["\\boxed{1}", "\\boxed{2}"], ["1", "2"])
+        results = score_batch("math", ["\\boxed{1.5}", "\\boxed{2.5}"], ["1.5", "2.5"])
         assert [(r["score"], r["failures"], r["timeouts"]) for r in results] == [(0.0, 1.0, 0.0)] * 2
         assert health_counts(results) == {"timeouts": 0, "failures": 2}
         after = reward_health()

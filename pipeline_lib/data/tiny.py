@@ -69,7 +69,8 @@ def solve_countdown(numbers: list[int], target: int) -> tuple[str, list[str]] | 
 
 def _slips(rng: random.Random, spec: dict[str, Any], blind_spot: bool) -> bool:
     """Whether the expert's demonstration of this example is wrong: more often on its blind spot."""
-    rate = spec.get("blind_spot_slip", spec["imperfect_fraction"]) if blind_spot else spec["imperfect_fraction"]
+    slip = spec.get("blind_spot_slip")
+    rate = spec["imperfect_fraction"] if not blind_spot or slip is None else slip
     return rng.random() < rate
 
 

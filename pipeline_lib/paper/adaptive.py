@@ -131,10 +131,10 @@ def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[
     data = allocation_data(rollout_paths)
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     totals = data[bins].sum(axis=1)
-    if (totals <= 0).any():
+    if (totals <= 0).any():  # a share of nothing is undefined: such runs are left out and their seeds unpaired
         empty = data.loc[totals <= 0, ["task", "method", "seed"]].to_dict("records")
-        raise ValueError(f"runs with no gradient signal at all (every group all-equal): {empty}")
-    shares = data.assign(**{b: data[b] / totals for b in bins})
+        log.warning("runs with no gradient signal at all (every group all-equal), left out: %s", empty)
+    shares = data[totals > 0].assign(**{b: data[b] / totals for b in bins})
     runs = {(r.task, r.method, int(r.seed)): r for r in shares.itertuples()}
     rows = []
     for task in sorted(shares["task"].unique()):
@@ -143,8 +143,12 @@ def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[
             rows.append({"task": task, "row": method, "kind": "share", "n_seeds": len(part),
                          **{f"{b}_mean": float(part[b].mean()) for b in bins}})
         for baseline in baselines:
-            seeds = _paired_seeds(runs, task, ours, baseline)
+            seeds = sorted({s for t, m, s in runs if t == task and m == ours}
+                           & {s for t, m, s in runs if t == task and m == baseline})
             row = {"task": task, "row": f"{ours}-{baseline}", "kind": "difference", "n_seeds": len(seeds)}
+            if not seeds:
+                rows.append(row | {f"{b}_{stat}": float("nan") for b in bins for stat in ("mean", "low", "high")})
+                continue
             for b in bins:
                 diff = paired_seed_bootstrap([getattr(runs[(task, ours, s)], b) for s in seeds],
                                              [getattr(runs[(task, baseline, s)], b) for s in seeds],
@@ -159,7 +163,10 @@ def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> 
              for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
     rows = []
     for r in frame.to_dict("records"):
-        if r["kind"] == "share":
+        if r["n_seeds"] == 0:
+            name = _label(r["row"]) if r["kind"] == "share" else r["row"]
+            cells = {n: "–" for n in names}
+        elif r["kind"] == "share":
             name = _label(r["row"])
             cells = {n: f"{100 * r[f'bin{i}_mean']:.1f}%" for i, n in enumerate(names)}
         else:

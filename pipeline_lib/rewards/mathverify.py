@@ -79,7 +79,7 @@ def math_scores(solutions: Sequence[str | None], ground_truths: Sequence[str]) -
             plain = _INTEGER.fullmatch(prediction), _INTEGER.fullmatch(f"\\boxed{{{gold}}}")
             if all(plain):  # both plain integers: Math-Verify's verdict is integer equality; no worker needed
                 correct = float(int(plain[0].group(1)) == int(plain[1].group(1)))
-                out[position] = {"score": correct, "acc": correct, "timeouts": 0.0}
+                out[position] = {"score": correct, "acc": correct, "timeouts": 0.0, "failures": 0.0}
                 continue
             items.append((prediction, gold))
             positions.append(position)

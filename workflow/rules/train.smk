@@ -49,5 +49,7 @@ rule validate_verl:
         config=lambda wildcards: json.dumps(config),
     log:
         "logs/validate_verl.log",
+    conda:
+        "../../envs/train-verl.yaml"
     shell:
         "python -m pipeline_lib.engines.verl.validate --config {params.config:q} --out {output} > {log} 2>&1"
