@@ -168,3 +168,26 @@ def test_command_line_writes_tables_figure_and_provenance(runs):
     assert adaptive.main(["tau-figure", "--data", str(data), "--label", "test", "--png", str(png),
                           "--pdf", str(pdf)]) == 0
     assert png.stat().st_size > 10_000 and pdf.stat().st_size > 1_000
+
+
+def test_runs_without_gradient_signal_are_left_out_not_fatal(tmp_path):
+    """A very short run (every group all-equal) has no allocation: its rows say so, the other seeds still pair."""
+    group = torch.tensor([0, 0, 0, 0])
+    for method, (advantage, params) in METHODS.items():
+        for seed in (0, 1):
+            rewards = torch.tensor([1.0, 0, 0, 0] if seed == 0 else [0.0, 0, 0, 0], dtype=torch.float64)
+            path = tmp_path / "results/train" / TASK / method / f"seed{seed}" / "rollouts.jsonl"
+            path.parent.mkdir(parents=True)
+            path.write_text(json.dumps({"step": 1, "group": group.tolist(), "reward": rewards.tolist(),
+                                        "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
+                                        "length": [1] * 4, "correct": rewards.int().tolist()}) + "\n")
+    paths = sorted(tmp_path.rglob("rollouts.jsonl"))
+    frame = adaptive.allocation_comparison(paths, "softmax_ess", ["grpo_exact"], n_boot=50)
+    assert set(frame["n_seeds"]) == {1}  # seed 1 left out everywhere, seed 0 kept and paired
+    for path in [p for p in paths if p.parent.name == "seed0"]:
+        path.unlink()
+    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"],
+                                           n_boot=50)
+    assert set(frame["n_seeds"]) == {0} and len(frame) == 3  # two share rows and one difference row, all empty
+    written = adaptive.allocation_comparison_table(frame, "t", tmp_path / "table")
+    assert "GRPO-Exact (pp)" in next(p for p in written if p.suffix == ".md").read_text()

@@ -134,10 +134,11 @@ def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[
     if (totals <= 0).any():  # a share of nothing is undefined: such runs are left out and their seeds unpaired
         empty = data.loc[totals <= 0, ["task", "method", "seed"]].to_dict("records")
         log.warning("runs with no gradient signal at all (every group all-equal), left out: %s", empty)
-    shares = data[totals > 0].assign(**{b: data[b] / totals for b in bins})
+    kept, kept_totals = data[totals > 0], totals[totals > 0]
+    shares = kept.assign(**{b: kept[b] / kept_totals for b in bins})
     runs = {(r.task, r.method, int(r.seed)): r for r in shares.itertuples()}
     rows = []
-    for task in sorted(shares["task"].unique()):
+    for task in sorted(data["task"].unique()):
         for method in [ours, *baselines]:
             part = shares[(shares["task"] == task) & (shares["method"] == method)]
             rows.append({"task": task, "row": method, "kind": "share", "n_seeds": len(part),
@@ -164,8 +165,9 @@ def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> 
     rows = []
     for r in frame.to_dict("records"):
         if r["n_seeds"] == 0:
-            name = _label(r["row"]) if r["kind"] == "share" else r["row"]
-            cells = {n: "–" for n in names}
+            name = _label(r["row"]) if r["kind"] == "share" else \
+                " - ".join(_label(m) for m in r["row"].split("-", 1)) + " (pp)"
+            cells = {n: "–" for n in names}  # no run of this row had any gradient signal
         elif r["kind"] == "share":
             name = _label(r["row"])
             cells = {n: f"{100 * r[f'bin{i}_mean']:.1f}%" for i, n in enumerate(names)}
