@@ -8,6 +8,7 @@ Run: python benchmarks/rewards.py
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import string
@@ -66,7 +67,7 @@ def main() -> None:
     pooled = score_batch("math", [s for s, _ in items], [g for _, g in items])
     pooled_s = time.perf_counter() - start
     agree = sum(float(a) == b["score"] for a, b in zip(serial, pooled, strict=True))
-    print(f"math: {len(items)} GSM8K-style items, pool of {len(pool._workers)} processes")
+    print(f"math: {len(items)} GSM8K-style items, pool of {pool.processes} processes")
     print(f"  serial Math-Verify {len(items) / serial_s:8.1f} items/s")
     print(f"  pooled             {len(items) / pooled_s:8.1f} items/s   ratio {serial_s / pooled_s:.2f}x "
           f"(target >= 1.6), agreement {agree}/{len(items)}")
@@ -78,8 +79,12 @@ def main() -> None:
     worst = max(r.seconds for r in results)
     print(f"adversarial math items (timeout {pool.timeout:g} s): "
           + ", ".join(f"{r.seconds:.2f}s{' (timed out)' if r.timed_out else ''}" for r in results))
-    print(f"  worst {worst:.2f} s, bound timeout + 0.5 = {pool.timeout + 0.5:.2f} s -> "
-          f"{'ok' if worst <= pool.timeout + 0.5 else 'EXCEEDED'}")
+    # Seconds count from the batch's start: an item waits for a worker, then runs at most `timeout` (pebble kills
+    # the worker and starts a fresh one), so the batch is bounded by rounds of (timeout + worker restart).
+    rounds = math.ceil(len(adversarial) / pool.processes)
+    bound = rounds * (pool.timeout + 0.5)
+    print(f"  worst {worst:.2f} s from the batch's start, bound {rounds} rounds x (timeout + 0.5) = {bound:.2f} s -> "
+          f"{'ok' if worst <= bound else 'EXCEEDED'}")
 
 
 if __name__ == "__main__":
