@@ -179,7 +179,7 @@ def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_co
 
 
 def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
-    """data -> tokenizer -> SFT -> RL (four methods) -> eval -> Table 1, allocation table and curves."""
+    """data -> tokenizer -> SFT -> RL (five methods) -> eval -> Table 1, allocation and adaptive-tau tables, curves."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["theory"] = SMALL_THEORY
     config["imagenet"]["enabled"] = False
@@ -200,7 +200,9 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     result = snakemake(workflow_copy, "--cores", "2", "--configfile", "e2e.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     table = pd.read_csv(workflow_copy / "results/paper/tables/table1.csv")
-    assert list(table["Method"]) == ["SFT", "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact"]
+    assert list(table["Method"]) == ["SFT", "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact",
+                                     "SoftmaxGRPO-ESS"]
+    assert (workflow_copy / "results/paper/figures/adaptive_tau.png").stat().st_size > 10_000
     allocation = pd.read_csv(workflow_copy / "results/paper/tables/gradient_allocation.csv")
     assert set(allocation["Method"]) == {"GRPO-Exact", "SoftmaxGRPO-Exact"}
     assert (workflow_copy / "results/paper/figures/training_curves.png").stat().st_size > 10_000
@@ -225,7 +227,7 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
     assert "eval_checkpoint" in jobs and "paper_table1" in jobs
-    assert not jobs & {"train_sft", "train_rl", "data_tiny", "data_tokenizer"}
+    assert not jobs & {"train_local", "data_tiny", "data_tokenizer"}  # train_local: every training run
     # --forcerun one rule plans it and what depends on it only
     config["eval"]["samples"] = 1
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
