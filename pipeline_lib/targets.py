@@ -316,15 +316,14 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
 REPORTED_TABLES = ("nonverifiable", "judge_validation", "ablation", "scale", "adaptive_tau")
 
 
-def report_inputs(config: Mapping[str, Any], plan: Plan) -> dict[str, list[str]]:
+def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> dict[str, list[str]]:
     """What the reproduction report reads besides Table 1's data: the Table 1 runs' per-prompt generations (paired
     intervals), the primary judge's summaries (the non-verifiable table's paired intervals) and the other tables
-    this run makes (``made``: ``NAME=PATH`` arguments)."""
-    paper = stage_targets(config, plan)["paper"]
+    this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``)."""
     generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_eval_targets(config, plan)] \
         if config.get("train", {}).get("tasks") else []
     summaries = [path for task in config.get("judge", {}).get("tasks") or [] if config["judge"].get("methods")
                  for path in judge_summaries(config, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
-            if f"results/paper/tables/{name}.md" in paper]
+            if f"results/paper/tables/{name}.md" in paper_targets]
     return {"generations": generations, "summaries": summaries, "made": made}

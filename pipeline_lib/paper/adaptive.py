@@ -30,35 +30,25 @@ import torch
 
 from pipeline_lib.advantages import ess_group_tau
 from pipeline_lib.io import atomic_path, save_figure
+from pipeline_lib.paper.reproduction import prompt_scores
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _run_identity, allocation_data
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.stats import paired_bootstrap, paired_seed_bootstrap
 
-__all__ = ["allocation_comparison", "paired_differences", "prompt_scores", "tau_data", "tau_figure"]
+__all__ = ["allocation_comparison", "paired_differences", "tau_data", "tau_figure"]
 
 log = logging.getLogger("pipeline_lib.paper.adaptive")
 
-LABELS = METHOD_LABELS
-#: generations.jsonl mode -> the metrics.json name of its per-prompt mean.
-MODES = {"greedy": "pass@1_greedy", "sample": "pass@1_sampled"}
+#: The per-prompt metrics compared (the keys of :func:`pipeline_lib.paper.reproduction.prompt_scores`).
+METRICS = ("pass@1_greedy", "pass@1_sampled")
 LEVEL = 0.95
 STATE_LABELS = {"solved": "ESS = target", "limit": "unreachable: tau -> 0 (MaxRL limit)",
                 "no signal": "all rewards equal: no signal"}
 
 
 def _label(method: str) -> str:
-    return LABELS.get(method, method)
-
-
-def prompt_scores(path: Path) -> dict[str, pd.Series]:
-    """One run's ``generations.jsonl`` -> per-prompt score by mode (greedy: its one sample; sampled: the mean)."""
-    frame = pd.read_json(path, lines=True)
-    missing = {"prompt_index", "mode", "score"} - set(frame.columns)
-    if missing:
-        raise ValueError(f"{path}: generations lack the key(s) {sorted(missing)}")
-    return {mode: frame[frame["mode"] == mode].groupby("prompt_index")["score"].mean().sort_index()
-            for mode in MODES if (frame["mode"] == mode).any()}
+    return METHOD_LABELS.get(method, method)
 
 
 def _by_run(paths: list[Path]) -> dict[tuple[str, str, int], Path]:
@@ -82,11 +72,12 @@ def _paired_seeds(runs: dict[tuple[str, str, int], object], task: str, ours: str
 
 
 def _matrix(scores: dict[tuple[str, str, int], dict[str, pd.Series]], paths: dict, task: str, method: str,
-            seeds: list[int], mode: str, prompts: pd.Index) -> np.ndarray:
+            seeds: list[int], metric: str, prompts: pd.Index) -> np.ndarray:
     rows = []
     for seed in seeds:
-        per_prompt = scores[(task, method, seed)].get(mode)
+        per_prompt = scores[(task, method, seed)].get(metric)
         if per_prompt is None or not per_prompt.index.equals(prompts):
+            mode = metric.removeprefix("pass@1_")
             raise ValueError(f"{paths[(task, method, seed)]}: its {mode} scores are not on the same test prompts as "
                              f"the other runs of task {task} ({len(prompts)} prompts)")
         rows.append(per_prompt.to_numpy(dtype=np.float64))
@@ -102,12 +93,12 @@ def paired_differences(eval_paths: list[Path], ours: str, baselines: list[str], 
     for task in sorted({t for t, _, _ in paths}):
         for baseline in baselines:
             seeds = _paired_seeds(paths, task, ours, baseline)
-            for mode, metric in MODES.items():
-                reference = scores[(task, ours, seeds[0])].get(mode)
+            for metric in METRICS:
+                reference = scores[(task, ours, seeds[0])].get(metric)
                 if reference is None:
                     continue  # no sampled generations in this evaluation (eval.samples = 0)
-                a = _matrix(scores, paths, task, ours, seeds, mode, reference.index)
-                b = _matrix(scores, paths, task, baseline, seeds, mode, reference.index)
+                a = _matrix(scores, paths, task, ours, seeds, metric, reference.index)
+                b = _matrix(scores, paths, task, baseline, seeds, metric, reference.index)
                 diff = paired_bootstrap(a, b, level=LEVEL, n_boot=n_boot, seed=seed)
                 rows.append({"task": task, "ours": ours, "baseline": baseline, "metric": metric,
                              "ours_mean": float(a.mean()), "baseline_mean": float(b.mean()), **diff.as_dict()})

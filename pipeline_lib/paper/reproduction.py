@@ -118,8 +118,9 @@ def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
 # --- per-prompt scores ---------------------------------------------------------------------------------------------
 
 
-def prompt_scores(generations: Path) -> dict[str, np.ndarray]:
-    """Per test prompt: greedy score and mean sampled score, from an eval directory's ``generations.jsonl``."""
+def prompt_scores(generations: Path) -> dict[str, pd.Series]:
+    """Per test prompt (indexed by ``prompt_index``): greedy score and mean sampled score, from an eval directory's
+    ``generations.jsonl``. The one reader of per-prompt scores for every paired comparison."""
     greedy: dict[int, float] = {}
     sampled: dict[int, list[float]] = {}
     with open(generations, encoding="utf-8") as handle:
@@ -134,11 +135,12 @@ def prompt_scores(generations: Path) -> dict[str, np.ndarray]:
             else:
                 sampled.setdefault(index, []).append(score)
     order = sorted(greedy)
-    out = {"pass@1_greedy": np.array([greedy[i] for i in order])}
+    index = pd.Index(order, name="prompt_index")
+    out = {"pass@1_greedy": pd.Series([greedy[i] for i in order], index=index, dtype=np.float64)}
     if sampled:
         if sorted(sampled) != order:
             raise ValueError(f"{generations}: greedy and sampled generations cover different prompts")
-        out["pass@1_sampled"] = np.array([np.mean(sampled[i]) for i in order])
+        out["pass@1_sampled"] = pd.Series([np.mean(sampled[i]) for i in order], index=index, dtype=np.float64)
     return out
 
 
@@ -177,7 +179,7 @@ class Comparison:
     note: str = ""
 
 
-def compare(scores: dict[tuple[str, str, int], dict[str, np.ndarray]], task: str, a: str, b: str,
+def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str, a: str, b: str,
             metric: str) -> Comparison:
     """a minus b on the seeds both ran, over the same prompts; None (with the reason) where that is impossible."""
     seeds = sorted(s for (t, m, s) in scores if t == task and m == a and (task, b, s) in scores)
@@ -187,9 +189,10 @@ def compare(scores: dict[tuple[str, str, int], dict[str, np.ndarray]], task: str
     rows_b = [scores[(task, b, s)].get(metric) for s in seeds]
     if any(r is None for r in rows_a + rows_b):
         return Comparison(task, a, b, metric, None, f"no {metric}")
-    if len({len(r) for r in rows_a + rows_b}) != 1:
-        return Comparison(task, a, b, metric, None, "different prompt counts")
-    return Comparison(task, a, b, metric, paired_bootstrap(np.stack(rows_a), np.stack(rows_b)))
+    if not all(r.index.equals(rows_a[0].index) for r in rows_a + rows_b):
+        return Comparison(task, a, b, metric, None, "different test prompts")
+    return Comparison(task, a, b, metric, paired_bootstrap(np.stack([r.to_numpy() for r in rows_a]),
+                                                           np.stack([r.to_numpy() for r in rows_b])))
 
 
 def comparisons_section(comparisons: list[Comparison], value_name: str) -> str:

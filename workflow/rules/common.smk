@@ -35,7 +35,7 @@ onstart:
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 PLAN = plan_runs(config)
 TARGETS = stage_targets(config, PLAN)
-REPORT_INPUTS = report_inputs(config, PLAN)
+REPORT_INPUTS = report_inputs(config, PLAN, TARGETS["paper"])
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
 # (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
