@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,17 @@ def test_unknown_config_key_fails_at_parse_time(workflow_copy):
 def test_lint_is_clean(workflow_copy):
     result = snakemake(workflow_copy, "--lint")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_rule_that_runs_a_command_has_a_benchmark():
+    """Where the default run's time goes is read from Snakemake's per-job benchmark files
+    (benchmarks/default_run.py), so a rule without one would be time nobody sees."""
+    missing = []
+    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        for rule, body in re.findall(r"^ *rule(?: (\w+))?:\n(.*?)(?=^ *rule\b|\Z)", smk.read_text(), re.S | re.M):
+            if re.search(r"^ +(shell|run|script):", body, re.M) and not re.search(r"^ +benchmark:", body, re.M):
+                missing.append(f"{smk.name}: {rule or 'the rule in the loop'}")
+    assert not missing, f"rules without a benchmark: directive: {missing}"
 
 
 def test_paper_theory_runs_end_to_end(workflow_copy):

@@ -17,6 +17,8 @@ rule data_tiny:
         task="countdown_tiny|arith_tiny|meeting_tiny",
     log:
         "logs/data_tiny/{task}.log",
+    benchmark:
+        "results/benchmarks/data_tiny/{task}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -38,6 +40,8 @@ rule data_tokenizer:
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     log:
         "logs/data_tokenizer.log",
+    benchmark:
+        "results/benchmarks/data_tokenizer.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -59,6 +63,8 @@ rule data_build:
         dataset="gsm8k|deepmath|poetry|meetingbank|openthoughts",
     log:
         "logs/data_build/{dataset}.log",
+    benchmark:
+        "results/benchmarks/data_build/{dataset}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -80,6 +86,8 @@ rule data_build_countdown:
         dataset="countdown",
     log:
         "logs/data_build/{dataset}.log",
+    benchmark:
+        "results/benchmarks/data_build/{dataset}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -95,6 +103,8 @@ rule data_imagenet:
         out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
     log:
         "logs/data_imagenet.log",
+    benchmark:
+        "results/benchmarks/data_imagenet.tsv"
     conda:
         "../../envs/report.yaml"
     shell:

@@ -39,6 +39,8 @@ rule eval_lm_eval:
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
     log:
         "logs/eval_lm_eval/{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/eval_lm_eval/{task}_{method}_seed{seed}.tsv"
     conda:
         "../../envs/eval.yaml"
     shell:
@@ -58,6 +60,8 @@ rule eval_alpaca_eval:
         model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
     log:
         "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/eval_alpaca_eval/{task}_{method}_seed{seed}.tsv"
     conda:
         "../../envs/eval.yaml"
     shell:

@@ -40,6 +40,8 @@ rule judge_score:
         judge_requests=lambda wildcards: judge_concurrency(config, wildcards.judge),
     log:
         "logs/judge_score/{judge}_{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/judge_score/{judge}_{task}_{method}_seed{seed}.tsv"
     conda:
         "../../envs/judge.yaml"
     shell:
@@ -59,6 +61,8 @@ rule judge_cross:
         methods=config["judge"]["methods"],
     log:
         "logs/judge_cross/{task}.log",
+    benchmark:
+        "results/benchmarks/judge_cross/{task}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -82,6 +86,8 @@ rule judge_calibration_export:
         out_dir=lambda wildcards, output: os.path.dirname(output.sheet),
     log:
         "logs/judge_calibration_export/{task}.log",
+    benchmark:
+        "results/benchmarks/judge_calibration_export/{task}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -103,6 +109,8 @@ rule judge_calibration_import:
         ratings=lambda wildcards: config["judge"]["calibration"]["ratings"].get(wildcards.task) or "",
     log:
         "logs/judge_calibration_import/{task}.log",
+    benchmark:
+        "results/benchmarks/judge_calibration_import/{task}.tsv"
     conda:
         "../../envs/report.yaml"
     shell:

@@ -62,6 +62,8 @@ rule paper_theory:
         table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
         "logs/paper_theory.log",
+    benchmark:
+        "results/benchmarks/paper_theory.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -79,6 +81,8 @@ rule paper_imagenet_data:
         summary="results/paper/data/imagenet_summary.csv",
     log:
         "logs/paper_imagenet_data.log",
+    benchmark:
+        "results/benchmarks/paper_imagenet_data.tsv"
     conda:
         "../../envs/report.yaml"
     params:
@@ -112,6 +116,8 @@ rule paper_imagenet:
         table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
         "logs/paper_imagenet.log",
+    benchmark:
+        "results/benchmarks/paper_imagenet.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -127,6 +133,8 @@ rule paper_table1_data:
         csv="results/paper/data/table1.csv",
     log:
         "logs/paper_table1_data.log",
+    benchmark:
+        "results/benchmarks/paper_table1_data.tsv"
     conda:
         "../../envs/report.yaml"
     params:
@@ -148,6 +156,8 @@ rule paper_table1:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_table1.log",
+    benchmark:
+        "results/benchmarks/paper_table1.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -165,6 +175,8 @@ rule paper_gradient_allocation_data:
         rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
     log:
         "logs/paper_gradient_allocation_data.log",
+    benchmark:
+        "results/benchmarks/paper_gradient_allocation_data.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -189,6 +201,8 @@ rule paper_gradient_allocation:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_gradient_allocation.log",
+    benchmark:
+        "results/benchmarks/paper_gradient_allocation.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -212,6 +226,8 @@ rule paper_training_curves:
         label=config["label"],
     log:
         "logs/paper_training_curves.log",
+    benchmark:
+        "results/benchmarks/paper_training_curves.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -239,6 +255,8 @@ rule paper_reproduction_report:
         made=REPORT_INPUTS["made"],
     log:
         "logs/paper_reproduction_report.log",
+    benchmark:
+        "results/benchmarks/paper_reproduction_report.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -254,6 +272,8 @@ rule paper_audit:
         audit=report("results/paper/audit_table1.txt", caption="../report/audit.rst", category="Provenance"),
     log:
         "logs/paper_audit.log",
+    benchmark:
+        "results/benchmarks/paper_audit.tsv"
     conda:
         "../../envs/report.yaml"
     params:
@@ -278,6 +298,8 @@ rule paper_nonverifiable:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_nonverifiable.log",
+    benchmark:
+        "results/benchmarks/paper_nonverifiable.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -301,6 +323,8 @@ rule paper_judge_validation:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_judge_validation.log",
+    benchmark:
+        "results/benchmarks/paper_judge_validation.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -315,6 +339,8 @@ rule paper_ablation_data:
         csv="results/paper/data/ablation.csv",
     log:
         "logs/paper_ablation_data.log",
+    benchmark:
+        "results/benchmarks/paper_ablation_data.tsv"
     conda:
         "../../envs/report.yaml"
     params:
@@ -336,6 +362,8 @@ rule paper_ablation:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_ablation.log",
+    benchmark:
+        "results/benchmarks/paper_ablation.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -354,6 +382,8 @@ rule paper_scale_data:
         labels=json.dumps({name: spec.get("label", name) for name, spec in config["train"]["scale"]["models"].items()}),
     log:
         "logs/paper_scale_data.log",
+    benchmark:
+        "results/benchmarks/paper_scale_data.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -374,6 +404,8 @@ rule paper_scale:
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
     log:
         "logs/paper_scale.log",
+    benchmark:
+        "results/benchmarks/paper_scale.tsv"
     conda:
         "../../envs/report.yaml"
     shell:
@@ -401,6 +433,8 @@ if ADAPTIVE:
             rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
         log:
             "logs/paper_adaptive_tau.log",
+        benchmark:
+            "results/benchmarks/paper_adaptive_tau.tsv"
         conda:
             "../../envs/report.yaml"
         shell:
@@ -419,6 +453,8 @@ if ADAPTIVE:
             rollouts=lambda wildcards, input: [os.path.join(os.path.dirname(d), "rollouts.jsonl") for d in input.done],
         log:
             "logs/paper_adaptive_tau_data.log",
+        benchmark:
+            "results/benchmarks/paper_adaptive_tau_data.tsv"
         conda:
             "../../envs/report.yaml"
         shell:
@@ -437,6 +473,8 @@ if ADAPTIVE:
             label=config["label"],
         log:
             "logs/paper_adaptive_tau_figure.log",
+        benchmark:
+            "results/benchmarks/paper_adaptive_tau_figure.tsv"
         conda:
             "../../envs/report.yaml"
         shell:

@@ -49,6 +49,8 @@ rule validate_verl:
         config=lambda wildcards: json.dumps(config),
     log:
         "logs/validate_verl.log",
+    benchmark:
+        "results/benchmarks/validate_verl.tsv"
     conda:
         "../../envs/train-verl.yaml"
     shell:
