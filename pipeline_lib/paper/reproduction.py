@@ -154,8 +154,9 @@ def load_scores(table1: pd.DataFrame, eval_root: Path) -> dict[tuple[str, str, i
     return scores
 
 
-def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[str, np.ndarray]]:
-    """(task, method, seed) -> per-item primary-judge score in [0, 1] (failed items count 0), from ``scores.jsonl``."""
+def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[str, pd.Series]]:
+    """(task, method, seed) -> per-item primary-judge score in [0, 1] (failed items count 0), from ``scores.jsonl``,
+    indexed by prompt like :func:`prompt_scores`, so that :func:`compare` pairs the same items."""
     items = {}
     for summary in summaries:
         task, method, seed = summary.parent.parent.parent.name, summary.parent.parent.name, summary.parent.name
@@ -165,7 +166,7 @@ def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[s
                 record = json.loads(line)
                 values[int(record["prompt_index"])] = float(record.get("score_100", 0.0)) / 100.0
         items[(task, method, int(seed.removeprefix("seed")))] = {
-            "judge": np.array([values[i] for i in sorted(values)])}
+            "judge": pd.Series(values, dtype=np.float64).sort_index().rename_axis("prompt_index")}
     return items
 
 
