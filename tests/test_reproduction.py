@@ -57,22 +57,24 @@ def test_allocation_shift_is_paired_by_seed_and_made_tables_are_recognised(tmp_p
 
 
 def test_judge_items_from_score_files_pair_by_item_and_reach_the_report(tmp_path):
-    """The primary judge's ``scores.jsonl`` (a failed item counts 0) read as the report reads them: the same items
-    pair across methods, and the non-verifiable comparison appears with its interval."""
+    """The primary judge's ``scores.jsonl`` read as the report reads them: a failed item is left out (as in the
+    table, never a 0), the items every run scored pair across methods, and the comparison reaches the report."""
     summaries = []
     for method, score in (("sft", 40.0), ("grpo_sim", 50.0), ("softmax_sim", 70.0)):
         run = tmp_path / "judge/primary/meeting_tiny" / method / "seed0"
         run.mkdir(parents=True)
         records = [{"prompt_index": i, "score_100": score + i % 3} for i in (2, 0, 1, 3, 4, 5)]
-        records.append({"prompt_index": 6, "failed": True, "reason": "unparseable"})
+        records.append({"prompt_index": 6 if method == "sft" else 5, "failed": True, "reason": "unparseable"})
+        records = [r for r in records if r.get("failed") or r["prompt_index"] != (6 if method == "sft" else 5)]
         (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (run / "summary.json").write_text("{}")
         summaries.append(run / "summary.json")
     items = load_judge_items(summaries)
     sft = items[("meeting_tiny", "sft", 0)]["judge"]
-    assert list(sft.index) == list(range(7)) and sft[6] == 0.0 and sft[2] == 0.42
-    result = compare(items, "meeting_tiny", "softmax_sim", "grpo_sim", "judge").result
-    assert result.n_items == 7 and abs(result.mean - 6 * 0.2 / 7) < 1e-9
+    assert list(sft.index) == [0, 1, 2, 3, 4, 5] and sft[2] == 0.42
+    assert compare(items, "meeting_tiny", "softmax_sim", "sft", "judge").note == "different test prompts"
+    result = compare(items, "meeting_tiny", "softmax_sim", "sft", "judge", shared_items=True).result
+    assert result.n_items == 5 and abs(result.mean - 0.3) < 1e-9
     table = tmp_path / "nonverifiable.md"
     table.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 41.0 |")
     report = build_report("tiny", REFERENCE, None, None, judge_items=items, made={"nonverifiable": table})

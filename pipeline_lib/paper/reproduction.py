@@ -155,8 +155,9 @@ def load_scores(table1: pd.DataFrame, eval_root: Path) -> dict[tuple[str, str, i
 
 
 def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[str, pd.Series]]:
-    """(task, method, seed) -> per-item primary-judge score in [0, 1] (failed items count 0), from ``scores.jsonl``,
-    indexed by prompt like :func:`prompt_scores`, so that :func:`compare` pairs the same items."""
+    """(task, method, seed) -> per-item primary-judge score in [0, 1] from ``scores.jsonl``, indexed by prompt like
+    :func:`prompt_scores`. Items the judge failed to score are left out, as in the non-verifiable table (never
+    counted as 0); :func:`compare` pairs the items every compared run has."""
     items = {}
     for summary in summaries:
         task, method, seed = summary.parent.parent.parent.name, summary.parent.parent.name, summary.parent.name
@@ -164,7 +165,8 @@ def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[s
         with open(summary.with_name("scores.jsonl"), encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)
-                values[int(record["prompt_index"])] = float(record.get("score_100", 0.0)) / 100.0
+                if record.get("score_100") is not None:
+                    values[int(record["prompt_index"])] = float(record["score_100"]) / 100.0
         items[(task, method, int(seed.removeprefix("seed")))] = {
             "judge": pd.Series(values, dtype=np.float64).sort_index().rename_axis("prompt_index")}
     return items
@@ -181,8 +183,11 @@ class Comparison:
 
 
 def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str, a: str, b: str,
-            metric: str) -> Comparison:
-    """a minus b on the seeds both ran, over the same prompts; None (with the reason) where that is impossible."""
+            metric: str, shared_items: bool = False) -> Comparison:
+    """a minus b on the seeds both ran, over the same prompts; None (with the reason) where that is impossible.
+
+    Test prompts must be identical across runs; with ``shared_items`` (judge scores, where an item the judge failed
+    on is missing from that run) the pairs are the items every run has."""
     seeds = sorted(s for (t, m, s) in scores if t == task and m == a and (task, b, s) in scores)
     if not seeds:
         return Comparison(task, a, b, metric, None, "not run on shared seeds")
@@ -190,6 +195,13 @@ def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str,
     rows_b = [scores[(task, b, s)].get(metric) for s in seeds]
     if any(r is None for r in rows_a + rows_b):
         return Comparison(task, a, b, metric, None, f"no {metric}")
+    if shared_items:
+        common = rows_a[0].index
+        for r in rows_a + rows_b:
+            common = common.intersection(r.index)
+        rows_a, rows_b = [r.loc[common] for r in rows_a], [r.loc[common] for r in rows_b]
+        if common.empty:
+            return Comparison(task, a, b, metric, None, "no item scored in every run")
     if not all(r.index.equals(rows_a[0].index) for r in rows_a + rows_b):
         return Comparison(task, a, b, metric, None, "different test prompts")
     return Comparison(task, a, b, metric, paired_bootstrap(np.stack([r.to_numpy() for r in rows_a]),
@@ -323,7 +335,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
     if judge_items:
         for task in sorted({t for t, _, _ in judge_items}):
             for a, b in NONVERIFIABLE_PAIRS:
-                comparison = compare(judge_items, task, a, b, "judge")
+                comparison = compare(judge_items, task, a, b, "judge", shared_items=True)
                 if comparison.result is not None:
                     nonverifiable.append(comparison)
     for name, table in OTHER_TABLES.items():
