@@ -71,7 +71,8 @@ def test_tiny_validation_split_is_disjoint_and_slips_follow_the_blind_spot(task)
     for row in rows["sft_train"]:
         info, prompt = row["extra_info"], row["messages"][0]["content"]
         person = dict(info["facts"])["mover"] if task == "meeting_tiny" else prompt.split()[0]
-        blind_spot = info["numbers"][0] <= 3 if task == "countdown_tiny" else person in ("Ava", "Ben", "Cleo")
+        blind_spot = (info["numbers"][0] <= 4 if task == "countdown_tiny" else
+                      person in ("Ava", "Ben", "Cleo", *(("Dev",) if task == "arith_tiny" else ())))
         assert info["imperfect_demonstration"] == blind_spot, prompt
 
 
