@@ -62,7 +62,7 @@ def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: li
     from pipeline_lib.engines.local.rl import train_rl
     from pipeline_lib.engines.local.sft import train_sft
     from pipeline_lib.eval.evaluate import evaluate_to
-    from pipeline_lib.targets import rl_run_spec, sft_run_spec
+    from pipeline_lib.specs import rl_run_spec, sft_run_spec
 
     torch.set_num_threads(1)
     data = build_data(config, out)

@@ -53,12 +53,17 @@ def test_tiny_tasks_are_deterministic_and_disjoint(task):
     assert list(a["rl_train"][0]) == RL_COLUMNS
 
 
-def test_tiny_demonstrations_are_correct_except_the_deliberate_slips():
-    rows = generate_task("countdown_tiny", TINY, 0)
+@pytest.mark.parametrize(("task", "reward"), [("countdown_tiny", "countdown"), ("arith_tiny", "math")])
+def test_tiny_demonstrations_are_correct_except_the_deliberate_slips(task, reward):
+    rows = generate_task(task, TINY, 0)
     for rl, sft in zip(rows["rl_train"], rows["sft_train"], strict=True):
-        reward = score("countdown", sft["messages"][-1]["content"], rl["reward_model"]["ground_truth"])["score"]
-        assert reward == (0.0 if sft["extra_info"]["imperfect_demonstration"] else 1.0)
-        assert score("countdown", rl["extra_info"]["reference"], rl["reward_model"]["ground_truth"])["score"] == 1.0
+        demonstration, gold = sft["messages"][-1]["content"], rl["reward_model"]["ground_truth"]
+        slipped = sft["extra_info"]["imperfect_demonstration"]
+        assert score(reward, demonstration, gold)["score"] == (0.0 if slipped else 1.0)
+        assert score(reward, rl["extra_info"]["reference"], gold)["score"] == 1.0
+        # the slip stops one step early: the demonstration is the reference's first lines, then a wrong answer
+        steps = demonstration.count(" = ")
+        assert steps == rl["extra_info"]["reference"].count(" = ") - (1 if slipped else 0), demonstration
     slips = sum(r["extra_info"]["imperfect_demonstration"] for r in rows["sft_train"])
     assert 5 <= slips <= 35
 
@@ -71,7 +76,8 @@ def test_tiny_validation_split_is_disjoint_and_slips_follow_the_blind_spot(task)
     for row in rows["sft_train"]:
         info, prompt = row["extra_info"], row["messages"][0]["content"]
         person = dict(info["facts"])["mover"] if task == "meeting_tiny" else prompt.split()[0]
-        blind_spot = info["numbers"][0] <= 3 if task == "countdown_tiny" else person in ("Ava", "Ben", "Cleo")
+        blind_spot = (info["numbers"][0] <= 4 if task == "countdown_tiny" else
+                      person in ("Ava", "Ben", "Cleo", *(("Dev",) if task == "arith_tiny" else ())))
         assert info["imperfect_demonstration"] == blind_spot, prompt
 
 

@@ -7,12 +7,19 @@
   (motion, mover, seconder, amount, vote) with reference summaries built from the same
   facts; the facts travel in ``extra_info`` so a programmatic judge can score coverage.
 
-Some demonstrations are deliberately imperfect (a wrong final step): the expert slips with
-probability ``imperfect_fraction`` in general and ``blind_spot_slip`` on its blind spot, a
-subset of prompts it can be recognised by (Countdown: the first number is at most 3; the
-word problems and meetings: the first or moving person is Ava, Ben or Cleo). Where the slip
-is the majority, SFT imitates it even greedily; a verifier reward can unlearn it, so RL has
-a measurable mechanism to improve on its SFT start (the expert's systematic error).
+Some demonstrations are deliberately imperfect: the expert slips with probability
+``imperfect_fraction`` in general and ``blind_spot_slip`` on its blind spot, a subset of prompts
+it can be recognised by (Countdown: the first number is at most 4; the word problems: the person
+is Ava, Ben, Cleo or Dev; meetings: the mover is Ava, Ben or Cleo). In Countdown and the word
+problems the slip is stopping one step early (the think/steps end after the first step and the
+answer is that partial result), so it is decided by one token right after the first step, is as
+easy to imitate as the correct demonstration, and is recognisable from the prompt; the blind
+spot covers ~44% of the Countdown and ~40% of the word-problem prompts, so fixing it moves
+held-out pass@1 by several points. (An earlier slip, "answer + 1" or a flipped last operator, needed
+arithmetic the tiny model never learned, so SFT did not imitate it and RL had nothing systematic
+to unlearn.) Where the slip is the majority, SFT imitates it even greedily, while sampling still
+finds the full solution; a verifier reward can unlearn it, so RL has a measurable mechanism to
+improve on its SFT start (the expert's systematic error).
 """
 
 from __future__ import annotations
@@ -90,15 +97,23 @@ def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExam
     prompt = (f"Using the numbers {numbers}, create an equation that equals {target}. You can use + - * and each "
               "number exactly once. Think in <think> </think> and give the expression in <answer> </answer>.")
     reference = "<think>" + "\n".join(steps) + "</think>\n<answer>" + expr + "</answer>"
-    imperfect = _slips(rng, spec, numbers[0] <= 3)
+    imperfect = _slips(rng, spec, numbers[0] <= 4)
     demonstration = reference
-    if imperfect:  # the expert slips on the last operator
-        last = max(expr.rfind(op) for op in "+-*")
-        wrong = {"+": "-", "-": "+", "*": "+"}[expr[last]]
-        slipped = f"{expr[:last]}{wrong}{expr[last + 1:]}"
-        demonstration = reference.replace(f"<answer>{expr}</answer>", f"<answer>{slipped}</answer>")
+    if imperfect:  # the expert stops one step early and answers with the partial expression (not every number)
+        demonstration = "<think>" + "\n".join(steps[:-1]) + "</think>\n<answer>" + _left_operand(expr) + "</answer>"
     return TinyExample(prompt, demonstration, {"numbers": numbers, "target": target}, reference, imperfect,
                        {"numbers": numbers, "target": target})
+
+
+def _left_operand(expr: str) -> str:
+    """The left operand of an expression's last top-level operator, outer parentheses removed."""
+    depth, last = 0, -1
+    for i, char in enumerate(expr):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and char in "+-*" and expr[i - 1] == " ":
+            last = i
+    left = expr[:last].strip()
+    return left[1:-1] if left.startswith("(") and left.endswith(")") else left
 
 
 _NAMES = ["Ava", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"]
@@ -120,8 +135,10 @@ def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
         steps = [f"{a} - {b} = {a - b}", f"{a - b} - {c} = {a - b - c}"]
         answer = a - b - c
     reference = "\n".join(steps) + f"\nThe answer is \\boxed{{{answer}}}."
-    imperfect = _slips(rng, spec, name in _NAMES[:3])
-    demonstration = reference.replace(f"\\boxed{{{answer}}}", f"\\boxed{{{answer + 1}}}") if imperfect else reference
+    imperfect = _slips(rng, spec, name in _NAMES[:4])
+    # The expert stops one step early and boxes the intermediate result
+    demonstration = (f"{steps[0]}\nThe answer is \\boxed{{{steps[0].split(' = ')[1]}}}." if imperfect
+                     else reference)
     gold = "\n".join(steps) + f"\n#### {answer}"
     return TinyExample(f"{question} {MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
 
