@@ -24,11 +24,10 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from pipeline_lib.config import validate_config
+from pipeline_lib.specs import eval_spec, sft_run_spec, tiny_task_spec
 
-from pipeline_lib.config import validate_config  # noqa: E402
-from pipeline_lib.specs import eval_spec, sft_run_spec, tiny_task_spec  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TASK = "countdown_tiny"
 
@@ -50,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = dict(validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
                                   REPO / "workflow/schemas/config.schema.yaml"))
-    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-                        "OMP_NUM_THREADS": "1"}
+    env = os.environ | {"OMP_NUM_THREADS": "1"}  # the children run `python -m` in REPO, so they import its code
     python = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
