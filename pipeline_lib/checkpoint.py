@@ -3,6 +3,10 @@
 A run owns its directory. ``checkpoint.pt`` is replaced atomically every K steps;
 ``DONE.json`` (the only file Snakemake is told about) is written once the final
 step is reached. Resuming with a different config is refused rather than mixed.
+
+A finished run keeps no resume state: Snakemake reruns a job whose inputs, code or parameters changed by deleting
+``DONE.json`` and running it again, and that rerun must train from the start, never resume from the old run's last
+step (which would leave the old model in place and call it new).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +23,8 @@ import torch
 
 from pipeline_lib.io import atomic_path, write_json
 
-__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "load_checkpoint", "rng_state",
-           "save_checkpoint", "set_rng_state", "write_done"]
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "discard_resume_state",
+           "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_done"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DONE_NAME = "DONE.json"
@@ -86,4 +91,19 @@ def write_done(run_dir: str | os.PathLike[str], *, step: int, total_steps: int, 
         raise RuntimeError(f"refusing to mark {run_dir} done at step {step} of {total_steps}")
     target = Path(run_dir) / DONE_NAME
     write_json(target, {"final_step": step, "total_steps": total_steps, "config_sha256": config_sha256, **extra})
+    discard_resume_state(run_dir)
     return target
+
+
+#: What a run resumes from: the classifier's ``checkpoint.pt``, the LM trainers' ``checkpoint/`` (and its swap dirs).
+RESUME_STATE = (CHECKPOINT_NAME, "checkpoint", ".checkpoint.tmp", ".checkpoint.old")
+
+
+def discard_resume_state(run_dir: str | os.PathLike[str]) -> None:
+    """Remove a finished run's resume state (its final model lives in ``final/`` or ``final.pt``)."""
+    for name in RESUME_STATE:
+        path = Path(run_dir) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()

@@ -98,10 +98,9 @@ def _stamp(path: Path) -> tuple[int, int]:
     return stat.st_mtime_ns, stat.st_size
 
 
-@cache
-def _closure(entry: str | None, state: tuple[tuple[Path, int, int], ...]) -> tuple[Path, ...]:
-    if entry is None:  # no known entry point (a notebook, a test): every file of the package
-        return tuple(p for p, *_ in state)
+def _walk(entry: str) -> tuple[Path, ...]:
+    """The files module ``entry`` imports, transitively (import statements anywhere, parents' ``__init__``), plus the
+    data files beside each."""
     if _module_file(entry) is None:
         raise ValueError(f"code digest: {entry!r} is not a module under {_PACKAGE_DIR}")
     files: set[Path] = set()
@@ -121,6 +120,37 @@ def _closure(entry: str | None, state: tuple[tuple[Path, int, int], ...]) -> tup
     return tuple(sorted(files))
 
 
+def _watched(files: Iterable[Path]) -> tuple[tuple[Path, tuple[int, int] | None], ...]:
+    """Stamps that change whenever a closure could: its files, and the folders holding them (a file added, removed or
+    renamed there changes the folder's mtime; a new module can enter the closure only through an edited import or a
+    new file in such a folder)."""
+    paths = sorted({*files, *(p.parent for p in files)})
+    return tuple((p, _stamp_or_none(p)) for p in paths)
+
+
+def _stamp_or_none(path: Path) -> tuple[int, int] | None:
+    try:
+        return _stamp(path)
+    except FileNotFoundError:
+        return None
+
+
+_CLOSURES: dict[str, tuple[tuple[Path, ...], tuple[tuple[Path, tuple[int, int] | None], ...]]] = {}
+
+
+def _closure(entry: str | None) -> tuple[Path, ...]:
+    """The files behind ``entry`` (every package file when None), re-walked only when one of its watched stamps
+    changed: Snakemake asks for one per rule at every parse, and the walk of the whole package is what costs."""
+    if entry is None:  # no known entry point (a notebook, a test): every file of the package
+        return tuple(p for p, *_ in _package_state())
+    cached = _CLOSURES.get(entry)
+    if cached is not None and all(_stamp_or_none(path) == stamp for path, stamp in cached[1]):
+        return cached[0]
+    files = _walk(entry)
+    _CLOSURES[entry] = files, _watched(files)
+    return files
+
+
 @cache
 def _file_sha256(path: Path, stamp: tuple[int, int]) -> str:
     return sha256_file(path)
@@ -131,7 +161,7 @@ def code_modules(entry: str | None = None) -> dict[str, str]:
 
     Cached per process by file mtime and size (the workflow calls this for every rule at parse time).
     """
-    return {str(p.relative_to(_REPO_ROOT)): _file_sha256(p, _stamp(p)) for p in _closure(entry, _package_state())}
+    return {str(p.relative_to(_REPO_ROOT)): _file_sha256(p, _stamp(p)) for p in _closure(entry)}
 
 
 def code_digest(entry: str | None = None) -> str:

@@ -78,7 +78,7 @@ def test_unknown_objective_and_bad_rollouts():
 
 
 def final_parameters(run_dir):
-    return torch.load(run_dir / "checkpoint.pt", weights_only=False)["model"]
+    return torch.load(run_dir / "final.pt", weights_only=False)
 
 
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import AutoTokenizer
 
 from pipeline_lib.checkpoint import ConfigMismatchError
 from pipeline_lib.data.build import build_tiny, build_tokenizer
@@ -121,3 +122,24 @@ def test_pass_at_k_estimator():
     assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 4, 2) == 1.0
     assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
     assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+
+
+def test_a_rerun_after_an_input_changed_trains_again_instead_of_resuming_the_finished_run(tiny, tmp_path):
+    """Snakemake reruns a job whose input changed by deleting DONE.json and running it again, with the same paths:
+    the rerun must train on the new input from step 0, not resume at the old run's last step."""
+    init = tmp_path / "init"
+    save_model_atomic(load_model(tiny / "init"), AutoTokenizer.from_pretrained(tiny / "init"), init)
+    data, run = tiny / "data/rl_train.parquet", tmp_path / "run"
+    rl_module.train_rl(RL | {"steps": 2}, data, init, run, 0, progress=False)
+    assert not (run / "checkpoint").exists()  # a finished run keeps only final/
+    sft_module.train_sft(SFT, tiny / "data/sft_train.parquet", tiny / "tok", tmp_path / "sft", 0, progress=False)
+    assert not (tmp_path / "sft/checkpoint").exists()
+    save_model_atomic(load_model(tmp_path / "sft/final"), AutoTokenizer.from_pretrained(
+        tmp_path / "sft/final"), init)  # the upstream model changed in place
+    (run / "DONE.json").unlink()
+    rl_module.train_rl(RL | {"steps": 2}, data, init, run, 0, progress=False)
+    rl_module.train_rl(RL | {"steps": 2}, data, init, tmp_path / "fresh", 0, progress=False)
+    rerun, fresh = params(run / "final"), params(tmp_path / "fresh/final")
+    for key in fresh:
+        torch.testing.assert_close(rerun[key], fresh[key])
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2

@@ -4,8 +4,9 @@
         --run-dir results/train/imagenet/softmax/m64/seed0
 
 Writes ``metrics.jsonl`` (one line per evaluation), ``checkpoint.pt`` every
-``checkpoint_every`` steps (model, optimizer, scheduler, RNG, step) and ``DONE.json``
-at the final step. A killed run restarts from its checkpoint and ends at the same step.
+``checkpoint_every`` steps (model, optimizer, scheduler, RNG, step), and at the final step
+``final.pt`` (the model's state dict) and ``DONE.json``. A killed run restarts from its
+checkpoint and ends at the same step; a finished run's checkpoint is removed.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tqdm import tqdm
 from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
 from pipeline_lib.classify.data import EpochSampler, SplitData, build_splits
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
+from pipeline_lib.io import atomic_path
 from pipeline_lib.provenance import config_digest, write_provenance
 
 log = logging.getLogger("pipeline_lib.classify.train")
@@ -153,9 +155,12 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
     finally:
         metrics_file.close()
     bar.close()
+    final = run_dir / "final.pt"
+    with atomic_path(final) as tmp:
+        torch.save(model.state_dict(), tmp)
     done = write_done(run_dir, step=step, total_steps=total_steps, config_sha256=digest,
                       objective=objective, rollouts=rollouts, seed=seed, dataset=data.description)
-    write_provenance([done, metrics_path], step="imagenet_train", params=run_config, config_sha256=digest,
+    write_provenance([done, metrics_path, final], step="imagenet_train", params=run_config, config_sha256=digest,
                      seeds={"run": seed}, started_at=started)
     return done
 
