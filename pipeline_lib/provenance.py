@@ -25,7 +25,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache, lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -34,7 +36,7 @@ from typing import Any
 from pipeline_lib.io import sha256_file, write_json
 
 __all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "entry_module",
-           "file_record", "write_provenance"]
+           "file_record", "running_entry", "write_provenance"]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
@@ -169,8 +171,25 @@ def code_digest(entry: str | None = None) -> str:
     return hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
 
 
+_RUNNING_ENTRY: ContextVar[str | None] = ContextVar("running_entry", default=None)
+
+
+@contextmanager
+def running_entry(module: str) -> Iterator[None]:
+    """Within this block, :func:`entry_module` is ``module``: a process that runs several entry points one after
+    another (:mod:`pipeline_lib.engines.local.batch`) records each step's own code in the sidecars it writes."""
+    token = _RUNNING_ENTRY.set(module)
+    try:
+        yield
+    finally:
+        _RUNNING_ENTRY.reset(token)
+
+
 def entry_module() -> str | None:
-    """The ``pipeline_lib`` module this process runs as (``python -m pipeline_lib.x.y``), else None."""
+    """The ``pipeline_lib`` module this process runs as (``python -m pipeline_lib.x.y``, or the step of a batch that
+    is running), else None."""
+    if _RUNNING_ENTRY.get() is not None:
+        return _RUNNING_ENTRY.get()
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     name = getattr(spec, "name", None)
     return name if isinstance(name, str) and _module_file(name) is not None else None

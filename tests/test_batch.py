@@ -65,3 +65,29 @@ def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_p
                       "--out", str(tmp_path / "eval_apart")]) == 0
     for name in ("metrics.json", "generations.jsonl"):
         assert (tmp_path / "eval_in" / name).read_text() == (tmp_path / "eval_apart" / name).read_text()
+    # the batch's sidecars record the code of the step that wrote them, so the audit checks the right modules
+    batched = json.loads((tmp_path / "sft" / "DONE.json.prov.json").read_text())["code_digest"]
+    assert batched["entry"] == "pipeline_lib.engines.local.sft"
+    assert "pipeline_lib/engines/local/sft.py" in batched["modules"]
+
+
+def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation():
+    """The main study's checkpoints of a (task, seed) share one evaluation process; each keeps its own outputs."""
+    import yaml
+
+    from pipeline_lib.config import validate_config
+    from pipeline_lib.plan.evals import eval_group_command, eval_groups
+
+    from .conftest import REPO
+
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
+    groups = eval_groups(config)
+    assert groups.tasks == tuple(config["train"]["tasks"]) and groups.seeds == tuple(config["train"]["seeds"])
+    assert groups.methods == ("sft", *config["train"]["methods"])
+    command = eval_group_command(config, "arith_tiny", 2, 1)
+    steps = json.loads(command.split("--steps ", 1)[1].strip("'"))
+    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(groups.methods)
+    assert [s["args"][s["args"].index("--out") + 1] for s in steps] == [
+        f"results/eval/arith_tiny/{m}/seed2" for m in groups.methods]
+    assert all(s["args"][s["args"].index("--seed") + 1] == "2" for s in steps)

@@ -238,7 +238,7 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     config["eval"]["samples"] = 2
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
-    assert "eval_checkpoint" in jobs and "paper_table1" in jobs
+    assert "eval_checkpoints" in jobs and "paper_table1" in jobs  # SFT and the five methods: one job
     assert not jobs & {"train_local", "data_tiny", "data_tokenizer"}  # train_local: every training run
     # --forcerun one rule plans it and what depends on it only
     config["eval"]["samples"] = 1

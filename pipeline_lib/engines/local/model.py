@@ -79,11 +79,20 @@ def pack(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[in
 
 def response_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
                       response: torch.Tensor) -> torch.Tensor:
-    """log pi(token_t | prefix) at every position [N, L] (0 where not a response token)."""
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-    targets = ids[:, 1:]
+    """log pi(token_t | prefix) at every position [N, L] (0 where not a response token).
+
+    Logits are computed only from the first column holding a response token on (``logits_to_keep``): the prompt
+    positions before it predict nothing that is scored, and the vocabulary projection is the model's largest matmul.
+    """
+    columns = response.any(0).nonzero()
+    out = torch.zeros_like(response)
+    if len(columns) == 0:
+        return out
+    first = max(1, int(columns[0]))
+    keep = ids.shape[1] - first + 1  # positions first-1 .. L-1; the last one predicts nothing
+    logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1].float()
+    targets = ids[:, first:]
     token_logprobs = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                       reduction="none").view(targets.shape)
-    out = torch.zeros_like(response)
-    out[:, 1:] = token_logprobs * response[:, 1:]
+    out[:, first:] = token_logprobs * response[:, first:]
     return out
