@@ -235,13 +235,24 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
         return set(rows[: rows.index("total")])
 
     # changing only evaluation settings reruns evaluation and the paper rules, never training
+    RL_LR = config["train"]["rl"]["lr"]
     config["eval"]["samples"] = 2
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
     assert "eval_checkpoints" in jobs and "paper_table1" in jobs  # SFT and the five methods: one job
     assert not jobs & {"train_local", "data_tiny", "data_tokenizer"}  # train_local: every training run
-    # --forcerun one rule plans it and what depends on it only
+    # changing the RL settings reruns the RL runs (not SFT), their evaluations and the tables
     config["eval"]["samples"] = 1
+    config["train"]["rl"]["lr"] = 5e-4
+    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml")
+    outputs = [path for line in result.stdout.splitlines() if line.strip().startswith("output:")
+               for path in line.split(":", 1)[1].replace(",", " ").split()]
+    trained = {path.split("/")[3] for path in outputs if path.startswith("results/train/")}
+    assert {"train_local", "eval_checkpoints", "paper_table1"} <= planned(result), planned(result)
+    assert {"grpo_exact", "softmax_exact", "softmax_ess"} <= trained and "sft" not in trained, trained
+    config["train"]["rl"]["lr"] = RL_LR
+    # --forcerun one rule plans it and what depends on it only
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "paper_gradient_allocation", "-n", "--forcerun",
                              "paper_gradient_allocation", "--configfile", "e2e.yaml"))

@@ -27,9 +27,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from pipeline_lib.advantages import available_methods, group_advantages
 from pipeline_lib.engines.verl.rationalization import annotation_spec
 from pipeline_lib.engines.verl.translate import TrainPaths, slurm_resources
 from pipeline_lib.plan.registry import ENGINES, METHODS, Entry, PlanError, method
@@ -197,6 +194,10 @@ def softmax_exact_method(config: Mapping[str, Any]) -> str:
 @cache
 def _advantage_error(advantage: str, params: str) -> str | None:
     """Why the estimator rejects these parameters (run once on two groups), or None."""
+    import torch  # here, not at import: a Slurm job's own parse of the workflow skips these checks and torch
+
+    from pipeline_lib.advantages import available_methods, group_advantages
+
     if advantage not in available_methods():
         return f"advantage {advantage!r} is not in pipeline_lib.advantages; registered: {available_methods()}"
     try:
@@ -214,11 +215,14 @@ def _check_advantage(advantage: str, params: Mapping[str, Any]) -> None:
 
 
 def _takes_tau(advantage: str) -> bool:
+    from pipeline_lib.advantages import available_methods
+
     return advantage in available_methods() and "unknown parameter" not in (
         _advantage_error(advantage, json.dumps({"tau": 1.0})) or "")
 
 
-def _check_method(config: Mapping[str, Any], name: str, task: str | None = None) -> dict[str, Any]:
+def _check_method(config: Mapping[str, Any], name: str, task: str | None = None, run_estimator: bool = True
+                  ) -> dict[str, Any]:
     """The advantage parameters of method ``name`` (on ``task`` where given): its ``train.methods`` entry must agree
     with the registry, and the estimator must take exactly these parameters.
 
@@ -240,7 +244,8 @@ def _check_method(config: Mapping[str, Any], name: str, task: str | None = None)
             raise PlanError(f"tau set twice for {task}/{name}: train.methods.{name}.tau = {params['tau']} and "
                             f"train.verl.tasks.{task}.tau = {row['tau']}; set it in one place")
         params["tau"] = row["tau"]
-    _check_advantage(entry["advantage"], params)
+    if run_estimator:
+        _check_advantage(entry["advantage"], params)
     return params
 
 
@@ -443,7 +448,7 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
         raise PlanError(f"method {name!r} has no {engine} entry in the registry (task {task!r})")
     entry = registered.engines[engine]
     if registered.family == "group_rl":
-        _check_method(config, name, task)
+        _check_method(config, name, task, run_estimator=False)  # the estimator runs once per method: plan_runs
     c = _Ctx(config, task, name, name, seed, _done(task, "sft", seed),
              _data(config, task, name) if registered.family != "sft" else "")
     spec = entry.spec(config, task, name)
@@ -486,7 +491,7 @@ def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base:
     registered = method(base)
     entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
-        _check_method(config, base, task)
+        _check_method(config, base, task, run_estimator=False)
     c = _Ctx(config, task, name, base, seed, _done(task, f"sft_at_{scale}", seed),
              "" if registered.family == "sft" else _data(config, task, base))
     return _make(c, entry, entry.spec(scaled, task, base), "sft" if registered.family == "sft" else "rl", "scale",
@@ -570,9 +575,13 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
     return wanted
 
 
-def plan_runs(config: Mapping[str, Any], root: str | Path = ".") -> Plan:
+def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimators: bool = True) -> Plan:
     """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
-    rationalization annotator) are added where a run starts from them."""
+    rationalization annotator) are added where a run starts from them.
+
+    ``check_estimators`` runs each group-RL method's estimator once with its parameters (importing torch); the
+    workflow turns it off where Snakemake re-parses itself to run one job (a Slurm job), the submitting process
+    having checked the same config already."""
     root = Path(root).resolve()
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
@@ -609,6 +618,10 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".") -> Plan:
             targets.append(sentinel)
         if sentinel not in requests.setdefault(study, []):
             requests[study].append(sentinel)
+    if check_estimators:
+        for task, name in dict.fromkeys((run.task, run.method) for runs in built.values() for run in runs
+                                        if run.method in METHODS and METHODS[run.method].family == "group_rl"):
+            _check_method(config, name, task)
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [run.output for run in imagenet]

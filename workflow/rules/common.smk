@@ -33,7 +33,8 @@ onstart:
     write_run_info(config)
 
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
-PLAN = plan_runs(config)
+# (the estimators' parameter check runs in the submitting process, not again in each Slurm job's own parse)
+PLAN = plan_runs(config, check_estimators=workflow.is_main_process)
 TARGETS = stage_targets(config, PLAN)
 REPORT_INPUTS = report_inputs(config, PLAN, TARGETS["paper"])
 

@@ -18,6 +18,7 @@ rule eval_checkpoints:
                            method=EVAL_GROUPS.methods),
     params:
         code=code_digest("pipeline_lib.engines.local.batch") + code_digest("pipeline_lib.eval.evaluate"),
+        spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
         command=lambda wildcards, threads: eval_group_command(config, wildcards.task, wildcards.seed, threads),
     wildcard_constraints:
         task=EVAL_GROUPS.pattern(EVAL_GROUPS.tasks),

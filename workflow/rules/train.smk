@@ -16,6 +16,9 @@ for job, kind in JOBS.items():
             f"results/train/{{run}}/{kind.output}",
         params:
             command=lambda wildcards, threads, job=job: PLAN.get(job, wildcards.run).command(threads),
+            # the run's command without --threads: Snakemake compares only parameters not derived from threads,
+            # input or output, so this is what reruns a job whose spec changed
+            run=lambda wildcards, job=job: PLAN.get(job, wildcards.run).command(),
             code=lambda wildcards, job=job: code_digest(PLAN.get(job, wildcards.run).entry_module),
         wildcard_constraints:
             run=PLAN.pattern(job),
