@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import shlex
 
 import pytest
 
@@ -71,23 +72,50 @@ def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_p
     assert "pipeline_lib/engines/local/sft.py" in batched["modules"]
 
 
-def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation():
-    """The main study's checkpoints of a (task, seed) share one evaluation process; each keeps its own outputs."""
+def _default_config():
     import yaml
 
     from pipeline_lib.config import validate_config
-    from pipeline_lib.plan.evals import eval_group_command, eval_groups
 
     from .conftest import REPO
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
-    groups = eval_groups(config)
-    assert groups.tasks == tuple(config["train"]["tasks"]) and groups.seeds == tuple(config["train"]["seeds"])
-    assert groups.methods == ("sft", *config["train"]["methods"])
-    command = eval_group_command(config, "arith_tiny", 2, 1)
-    steps = json.loads(command.split("--steps ", 1)[1].strip("'"))
-    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(groups.methods)
+    return validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
+
+
+def _steps(command):
+    return json.loads(shlex.split(command)[-1])
+
+
+def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation():
+    """The main study's checkpoints of a (task, seed) share one evaluation process; each keeps its own outputs."""
+    from pipeline_lib.plan.groups import eval_group_command, groups
+
+    config = _default_config()
+    shared = groups(config)
+    assert shared.tasks == tuple(config["train"]["tasks"]) and shared.seeds == tuple(config["train"]["seeds"])
+    assert shared.evaluated == ("sft", *config["train"]["methods"])
+    steps = _steps(eval_group_command(config, "arith_tiny", 2, 1))
+    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(shared.evaluated)
     assert [s["args"][s["args"].index("--out") + 1] for s in steps] == [
-        f"results/eval/arith_tiny/{m}/seed2" for m in groups.methods]
+        f"results/eval/arith_tiny/{m}/seed2" for m in shared.evaluated]
     assert all(s["args"][s["args"].index("--seed") + 1] == "2" for s in steps)
+
+
+def test_a_training_group_runs_exactly_its_members_own_commands():
+    """train_local_group runs each train.methods run of a (task, seed) as the step its own job would run."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.groups import groups, train_group_command, train_group_inputs, train_group_runs
+
+    config = _default_config()
+    plan = plan_runs(config)
+    methods = groups(config).methods
+    runs = train_group_runs(plan, "countdown_tiny", 1, methods)
+    assert [run.name for run in runs] == list(methods) and {run.seed for run in runs} == {1}
+    steps = _steps(train_group_command(runs, 3))
+    for run, step in zip(runs, steps, strict=True):
+        alone = shlex.split(run.command(3))
+        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
+    inputs = train_group_inputs(runs)
+    assert sorted(set(inputs.values())) == sorted({p for run in runs for p in run.inputs.values()})
+    assert "results/train/countdown_tiny/sft/seed1/DONE.json" in inputs.values()

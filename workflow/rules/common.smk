@@ -8,6 +8,7 @@ import sys
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
+from pipeline_lib.plan.groups import groups
 from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
@@ -35,6 +36,9 @@ onstart:
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 # (the estimators' parameter check runs in the submitting process, not again in each Slurm job's own parse)
 PLAN = plan_runs(config, check_estimators=workflow.is_main_process)
+# The main study's runs and evaluations of one (task, seed) that share a process (rules train_local_group and
+# eval_checkpoints; pipeline_lib.plan.groups).
+GROUPS = groups(config)
 TARGETS = stage_targets(config, PLAN)
 REPORT_INPUTS = report_inputs(config, PLAN, TARGETS["paper"])
 

@@ -1,28 +1,26 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
-from pipeline_lib.plan.evals import eval_group_command, eval_groups
+from pipeline_lib.plan.groups import eval_group_command
 from pipeline_lib.specs import eval_spec
-
-EVAL_GROUPS = eval_groups(config)
 
 
 # SFT and every train.methods run of one (task, seed) on the local engine, evaluated in one process (one start-up
-# instead of one per checkpoint; pipeline_lib.plan.evals); each evaluation writes what eval_checkpoint would.
+# instead of one per checkpoint; pipeline_lib.plan.groups); each evaluation writes what eval_checkpoint would.
 rule eval_checkpoints:
     input:
-        done=expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=EVAL_GROUPS.methods),
+        done=expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=GROUPS.evaluated),
         data="results/data/{task}/rl_test.parquet",
     output:
-        metrics=expand("results/eval/{{task}}/{method}/seed{{seed}}/metrics.json", method=EVAL_GROUPS.methods),
+        metrics=expand("results/eval/{{task}}/{method}/seed{{seed}}/metrics.json", method=GROUPS.evaluated),
         generations=expand("results/eval/{{task}}/{method}/seed{{seed}}/generations.jsonl",
-                           method=EVAL_GROUPS.methods),
+                           method=GROUPS.evaluated),
     params:
         code=code_digest("pipeline_lib.engines.local.batch") + code_digest("pipeline_lib.eval.evaluate"),
         spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
         command=lambda wildcards, threads: eval_group_command(config, wildcards.task, wildcards.seed, threads),
     wildcard_constraints:
-        task=EVAL_GROUPS.pattern(EVAL_GROUPS.tasks),
-        seed=EVAL_GROUPS.pattern(EVAL_GROUPS.seeds),
+        task=GROUPS.pattern(GROUPS.tasks),
+        seed=GROUPS.pattern(GROUPS.seeds),
     log:
         "logs/eval_checkpoints/{task}_seed{seed}.log",
     benchmark:
