@@ -2,12 +2,12 @@
 
 Run: python benchmarks/batching.py [--evaluations 6]
 
-The tiny default runs ~130 jobs that each start Python with torch and transformers; this measures what one
-process per job costs against one process for several jobs (``pipeline_lib.engines.local.batch``, the path to
-issue 20's 10-minute target), side by side in one run. It builds countdown_tiny and its tokenizer with the
-default config's settings, an untrained base model (what an evaluation costs does not depend on the weights'
-values), then runs the default config's evaluation (``eval`` section: 200 prompts, 1 greedy + 4 samples) K times
-each way, with different seeds. CPU seconds are the kernel's accounting of the finished child processes.
+Jobs of the tiny default each start Python with torch and transformers; this measures what one process per job
+costs against one process for several jobs (``pipeline_lib.engines.local.batch``, which the main study's
+``train_local_group`` and ``eval_checkpoints`` jobs use), side by side in one run. It builds countdown_tiny and
+its tokenizer with the default config's settings, an untrained base model (what an evaluation costs does not
+depend on the weights' values), then runs the default config's evaluation (``eval`` section: 200 prompts, 1 greedy
++ 4 samples) K times each way, with different seeds. CPU seconds are the kernel's accounting of the finished child processes.
 """
 
 from __future__ import annotations

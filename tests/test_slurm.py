@@ -152,8 +152,8 @@ def test_launcher_without_slurm_runs_the_command_and_returns_its_status():
 def test_tiny_dag_runs_through_sbatch(slurm_cluster, probe_run, workflow_copy):
     """The tiny default DAG (reduced steps) with every job submitted by sbatch to the local cluster.
 
-    About 65 jobs, each of which starts Snakemake (parsing the workflow) and Python with torch inside its Slurm job:
-    on 2 cores that is 10+ minutes however short the training loops are (CI once took more than 600 s)."""
+    About 55 jobs, each of which starts Snakemake (parsing the workflow) and Python with torch inside its Slurm job:
+    on 2 cores that is 6+ minutes however short the training loops are (CI once took more than 600 s)."""
     start = time.monotonic()
     result = _snakemake(workflow_copy, "--configfile", "config/config.yaml", str(REDUCED), timeout=1500)
     elapsed = time.monotonic() - start
