@@ -7,7 +7,8 @@ costs against one process for several jobs (``pipeline_lib.engines.local.batch``
 ``train_local_group`` and ``eval_checkpoints`` jobs use), side by side in one run. It builds countdown_tiny and
 its tokenizer with the default config's settings, an untrained base model (what an evaluation costs does not
 depend on the weights' values), then runs the default config's evaluation (``eval`` section: 200 prompts, 1 greedy
-+ 4 samples) K times each way, with different seeds. CPU seconds are the kernel's accounting of the finished child processes.
++ 4 samples) K times each way, with different seeds. CPU seconds are the kernel's accounting of the finished child
+processes.
 """
 
 from __future__ import annotations
