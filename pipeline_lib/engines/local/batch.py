@@ -8,8 +8,9 @@ more than a tiny training run or evaluation, so the tiny default groups its loca
 one job per (task, seed) runs SFT, every RL method from it and their evaluations. Each step is the
 module's own ``main(argv)``, exactly what its command line would run; every entry point seeds itself
 from its arguments, so a step's outputs do not depend on what ran before it in the same process.
-Steps run in order and the first failure stops the batch (the job fails; finished steps' outputs
-stay, and training steps resume from their checkpoints when the job is rerun).
+Steps run in order and the first failure stops the batch: the job fails, Snakemake removes all its outputs, and a
+rerun runs every step again (a finished run keeps no resume state; the step that was killed resumes from its own
+checkpoint).
 """
 
 from __future__ import annotations
