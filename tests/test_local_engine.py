@@ -143,3 +143,61 @@ def test_a_rerun_after_an_input_changed_trains_again_instead_of_resuming_the_fin
     for key in fresh:
         torch.testing.assert_close(rerun[key], fresh[key])
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+def test_greedy_sampling_equals_transformers_generate(tiny):
+    """The sampler's own decode loop continues each left-padded row exactly as ``model.generate`` does."""
+    from pipeline_lib.engines.local.common import generate
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
+    torch.manual_seed(3)
+    model = build_model(tokenizer, MODEL, 1).eval()
+    with torch.no_grad():  # sharpen the random model: greedy continuations depend on attention, hence on positions
+        for name, weight in model.named_parameters():
+            if "self_attn" in name or "lm_head" in name or "embed" in name:
+                weight.mul_(6)
+    prompts = [tokenizer.encode(text) for text in ["Use [1, 2, 3]", "make 7", "each number once. Answer in", "x"]]
+    ours = generate(model, prompts, max_new_tokens=12, greedy=True, temperature=1.0, eos_id=tokenizer.eos_token_id,
+                    pad_id=tokenizer.pad_token_id)
+    ids, mask = _left_padded(prompts, tokenizer.pad_token_id)
+    theirs = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False,
+                            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    expected = []
+    for row in theirs[:, ids.shape[1]:].tolist():
+        expected.append(row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row)
+    assert ours == expected
+    assert len({tuple(r) for r in ours}) > 1
+
+
+def test_sampling_draws_tokens_with_the_softmax_probabilities(tiny):
+    """Inverse-CDF sampling: first-token frequencies over 20,000 draws match softmax(logits / T) (temperature 2)."""
+    from pipeline_lib.engines.local.common import generate
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
+    model = build_model(tokenizer, MODEL, 2).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8)
+    prompt = tokenizer.encode("Use [1, 2, 3] and + - * to make 6")
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1] / 2.0, dim=-1)
+    torch.manual_seed(0)
+    draws = generate(model, [prompt] * 20_000, max_new_tokens=1, greedy=False, temperature=2.0,
+                     eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
+    counts = torch.bincount(torch.tensor([d[0] for d in draws]), minlength=len(probs)).double()
+    expected = 20_000 * probs.double()
+    frequent = expected > 50
+    assert frequent.sum() >= 3  # several tokens are likely: the check compares a distribution, not one mode
+    # every frequent token within 5 binomial standard deviations, and no draw of a token with probability < 1e-7
+    sd = (expected * (1 - probs.double())).sqrt()
+    assert ((counts - expected).abs()[frequent] < 5 * sd[frequent]).all()
+    assert counts[probs < 1e-7].sum() == 0

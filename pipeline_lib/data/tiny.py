@@ -30,7 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_lib.data.schema import MATH_SUFFIX, rl_row, sft_row
+from pipeline_lib.data.schema import rl_row, sft_row
+
+#: The tiny tasks' instructions are shorter than the real datasets' (GSM8K's ``MATH_SUFFIX``, the TinyZero Countdown
+#: prompt): the model learns the answer format from the demonstrations, and a constant instruction is tokens every
+#: forward pass of the miniature pays for (half of a Countdown prompt's 64 tokens with the paper's wording).
+TINY_MATH_SUFFIX = "Answer in \\boxed{}."
 
 __all__ = ["TASKS", "TinyExample", "generate_task", "solve_countdown"]
 
@@ -94,8 +99,7 @@ def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExam
             if solved is not None:
                 break
     expr, steps = solved
-    prompt = (f"Using the numbers {numbers}, create an equation that equals {target}. You can use + - * and each "
-              "number exactly once. Think in <think> </think> and give the expression in <answer> </answer>.")
+    prompt = f"Use {numbers} and + - * to make {target}, each number once. Answer in <answer> </answer>."
     reference = "<think>" + "\n".join(steps) + "</think>\n<answer>" + expr + "</answer>"
     imperfect = _slips(rng, spec, numbers[0] <= 4)
     demonstration = reference
@@ -140,7 +144,7 @@ def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
     demonstration = (f"{steps[0]}\nThe answer is \\boxed{{{steps[0].split(' = ')[1]}}}." if imperfect
                      else reference)
     gold = "\n".join(steps) + f"\n#### {answer}"
-    return TinyExample(f"{question} {MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
+    return TinyExample(f"{question} {TINY_MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
 
 
 _TOPICS = [("road repairs", "Public Works"), ("a new library branch", "Libraries"), ("park lighting", "Parks"),
