@@ -166,7 +166,8 @@ def test_greedy_sampling_equals_transformers_generate(tiny):
         for name, weight in model.named_parameters():
             if "self_attn" in name or "lm_head" in name or "embed" in name:
                 weight.mul_(6)
-    prompts = [tokenizer.encode(text) for text in ["Use [1, 2, 3]", "make 7", "each number once. Answer in", "x"]]
+    texts = ["Use [1, 2, 3]", "make 7", "make 7", "make 7", "each number once. Answer in", "x", "x"]
+    prompts = [tokenizer.encode(text) for text in texts]  # repeated prompts share one prefill, as a group's do
     ours = generate(model, prompts, max_new_tokens=12, greedy=True, temperature=1.0, eos_id=tokenizer.eos_token_id,
                     pad_id=tokenizer.pad_token_id)
     ids, mask = _left_padded(prompts, tokenizer.pad_token_id)
@@ -201,3 +202,35 @@ def test_sampling_draws_tokens_with_the_softmax_probabilities(tiny):
     sd = (expected * (1 - probs.double())).sqrt()
     assert ((counts - expected).abs()[frequent] < 5 * sd[frequent]).all()
     assert counts[probs < 1e-7].sum() == 0
+
+
+def test_shared_prompt_logprobs_equal_one_forward_per_row_values_and_gradients(tiny):
+    """Rows of a group share their prompt's forward pass: the same log-probs and gradients as each row on its own."""
+    from pipeline_lib.engines.local.model import pack, response_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
+    model = build_model(tokenizer, MODEL, 4)
+    with torch.no_grad():  # attention that matters, so a wrong position or mask would show
+        for name, weight in model.named_parameters():
+            if "self_attn" in name:
+                weight.mul_(4)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [tokenizer.encode(t) for t in ["Use [1, 2, 3] and + - * to make 6", "make 7", "x y z w v"]]
+    group_size = 4
+    rows = [p for p in prompts for _ in range(group_size)]
+    responses = [torch.randint(5, 300, (int(torch.randint(1, 12, (1,), generator=generator)),),
+                               generator=generator).tolist() for _ in rows]
+    ids, attention, response = pack(rows, responses, tokenizer.pad_token_id)
+
+    shared = response_logprobs(model, ids, attention, response)
+    (shared * torch.linspace(0.5, 1.5, shared.numel()).view_as(shared)).sum().backward()
+    shared_grads = {name: w.grad.clone() for name, w in model.named_parameters()}
+    model.zero_grad()
+    alone = torch.cat([response_logprobs(model, ids[i:i + 1], attention[i:i + 1], response[i:i + 1])
+                       for i in range(len(rows))])
+    (alone * torch.linspace(0.5, 1.5, alone.numel()).view_as(alone)).sum().backward()
+
+    assert torch.equal(shared != 0, response.bool())
+    torch.testing.assert_close(shared, alone, atol=1e-5, rtol=1e-5)
+    for name, w in model.named_parameters():
+        torch.testing.assert_close(shared_grads[name], w.grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -65,15 +65,24 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     The model's own forward with its KV cache, as ``model.generate`` runs it (left padding, positions counted over
     real tokens), but a plain loop: pure temperature sampling draws by inverse CDF (one uniform per row, a
     ``searchsorted`` over the cumulative softmax), which on CPU costs a twentieth of ``torch.multinomial`` over the
-    vocabulary, the largest cost of a decode step at the tiny default's size. It stops once every row has ended.
+    vocabulary, the largest cost of a decode step at the tiny default's size. Consecutive rows with the same prompt
+    (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. It stops
+    once every row has ended.
     """
     from transformers import DynamicCache
 
-    width = max(len(p) for p in prompt_ids)
     n = len(prompt_ids)
-    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    distinct: list[Sequence[int]] = []
+    group_of_row = []
+    for row, p in enumerate(prompt_ids):
+        if row == 0 or list(p) != list(prompt_ids[row - 1]):
+            distinct.append(p)
+        group_of_row.append(len(distinct) - 1)
+    rows = torch.tensor(group_of_row)
+    width = max(len(p) for p in distinct)
+    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
-    for row, p in enumerate(prompt_ids):  # left padding, so every row continues at the same position
+    for row, p in enumerate(distinct):  # left padding, so every row continues at the same position
         ids[row, width - len(p):] = torch.tensor(p)
         mask[row, width - len(p):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -81,8 +90,10 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     model.eval()
     cache = DynamicCache()
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1]
-    position = positions[:, -1:]
+                   use_cache=True, logits_to_keep=1).logits[:, -1][rows]
+    if len(distinct) < n:
+        cache.reorder_cache(rows)
+    mask, position = mask[rows], positions[rows, -1:]
     finished = torch.zeros(n, dtype=torch.bool)
     tokens = []
     for step in range(max_new_tokens):

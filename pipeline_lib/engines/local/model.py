@@ -78,16 +78,26 @@ def pack(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[in
 
 
 def response_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
-                      response: torch.Tensor) -> torch.Tensor:
+                      response: torch.Tensor, share_prompts: bool = True) -> torch.Tensor:
     """log pi(token_t | prefix) at every position [N, L] (0 where not a response token).
 
-    Logits are computed only from the first column holding a response token on (``logits_to_keep``): the prompt
-    positions before it predict nothing that is scored, and the vocabulary projection is the model's largest matmul.
+    ``ids``/``attention``/``response`` are :func:`pack`'s right-padded rows (prompt, then response). Where consecutive
+    rows share their prompt (a group of M rollouts), the prompt goes through the model once per group and its
+    key/value cache is shared by the group's responses (:func:`_shared_prompt_logprobs`): a group-RL batch then
+    processes each prompt once instead of M times, the same values up to float rounding, gradients included
+    (``share_prompts=False`` turns this off, for comparisons).
+    Otherwise logits are computed only from the first column holding a response token on (``logits_to_keep``): the
+    prompt positions before it predict nothing that is scored, and the vocabulary projection is the model's largest
+    matmul.
     """
     columns = response.any(0).nonzero()
     out = torch.zeros_like(response)
     if len(columns) == 0:
         return out
+    prompt_lengths = (attention.sum(1) - response.sum(1)).long()
+    group_of_row = _prompt_groups(ids, prompt_lengths)
+    if share_prompts and int(group_of_row[-1]) + 1 <= len(ids) // 2:
+        return _shared_prompt_logprobs(model, ids, response, prompt_lengths, group_of_row)
     first = max(1, int(columns[0]))
     keep = ids.shape[1] - first + 1  # positions first-1 .. L-1; the last one predicts nothing
     logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1].float()
@@ -96,3 +106,48 @@ def response_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torc
                                       reduction="none").view(targets.shape)
     out[:, first:] = token_logprobs * response[:, first:]
     return out
+
+
+def _prompt_groups(ids: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
+    """Index of each row's prompt among the distinct prompts, counting a new one wherever a row's prompt differs
+    from the row before it (the rollouts of a group are consecutive)."""
+    in_prompt = torch.arange(ids.shape[1])[None, :] < prompt_lengths[:, None]
+    same = (prompt_lengths[1:] == prompt_lengths[:-1]) & ((ids[1:] == ids[:-1]) | ~in_prompt[1:]).all(1)
+    starts = torch.cat([torch.ones(1, dtype=torch.bool), ~same])
+    return starts.long().cumsum(0) - 1
+
+
+def _shared_prompt_logprobs(model: torch.nn.Module, ids: torch.Tensor, response: torch.Tensor,
+                            prompt_lengths: torch.Tensor, group_of_row: torch.Tensor) -> torch.Tensor:
+    """Response log-probs [N, L] with one forward pass per distinct prompt, its KV cache gathered to every row."""
+    n, width = ids.shape
+    starts = torch.cat([torch.ones(1, dtype=torch.bool), group_of_row[1:] != group_of_row[:-1]]).nonzero()[:, 0]
+    # the distinct prompts, left-padded (positions count real tokens, as in sampling)
+    lengths = prompt_lengths[starts]
+    prefix_width = int(lengths.max())
+    source = torch.arange(prefix_width)[None, :] - (prefix_width - lengths)[:, None]
+    prefix_mask = (source >= 0).long()
+    prefix_ids = ids[starts].gather(1, source.clamp(min=0))
+    prefix = model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=(prefix_mask.cumsum(1) - 1).clamp(
+        min=0), use_cache=True, logits_to_keep=1)
+    cache = prefix.past_key_values
+    cache.reorder_cache(group_of_row)  # every row gets its group's keys and values (a differentiable index_select)
+    # the responses, right-padded, continuing each row at its prompt length
+    response_lengths = response.sum(1).long()
+    steps = int(response_lengths.max())
+    offsets = torch.arange(steps)[None, :]
+    response_mask = offsets < response_lengths[:, None]
+    columns = prompt_lengths[:, None] + offsets
+    response_ids = ids.gather(1, columns.clamp(max=width - 1))
+    logits = prefix.logits[:, -1:][group_of_row]  # predicts each row's first response token
+    if steps > 1:
+        rest = model(input_ids=response_ids[:, :-1], attention_mask=torch.cat(
+            [prefix_mask[group_of_row], response_mask[:, :-1].long()], dim=1), position_ids=columns[:, :-1],
+            past_key_values=cache, use_cache=True).logits
+        logits = torch.cat([logits, rest], dim=1)
+    logits = logits.float()
+    token_logprobs = -F.cross_entropy(logits.reshape(-1, logits.shape[-1]), response_ids.reshape(-1),
+                                      reduction="none").view(n, steps) * response_mask
+    # columns past a row's response hold 0 and land beyond `width` or on its padding: every target is distinct
+    out = torch.zeros(n, width + steps, dtype=token_logprobs.dtype).scatter(1, columns, token_logprobs)
+    return out[:, :width] * response
