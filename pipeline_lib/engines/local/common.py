@@ -72,6 +72,8 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     from transformers import DynamicCache
 
     n = len(prompt_ids)
+    if max_new_tokens < 1:
+        return [[] for _ in range(n)]
     distinct: list[Sequence[int]] = []
     group_of_row = []
     for row, p in enumerate(prompt_ids):
