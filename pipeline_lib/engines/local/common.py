@@ -69,7 +69,7 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. It stops
     once every row has ended.
     """
-    from transformers import DynamicCache
+    from pipeline_lib.engines.local.model import prefill
 
     n = len(prompt_ids)
     if max_new_tokens < 1:
@@ -80,22 +80,10 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
         if row == 0 or list(p) != list(prompt_ids[row - 1]):
             distinct.append(p)
         group_of_row.append(len(distinct) - 1)
-    rows = torch.tensor(group_of_row)
-    width = max(len(p) for p in distinct)
-    ids = torch.full((len(distinct), width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, p in enumerate(distinct):  # left padding, so every row continues at the same position
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     was_training = model.training
     model.eval()
-    cache = DynamicCache()
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1][rows]
-    if len(distinct) < n:
-        cache.reorder_cache(rows)
-    mask, position = mask[rows], positions[rows, -1:]
+    logits, cache, mask = prefill(model, distinct, torch.tensor(group_of_row), pad_id)
+    position = mask.sum(1, keepdim=True) - 1
     finished = torch.zeros(n, dtype=torch.bool)
     tokens = []
     for step in range(max_new_tokens):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["build_model", "encode_prompts", "load_model", "response_logprobs", "save_model_atomic"]
+__all__ = ["build_model", "encode_prompts", "load_model", "prefill", "response_logprobs", "save_model_atomic"]
 
 
 def build_model(tokenizer: Any, spec: dict[str, Any], seed: int) -> torch.nn.Module:
@@ -94,10 +94,11 @@ def response_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torc
     out = torch.zeros_like(response)
     if len(columns) == 0:
         return out
-    prompt_lengths = (attention.sum(1) - response.sum(1)).long()
-    group_of_row = _prompt_groups(ids, prompt_lengths)
-    if share_prompts and int(group_of_row[-1]) + 1 <= len(ids) // 2:
-        return _shared_prompt_logprobs(model, ids, response, prompt_lengths, group_of_row)
+    if share_prompts:
+        prompt_lengths = (attention.sum(1) - response.sum(1)).long()
+        starts = _prompt_starts(ids, prompt_lengths)
+        if int(starts.sum()) <= len(ids) // 2:
+            return _shared_prompt_logprobs(model, ids, response, prompt_lengths, starts)
     first = max(1, int(columns[0]))
     keep = ids.shape[1] - first + 1  # positions first-1 .. L-1; the last one predicts nothing
     logits = model(input_ids=ids, attention_mask=attention, logits_to_keep=keep).logits[:, :-1].float()
@@ -108,30 +109,44 @@ def response_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torc
     return out
 
 
-def _prompt_groups(ids: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
-    """Index of each row's prompt among the distinct prompts, counting a new one wherever a row's prompt differs
-    from the row before it (the rollouts of a group are consecutive)."""
+def prefill(model: torch.nn.Module, prompts: Sequence[Sequence[int]], rows: torch.Tensor, pad_id: int
+            ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """One forward pass over each distinct prompt, gathered to the rows that continue it (``rows[i]``: row i's
+    prompt): (next-token logits [N, V], the KV cache of N rows, its attention mask [N, P]).
+
+    Prompts are left-padded with positions counted over real tokens, as ``model.generate`` does, so every row
+    continues at the same column; the gather is a differentiable ``index_select`` of the cache.
+    """
+    from transformers import DynamicCache
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.as_tensor(p)
+        mask[row, width - len(p):] = 1
+    cache = DynamicCache()
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                   past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    cache.reorder_cache(rows)
+    return logits[rows], cache, mask[rows]
+
+
+def _prompt_starts(ids: torch.Tensor, prompt_lengths: torch.Tensor) -> torch.Tensor:
+    """Rows whose prompt differs from the row before them (the rollouts of a group are consecutive)."""
     in_prompt = torch.arange(ids.shape[1])[None, :] < prompt_lengths[:, None]
     same = (prompt_lengths[1:] == prompt_lengths[:-1]) & ((ids[1:] == ids[:-1]) | ~in_prompt[1:]).all(1)
-    starts = torch.cat([torch.ones(1, dtype=torch.bool), ~same])
-    return starts.long().cumsum(0) - 1
+    return torch.cat([torch.ones(1, dtype=torch.bool), ~same])
 
 
 def _shared_prompt_logprobs(model: torch.nn.Module, ids: torch.Tensor, response: torch.Tensor,
-                            prompt_lengths: torch.Tensor, group_of_row: torch.Tensor) -> torch.Tensor:
+                            prompt_lengths: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
     """Response log-probs [N, L] with one forward pass per distinct prompt, its KV cache gathered to every row."""
     n, width = ids.shape
-    starts = torch.cat([torch.ones(1, dtype=torch.bool), group_of_row[1:] != group_of_row[:-1]]).nonzero()[:, 0]
-    # the distinct prompts, left-padded (positions count real tokens, as in sampling)
-    lengths = prompt_lengths[starts]
-    prefix_width = int(lengths.max())
-    source = torch.arange(prefix_width)[None, :] - (prefix_width - lengths)[:, None]
-    prefix_mask = (source >= 0).long()
-    prefix_ids = ids[starts].gather(1, source.clamp(min=0))
-    prefix = model(input_ids=prefix_ids, attention_mask=prefix_mask, position_ids=(prefix_mask.cumsum(1) - 1).clamp(
-        min=0), use_cache=True, logits_to_keep=1)
-    cache = prefix.past_key_values
-    cache.reorder_cache(group_of_row)  # every row gets its group's keys and values (a differentiable index_select)
+    first_rows = starts.nonzero()[:, 0]
+    prompts = [ids[row, :length].tolist() for row, length in zip(first_rows.tolist(),
+                                                                   prompt_lengths[first_rows].tolist(), strict=True)]
+    first_logits, cache, prompt_mask = prefill(model, prompts, starts.long().cumsum(0) - 1, pad_id=0)
     # the responses, right-padded, continuing each row at its prompt length
     response_lengths = response.sum(1).long()
     steps = int(response_lengths.max())
@@ -139,10 +154,10 @@ def _shared_prompt_logprobs(model: torch.nn.Module, ids: torch.Tensor, response:
     response_mask = offsets < response_lengths[:, None]
     columns = prompt_lengths[:, None] + offsets
     response_ids = ids.gather(1, columns.clamp(max=width - 1))
-    logits = prefix.logits[:, -1:][group_of_row]  # predicts each row's first response token
+    logits = first_logits[:, None]  # predicts each row's first response token
     if steps > 1:
         rest = model(input_ids=response_ids[:, :-1], attention_mask=torch.cat(
-            [prefix_mask[group_of_row], response_mask[:, :-1].long()], dim=1), position_ids=columns[:, :-1],
+            [prompt_mask, response_mask[:, :-1].long()], dim=1), position_ids=columns[:, :-1],
             past_key_values=cache, use_cache=True).logits
         logits = torch.cat([logits, rest], dim=1)
     logits = logits.float()
