@@ -26,7 +26,7 @@ from pipeline_lib.engines.local.model import build_model, pack, response_logprob
 REPO = Path(__file__).resolve().parents[1]
 
 
-class _Tokenizer:
+class ShapesOnlyTokenizer:
     """Just what ``build_model`` reads: the vocabulary size and the special ids."""
 
     def __init__(self, vocab_size: int) -> None:
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     vocab = config["data"]["tokenizer"]["vocab_size"]
-    model = build_model(_Tokenizer(vocab), config["train"]["model"], 0)
+    model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, vocab, (args.prompt_tokens + int(torch.randint(-4, 5, (1,), generator=generator)),),
                              generator=generator).tolist() for _ in range(args.prompts)]

@@ -15,7 +15,48 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["build_model", "encode_prompts", "load_model", "prefill", "response_logprobs", "save_model_atomic"]
+__all__ = ["GROUPED_SDPA", "build_model", "encode_prompts", "load_model", "prefill", "response_logprobs",
+           "save_model_atomic", "use_grouped_sdpa"]
+
+#: The attention implementation of every model the local engine builds or loads (:func:`use_grouped_sdpa`).
+GROUPED_SDPA = "sdpa_grouped_kv"
+
+
+def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                            is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """``transformers``' SDPA attention, except that on CPU the key/value heads go to SDPA as they are
+    (``enable_gqa``) instead of being copied once per query head.
+
+    ``transformers`` repeats the key/value heads whenever there is an attention mask (always, with padding); on CPU
+    that is a copy of the whole KV cache per layer and decode step, a quarter of a tiny model's sampling time. The
+    values are the same (SDPA repeats the heads in the same order); on other devices this is the stock function.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.device.type != "cpu" or key.shape[1] == query.shape[1]:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    is_causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    is_causal = query.shape[2] > 1 and attention_mask is None and is_causal
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                         scale=scaling, is_causal=is_causal, enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_sdpa(model: torch.nn.Module) -> torch.nn.Module:
+    """Switch ``model`` to :func:`_grouped_sdpa_attention` (registered once per process, with SDPA's own masks).
+
+    Only the running model changes: ``save_pretrained`` writes no attention implementation, so a checkpoint loads
+    anywhere as a plain model.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa_attention)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+    model.set_attn_implementation(GROUPED_SDPA)
+    return model
 
 
 def build_model(tokenizer: Any, spec: dict[str, Any], seed: int) -> torch.nn.Module:
@@ -29,14 +70,14 @@ def build_model(tokenizer: Any, spec: dict[str, Any], seed: int) -> torch.nn.Mod
         max_position_embeddings=spec["max_positions"], tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
-    return Qwen2ForCausalLM(config)
+    return use_grouped_sdpa(Qwen2ForCausalLM(config))
 
 
 def load_model(path: str | os.PathLike[str], dtype: torch.dtype | str = torch.float32) -> torch.nn.Module:
     """A causal LM from an HF directory or hub name; ``dtype="auto"`` keeps the checkpoint's own precision."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    return use_grouped_sdpa(AutoModelForCausalLM.from_pretrained(path, dtype=dtype))
 
 
 def save_model_atomic(model: torch.nn.Module, tokenizer: Any, target: str | os.PathLike[str]) -> Path:
