@@ -88,18 +88,29 @@ def _steps(command):
 
 
 def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation():
-    """The main study's checkpoints of a (task, seed) share one evaluation process; each keeps its own outputs."""
-    from pipeline_lib.plan.groups import eval_group_command, groups
+    """Every evaluation of a local-engine (task, seed) shares one process; each keeps its own outputs and arguments."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.groups import eval_batch_command, eval_batches
+    from pipeline_lib.targets import stage_targets
 
     config = _default_config()
-    shared = groups(config)
-    assert shared.tasks == tuple(config["train"]["tasks"]) and shared.seeds == tuple(config["train"]["seeds"])
-    assert shared.evaluated == ("sft", *config["train"]["methods"])
-    steps = _steps(eval_group_command(config, "arith_tiny", 2, 1))
-    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(shared.evaluated)
+    evaluations = stage_targets(config, plan_runs(config))["eval"]
+    batches = {batch.name: batch for batch in eval_batches(config, evaluations)}
+    assert sorted(path for batch in batches.values() for path in batch.paths("eval", "metrics.json")) == sorted(
+        path for path in evaluations if not path.startswith("results/eval/transfer/"))
+    assert batches["arith_tiny_seed2"].methods == ("sft", *config["train"]["methods"])
+    countdown = batches["countdown_tiny_seed0"].methods  # the baselines and ablation cells run on this task and seed
+    assert {"sft", "base", "rationalization", "softmax_tau10_m4", *config["train"]["methods"]} <= set(countdown)
+    batch = batches["arith_tiny_seed2"]
+    steps = _steps(eval_batch_command(config, batch, 1))
+    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(batch.methods)
     assert [s["args"][s["args"].index("--out") + 1] for s in steps] == [
-        f"results/eval/arith_tiny/{m}/seed2" for m in shared.evaluated]
+        f"results/eval/arith_tiny/{m}/seed2" for m in batch.methods]
     assert all(s["args"][s["args"].index("--seed") + 1] == "2" for s in steps)
+    # a verl-trained task's evaluations keep one job each
+    config["train"]["engine"] = "verl"
+    config["train"]["verl"] = {"tasks": {"arith_tiny": {}}}
+    assert "arith_tiny" not in {batch.task for batch in eval_batches(config, evaluations)}
 
 
 def test_a_training_group_runs_exactly_its_members_own_commands():
@@ -119,3 +130,42 @@ def test_a_training_group_runs_exactly_its_members_own_commands():
     inputs = train_group_inputs(runs)
     assert sorted(set(inputs.values())) == sorted({p for run in runs for p in run.inputs.values()})
     assert "results/train/countdown_tiny/sft/seed1/DONE.json" in inputs.values()
+
+
+def test_the_ablation_cells_of_a_task_and_seed_form_one_training_group():
+    """train_ablation_group: every tau x M cell of each ablation (task, seed), from that seed's SFT model."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.groups import ablation_groups, train_group_inputs, train_group_runs
+
+    config = _default_config()
+    ablation = config["train"]["ablation"]
+    group = ablation_groups(plan_runs(config))
+    assert group.tasks == tuple(ablation["tasks"]) and group.seeds == tuple(ablation["seeds"])
+    assert len(group.methods) == len(ablation["taus"]) * len(ablation["group_sizes"])
+    runs = train_group_runs(plan_runs(config), group.tasks[0], group.seeds[0], group.methods)
+    assert {run.spec["steps"] for run in runs} == {ablation["steps"]}
+    sft = f"results/train/{group.tasks[0]}/sft/seed{group.seeds[0]}/DONE.json"
+    assert sft in train_group_inputs(runs).values()
+    config["train"]["ablation"]["tasks"] = []
+    assert ablation_groups(plan_runs(config)).methods == ()
+
+
+def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
+    """imagenet.one_job_per_seed: the study's runs of a seed as one batch of their own commands; off, none."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.groups import imagenet_groups, train_group_command, train_group_runs
+
+    config = _default_config()
+    section = config["imagenet"]
+    assert section["one_job_per_seed"] is True  # the tiny default groups them
+    plan = plan_runs(config)
+    group = imagenet_groups(config, plan)
+    assert group.job == "train_imagenet" and group.tasks == ("imagenet",) and group.seeds == tuple(section["seeds"])
+    runs = train_group_runs(plan, "imagenet", group.seeds[-1], group.methods, group.job)
+    assert {run.output for run in runs} == {run.output for run in plan.of(job="train_imagenet")
+                                            if run.seed == group.seeds[-1]}
+    for run, step in zip(runs, _steps(train_group_command(runs, 2)), strict=True):
+        alone = shlex.split(run.command(2))
+        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
+    section["one_job_per_seed"] = False
+    assert imagenet_groups(config, plan_runs(config)).seeds == ()

@@ -239,7 +239,7 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     config["eval"]["samples"] = 2
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
-    assert "eval_checkpoints" in jobs and "paper_table1" in jobs  # SFT and the five methods: one job
+    assert "eval_checkpoints_countdown_tiny_seed0" in jobs and "paper_table1" in jobs  # a (task, seed): one job
     assert not jobs & {"train_local", "train_local_group", "data_tiny", "data_tokenizer"}
     # changing the RL settings reruns the RL runs (not SFT), their evaluations and the tables
     config["eval"]["samples"] = 1
@@ -249,7 +249,8 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     outputs = [path for line in result.stdout.splitlines() if line.strip().startswith("output:")
                for path in line.split(":", 1)[1].replace(",", " ").split()]
     trained = {path.split("/")[3] for path in outputs if path.startswith("results/train/")}
-    assert {"train_local_group", "eval_checkpoints", "paper_table1"} <= planned(result), planned(result)
+    assert {"train_local_group", "eval_checkpoints_countdown_tiny_seed0", "paper_table1"} <= planned(result), \
+        planned(result)
     assert {"grpo_exact", "softmax_exact", "softmax_ess"} <= trained and "sft" not in trained, trained
     config["train"]["rl"]["lr"] = RL_LR
     # --forcerun one rule plans it and what depends on it only

@@ -1,16 +1,22 @@
-"""Jobs that run several entry points in one process: the main study's runs and evaluations of one (task, seed).
+"""Jobs that run several entry points in one process: the main study's runs of one (task, seed), and every
+evaluation of one (task, seed).
 
-On a 2-core machine the start-up of a job (Python, torch, transformers, the verifier's worker pool: 4-7 CPU
-seconds) costs as much as a tiny training run's last fifth or a whole tiny evaluation, so on the local engine:
+On a 2-core machine the start-up of a job (Python, torch, transformers, the verifier's worker pool: about 4 CPU
+seconds) costs as much as a tiny training run's last fifth and more than a whole tiny evaluation (about 2.5 s), so on
+the local engine:
 
 * rule ``train_local_group`` trains every ``train.methods`` run of one (task, seed) from that seed's SFT model, one
-  run after another in one process;
-* rule ``eval_checkpoints`` evaluates SFT and those runs of one (task, seed) in one process.
+  run after another in one process, rule ``train_ablation_group`` the tau x M ablation's cells of one (task, seed),
+  and with ``imagenet.one_job_per_seed`` rule ``train_imagenet_group`` the ImageNet study's runs of one seed;
+* one rule per (task, seed) of a local-engine task, ``eval_checkpoints_<task>_seed<seed>``
+  (:func:`eval_batches`), evaluates every checkpoint of that task and seed the run's targets ask for (SFT, the
+  methods, baselines, ablation cells, judged runs) in one process.
 
 Each step is the entry point's own ``main(argv)`` (:mod:`pipeline_lib.engines.local.batch`), so every run and
 evaluation keeps its own directory, outputs and provenance, exactly what its own job would write. The cost: a change
-to one member reruns its whole group (a method's tau retrains the other methods of that task and seed too). Everything
-else (SFT, baselines, ablation cells, judged and verl runs, their evaluations) keeps one job per run.
+to one member reruns its whole group (a method's tau retrains the other methods of that task and seed too, and a
+retrained checkpoint re-evaluates its task and seed's others). Every other training run (SFT, baselines, judged and
+verl runs) and the evaluations of verl-trained checkpoints keep one job per run.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline_lib.plan.registry import PlanError
 from pipeline_lib.plan.runs import Plan, Run, engine_of
 from pipeline_lib.specs import eval_spec
 
-__all__ = ["Groups", "batch_command", "eval_group_command", "groups", "train_group_command", "train_group_inputs",
-           "train_group_runs"]
+__all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
+           "imagenet_groups", "train_group_command", "train_group_inputs", "train_group_runs"]
 
 
 @dataclass(frozen=True)
@@ -36,11 +43,7 @@ class Groups:
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
     methods: tuple[str, ...]
-
-    @property
-    def evaluated(self) -> tuple[str, ...]:
-        """The checkpoints ``eval_checkpoints`` evaluates: SFT and the methods."""
-        return ("sft", *self.methods) if self.tasks else ()
+    job: str = "train_local"  # the rule each member would otherwise run as
 
     @staticmethod
     def pattern(values: Iterable[Any]) -> str:
@@ -57,14 +60,36 @@ def groups(config: Mapping[str, Any]) -> Groups:
     return Groups(tasks, tuple(train["seeds"]), tuple(train["methods"]))
 
 
+def ablation_groups(plan: Plan) -> Groups:
+    """The tau x M ablation's cells of each local-engine (task, seed), trained one after another in one process (rule
+    ``train_ablation_group``); every cell starts from the same SFT model."""
+    wanted = set(plan.requests.get("ablation", []))
+    runs = [run for run in plan.of(job="train_local") if run.output in wanted]
+    tasks, seeds, cells = (tuple(dict.fromkeys(getattr(run, key) for run in runs)) for key in ("task", "seed", "name"))
+    if len(runs) != len(tasks) * len(seeds) * len(cells):  # the ablation is tasks x seeds x (tau, M) cells
+        raise PlanError(f"the ablation's local runs are not every cell {cells} on every task {tasks} and seed {seeds}")
+    return Groups(tasks, seeds, cells)
+
+
+def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
+    """With ``imagenet.one_job_per_seed``, every ImageNet-study run of one seed in one process (rule
+    ``train_imagenet_group``); otherwise none (one job per run)."""
+    runs = plan.of(job="train_imagenet")
+    if not runs or not (config.get("imagenet") or {}).get("one_job_per_seed"):
+        return Groups((), (), (), "train_imagenet")
+    return Groups(("imagenet",), tuple(dict.fromkeys(run.seed for run in runs)),
+                  tuple(dict.fromkeys(run.name for run in runs)), "train_imagenet")
+
+
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
     """One shell command running ``(module, args)`` steps in order in one process."""
     payload = [{"module": module, "args": args} for module, args in steps]
     return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json.dumps(payload))}"
 
 
-def train_group_runs(plan: Plan, task: str, seed: int | str, methods: Iterable[str]) -> list[Run]:
-    return [plan.get("train_local", f"{task}/{method}/seed{seed}") for method in methods]
+def train_group_runs(plan: Plan, task: str, seed: int | str, methods: Iterable[str], job: str = "train_local"
+                     ) -> list[Run]:
+    return [plan.get(job, f"{task}/{method}/seed{seed}") for method in methods]
 
 
 def train_group_inputs(runs: list[Run]) -> dict[str, str]:
@@ -87,12 +112,47 @@ def train_group_command(runs: list[Run], threads: int | None) -> str:
     return batch_command(steps)
 
 
-def eval_group_command(config: Mapping[str, Any], task: str, seed: int | str, threads: int) -> str:
-    """``pipeline_lib.eval.evaluate`` once per checkpoint of the group, in one process."""
+@dataclass(frozen=True)
+class EvalBatch:
+    """Every checkpoint of one (task, seed) the run evaluates, in one process (rule ``eval_checkpoints_<name>``)."""
+
+    task: str
+    seed: int
+    methods: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}_seed{self.seed}"
+
+    def paths(self, stage: str, filename: str) -> list[str]:
+        """One path per member, e.g. ``paths("eval", "metrics.json")`` or ``paths("train", "DONE.json")``."""
+        return [f"results/{stage}/{self.task}/{method}/seed{self.seed}/{filename}" for method in self.methods]
+
+
+_EVALUATION = re.compile(r"results/eval/(?P<task>[^/]+)/(?P<method>[^/]+)/seed(?P<seed>[0-9]+)/metrics\.json")
+
+
+def eval_batches(config: Mapping[str, Any], evaluations: Iterable[str]) -> list[EvalBatch]:
+    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.targets.stage_targets`'s ``eval``) of local-engine
+    tasks, one batch per (task, seed), members in their first-listed order. Other paths (verl tasks, transfer
+    benchmarks) are left to their own rules."""
+    members: dict[tuple[str, int], list[str]] = {}
+    for path in evaluations:
+        match = _EVALUATION.fullmatch(path)
+        if match is None or engine_of(config, match["task"]) != "local":
+            continue
+        methods = members.setdefault((match["task"], int(match["seed"])), [])
+        if match["method"] not in methods:
+            methods.append(match["method"])
+    return [EvalBatch(task, seed, tuple(methods)) for (task, seed), methods in members.items()]
+
+
+def eval_batch_command(config: Mapping[str, Any], batch: EvalBatch, threads: int) -> str:
+    """``pipeline_lib.eval.evaluate`` once per member of ``batch``, each with the arguments its own job would get."""
     spec = json.dumps(eval_spec(config))
     return batch_command([
         ("pipeline_lib.eval.evaluate",
-         ["--model", f"results/train/{task}/{method}/seed{seed}/final",
-          "--data", f"results/data/{task}/rl_test.parquet", "--spec", spec, "--seed", str(seed),
-          "--out", f"results/eval/{task}/{method}/seed{seed}", "--threads", str(threads)])
-        for method in groups(config).evaluated])
+         ["--model", f"results/train/{batch.task}/{method}/seed{batch.seed}/final",
+          "--data", f"results/data/{batch.task}/rl_test.parquet", "--spec", spec, "--seed", str(batch.seed),
+          "--out", f"results/eval/{batch.task}/{method}/seed{batch.seed}", "--threads", str(threads)])
+        for method in batch.methods])

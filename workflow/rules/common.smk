@@ -8,7 +8,7 @@ import sys
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
-from pipeline_lib.plan.groups import groups
+from pipeline_lib.plan.groups import ablation_groups, eval_batches, groups, imagenet_groups
 from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
@@ -36,10 +36,14 @@ onstart:
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 # (the estimators' parameter check runs in the submitting process, not again in each Slurm job's own parse)
 PLAN = plan_runs(config, check_estimators=workflow.is_main_process)
-# The main study's runs and evaluations of one (task, seed) that share a process (rules train_local_group and
-# eval_checkpoints; pipeline_lib.plan.groups).
+# Runs of one (task, seed) that share a process: the main study's (rule train_local_group) and the ablation's cells
+# (train_ablation_group), the ImageNet study's of one seed (train_imagenet_group); and every evaluation of one (task, seed) of a local-engine task, one process each
+# (eval.smk; pipeline_lib.plan.groups).
 GROUPS = groups(config)
+ABLATION_GROUPS = ablation_groups(PLAN)
+IMAGENET_GROUPS = imagenet_groups(config, PLAN)
 TARGETS = stage_targets(config, PLAN)
+EVAL_BATCHES = eval_batches(config, TARGETS["eval"])
 REPORT_INPUTS = report_inputs(config, PLAN, TARGETS["paper"])
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`

@@ -1,38 +1,38 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
-from pipeline_lib.plan.groups import eval_group_command
+from pipeline_lib.plan.groups import eval_batch_command
 from pipeline_lib.specs import eval_spec
 
 
-# SFT and every train.methods run of one (task, seed) on the local engine, evaluated in one process (one start-up
-# instead of one per checkpoint; pipeline_lib.plan.groups); each evaluation writes what eval_checkpoint would.
-rule eval_checkpoints:
-    input:
-        done=expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=GROUPS.evaluated),
-        data="results/data/{task}/rl_test.parquet",
-    output:
-        metrics=expand("results/eval/{{task}}/{method}/seed{{seed}}/metrics.json", method=GROUPS.evaluated),
-        generations=expand("results/eval/{{task}}/{method}/seed{{seed}}/generations.jsonl",
-                           method=GROUPS.evaluated),
-    params:
-        code=code_digest("pipeline_lib.engines.local.batch") + code_digest("pipeline_lib.eval.evaluate"),
-        spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
-        command=lambda wildcards, threads: eval_group_command(config, wildcards.task, wildcards.seed, threads),
-    wildcard_constraints:
-        task=GROUPS.pattern(GROUPS.tasks),
-        seed=GROUPS.pattern(GROUPS.seeds),
-    log:
-        "logs/eval_checkpoints/{task}_seed{seed}.log",
-    benchmark:
-        "results/benchmarks/eval_checkpoints/{task}_seed{seed}.tsv"
-    threads: 1
-    conda:
-        "../../envs/report.yaml"
-    shell:
-        "{params.command} > {log} 2>&1"
+# Every evaluation of one (task, seed) of a local-engine task in one process (one start-up instead of one per
+# checkpoint; pipeline_lib.plan.groups.eval_batches): one rule per (task, seed), named eval_checkpoints_<task>_seed<N>;
+# each evaluation writes what eval_checkpoint would. Evaluations of other checkpoints: eval_checkpoint.
+for batch in EVAL_BATCHES:
 
+    rule:
+        name:
+            f"eval_checkpoints_{batch.name}"
+        input:
+            done=batch.paths("train", "DONE.json"),
+            data=f"results/data/{batch.task}/rl_test.parquet",
+        output:
+            metrics=batch.paths("eval", "metrics.json"),
+            generations=batch.paths("eval", "generations.jsonl"),
+        params:
+            code=code_digest("pipeline_lib.engines.local.batch") + code_digest("pipeline_lib.eval.evaluate"),
+            spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
+            command=lambda wildcards, threads, batch=batch: eval_batch_command(config, batch, threads),
+        log:
+            f"logs/eval_checkpoints/{batch.name}.log",
+        benchmark:
+            f"results/benchmarks/eval_checkpoints/{batch.name}.tsv"
+        threads: 1
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "{params.command} > {log} 2>&1"
 
-ruleorder: eval_checkpoints > eval_checkpoint
+    workflow.ruleorder(f"eval_checkpoints_{batch.name}", "eval_checkpoint")
 
 
 rule eval_checkpoint:

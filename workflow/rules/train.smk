@@ -1,5 +1,5 @@
 # Stage "train": one rule per kind of job (pipeline_lib.plan.JOBS: train_local, train_verl, train_trl,
-# annotate_rationales, train_imagenet), plus train_local_group (below). Which runs exist, and each one's inputs,
+# annotate_rationales, train_imagenet), plus the group rules below (several runs in one job). Which runs exist, and each one's inputs,
 # command, spec and resources, come from the run plan (PLAN = pipeline_lib.plan.plan_runs(config)); a rule matches exactly its own runs
 # (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
@@ -38,37 +38,43 @@ for job, kind in JOBS.items():
             "{params.command} > {log} 2>&1"
 
 
-# Every train.methods run of one (task, seed) on the local engine, one after another in one process (one start-up
-# instead of five; pipeline_lib.plan.groups): the same runs, commands and outputs as their train_local jobs, which
-# this rule takes over (ruleorder). A change to one of them reruns the group.
-rule train_local_group:
-    input:
-        unpack(lambda wildcards: train_group_inputs(train_group_runs(PLAN, wildcards.task, wildcards.seed,
-                                                                     GROUPS.methods))),
-    output:
-        expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=GROUPS.methods),
-    params:
-        command=lambda wildcards, threads: train_group_command(
-            train_group_runs(PLAN, wildcards.task, wildcards.seed, GROUPS.methods), threads),
-        run=lambda wildcards: "\n".join(run.command() for run in train_group_runs(PLAN, wildcards.task,
-                                                                                  wildcards.seed, GROUPS.methods)),
-        code=lambda wildcards: " ".join(dict.fromkeys(code_digest(run.entry_module) for run in train_group_runs(
-            PLAN, wildcards.task, wildcards.seed, GROUPS.methods))),
-    wildcard_constraints:
-        task=GROUPS.pattern(GROUPS.tasks),
-        seed=GROUPS.pattern(GROUPS.seeds),
-    log:
-        "logs/train_local_group/{task}_seed{seed}.log",
-    benchmark:
-        "results/benchmarks/train_local_group/{task}_seed{seed}.tsv"
-    threads: 1
-    conda:
-        "../../envs/report.yaml"
-    shell:
-        "{params.command} > {log} 2>&1"
+# Runs of one (task, seed) on the local engine that start from the same SFT model, one after another in one process
+# (one start-up instead of one per run; pipeline_lib.plan.groups): train_local_group, every train.methods run;
+# train_ablation_group, the tau x M ablation's cells; train_imagenet_group (imagenet.one_job_per_seed), the ImageNet
+# study's runs of one seed. The same runs, commands and outputs as their own jobs (train_local, train_imagenet),
+# which these rules take over (ruleorder). A change to one of them reruns its group.
+for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": ABLATION_GROUPS,
+                          "train_imagenet_group": IMAGENET_GROUPS}.items():
 
+    def members(wildcards, group=group):
+        return train_group_runs(PLAN, wildcards.task, wildcards.seed, group.methods, group.job)
 
-ruleorder: train_local_group > train_local
+    rule:
+        name:
+            group_rule
+        input:
+            unpack(lambda wildcards, members=members: train_group_inputs(members(wildcards))),
+        output:
+            expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=group.methods),
+        params:
+            command=lambda wildcards, threads, members=members: train_group_command(members(wildcards), threads),
+            run=lambda wildcards, members=members: "\n".join(run.command() for run in members(wildcards)),
+            code=lambda wildcards, members=members: " ".join(dict.fromkeys(code_digest(run.entry_module)
+                                                                           for run in members(wildcards))),
+        wildcard_constraints:
+            task=group.pattern(group.tasks),
+            seed=group.pattern(group.seeds),
+        log:
+            f"logs/{group_rule}/{{task}}_seed{{seed}}.log",
+        benchmark:
+            f"results/benchmarks/{group_rule}/{{task}}_seed{{seed}}.tsv"
+        threads: 1
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "{params.command} > {log} 2>&1"
+
+    workflow.ruleorder(group_rule, group.job)
 
 
 # verl's own checks of every verl run (validate_config, its dataclass configs, the estimator through
