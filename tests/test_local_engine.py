@@ -268,3 +268,37 @@ def test_grouped_kv_attention_equals_transformers_sdpa_and_is_not_saved(tiny, tm
         (response_logprobs(model, ids, attention, response) * weights).sum().backward()
     for (name, a), b in zip(grouped.named_parameters(), stock.parameters(), strict=True):
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_rows_that_end_early_leave_the_batch_without_changing_the_other_rows(tiny):
+    """Greedy decoding with an end token many rows write at different steps (so ended rows leave the batch
+    mid-generation) equals ``model.generate``, row by row."""
+    import pandas as pd
+
+    from pipeline_lib.engines.local.common import generate
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
+    model = build_model(tokenizer, MODEL, 7).eval()
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "self_attn" in name or "lm_head" in name or "embed" in name:
+                weight.mul_(6)
+    frame = pd.read_parquet(tiny / "data/rl_train.parquet")
+    prompts = [tokenizer.encode(p[0]["content"][: 8 + 3 * i]) for i, p in enumerate(frame["prompt"])]
+    unended = generate(model, prompts, max_new_tokens=16, greedy=True, temperature=1.0, eos_id=-1,
+                       pad_id=tokenizer.pad_token_id)
+    first: dict[int, dict[int, int]] = {}  # token -> row -> first step it is written (before the last step)
+    for row, tokens in enumerate(unended):
+        for step, token in enumerate(tokens[:-1]):
+            first.setdefault(token, {}).setdefault(row, step)
+    eos = max(first, key=lambda t: (len(set(first[t].values())), len(first[t])))
+    ours = generate(model, prompts, max_new_tokens=16, greedy=True, temperature=1.0, eos_id=eos,
+                    pad_id=tokenizer.pad_token_id)
+    ends = [len(row) for row in ours if row[-1] == eos]
+    assert 4 * len(ends) >= len(prompts) and len(set(ends)) >= 4, ends  # many rows end, at different steps
+    ids, mask = _left_padded(prompts, tokenizer.pad_token_id)
+    theirs = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=16, do_sample=False,
+                            eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+    expected = [row[: row.index(eos) + 1] if eos in row else row for row in theirs[:, ids.shape[1]:].tolist()]
+    assert ours == expected
+    assert [row[: len(o)] for row, o in zip(unended, ours, strict=True)] == ours  # ending changes no other row

@@ -66,8 +66,10 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     real tokens), but a plain loop: pure temperature sampling draws by inverse CDF (one uniform per row, a
     ``searchsorted`` over the cumulative softmax), which on CPU costs a twentieth of ``torch.multinomial`` over the
     vocabulary, the largest cost of a decode step at the tiny default's size. Consecutive rows with the same prompt
-    (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. It stops
-    once every row has ended.
+    (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. Rows that
+    have ended leave the batch (with their cache) once they are a quarter of it, so a step costs what the rows still
+    writing cost; the random draws stay one per row and step, as if every row were decoded to the end. It stops once
+    every row has ended.
     """
     from pipeline_lib.engines.local.model import prefill
 
@@ -84,28 +86,33 @@ def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max
     model.eval()
     logits, cache, mask = prefill(model, distinct, torch.tensor(group_of_row), pad_id)
     position = mask.sum(1, keepdim=True) - 1
-    finished = torch.zeros(n, dtype=torch.bool)
-    tokens = []
+    tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
+    rows = torch.arange(n)  # the rows still in the batch, in the cache's order
+    ended = torch.zeros(n, dtype=torch.bool)  # per row in the batch
     for step in range(max_new_tokens):
         logits = logits.float()
         if greedy:
             token = logits.argmax(-1)
         else:
             cdf = torch.softmax(logits / temperature, dim=-1).cumsum(-1)
-            draw = torch.rand(n, 1) * cdf[:, -1:]
+            draw = torch.rand(n, 1)[rows] * cdf[:, -1:]
             token = torch.searchsorted(cdf, draw, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
-        token = token.masked_fill(finished, pad_id)
-        tokens.append(token)
-        finished |= token == eos_id
-        if step + 1 == max_new_tokens or bool(finished.all()):
+        token = token.masked_fill(ended, pad_id)
+        tokens[rows, step] = token
+        ended |= token == eos_id
+        if step + 1 == max_new_tokens or bool(ended.all()):
             break
-        mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype)], dim=1)
+        if 4 * int(ended.sum()) >= len(rows):
+            keep = (~ended).nonzero().squeeze(1)
+            cache.reorder_cache(keep)
+            rows, mask, position, token, ended = rows[keep], mask[keep], position[keep], token[keep], ended[keep]
+        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], dim=1)
         position = position + 1
         logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
                        use_cache=True).logits[:, -1]
     model.train(was_training)
     responses = []
-    for row in torch.stack(tokens, dim=1).tolist():
+    for row in tokens.tolist():
         cut = row.index(eos_id) + 1 if eos_id in row else len(row)
         responses.append(row[:cut])
     return responses
