@@ -3,8 +3,9 @@
 Run: python benchmarks/batching.py [--evaluations 6]
 
 Jobs of the tiny default each start Python with torch and transformers; this measures what one process per job
-costs against one process for several jobs (``pipeline_lib.engines.local.batch``, which the main study's
-``train_local_group`` and ``eval_checkpoints`` jobs use), side by side in one run. It builds countdown_tiny and
+costs against one process for several jobs (``pipeline_lib.engines.local.batch``, which the group rules
+``train_local_group``, ``train_ablation_group``, ``train_imagenet_group`` and ``eval_checkpoints_<task>_seed<N>``
+use), side by side in one run. It builds countdown_tiny and
 its tokenizer with the default config's settings, an untrained base model (what an evaluation costs does not
 depend on the weights' values), then runs the default config's evaluation (``eval`` section: 200 prompts, 1 greedy
 + 4 samples) K times each way, with different seeds. CPU seconds are the kernel's accounting of the finished child
