@@ -21,9 +21,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 import yaml
 from shared_prompt import ShapesOnlyTokenizer, timed
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from pipeline_lib.engines.local.common import generate
-from pipeline_lib.engines.local.model import build_model, pack, response_logprobs
+from pipeline_lib.engines.local.model import _grouped_sdpa_attention, build_model, pack, response_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,26 +41,27 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     vocab = config["data"]["tokenizer"]["vocab_size"]
-    grouped = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
-    stock = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
-    stock.set_attn_implementation("sdpa")
+    model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
     generator = torch.Generator().manual_seed(0)
     prompts = [torch.randint(2, vocab, (args.prompt_tokens + int(torch.randint(-4, 5, (1,), generator=generator)),),
                              generator=generator).tolist() for _ in range(args.prompts)]
     rows = [p for p in prompts for _ in range(args.group_size)]
 
-    def sample(model: torch.nn.Module) -> list[list[int]]:
+    def sample(implementation: object) -> list[list[int]]:
+        AttentionInterface.register("sdpa", implementation)  # what "sdpa" runs in this process
         torch.manual_seed(0)
         with torch.no_grad():
             return generate(model, rows, max_new_tokens=args.new_tokens, greedy=False, temperature=1.0, eos_id=-1,
                             pad_id=0)
 
+    stock, grouped = sdpa_attention_forward, _grouped_sdpa_attention
     responses = sample(stock)
     same = responses == sample(grouped)
     half = len(rows) // 2
     ids, attention, response = pack(rows[:half], responses[:half], 0)
 
-    def update(model: torch.nn.Module) -> None:
+    def update(implementation: object) -> None:
+        AttentionInterface.register("sdpa", implementation)
         model.zero_grad()
         response_logprobs(model, ids, attention, response).sum().backward()
 

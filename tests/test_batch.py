@@ -116,12 +116,12 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
 def test_a_training_group_runs_exactly_its_members_own_commands():
     """train_local_group runs each train.methods run of a (task, seed) as the step its own job would run."""
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.groups import groups, train_group_command, train_group_inputs, train_group_runs
+    from pipeline_lib.plan.groups import groups, train_group_command, train_group_inputs
 
     config = _default_config()
     plan = plan_runs(config)
     methods = groups(config).methods
-    runs = train_group_runs(plan, "countdown_tiny", 1, methods)
+    runs = groups(config).runs(plan, "countdown_tiny", 1)
     assert [run.name for run in runs] == list(methods) and {run.seed for run in runs} == {1}
     steps = _steps(train_group_command(runs, 3))
     for run, step in zip(runs, steps, strict=True):
@@ -135,14 +135,14 @@ def test_a_training_group_runs_exactly_its_members_own_commands():
 def test_the_ablation_cells_of_a_task_and_seed_form_one_training_group():
     """train_ablation_group: every tau x M cell of each ablation (task, seed), from that seed's SFT model."""
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.groups import ablation_groups, train_group_inputs, train_group_runs
+    from pipeline_lib.plan.groups import ablation_groups, train_group_inputs
 
     config = _default_config()
     ablation = config["train"]["ablation"]
     group = ablation_groups(plan_runs(config))
     assert group.tasks == tuple(ablation["tasks"]) and group.seeds == tuple(ablation["seeds"])
     assert len(group.methods) == len(ablation["taus"]) * len(ablation["group_sizes"])
-    runs = train_group_runs(plan_runs(config), group.tasks[0], group.seeds[0], group.methods)
+    runs = group.runs(plan_runs(config), group.tasks[0], group.seeds[0])
     assert {run.spec["steps"] for run in runs} == {ablation["steps"]}
     sft = f"results/train/{group.tasks[0]}/sft/seed{group.seeds[0]}/DONE.json"
     assert sft in train_group_inputs(runs).values()
@@ -153,7 +153,7 @@ def test_the_ablation_cells_of_a_task_and_seed_form_one_training_group():
 def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
     """imagenet.one_job_per_seed: the study's runs of a seed as one batch of their own commands; off, none."""
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.groups import imagenet_groups, train_group_command, train_group_runs
+    from pipeline_lib.plan.groups import imagenet_groups, train_group_command
 
     config = _default_config()
     section = config["imagenet"]
@@ -161,7 +161,7 @@ def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
     plan = plan_runs(config)
     group = imagenet_groups(config, plan)
     assert group.job == "train_imagenet" and group.tasks == ("imagenet",) and group.seeds == tuple(section["seeds"])
-    runs = train_group_runs(plan, "imagenet", group.seeds[-1], group.methods, group.job)
+    runs = group.runs(plan, "imagenet", group.seeds[-1])
     assert {run.output for run in runs} == {run.output for run in plan.of(job="train_imagenet")
                                             if run.seed == group.seeds[-1]}
     for run, step in zip(runs, _steps(train_group_command(runs, 2)), strict=True):

@@ -237,37 +237,44 @@ def test_shared_prompt_logprobs_equal_one_forward_per_row_values_and_gradients(t
 
 
 def test_grouped_kv_attention_equals_transformers_sdpa_and_is_not_saved(tiny, tmp_path):
-    """The local engine's attention (key/value heads not repeated on CPU) gives the stock SDPA's logits on a padded
-    batch, its gradients up to summation order, and leaves no trace in a saved checkpoint."""
-    from pipeline_lib.engines.local.model import GROUPED_SDPA, pack, response_logprobs
+    """The local engine's "sdpa" attention (key/value heads not repeated on CPU) gives the stock SDPA's logits on a
+    padded batch and its gradients up to summation order; a checkpoint saves as a plain sdpa model."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from pipeline_lib.engines.local.model import _grouped_sdpa_attention, pack, response_logprobs, use_grouped_sdpa
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
-    grouped = build_model(tokenizer, MODEL, 5)
-    assert grouped.config._attn_implementation == GROUPED_SDPA
-    assert grouped.config.num_key_value_heads < grouped.config.num_attention_heads  # heads really are grouped
+    model = build_model(tokenizer, MODEL, 5)
+    assert model.config._attn_implementation == "sdpa"
+    assert AttentionInterface._global_mapping["sdpa"] is _grouped_sdpa_attention
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # heads really are grouped
     with torch.no_grad():
-        for name, weight in grouped.named_parameters():
+        for name, weight in model.named_parameters():
             if "self_attn" in name:
                 weight.mul_(4)
-    save_model_atomic(grouped, tokenizer, tmp_path / "model")
-    assert "sdpa_grouped" not in (tmp_path / "model/config.json").read_text()
-    from transformers import AutoModelForCausalLM
-
-    stock = AutoModelForCausalLM.from_pretrained(tmp_path / "model", dtype=torch.float32)
-    assert stock.config._attn_implementation == "sdpa"
+    save_model_atomic(model, tokenizer, tmp_path / "model")
+    assert json.loads((tmp_path / "model/config.json").read_text()).get("_attn_implementation") in (None, "sdpa")
 
     prompts = [tokenizer.encode(t) for t in ["Use [1, 2, 3] and + - * to make 6", "make 7", "x y"]]
-    responses = [[7, 8, 9, 10], [11], [12, 13]]
-    ids, attention, response = pack(prompts, responses, tokenizer.pad_token_id)
+    ids, attention, response = pack(prompts, [[7, 8, 9, 10], [11], [12, 13]], tokenizer.pad_token_id)
     left_ids, left_mask = _left_padded(prompts, tokenizer.pad_token_id)
-    with torch.no_grad():
-        assert torch.equal(grouped(input_ids=left_ids, attention_mask=left_mask).logits,
-                           stock(input_ids=left_ids, attention_mask=left_mask).logits)
     weights = torch.linspace(0.5, 1.5, ids.numel()).view_as(ids)
-    for model in (grouped, stock):
-        (response_logprobs(model, ids, attention, response) * weights).sum().backward()
-    for (name, a), b in zip(grouped.named_parameters(), stock.parameters(), strict=True):
-        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4, msg=name)
+    results = []
+    try:
+        for attention_function in (_grouped_sdpa_attention, sdpa_attention_forward):
+            AttentionInterface.register("sdpa", attention_function)
+            model.zero_grad()
+            with torch.no_grad():
+                logits = model(input_ids=left_ids, attention_mask=left_mask).logits
+            (response_logprobs(model, ids, attention, response) * weights).sum().backward()
+            results.append((logits, {name: w.grad.clone() for name, w in model.named_parameters()}))
+    finally:
+        use_grouped_sdpa(model)
+    (grouped_logits, grouped_grads), (stock_logits, stock_grads) = results
+    assert torch.equal(grouped_logits, stock_logits)
+    for name, grad in grouped_grads.items():
+        torch.testing.assert_close(grad, stock_grads[name], atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_rows_that_end_early_leave_the_batch_without_changing_the_other_rows(tiny):

@@ -33,7 +33,7 @@ from pipeline_lib.plan.runs import Plan, Run, engine_of
 from pipeline_lib.specs import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
-           "imagenet_groups", "train_group_command", "train_group_inputs", "train_group_runs"]
+           "imagenet_groups", "train_group_command", "train_group_inputs"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,10 @@ class Groups:
     seeds: tuple[int, ...]
     methods: tuple[str, ...]
     job: str = "train_local"  # the rule each member would otherwise run as
+
+    def runs(self, plan: Plan, task: str, seed: int | str) -> list[Run]:
+        """The members of the (task, seed) group, in ``methods`` order."""
+        return [plan.get(self.job, f"{task}/{method}/seed{seed}") for method in self.methods]
 
     @staticmethod
     def pattern(values: Iterable[Any]) -> str:
@@ -85,11 +89,6 @@ def batch_command(steps: list[tuple[str, list[str]]]) -> str:
     """One shell command running ``(module, args)`` steps in order in one process."""
     payload = [{"module": module, "args": args} for module, args in steps]
     return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json.dumps(payload))}"
-
-
-def train_group_runs(plan: Plan, task: str, seed: int | str, methods: Iterable[str], job: str = "train_local"
-                     ) -> list[Run]:
-    return [plan.get(job, f"{task}/{method}/seed{seed}") for method in methods]
 
 
 def train_group_inputs(runs: list[Run]) -> dict[str, str]:

@@ -4,7 +4,7 @@
 # (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
-from pipeline_lib.plan.groups import train_group_command, train_group_inputs, train_group_runs
+from pipeline_lib.plan.groups import train_group_command, train_group_inputs
 
 for job, kind in JOBS.items():
 
@@ -46,21 +46,20 @@ for job, kind in JOBS.items():
 for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": ABLATION_GROUPS,
                           "train_imagenet_group": IMAGENET_GROUPS}.items():
 
-    def members(wildcards, group=group):
-        return train_group_runs(PLAN, wildcards.task, wildcards.seed, group.methods, group.job)
-
     rule:
         name:
             group_rule
         input:
-            unpack(lambda wildcards, members=members: train_group_inputs(members(wildcards))),
+            unpack(lambda wildcards, group=group: train_group_inputs(group.runs(PLAN, wildcards.task, wildcards.seed))),
         output:
             expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=group.methods),
         params:
-            command=lambda wildcards, threads, members=members: train_group_command(members(wildcards), threads),
-            run=lambda wildcards, members=members: "\n".join(run.command() for run in members(wildcards)),
-            code=lambda wildcards, members=members: " ".join(dict.fromkeys(code_digest(run.entry_module)
-                                                                           for run in members(wildcards))),
+            command=lambda wildcards, threads, group=group: train_group_command(
+                group.runs(PLAN, wildcards.task, wildcards.seed), threads),
+            run=lambda wildcards, group=group: "\n".join(
+                run.command() for run in group.runs(PLAN, wildcards.task, wildcards.seed)),
+            code=lambda wildcards, group=group: " ".join(dict.fromkeys(
+                code_digest(run.entry_module) for run in group.runs(PLAN, wildcards.task, wildcards.seed))),
         wildcard_constraints:
             task=group.pattern(group.tasks),
             seed=group.pattern(group.seeds),

@@ -15,11 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["GROUPED_SDPA", "build_model", "encode_prompts", "load_model", "prefill", "response_logprobs",
-           "save_model_atomic", "use_grouped_sdpa"]
-
-#: The attention implementation of every model the local engine builds or loads (:func:`use_grouped_sdpa`).
-GROUPED_SDPA = "sdpa_grouped_kv"
+__all__ = ["build_model", "encode_prompts", "load_model", "prefill", "response_logprobs", "save_model_atomic",
+           "use_grouped_sdpa"]
 
 
 def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -45,17 +42,15 @@ def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: t
 
 
 def use_grouped_sdpa(model: torch.nn.Module) -> torch.nn.Module:
-    """Switch ``model`` to :func:`_grouped_sdpa_attention` (registered once per process, with SDPA's own masks).
+    """Make ``"sdpa"`` attention in this process :func:`_grouped_sdpa_attention` (the same values; the stock
+    function off CPU), for ``model`` and every other model here.
 
-    Only the running model changes: ``save_pretrained`` writes no attention implementation, so a checkpoint loads
-    anywhere as a plain model.
+    It is registered under transformers' own name, not a new one: a model keeps ``attn_implementation="sdpa"``, so it
+    pickles to another process (a Ray worker) and saves as a plain model, and runs there with the stock function.
     """
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa_attention)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
-    model.set_attn_implementation(GROUPED_SDPA)
+    AttentionInterface.register("sdpa", _grouped_sdpa_attention)
     return model
 
 
