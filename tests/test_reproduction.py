@@ -51,9 +51,14 @@ def test_allocation_shift_is_paired_by_seed_and_made_tables_are_recognised(tmp_p
     assert abs(shift["result"].mean - (0.4 - 0.11)) < 1e-9 and shift["result"].excludes_zero
     table = tmp_path / "nonverifiable.md"
     table.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 50.0 |")
-    report = build_report("tiny", REFERENCE, None, frame, made={"nonverifiable": table})
+    ablation = tmp_path / "ablation.md"
+    ablation.write_text("| tau | countdown_tiny M=4 pass@1 |\n|---|---|\n| 0.1 | 30.0% |")
+    report = build_report("tiny", REFERENCE, None, frame, made={"nonverifiable": table, "ablation": ablation})
     assert "Made by this run" in report.split("## nonverifiable")[1].split("##")[0]
     assert "Not reproduced" in report.split("## scale")[1]
+    # our one ablation table stands for the paper's two sweep tables: shown once, naming both
+    assert report.count("| 0.1 | 30.0% |") == 1
+    assert "## ablation (the paper's ablation_gsm8k, ablation_countdown)" in report
 
 
 def test_judge_items_from_score_files_pair_by_item_and_reach_the_report(tmp_path):

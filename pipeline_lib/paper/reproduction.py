@@ -338,14 +338,17 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                 comparison = compare(judge_items, task, a, b, "judge", shared_items=True)
                 if comparison.result is not None:
                     nonverifiable.append(comparison)
+    sections: dict[str, list[str]] = {}  # our table -> the paper's sections it stands for (one ablation table: two)
     for name, table in OTHER_TABLES.items():
-        parts += [f"## {name}", ""]
+        sections.setdefault(table, []).append(name)
+    for table, names in sections.items():
+        parts += [f"## {table}" + ("" if names == [table] else f" (the paper's {', '.join(names)})"), ""]
         if table in made:
             parts += [f"Made by this run: `{made[table]}`" + ("" if comparable else
                       " (miniature: the paper's numbers are listed for orientation only)."), ""]
             if made[table].is_file():
                 parts += [made[table].read_text().strip(), ""]
-            if name == "nonverifiable" and nonverifiable:
+            if table == "nonverifiable" and nonverifiable:
                 parts += ["Paired differences of the primary judge's score (points of 100; 95% interval over seeds "
                           "and judged items):", "", comparisons_section(nonverifiable, "judge score"), ""]
         else:
