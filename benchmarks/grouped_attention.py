@@ -14,20 +14,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
-import yaml
-from shared_prompt import ShapesOnlyTokenizer, timed
+from shared_prompt import default_model_and_group_rows, timed
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from pipeline_lib.engines.local.common import generate
-from pipeline_lib.engines.local.model import _grouped_sdpa_attention, build_model, pack, response_logprobs
-
-REPO = Path(__file__).resolve().parents[1]
+from pipeline_lib.engines.local.model import _grouped_sdpa_attention, pack, response_logprobs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,14 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    vocab = config["data"]["tokenizer"]["vocab_size"]
-    model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
-    generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(2, vocab, (args.prompt_tokens + int(torch.randint(-4, 5, (1,), generator=generator)),),
-                             generator=generator).tolist() for _ in range(args.prompts)]
-    rows = [p for p in prompts for _ in range(args.group_size)]
+    config, model, _, rows = default_model_and_group_rows(args.prompts, args.group_size, args.prompt_tokens)
 
     def sample(implementation: object) -> list[list[int]]:
         AttentionInterface.register("sdpa", implementation)  # what "sdpa" runs in this process

@@ -44,6 +44,20 @@ def timed(fn, repeats: int) -> float:
     return (time.perf_counter() - started) / repeats
 
 
+def default_model_and_group_rows(n_prompts: int, group_size: int, prompt_tokens: int
+                                 ) -> tuple[dict, torch.nn.Module, torch.Generator, list[list[int]]]:
+    """The tiny default's config and model (random weights, one thread), a seeded generator, and one RL step's rows:
+    ``n_prompts`` random prompts of about ``prompt_tokens`` tokens, each repeated ``group_size`` times."""
+    torch.set_num_threads(1)
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    vocab = config["data"]["tokenizer"]["vocab_size"]
+    model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(2, vocab, (prompt_tokens + int(torch.randint(-4, 5, (1,), generator=generator)),),
+                             generator=generator).tolist() for _ in range(n_prompts)]
+    return config, model, generator, [p for p in prompts for _ in range(group_size)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=16)
@@ -52,14 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--response-tokens", type=int, default=31)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config, model, generator, rows = default_model_and_group_rows(args.prompts, args.group_size, args.prompt_tokens)
     vocab = config["data"]["tokenizer"]["vocab_size"]
-    model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
-    generator = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(2, vocab, (args.prompt_tokens + int(torch.randint(-4, 5, (1,), generator=generator)),),
-                             generator=generator).tolist() for _ in range(args.prompts)]
-    rows = [p for p in prompts for _ in range(args.group_size)]
     responses = [torch.randint(2, vocab, (max(1, args.response_tokens + int(torch.randint(-6, 7, (1,),
                  generator=generator))),), generator=generator).tolist() for _ in rows]
     ids, attention, response = pack(rows, responses, 0)
