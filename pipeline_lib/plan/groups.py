@@ -38,7 +38,8 @@ __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batc
 
 @dataclass(frozen=True)
 class Groups:
-    """The (task, seed) pairs whose main-study runs share a process, and the runs' names (``train.methods``)."""
+    """Runs sharing a process per (task, seed): every task x seed pair runs the runs named ``methods`` (of rule
+    ``job``) one after another."""
 
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -64,25 +65,26 @@ def groups(config: Mapping[str, Any]) -> Groups:
     return Groups(tasks, tuple(train["seeds"]), tuple(train["methods"]))
 
 
+def _every_pair(runs: list[Run], job: str, study: str) -> Groups:
+    """The group of ``runs``, which must be the same names on every task and seed."""
+    tasks, seeds, names = (tuple(dict.fromkeys(getattr(run, key) for run in runs)) for key in ("task", "seed", "name"))
+    if len(runs) != len(tasks) * len(seeds) * len(names):
+        raise PlanError(f"the {study}'s runs are not every one of {names} on every task {tasks} and seed {seeds}")
+    return Groups(tasks, seeds, names, job)
+
+
 def ablation_groups(plan: Plan) -> Groups:
     """The tau x M ablation's cells of each local-engine (task, seed), trained one after another in one process (rule
     ``train_ablation_group``); every cell starts from the same SFT model."""
     wanted = set(plan.requests.get("ablation", []))
-    runs = [run for run in plan.of(job="train_local") if run.output in wanted]
-    tasks, seeds, cells = (tuple(dict.fromkeys(getattr(run, key) for run in runs)) for key in ("task", "seed", "name"))
-    if len(runs) != len(tasks) * len(seeds) * len(cells):  # the ablation is tasks x seeds x (tau, M) cells
-        raise PlanError(f"the ablation's local runs are not every cell {cells} on every task {tasks} and seed {seeds}")
-    return Groups(tasks, seeds, cells)
+    return _every_pair([run for run in plan.of(job="train_local") if run.output in wanted], "train_local", "ablation")
 
 
 def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
     """With ``imagenet.one_job_per_seed``, every ImageNet-study run of one seed in one process (rule
     ``train_imagenet_group``); otherwise none (one job per run)."""
-    runs = plan.of(job="train_imagenet")
-    if not runs or not (config.get("imagenet") or {}).get("one_job_per_seed"):
-        return Groups((), (), (), "train_imagenet")
-    return Groups(("imagenet",), tuple(dict.fromkeys(run.seed for run in runs)),
-                  tuple(dict.fromkeys(run.name for run in runs)), "train_imagenet")
+    runs = plan.of(job="train_imagenet") if (config.get("imagenet") or {}).get("one_job_per_seed") else []
+    return _every_pair(runs, "train_imagenet", "ImageNet study")
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:

@@ -36,9 +36,9 @@ onstart:
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 # (the estimators' parameter check runs in the submitting process, not again in each Slurm job's own parse)
 PLAN = plan_runs(config, check_estimators=workflow.is_main_process)
-# Runs of one (task, seed) that share a process: the main study's (rule train_local_group) and the ablation's cells
-# (train_ablation_group), the ImageNet study's of one seed (train_imagenet_group); and every evaluation of one (task, seed) of a local-engine task, one process each
-# (eval.smk; pipeline_lib.plan.groups).
+# Runs of one (task, seed) that share a process: the main study's (rule train_local_group), the ablation's cells
+# (train_ablation_group), the ImageNet study's of one seed (train_imagenet_group); and every evaluation of one
+# (task, seed) of a local-engine task, one process each (eval.smk; pipeline_lib.plan.groups).
 GROUPS = groups(config)
 ABLATION_GROUPS = ablation_groups(PLAN)
 IMAGENET_GROUPS = imagenet_groups(config, PLAN)

@@ -1,7 +1,7 @@
 # Stage "train": one rule per kind of job (pipeline_lib.plan.JOBS: train_local, train_verl, train_trl,
-# annotate_rationales, train_imagenet), plus the group rules below (several runs in one job). Which runs exist, and each one's inputs,
-# command, spec and resources, come from the run plan (PLAN = pipeline_lib.plan.plan_runs(config)); a rule matches exactly its own runs
-# (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
+# annotate_rationales, train_imagenet), plus the group rules below (several runs in one job). Which runs exist, and
+# each one's inputs, command, spec and resources, come from the run plan (PLAN = pipeline_lib.plan.plan_runs(config));
+# a rule matches exactly its own runs (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
 from pipeline_lib.plan.groups import train_group_command, train_group_inputs
