@@ -11,8 +11,8 @@ Some demonstrations are deliberately imperfect: the expert slips with probabilit
 ``imperfect_fraction`` in general and ``blind_spot_slip`` on its blind spot, a subset of prompts
 it can be recognised by (:data:`BLIND_SPOTS`; Countdown: the first number is at most 4; the word problems:
 the person is Ava, Ben, Cleo or Dev; meetings: the mover is Ava, Ben or Cleo). Every row records whether it is on the
-blind spot (``extra_info["blind_spot"]``), so the report splits gains by it without re-deriving it. In Countdown and the word
-problems the slip is stopping one step early (the think/steps end after the first step and the
+blind spot (``extra_info["blind_spot"]``), so the report splits gains by it without re-deriving it. In Countdown and
+the word problems the slip is stopping one step early (the think/steps end after the first step and the
 answer is that partial result), so it is decided by one token right after the first step, is as
 easy to imitate as the correct demonstration, and is recognisable from the prompt; the blind
 spot covers ~44% of the Countdown and ~40% of the word-problem prompts, so fixing it moves
