@@ -85,20 +85,22 @@ _NAMES = ["Ava", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"
 
 @dataclass(frozen=True)
 class BlindSpot:
-    """The prompts the expert slips on more often (``blind_spot_slip``): the one definition, used by the generator
-    and by the reproduction report's gain split (through each row's ``extra_info["blind_spot"]``)."""
+    """A task's slip and the prompts the expert makes it on more often (``blind_spot_slip``): the one definition,
+    used by the generator and by the reproduction report (through each row's ``extra_info["blind_spot"]``)."""
 
-    description: str
+    slip: str  # what a slipped demonstration does
+    description: str  # which prompts are on the blind spot
     contains: Callable[[dict[str, Any]], bool]  # the example's fields -> member or not
 
 
+_EARLY_STOP = "stops one step early and answers with the partial result"
 #: task -> its blind spot, decided on the fields each generator records in ``extra_info``.
 BLIND_SPOTS: dict[str, BlindSpot] = {
-    "countdown_tiny": BlindSpot("the first number is at most 4", lambda fields: fields["numbers"][0] <= 4),
-    "arith_tiny": BlindSpot(f"the person is {', '.join(_NAMES[:3])} or {_NAMES[3]}",
+    "countdown_tiny": BlindSpot(_EARLY_STOP, "the first number is at most 4", lambda fields: fields["numbers"][0] <= 4),
+    "arith_tiny": BlindSpot(_EARLY_STOP, f"the person is {', '.join(_NAMES[:3])} or {_NAMES[3]}",
                             lambda fields: fields["name"] in _NAMES[:4]),
-    "meeting_tiny": BlindSpot(f"the mover is {', '.join(_NAMES[:2])} or {_NAMES[2]}",
-                              lambda fields: fields["facts"]["mover"] in _NAMES[:3]),
+    "meeting_tiny": BlindSpot("swaps the vote count in its summary", f"the mover is {', '.join(_NAMES[:2])} or "
+                              f"{_NAMES[2]}", lambda fields: fields["facts"]["mover"] in _NAMES[:3]),
 }
 
 

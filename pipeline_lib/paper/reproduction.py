@@ -25,6 +25,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,8 @@ import pandas as pd
 import yaml
 
 from pipeline_lib.io import write_text
+from pipeline_lib.paper.machines import machines_section, run_machines
+from pipeline_lib.paper.miniature import load_planted, miniature_section
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.provenance import write_provenance
@@ -287,9 +290,12 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
 
 def build_report(label: str, reference: dict, table1: pd.DataFrame | None, allocation: pd.DataFrame | None,
                  scores: dict | None = None, judge_items: dict | None = None,
-                 made: dict[str, Path] | None = None) -> str:
+                 made: dict[str, Path] | None = None, planted: dict | None = None,
+                 machines: pd.DataFrame | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
-    ``made`` the other tables this run made (name -> its markdown file)."""
+    ``made`` the other tables this run made (name -> its markdown file), ``planted`` the tiny tasks' planted design
+    (:func:`pipeline_lib.paper.miniature.load_planted`), ``machines`` the machines behind the runs
+    (:func:`pipeline_lib.paper.machines.run_machines`)."""
     comparable = label == "paper"
     made = made or {}
     parts = [
@@ -319,6 +325,11 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                       "", comparisons_section(verifiable, "") if verifiable else "No paired runs.", ""]
     else:
         parts += ["## Table 1", "", "Not reproduced in this run.", ""]
+    per_prompt = {key: {**(scores or {}).get(key, {}), **(judge_items or {}).get(key, {})}
+                  for key in {*(scores or {}), *(judge_items or {})}}
+    parts += miniature_section(planted or {}, per_prompt,
+                               partial(compare, shared_items=True), (*VERIFIABLE_PAIRS, *NONVERIFIABLE_PAIRS),
+                               METRICS | {"judge": "judge score"})
     parts += reward_health_section(table1)
     shifts: list[dict] = []
     if allocation is not None and not allocation.empty:
@@ -354,6 +365,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
         else:
             parts += ["Not reproduced in this run (not part of this configuration).", ""]
     parts += ["## Claims", "", claim_ledger(verifiable, shifts, nonverifiable, made, label), ""]
+    parts += machines_section(machines if machines is not None else pd.DataFrame())
     return "\n".join(parts)
 
 
@@ -385,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--made", nargs="*", default=[],
                         help="NAME=PATH of the other tables this run made (nonverifiable, ablation, scale, "
                              "judge_validation), PATH their markdown")
+    parser.add_argument("--test-data", type=Path, nargs="*", default=[],
+                        help="results/data/<task>/rl_test.parquet of the tiny tasks: their planted blind spot "
+                             "(manifest.json beside each: the data spec)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
@@ -394,8 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     scores = load_scores(table1, args.eval_root) if table1 is not None and args.eval_root else None
     judge_items = load_judge_items(args.judge_summaries) if args.judge_summaries else None
     made = _made(args.made)
-    write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made))
-    inputs = [p for p in (args.reference, args.table1, args.allocation) if p]
+    machines = run_machines(args.eval_root / t / m / f"seed{seed}" for t, m, seed in scores) if scores else None
+    write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
+                                      load_planted(args.test_data), machines))
+    inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
     inputs += [*args.judge_summaries, *made.values()]
     write_provenance([args.out], step="paper_reproduction_report", inputs=inputs, params={"label": args.label},
                      started_at=started)
