@@ -20,7 +20,7 @@ import pandas as pd
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.provenance import SIDECAR_SUFFIX
 
-__all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines"]
+__all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines", "training_sidecar"]
 
 #: What every report says about machines, whichever machines made it.
 MACHINE_NOTE = (
@@ -54,6 +54,18 @@ def _read(path: Path) -> dict[str, Any] | None:
         raise ValueError(f"{path}: not a provenance sidecar ({error})") from None
 
 
+def _model_sidecar(evaluation: dict[str, Any]) -> dict[str, Any] | None:
+    """The sidecar of the model an evaluation read (its ``config.json`` input): the training run's record."""
+    model = next((i for i in evaluation.get("inputs", []) if i["path"].endswith("config.json")), None)
+    return _read(Path(model["provenance"])) if model else None
+
+
+def training_sidecar(eval_dir: Path) -> dict[str, Any] | None:
+    """The training run's sidecar behind the evaluation in ``eval_dir`` (None where a sidecar is missing)."""
+    evaluation = _read(Path(eval_dir) / f"metrics.json{SIDECAR_SUFFIX}")
+    return _model_sidecar(evaluation) if evaluation else None
+
+
 def run_machines(eval_dirs: Iterable[Path]) -> pd.DataFrame:
     """One row per step behind the report's per-prompt scores: each evaluation (``<dir>/metrics.json``'s sidecar)
     and the training run of the model it evaluated (the sidecar its model input names)."""
@@ -65,8 +77,7 @@ def run_machines(eval_dirs: Iterable[Path]) -> pd.DataFrame:
             rows.append({"run": run, "step": "evaluation", "CPU": "no provenance sidecar"})
             continue
         rows.append({"run": run, "step": "evaluation", **machine_of(evaluation)})
-        model = next((i for i in evaluation.get("inputs", []) if i["path"].endswith("config.json")), None)
-        training = _read(Path(model["provenance"])) if model else None
+        training = _model_sidecar(evaluation)
         rows.append({"run": run, "step": "training",
                      **(machine_of(training) if training else {"CPU": "no provenance sidecar"})})
     return pd.DataFrame(rows)

@@ -362,6 +362,7 @@ rule paper_ablation:
         code=code_digest("pipeline_lib.paper.ablation"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+        differences=json.dumps(ablation_differences(PLAN)),
     log:
         "logs/paper_ablation.log",
     benchmark:
@@ -370,7 +371,7 @@ rule paper_ablation:
         "../../envs/report.yaml"
     shell:
         "python -m pipeline_lib.paper.ablation table --data {input.csv} --label {params.label}"
-        " --stem {params.stem} > {log} 2>&1"
+        " --stem {params.stem} --differences {params.differences:q} > {log} 2>&1"
 
 
 rule paper_scale_data:
