@@ -101,10 +101,12 @@ def _plant_text(planted: Mapping[str, Planted]) -> list[str]:
         spec, spot = plant.spec, BLIND_SPOTS[task]
         slip = spec.get("blind_spot_slip")
         slip = spec["imperfect_fraction"] if slip is None else slip
+        majority = (" More often than not there, so SFT imitates the slip even greedily while sampling still finds "
+                    "the full solution." if slip > 0.5 else "")
         lines.append(f"- `{task}`: the expert {spot.slip} on {100 * spec['imperfect_fraction']:.0f}% of prompts "
                      f"(`data.tiny.imperfect_fraction`) and on {100 * slip:.0f}% of its blind spot "
                      f"(`data.tiny.blind_spot_slip`), the prompts where {spot.description}: "
-                     f"{int(plant.blind_spot.sum())} of the {len(plant.blind_spot)} test prompts.")
+                     f"{int(plant.blind_spot.sum())} of the {len(plant.blind_spot)} test prompts.{majority}")
     return lines
 
 
@@ -121,10 +123,10 @@ def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str,
     comparisons = [(task, a, b, metric) for task in sorted(planted) for a, b in dict.fromkeys(pairs)
                    for metric in metrics if b == "sft" and {(task, a, metric), (task, b, metric)} <= runs]
     parts = ["## What the miniature plants, and where its gains are", "",
-             "The tiny tasks are built so RL has a known error to fix (pipeline_lib/data/tiny.py). The SFT "
-             "demonstrations come from an expert that slips; on its blind spot it slips more often than not, so SFT "
-             "imitates the slip there even greedily, while sampling still finds the full solution and a reward can "
-             "unlearn it:", "", *_plant_text(planted), "",
+             "The tiny tasks are built so RL has a known error to fix (pipeline_lib/data/tiny.py): the SFT "
+             "demonstrations come from an expert that slips, more often on a blind spot the prompt reveals, and a "
+             "reward that checks the answer can unlearn the slip (this run's data settings):", "",
+             *_plant_text(planted), "",
              "So an RL − SFT gain in this run is expected to sit on the blind spot. Each comparison with the SFT start "
              "split into blind-spot and other test prompts (points; same seeds and paired interval as above; "
              "means over seeds, SFT -> method):", ""]
