@@ -97,7 +97,7 @@ def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecar
     text = "\n".join(machines_section(machines))
     assert hardware()["cpu_model"] in text and torch.__version__ in text and MACHINE_NOTE in text
     row = next(line for line in text.splitlines() if hardware()["cpu_model"] in line)
-    assert row.rstrip(" |").endswith("2 | 2") and f"| {torch.get_num_threads()} |" in row
+    assert row.rstrip(" |").endswith("2 | 2") and f"| {torch.get_num_threads()} | False |" in row
     assert "mixes" not in text
 
     sidecar = runs[1] / "metrics.json.prov.json"  # the same runs, one evaluated on another machine
@@ -105,7 +105,7 @@ def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecar
     record["host"]["cpu_model"] = "Other CPU"
     sidecar.write_text(json.dumps(record))
     text = "\n".join(machines_section(run_machines(runs)))
-    assert "Other CPU" in text and "This report mixes 2 machine settings" in text
+    assert "Other CPU" in text and "This report mixes 2 machines" in text
 
     report = build_report("tiny", REFERENCE, None, None, machines=run_machines(runs))
     assert "## Machines behind these numbers" in report and MACHINE_NOTE in report

@@ -26,9 +26,9 @@ __all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines", "tr
 MACHINE_NOTE = (
     "The same code and seeds give bit-identical results on one machine and different ones on another: the CPU "
     "kernels torch picks and its thread count change the order of floating-point sums, which changes sampled tokens "
-    "and so whole training trajectories. Absolute scores here are this machine's draw; a run on another machine "
+    "tokens and so whole training trajectories. Absolute scores here are this machine's draw; a run on another machine "
     "(or with other threads) is a different draw, comparable only within the spread the seeds show. Paired "
-    "differences compare runs made on the machines below."
+    "differences compare runs made on the machines in the table above."
 )
 _UNKNOWN = "not recorded"
 
@@ -84,20 +84,25 @@ def run_machines(eval_dirs: Iterable[Path]) -> pd.DataFrame:
 
 
 def machines_section(machines: pd.DataFrame) -> list[str]:
-    """The report's machine section: each distinct machine setting with how many training runs and evaluations it
-    made, and :data:`MACHINE_NOTE`."""
+    """The report's machine section: each machine (CPU, host, torch, CPU kernels) with the thread counts and
+    determinism settings its steps ran with and how many training runs and evaluations it made, and
+    :data:`MACHINE_NOTE`."""
     if machines.empty:
         return []
-    keys = [c for c in ("CPU", "host", "torch", "CPU kernels", "threads", "deterministic algorithms")
-            if c in machines.columns]
-    frame = machines.fillna(_UNKNOWN).astype({k: str for k in keys})
-    counts = frame.groupby([*keys, "step"]).size().unstack("step", fill_value=0)
-    table = counts.reset_index().rename(columns={"training": "training runs", "evaluation": "evaluations"})
+    keys = [c for c in ("CPU", "host", "torch", "CPU kernels") if c in machines.columns]
+    settings = [c for c in ("threads", "deterministic algorithms") if c in machines.columns]
+    frame = machines.fillna(_UNKNOWN).astype({k: str for k in keys + settings})
+    rows = []
+    for machine, steps in frame.groupby(keys, sort=True):
+        rows.append({**dict(zip(keys, machine, strict=True)),
+                     **{c: ", ".join(sorted(steps[c].unique())) for c in settings},
+                     "training runs": int((steps["step"] == "training").sum()),
+                     "evaluations": int((steps["step"] == "evaluation").sum())})
     parts = ["## Machines behind these numbers", "",
              "Read from the provenance sidecars of the Table 1 runs (training and evaluation); each sidecar also "
              "records the seeds, the software versions and the thread and determinism settings of its step.", "",
-             to_markdown(table), "", MACHINE_NOTE, ""]
-    if len(table) > 1:
-        parts += [f"This report mixes {len(table)} machine settings: a difference between runs made on different "
-                  "ones carries the machine's effect as well as the method's.", ""]
+             to_markdown(pd.DataFrame(rows)), "", MACHINE_NOTE, ""]
+    if len(rows) > 1:
+        parts += [f"This report mixes {len(rows)} machines: a difference between runs made on different ones carries "
+                  "the machine's effect as well as the method's.", ""]
     return parts
