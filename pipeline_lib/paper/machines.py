@@ -25,9 +25,9 @@ __all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines", "tr
 #: What every report says about machines, whichever machines made it.
 MACHINE_NOTE = (
     "The same code and seeds give bit-identical results on one machine and different ones on another: the CPU "
-    "kernels torch picks and its thread count change the order of floating-point sums, which changes sampled tokens "
-    "tokens and so whole training trajectories. Absolute scores here are this machine's draw; a run on another machine "
-    "(or with other threads) is a different draw, comparable only within the spread the seeds show. Paired "
+    "kernels torch picks and its thread count can change the order of floating-point sums, which changes sampled "
+    "tokens and so whole training trajectories. Absolute scores here are this machine's draw; a run on another "
+    "machine (or with other threads) is a different draw, comparable only within the spread the seeds show. Paired "
     "differences compare runs made on the machines in the table above."
 )
 _UNKNOWN = "not recorded"
