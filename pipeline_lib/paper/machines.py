@@ -30,6 +30,7 @@ MACHINE_NOTE = (
     "machine (or with other threads) is a different draw, comparable only within the spread the seeds show. Paired "
     "differences compare runs made on the machines in the table above."
 )
+
 _UNKNOWN = "not recorded"
 
 
