@@ -137,8 +137,10 @@ def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str,
             continue
         row = {"Task": task, "Comparison": f"{METHOD_LABELS.get(a, a)} − {METHOD_LABELS.get(b, b)}",
                "Metric": metrics[metric]}
+        evaluated = pd.Index(sorted({i for (t, _, _), per in scores.items() if t == task for values in per.values()
+                                     for i in values.index}), name="prompt_index")  # eval.max_prompts may cut
         for name, members in (("Blind spot", plant.blind_spot), ("Other prompts", ~plant.blind_spot)):
-            prompts = members.index[members.to_numpy()]
+            prompts = members.index[members.to_numpy()].intersection(evaluated)
             subset = _subset(scores, task, prompts)
             result = compare(subset, task, a, b, metric).result if len(prompts) else None
             levels = f"{_pct(_mean(subset, task, b, metric))} -> {_pct(_mean(subset, task, a, metric))}"
