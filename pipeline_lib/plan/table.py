@@ -133,11 +133,14 @@ def render(plan: Plan, hours: Sequence[float], profile_path: str) -> str:
     counts = Counter(run.job for run in plan.runs)
     lines += ["", f"{len(plan.runs)} jobs: " + ", ".join(f"{job} {n}" for job, n in sorted(counts.items()))]
     per_seed: dict[int, float] = defaultdict(float)
+    per_study: dict[str, float] = defaultdict(float)
     for run, h in zip(plan.runs, hours, strict=True):
         per_seed[run.seed] += h
+        per_study[run.study] += h
     lines += [f"GPU-hours requested (GPUs x Slurm time limit of {profile_path}, first attempt; training jobs "
               f"only, evaluation and judging not counted): {_hours(sum(hours))} in total; per seed: "
-              + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))]
+              + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))
+              + "; per study: " + ", ".join(f"{study} {_hours(h)}" for study, h in per_study.items())]
     return "\n".join(lines)
 
 
