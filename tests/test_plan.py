@@ -116,7 +116,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     total = out.splitlines()[-1]
     assert total.startswith("GPU-hours requested") and "17,100 in total" in total and "seed 0 17,100" in total
     main = [r for r in rows if r[6] == "main"]
-    assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total  # what one more seed adds to it
+    assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
 
     config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
     plan = plan_runs(config)
