@@ -134,6 +134,12 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     with pytest.raises(ValueError, match=r"set-resources\.train_verl\.runtime: 'one day'"):
         gpu_hours(plan.runs[verl[0]], load_profile(tmp_path / "bad.yaml"))
 
+    two_seeds = dict(config, train={**config["train"], "seeds": [0, 1]})  # the price of a second seed (config/README)
+    two_plan = plan_runs(two_seeds)
+    second = [h for run, h in zip(two_plan.runs, plan_gpu_hours(two_seeds, two_plan, profile), strict=True)
+              if run.seed == 1]
+    assert sum(second) == 7_488
+
     tiny = load("config.yaml")
     tiny_plan = plan_runs(tiny)
     imagenet = [i for i, run in enumerate(tiny_plan.runs) if run.job == "train_imagenet"]
