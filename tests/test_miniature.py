@@ -109,3 +109,19 @@ def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecar
 
     report = build_report("tiny", REFERENCE, None, None, machines=run_machines(runs))
     assert "## Machines behind these numbers" in report and MACHINE_NOTE in report
+
+
+def test_judged_task_gains_are_split_by_its_blind_spot_too(tmp_path):
+    """meeting_tiny: the judge's per-item scores (items the judge failed on are missing) split like pass@1."""
+    test = next(p for p in build_tiny("meeting_tiny", SPEC, 0, None, tmp_path / "data/meeting_tiny")
+                if p.name == "rl_test.parquet")
+    planted = load_planted([test])
+    blind = planted["meeting_tiny"].blind_spot
+    index = blind.index[1:]  # item 0 failed to score in every run
+    items = {("meeting_tiny", method, 0): {"judge": pd.Series(np.where(blind[index], low, 0.5), index=index)}
+             for method, low in (("sft", 0.2), ("softmax_sim", 0.9))}
+    section = build_report("tiny", REFERENCE, None, None, judge_items=items, planted=planted).split(
+        "## What the miniature plants")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if "SoftmaxGRPO-Sim − SFT" in line)
+    assert "| judge score |" in row and "20.0 -> 90.0 | +70.0 [+70.0, +70.0]" in row and "+0.0 [+0.0, +0.0]" in row
+    assert f"({int(blind[index].sum())}): levels" in section and "swaps the vote count" in section
