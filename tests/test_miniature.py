@@ -66,7 +66,8 @@ def test_report_discloses_the_plant_next_to_table1_and_splits_the_gain_by_the_bl
     low, high = (float(x) for x in on_spot.split("[")[1].rstrip("]").split(","))
     assert low > 30 and high < 80  # the planted gain: ~55 points on the blind spot
     assert off_spot.startswith("+0.0 [+0.0, +0.0]")  # the other prompts: identical scores, no gain
-    assert f"Blind spot ({int(blind.sum())}): levels" in header
+    assert cells[header.index("Blind spot: prompts")] == str(int(blind.sum()))
+    assert cells[header.index("Other prompts: prompts")] == str(int((~blind).sum()))
     assert all(claim in section for claim in CLAIMS_IT_CANNOT_TEST)
 
 
@@ -120,8 +121,12 @@ def test_judged_task_gains_are_split_by_its_blind_spot_too(tmp_path):
     index = blind.index[1:]  # item 0 failed to score in every run
     items = {("meeting_tiny", method, 0): {"judge": pd.Series(np.where(blind[index], low, 0.5), index=index)}
              for method, low in (("sft", 0.2), ("softmax_sim", 0.9))}
-    section = build_report("tiny", REFERENCE, None, None, judge_items=items, planted=planted).split(
+    table1, scores, countdown = _planted_runs(tmp_path)  # two tasks, blind spots of different sizes, one table
+    planted |= load_planted([countdown])
+    section = build_report("tiny", REFERENCE, table1, None, scores, judge_items=items, planted=planted).split(
         "## What the miniature plants")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 2 and len({line.count("|") for line in table}) == 1
     row = next(line for line in section.splitlines() if "SoftmaxGRPO-Sim − SFT" in line)
     assert "| judge score |" in row and "20.0 -> 90.0 | +70.0 [+70.0, +70.0]" in row and "+0.0 [+0.0, +0.0]" in row
-    assert f"({int(blind[index].sum())}): levels" in section and "swaps the vote count" in section
+    assert f"| {int(blind[index].sum())} | 20.0 -> 90.0" in row and "swaps the vote count" in section

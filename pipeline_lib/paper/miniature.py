@@ -129,22 +129,21 @@ def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str,
              *_plant_text(planted), "",
              "So an RL − SFT gain in this run is expected to sit on the blind spot. Each comparison with the SFT start "
              "split into blind-spot and other test prompts (points; same seeds and paired interval as above; "
-             "means over seeds, SFT -> method):", ""]
+             "levels are means over seeds):", ""]
     rows = []
     for task, a, b, metric in comparisons:
-        plant = planted.get(task)
-        if plant is None:
-            continue
-        row = {"Task": task, "Comparison": f"{METHOD_LABELS.get(a, a)} − {METHOD_LABELS.get(b, b)}",
-               "Metric": metrics[metric]}
+        plant = planted[task]
         evaluated = pd.Index(sorted({i for (t, _, _), per in scores.items() if t == task for values in per.values()
                                      for i in values.index}), name="prompt_index")  # eval.max_prompts may cut
+        row = {"Task": task, "Comparison": f"{METHOD_LABELS.get(a, a)} − {METHOD_LABELS.get(b, b)}",
+               "Metric": metrics[metric]}
         for name, members in (("Blind spot", plant.blind_spot), ("Other prompts", ~plant.blind_spot)):
             prompts = members.index[members.to_numpy()].intersection(evaluated)
             subset = _subset(scores, task, prompts)
             result = compare(subset, task, a, b, metric).result if len(prompts) else None
-            levels = f"{_pct(_mean(subset, task, b, metric))} -> {_pct(_mean(subset, task, a, metric))}"
-            row[f"{name} ({len(prompts)}): levels"] = levels
+            row[f"{name}: prompts"] = len(prompts)
+            before, after = _mean(subset, task, b, metric), _mean(subset, task, a, metric)
+            row[f"{name}: SFT -> method"] = f"{_pct(before)} -> {_pct(after)}"
             row[f"{name}: difference [95% CI]"] = result.format(scale=100) if result else "–"
         rows.append(row)
     parts += [to_markdown(pd.DataFrame(rows)) if rows else "No comparison with the SFT start on these tasks.", "",
