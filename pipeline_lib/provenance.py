@@ -4,7 +4,9 @@ A sidecar records what an auditor needs to trace a number back: the step, its
 resolved parameters and config digest, every input and output with size and
 sha256, the code version (git commit, dirty flag, hash of the uncommitted diff),
 the digest of the library code the step ran (:func:`code_digest`), software
-versions, host and timing. Keys or secrets never belong in ``params``.
+versions, host (the machine: CPU model and instruction set, torch's threads and determinism settings, which is what
+makes the same code give bit-identical numbers on one machine and different ones on another) and timing. Keys or
+secrets never belong in ``params``.
 
 The code digest covers the ``pipeline_lib`` modules the step's entry point imports
 (static, transitive, from the files on disk, so untracked modules count), which is
@@ -36,7 +38,7 @@ from typing import Any
 from pipeline_lib.io import sha256_file, write_json
 
 __all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "entry_module",
-           "file_record", "running_entry", "write_provenance"]
+           "file_record", "hardware", "numerics", "running_entry", "write_provenance"]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
@@ -259,6 +261,38 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+#: Environment variables that set thread pools or hashing/cuBLAS determinism, recorded as set (absent: unset).
+_NUMERIC_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "PYTHONHASHSEED",
+                "CUBLAS_WORKSPACE_CONFIG", "ATEN_CPU_CAPABILITY")
+
+
+def numerics() -> dict[str, Any]:
+    """What decides a step's floating-point results besides its code and seeds: torch's version, thread counts,
+    the CPU kernels it dispatches to, its determinism switches and the global seed, read from the running process.
+
+    torch is read only when the step already imported it (a report step never pays for the import); then
+    ``torch`` is None."""
+    record: dict[str, Any] = {"env": {key: os.environ[key] for key in _NUMERIC_ENV if key in os.environ},
+                              "torch": None}
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return record
+    record["torch"] = {
+        "version": torch.__version__,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "initial_seed": torch.initial_seed(),
+        "cuda": torch.version.cuda,
+    }
+    return record
+
+
 def _code_record(entry: str | None) -> dict[str, Any]:
     return {"entry": entry, "sha256": code_digest(entry), "modules": code_modules(entry)}
 
@@ -301,7 +335,7 @@ def write_provenance(
         "code": code_version(),
         "code_digest": _code_record(entry or entry_module()),
         "software": software_versions(),
-        "host": hardware(),
+        "host": hardware() | {"numerics": numerics()},
         "slurm": {key: os.environ[key] for key in ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST")
                   if key in os.environ},
         "started_at": started_at,

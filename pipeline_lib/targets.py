@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
 from pipeline_lib.specs import eval_spec
 
@@ -318,12 +319,16 @@ REPORTED_TABLES = ("nonverifiable", "judge_validation", "ablation", "scale", "ad
 
 def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> dict[str, list[str]]:
     """What the reproduction report reads besides Table 1's data: the Table 1 runs' per-prompt generations (paired
-    intervals), the primary judge's summaries (the non-verifiable table's paired intervals) and the other tables
-    this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``)."""
+    intervals), the primary judge's summaries (the non-verifiable table's paired intervals), the other tables
+    this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``) and the
+    tiny tasks' test splits (``test_data``: the planted blind spot the report splits gains by)."""
     generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_eval_targets(config, plan)] \
         if config.get("train", {}).get("tasks") else []
     summaries = [path for task in config.get("judge", {}).get("tasks") or [] if config["judge"].get("methods")
                  for path in judge_summaries(config, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
             if f"results/paper/tables/{name}.md" in paper_targets]
-    return {"generations": generations, "summaries": summaries, "made": made}
+    # the tiny tasks' test splits: each row says whether it is on the expert's planted blind spot
+    tasks = [*(config.get("train", {}).get("tasks") or []), *(config.get("judge", {}).get("tasks") or [])]
+    test_data = [f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS]
+    return {"generations": generations, "summaries": summaries, "made": made, "test_data": test_data}

@@ -463,7 +463,7 @@ def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
         paths.append(path)
     frame = ablation_data(paths)
     assert sorted(frame["tau"]) == [0.1, 0.1, 10.0]
-    ablation_table(frame, "test", tmp_path / "ablation")
+    ablation_table(frame, "test", tmp_path / "ablation", {"steps": [10, 20]})
     table = pd.read_csv(tmp_path / "ablation.csv", dtype=str).set_index("tau")
     assert table.loc["0.1", "countdown_tiny M=4 pass@1"] == "**50.0%**"
     assert table.loc["10", "countdown_tiny M=4 len"] == "20.0"

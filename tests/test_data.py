@@ -78,7 +78,8 @@ def test_tiny_validation_split_is_disjoint_and_slips_follow_the_blind_spot(task)
         person = dict(info["facts"])["mover"] if task == "meeting_tiny" else prompt.split()[0]
         blind_spot = (info["numbers"][0] <= 4 if task == "countdown_tiny" else
                       person in ("Ava", "Ben", "Cleo", *(("Dev",) if task == "arith_tiny" else ())))
-        assert info["imperfect_demonstration"] == blind_spot, prompt
+        assert info["imperfect_demonstration"] == blind_spot == info["blind_spot"], prompt
+    assert all(row["extra_info"]["blind_spot"] in (True, False) for row in rows["rl_test"])
 
 
 def test_countdown_solver():

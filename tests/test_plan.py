@@ -100,6 +100,54 @@ def test_plan_command_prints_the_run_table(capsys):
     assert "jobs: annotate_rationales 3, train_imagenet 13, train_local 6, train_trl 3, train_verl 74" in out
 
 
+def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, tmp_path):
+    """GPUs (nodes x gres GPUs, or gpu) x the profile's first-attempt time limit, per run and in total; a run of a
+    group job is priced by its group's rule (the tiny default's ImageNet runs: a CPU group job)."""
+    from pipeline_lib.plan.table import gpu_hours, load_profile, plan_gpu_hours
+
+    assert plan_command(["--configfile", str(REPO / "config/paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    rows = [line.split() for line in out.splitlines()[2:] if line and not line.startswith(("-", "GPU", "99 jobs"))]
+    deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
+    assert header[-1] == "gpu_h" and deepmath[-1] == "384"  # 2 nodes x 8 GPUs x 1440 min (profiles/slurm)
+    sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
+    assert sft[-1] == "192"
+    total = out.splitlines()[-1]
+    assert total.startswith("GPU-hours requested") and "17,100 in total" in total and "seed 0 17,100" in total
+    main = [r for r in rows if r[6] == "main"]
+    assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
+
+    config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
+    plan = plan_runs(config)
+    hours = plan_gpu_hours(config, plan, profile)
+    assert sum(hours) == pytest.approx(17_100)
+    shorter = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    shorter["set-resources"]["train_verl"]["runtime"] = "720 * attempt"
+    (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(shorter))
+    halved = plan_gpu_hours(config, plan, load_profile(tmp_path / "slurm.yaml"))
+    verl = [i for i, run in enumerate(plan.runs) if run.job == "train_verl"]
+    assert all(hours[i] == (384 if plan.runs[i].resources["nodes"] == 2 else 192) for i in verl)
+    assert all(halved[i] == hours[i] / 2 for i in verl)
+    shorter["set-resources"]["train_verl"]["runtime"] = "one day"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(shorter))
+    with pytest.raises(ValueError, match=r"set-resources\.train_verl\.runtime: 'one day'"):
+        gpu_hours(plan.runs[verl[0]], load_profile(tmp_path / "bad.yaml"))
+
+    two_seeds = dict(config, train={**config["train"], "seeds": [0, 1]})  # the price of a second seed (config/README)
+    two_plan = plan_runs(two_seeds)
+    second = [h for run, h in zip(two_plan.runs, plan_gpu_hours(two_seeds, two_plan, profile), strict=True)
+              if run.seed == 1]
+    assert sum(second) == 7_488
+
+    tiny = load("config.yaml")
+    tiny_plan = plan_runs(tiny)
+    imagenet = [i for i, run in enumerate(tiny_plan.runs) if run.job == "train_imagenet"]
+    assert imagenet and tiny["imagenet"]["one_job_per_seed"]
+    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 24  # alone, its own rule asks for one GPU for a day
+    assert sum(plan_gpu_hours(tiny, tiny_plan, profile)) == 0  # but it runs in train_imagenet_group, a CPU job
+
+
 def test_dry_run_names_the_run_whose_verl_override_key_is_misspelt(tmp_path):
     from pipeline_lib.engines.verl.validate import VerlOverrideError, check_override_keys
 

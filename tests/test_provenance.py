@@ -25,6 +25,30 @@ def test_sidecar_records_inputs_outputs_code_and_params(tmp_path):
     assert record["software"]["python"]
 
 
+def test_sidecar_records_the_machine_threads_and_determinism_settings_the_step_ran_with(tmp_path):
+    """Which machine made a number: CPU model, torch version, threads, kernels and determinism switches as the
+    step had them when it wrote its outputs (the same code gives different floats on another machine)."""
+    import torch
+
+    out = tmp_path / "out.txt"
+    write_text(out, "result\n")
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.set_num_threads(1)
+        torch.use_deterministic_algorithms(True)
+        torch.manual_seed(7)
+        (sidecar,) = write_provenance([out], step="demo", seeds={"run": 7})
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    record = json.loads(sidecar.read_text())
+    host, numerics = record["host"], record["host"]["numerics"]["torch"]
+    assert host["cpu_model"] and host["cpu_count"] >= 1 and record["seeds"] == {"run": 7}
+    assert numerics["version"] == torch.__version__
+    assert numerics["num_threads"] == 1 and numerics["deterministic_algorithms"] is True
+    assert numerics["initial_seed"] == 7 and numerics["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
 def test_missing_input_is_named(tmp_path):
     out = tmp_path / "out.txt"
     out.write_text("x")

@@ -9,9 +9,10 @@
 
 Some demonstrations are deliberately imperfect: the expert slips with probability
 ``imperfect_fraction`` in general and ``blind_spot_slip`` on its blind spot, a subset of prompts
-it can be recognised by (Countdown: the first number is at most 4; the word problems: the person
-is Ava, Ben, Cleo or Dev; meetings: the mover is Ava, Ben or Cleo). In Countdown and the word
-problems the slip is stopping one step early (the think/steps end after the first step and the
+it can be recognised by (:data:`BLIND_SPOTS`; Countdown: the first number is at most 4; the word problems:
+the person is Ava, Ben, Cleo or Dev; meetings: the mover is Ava, Ben or Cleo). Every row records whether it is on the
+blind spot (``extra_info["blind_spot"]``), so the report splits gains by it without re-deriving it. In Countdown and
+the word problems the slip is stopping one step early (the think/steps end after the first step and the
 answer is that partial result), so it is decided by one token right after the first step, is as
 easy to imitate as the correct demonstration, and is recognisable from the prompt; the blind
 spot covers ~44% of the Countdown and ~40% of the word-problem prompts, so fixing it moves
@@ -37,7 +38,7 @@ from pipeline_lib.data.schema import rl_row, sft_row
 #: forward pass of the miniature pays for (half of a Countdown prompt's 64 tokens with the paper's wording).
 TINY_MATH_SUFFIX = "Answer in \\boxed{}."
 
-__all__ = ["TASKS", "TinyExample", "generate_task", "solve_countdown"]
+__all__ = ["BLIND_SPOTS", "TASKS", "BlindSpot", "TinyExample", "generate_task", "in_blind_spot", "solve_countdown"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,35 @@ def solve_countdown(numbers: list[int], target: int) -> tuple[str, list[str]] | 
     return None
 
 
+_NAMES = ["Ava", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"]
+
+
+@dataclass(frozen=True)
+class BlindSpot:
+    """A task's slip and the prompts the expert makes it on more often (``blind_spot_slip``): the one definition,
+    used by the generator and by the reproduction report (through each row's ``extra_info["blind_spot"]``)."""
+
+    slip: str  # what a slipped demonstration does
+    description: str  # which prompts are on the blind spot
+    contains: Callable[[dict[str, Any]], bool]  # the example's fields -> member or not
+
+
+_EARLY_STOP = "stops one step early and answers with the partial result"
+#: task -> its blind spot, decided on the fields each generator records in ``extra_info``.
+BLIND_SPOTS: dict[str, BlindSpot] = {
+    "countdown_tiny": BlindSpot(_EARLY_STOP, "the first number is at most 4", lambda fields: fields["numbers"][0] <= 4),
+    "arith_tiny": BlindSpot(_EARLY_STOP, f"the person is {', '.join(_NAMES[:3])} or {_NAMES[3]}",
+                            lambda fields: fields["name"] in _NAMES[:4]),
+    "meeting_tiny": BlindSpot("swaps the vote count in its summary", f"the mover is {', '.join(_NAMES[:2])} or "
+                              f"{_NAMES[2]}", lambda fields: fields["facts"]["mover"] in _NAMES[:3]),
+}
+
+
+def in_blind_spot(task: str, fields: dict[str, Any]) -> bool:
+    """Whether an example of ``task`` with these fields lies on the expert's blind spot."""
+    return BLIND_SPOTS[task].contains(fields)
+
+
 def _slips(rng: random.Random, spec: dict[str, Any], blind_spot: bool) -> bool:
     """Whether the expert's demonstration of this example is wrong: more often on its blind spot."""
     slip = spec.get("blind_spot_slip")
@@ -101,12 +131,12 @@ def _countdown(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExam
     expr, steps = solved
     prompt = f"Use {numbers} and + - * to make {target}, each number once. Answer in <answer> </answer>."
     reference = "<think>" + "\n".join(steps) + "</think>\n<answer>" + expr + "</answer>"
-    imperfect = _slips(rng, spec, numbers[0] <= 4)
+    fields = {"numbers": numbers, "target": target}
+    imperfect = _slips(rng, spec, in_blind_spot("countdown_tiny", fields))
     demonstration = reference
     if imperfect:  # the expert stops one step early and answers with the partial expression (not every number)
         demonstration = "<think>" + "\n".join(steps[:-1]) + "</think>\n<answer>" + _left_operand(expr) + "</answer>"
-    return TinyExample(prompt, demonstration, {"numbers": numbers, "target": target}, reference, imperfect,
-                       {"numbers": numbers, "target": target})
+    return TinyExample(prompt, demonstration, {"numbers": numbers, "target": target}, reference, imperfect, fields)
 
 
 def _left_operand(expr: str) -> str:
@@ -120,7 +150,6 @@ def _left_operand(expr: str) -> str:
     return left[1:-1] if left.startswith("(") and left.endswith(")") else left
 
 
-_NAMES = ["Ava", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun"]
 _ITEMS = ["apples", "pencils", "stamps", "marbles", "cookies", "books"]
 
 
@@ -139,12 +168,13 @@ def _arith(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExample:
         steps = [f"{a} - {b} = {a - b}", f"{a - b} - {c} = {a - b - c}"]
         answer = a - b - c
     reference = "\n".join(steps) + f"\nThe answer is \\boxed{{{answer}}}."
-    imperfect = _slips(rng, spec, name in _NAMES[:4])
+    fields = {"answer": answer, "name": name}
+    imperfect = _slips(rng, spec, in_blind_spot("arith_tiny", fields))
     # The expert stops one step early and boxes the intermediate result
     demonstration = (f"{steps[0]}\nThe answer is \\boxed{{{steps[0].split(' = ')[1]}}}." if imperfect
                      else reference)
     gold = "\n".join(steps) + f"\n#### {answer}"
-    return TinyExample(f"{question} {TINY_MATH_SUFFIX}", demonstration, gold, reference, imperfect, {"answer": answer})
+    return TinyExample(f"{question} {TINY_MATH_SUFFIX}", demonstration, gold, reference, imperfect, fields)
 
 
 _TOPICS = [("road repairs", "Public Works"), ("a new library branch", "Libraries"), ("park lighting", "Parks"),
@@ -173,11 +203,11 @@ def _meeting(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExampl
     facts = {"motion": motion, "topic": topic, "department": department, "amount": amount, "mover": mover,
              "seconder": seconder, "votes_for": votes_for, "votes_against": votes_against, "passed": passed}
     prompt = f"Summarize the following city council meeting segment in one or two sentences.\n\n{transcript}"
-    imperfect = _slips(rng, spec, mover in _NAMES[:3])
+    fields = {"facts": facts, "transcript": transcript}
+    imperfect = _slips(rng, spec, in_blind_spot("meeting_tiny", fields))
     demonstration = reference.replace(f"{votes_for}-{votes_against}", f"{votes_against}-{votes_for}") if imperfect \
         else reference
-    return TinyExample(prompt, demonstration, reference, reference, imperfect, {"facts": facts,
-                                                                                 "transcript": transcript})
+    return TinyExample(prompt, demonstration, reference, reference, imperfect, fields)
 
 
 #: task name -> (generator, data_source, ability)
@@ -208,7 +238,8 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
                 continue
             seen.add(example.prompt)
             extra = {"index": len(out[f"rl_{split}"]), "split": split, "reference": example.reference,
-                     "imperfect_demonstration": example.imperfect, **example.fields}
+                     "imperfect_demonstration": example.imperfect,
+                     "blind_spot": in_blind_spot(task, example.fields), **example.fields}
             messages = [{"role": "user", "content": example.prompt}]
             out[f"rl_{split}"].append(rl_row(prompt=messages, data_source=data_source, ability=ability,
                                              ground_truth=example.ground_truth, extra_info=extra))

@@ -2,11 +2,14 @@
 
     python -m pipeline_lib.paper.ablation data --metrics results/eval/T/softmax_tau0p1_m4/seed0/metrics.json \
         ... --out results/paper/data/ablation.csv
-    python -m pipeline_lib.paper.ablation table --data CSV --label tiny --stem results/paper/tables/ablation
+    python -m pipeline_lib.paper.ablation table --data CSV --label tiny --stem results/paper/tables/ablation \
+        --differences JSON
 
 Rows are temperatures tau; per task and group size M the table shows greedy pass@1 (%) and the
 mean greedy response length (tokens), mean over seeds, best pass@1 per (task, M) column in bold,
-as in the paper (its length column is "mean answer length").
+as in the paper (its length column is "mean answer length"). The caption states how the cells' settings differ
+from the main runs', as the workflow computes them from the config
+(:func:`pipeline_lib.paper.captions.ablation_differences`).
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from pipeline_lib.io import atomic_path
+from pipeline_lib.paper.captions import differences_text
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 
@@ -48,7 +54,8 @@ def ablation_data(metrics_paths: list[Path]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ablation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+def ablation_table(frame: pd.DataFrame, label: str, stem: Path, differences: Mapping[str, list[Any]]) -> list[Path]:
+    """The table, its caption stating ``differences`` (setting -> [cells' value, main runs' value])."""
     stats = frame.groupby(["task", "M", "tau"])[["pass@1", "length"]].mean()
     seeds = frame.groupby(["task", "M", "tau"])["seed"].nunique()
     tasks, sizes, taus = sorted(frame["task"].unique()), sorted(frame["M"].unique()), sorted(frame["tau"].unique())
@@ -73,7 +80,7 @@ def ablation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     n_seeds = int(seeds.max()) if len(seeds) else 0
     caption = (f"Temperature (tau) and group size (M) ablation of SoftmaxGRPO-Exact [{label} run]: greedy pass@1 (%) "
                f"and mean response length (tokens) on held-out prompts, mean over {n_seeds} seed(s); best pass@1 per "
-               "(task, M) in bold. Every other setting equals the main SoftmaxGRPO-Exact runs'.")
+               f"(task, M) in bold. {differences_text(differences)}")
     raw = [c for c in latex[0] if c.endswith("pass@1")] if latex else []
     return write_table(pd.DataFrame(plain), stem, caption, "tab:ablations", latex_frame=pd.DataFrame(latex),
                        raw_columns=raw)
@@ -91,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
+    p.add_argument("--differences", type=json.loads, required=True,
+                   help="JSON: setting -> [the cells' value, the main runs' value] (captions.ablation_differences)")
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "data":
@@ -98,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             ablation_data(args.metrics).to_csv(tmp, index=False)
         write_provenance([args.out], step="paper_ablation_data", inputs=args.metrics, started_at=started)
     else:
-        paths = ablation_table(pd.read_csv(args.data), args.label, args.stem)
-        write_provenance(paths, step="paper_ablation", inputs=[args.data], started_at=started)
+        paths = ablation_table(pd.read_csv(args.data), args.label, args.stem, args.differences)
+        write_provenance(paths, step="paper_ablation", inputs=[args.data], params={"differences": args.differences},
+                         started_at=started)
     return 0
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.tables import latex_escape, write_table
 from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
@@ -117,13 +118,14 @@ def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours:
                      ) -> list[Path]:
     """The paper's judge-validation rows per task, computed from the cross-judge and calibration outputs."""
     columns: dict[str, dict[str, str]] = {}
-    judges = set()
+    judges, kinds = set(), set()
     for cross_path, agreement_path in zip(cross_paths, agreement_paths, strict=True):
         task = cross_path.stem
         cross = json.loads(cross_path.read_text())
         agreement = json.loads(agreement_path.read_text())
         judges |= {f"primary = {cross['primary_judge']['label']} ({cross['primary_judge']['kind']})",
                    f"second = {cross['second_judge']['label']} ({cross['second_judge']['kind']})"}
+        kinds |= {cross["primary_judge"]["kind"], cross["second_judge"]["kind"]}
         row = next((r for r in cross["methods"] if r["method"] == ours), None)
         if row is None:
             raise ValueError(f"{cross_path}: method {ours!r} was not judged")
@@ -147,9 +149,9 @@ def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours:
         }
     evaluations = list(next(iter(columns.values())))
     frame = pd.DataFrame([{"Evaluation": e, **{task: columns[task][e] for task in columns}} for e in evaluations])
-    caption = (f"LLM-judge validation on the 0-100 scale: {'; '.join(sorted(judges))}. Rank correlation compares "
-               "method-level orderings across the two judges; human-judge correlation compares blind human ratings "
-               f"with the primary judge. [{label} run.]")
+    caption = (f"{judge_validation_title(kinds)} on the 0-100 scale: {'; '.join(sorted(judges))}. Rank correlation "
+               "compares method-level orderings across the two judges; human-judge correlation compares blind human "
+               f"ratings with the primary judge. [{label} run.]")
     return write_table(frame, stem, caption, "tab:judge_validation")
 
 

@@ -1,15 +1,23 @@
 """``python -m pipeline_lib plan [--configfile FILE ...]``: the run table of a config, before anything runs.
 
 One row per training job of :func:`pipeline_lib.plan.plan_runs` (task, run, method, seed, engine, rule, study, the
-key hyperparameters and the resources the plan sets), then the number of jobs per rule. Config files merge in order,
-as Snakemake's ``--configfile A B`` does, and the schema fills what they leave out.
+key hyperparameters, the resources the plan sets and the GPU-hours the job requests from Slurm), then the number of
+jobs per rule and the GPU-hours in total and per seed, so a user of ``config/paper.yaml`` can price each extra seed
+before paying for it. Config files merge in order, as Snakemake's ``--configfile A B`` does, and the schema fills what
+they leave out.
+
+A job's GPU-hours are what its Slurm allocation asks for on the first attempt: GPUs (``nodes`` x the ``gres`` GPUs
+per node, or ``gpu``; from the plan, else from the profile's ``set-resources``) times the time limit (the profile's
+``runtime`` in minutes, at ``attempt`` = 1). A job that ends early uses less; a retried one (``retries`` in the
+profile) asks again with a longer limit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,15 +25,20 @@ from typing import Any
 import yaml
 
 from pipeline_lib.config import validate_config
-from pipeline_lib.plan.runs import Plan, plan_runs
+from pipeline_lib.plan.groups import ablation_groups, groups, imagenet_groups
+from pipeline_lib.plan.runs import Plan, Run, plan_runs
 
-__all__ = ["load_config", "main", "render"]
+__all__ = ["gpu_hours", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
 
 #: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
 SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
 REPO = Path(__file__).resolve().parents[2]
+#: The Slurm profile whose time limits and GPU counts price the paper plan.
+SLURM_PROFILE = Path("profiles") / "slurm" / "config.yaml"
 COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "params", "M", "steps", "lr",
-           "resources")
+           "resources", "gpu_h")
+#: A profile value Snakemake evaluates per attempt: ``60``, ``"60"`` or ``"60 * attempt"``.
+_PER_ATTEMPT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:\*\s*attempt)?\s*$")
 
 
 def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -47,9 +60,71 @@ def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -
     return dict(validate_config(config, schema))
 
 
-def render(plan: Plan) -> str:
-    """The run table as aligned text, then the job count per rule."""
-    rows = [{column: row.get(column, "") for column in COLUMNS} for row in plan.table()]
+def load_profile(path: str | Path | None = None) -> dict[str, Any]:
+    """The Slurm profile (default: ``profiles/slurm/config.yaml`` of the current directory, else of this checkout)."""
+    path = Path(path) if path else (SLURM_PROFILE if SLURM_PROFILE.is_file() else REPO / SLURM_PROFILE)
+    with open(path, encoding="utf-8") as handle:
+        profile = yaml.safe_load(handle) or {}
+    profile["_path"] = str(path)
+    return profile
+
+
+def _first_attempt(value: Any, where: str) -> float:
+    """A profile resource at attempt 1 (``"1440 * attempt"`` -> 1440)."""
+    match = _PER_ATTEMPT.match(str(value))
+    if match is None:
+        raise ValueError(f"{where}: {value!r} is not a number or 'N * attempt'; cannot price the plan's GPU-hours")
+    return float(match.group(1))
+
+
+def slurm_jobs(config: Mapping[str, Any], plan: Plan) -> dict[tuple[str, str], tuple[str, int]]:
+    """(rule, run key) -> (the rule whose Slurm job runs it, how many runs share that job): a run of a group
+    (:mod:`pipeline_lib.plan.groups`) runs inside its group's job, as the workflow's group rules take it over."""
+    out = {(run.job, run.key): (run.job, 1) for run in plan.runs}
+    for rule, group in (("train_local_group", groups(config)), ("train_ablation_group", ablation_groups(plan)),
+                        ("train_imagenet_group", imagenet_groups(config, plan))):
+        for task in group.tasks:
+            for seed in group.seeds:
+                for run in group.runs(plan, task, seed):
+                    out[run.job, run.key] = (rule, len(group.methods))
+    return out
+
+
+def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared_by: int = 1) -> float:
+    """GPUs x time limit (hours) that ``run``'s Slurm job requests on its first attempt (0 for a CPU job); ``rule``
+    is the job's rule when a group runs it (then split among the ``shared_by`` runs of the job)."""
+    rule = rule or run.job
+    resources = {**(profile.get("default-resources") or {}), **((profile.get("set-resources") or {}).get(rule) or {}),
+                 **(run.resources if rule == run.job else {})}
+    where = f"{profile.get('_path', 'profile')}: set-resources.{rule}"
+    if "gres" in resources:
+        match = re.fullmatch(r"gpu(?::[\w-]+)?:(\d+)", str(resources["gres"]))
+        if match is None:
+            raise ValueError(f"{where}.gres: {resources['gres']!r} is not 'gpu:N' or 'gpu:TYPE:N'")
+        gpus = int(resources.get("nodes", 1)) * int(match.group(1))
+    else:
+        gpus = int(_first_attempt(resources.get("gpu", 0), f"{where}.gpu"))
+    if gpus == 0:
+        return 0.0
+    if "runtime" not in resources:
+        raise ValueError(f"{where}: a GPU job with no runtime (time limit) here or in default-resources")
+    return gpus * _first_attempt(resources["runtime"], f"{where}.runtime") / 60 / shared_by
+
+
+def _hours(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:g}"
+
+
+def plan_gpu_hours(config: Mapping[str, Any], plan: Plan, profile: dict[str, Any]) -> list[float]:
+    """:func:`gpu_hours` of every run of ``plan``, in its order."""
+    jobs = slurm_jobs(config, plan)
+    return [gpu_hours(run, profile, *jobs[run.job, run.key]) for run in plan.runs]
+
+
+def render(plan: Plan, hours: Sequence[float], profile_path: str) -> str:
+    """The run table as aligned text, then the job count per rule and the GPU-hours requested (total, per seed)."""
+    rows = [{column: row.get(column, "") for column in COLUMNS} | {"gpu_h": _hours(h)}
+            for row, h in zip(plan.table(), hours, strict=True)]
     cells = [[str(row[c]) if row[c] is not None else "" for c in COLUMNS] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip(),
@@ -57,6 +132,15 @@ def render(plan: Plan) -> str:
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     counts = Counter(run.job for run in plan.runs)
     lines += ["", f"{len(plan.runs)} jobs: " + ", ".join(f"{job} {n}" for job, n in sorted(counts.items()))]
+    per_seed: dict[int, float] = defaultdict(float)
+    per_study: dict[str, float] = defaultdict(float)
+    for run, h in zip(plan.runs, hours, strict=True):
+        per_seed[run.seed] += h
+        per_study[run.study] += h
+    lines += [f"GPU-hours requested (GPUs x Slurm time limit of {profile_path}, first attempt; training jobs "
+              f"only, evaluation and judging not counted): {_hours(sum(hours))} in total; per seed: "
+              + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))
+              + "; per study: " + ", ".join(f"{study} {_hours(h)}" for study, h in per_study.items())]
     return "\n".join(lines)
 
 
@@ -64,11 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib plan", description=__doc__.splitlines()[0])
     parser.add_argument("--configfile", nargs="+", default=["config/config.yaml"],
                         help="config file(s), merged in order (default: the tiny default config/config.yaml)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="Slurm profile whose time limits and GPU counts price each job (default: "
+                             f"{SLURM_PROFILE})")
     parser.add_argument("--json", action="store_true", help="one JSON object per run instead of the table")
     args = parser.parse_args(argv)
-    plan = plan_runs(load_config(args.configfile))
+    config = load_config(args.configfile)
+    plan = plan_runs(config)
+    profile = load_profile(args.profile)
+    hours = plan_gpu_hours(config, plan, profile)
     if args.json:
-        print("\n".join(json.dumps(row) for row in plan.table()))
+        print("\n".join(json.dumps(row | {"gpu_hours": h}) for row, h in zip(plan.table(), hours, strict=True)))
     else:
-        print(render(plan))
+        print(render(plan, hours, profile["_path"]))
     return 0

@@ -9,6 +9,7 @@ from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import ablation_groups, eval_batches, groups, imagenet_groups
+from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.specs import tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,

@@ -243,6 +243,7 @@ rule paper_reproduction_report:
         generations=REPORT_INPUTS["generations"],
         summaries=REPORT_INPUTS["summaries"],
         made=[pair.split("=", 1)[1] for pair in REPORT_INPUTS["made"]],
+        test_data=REPORT_INPUTS["test_data"],
     output:
         report=report(
             "results/paper/reproduction_report.md",
@@ -262,7 +263,8 @@ rule paper_reproduction_report:
     shell:
         "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
         " --table1 {input.table1} --allocation {input.allocation} --eval-root results/eval"
-        " --judge-summaries {input.summaries} --made {params.made} --out {output.report} > {log} 2>&1"
+        " --judge-summaries {input.summaries} --made {params.made} --test-data {input.test_data}"
+        " --out {output.report} > {log} 2>&1"
 
 
 rule paper_audit:
@@ -360,6 +362,7 @@ rule paper_ablation:
         code=code_digest("pipeline_lib.paper.ablation"),
         label=config["label"],
         stem=lambda wildcards, output: output.csv.removesuffix(".csv"),
+        differences=json.dumps(ablation_differences(PLAN)),
     log:
         "logs/paper_ablation.log",
     benchmark:
@@ -368,7 +371,7 @@ rule paper_ablation:
         "../../envs/report.yaml"
     shell:
         "python -m pipeline_lib.paper.ablation table --data {input.csv} --label {params.label}"
-        " --stem {params.stem} > {log} 2>&1"
+        " --stem {params.stem} --differences {params.differences:q} > {log} 2>&1"
 
 
 rule paper_scale_data:
