@@ -90,6 +90,25 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
         assert store[key] == [(m["step"], pytest.approx(m[key], rel=1e-6)) for m in metrics]
 
 
+def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp_path):  # noqa: F811
+    from pipeline_lib.engines.verl.train import collect_metrics
+    from pipeline_lib.engines.verl.translate import metrics_log_path
+    from pipeline_lib.paper.results import curves
+
+    local = tmp_path / "train/countdown_tiny/softmax_exact/seed0"
+    rl_module.train_rl(RL | {"steps": 2}, tiny / "data/rl_train.parquet", tiny / "init", local, 0, progress=False)
+    verl = tmp_path / "train/gsm8k/softmax_exact/seed0"  # verl's file-logger records, as its trainer writes them
+    verl.mkdir(parents=True)
+    metrics_log_path(verl).write_text("".join(json.dumps({"step": s, "data": {
+        "critic/score/mean": 0.1 * s, "actor/kl_loss": 0.01, "response_length/mean": 100.0 + s}}) + "\n"
+        for s in (1, 2)))
+    paths = [local / "metrics.jsonl", collect_metrics(verl, 2)]
+    assert all({"critic/score/mean", "actor/kl_loss", "response_length/mean"} <= set(json.loads(line))
+               for path in paths for line in path.read_text().splitlines())
+    curves(paths, "test", str(tmp_path / "curves.png"), str(tmp_path / "curves.pdf"))
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+
+
 def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny, tmp_path, monkeypatch):  # noqa: F811
     data, init, tracking = tiny / "data/rl_train.parquet", tiny / "init", settings(tmp_path)
     real = MetricsLog.write
