@@ -76,6 +76,24 @@ def test_the_plan_passes_each_run_its_id_and_verl_its_logger():
     assert "--tracking" in run.command() and "--tracking" not in run.command(tracking=False)
 
 
+def test_verls_own_tracking_writes_where_the_plan_points_it(tmp_path, monkeypatch):
+    """verl's Tracking with the run's trainer.logger and environment: its event files land in the run's store."""
+    from verl.utils.tracking import Tracking
+
+    from pipeline_lib.engines.verl.translate import TrainPaths, tracking_env
+
+    tracking = settings(tmp_path)
+    paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tracking=tracking)
+    for name, value in tracking_env(paths).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "verl_metrics.jsonl"))
+    tracker = Tracking(tracking.project, tracking.experiment, default_backend=tracking.verl_loggers())
+    for step in (1, 2):
+        tracker.log({"critic/score/mean": 0.25 * step}, step=step)
+    tracker.finish()
+    assert event_scalars(tracking.run_dir())["critic/score/mean"] == [(1, 0.25), (2, 0.5)]
+
+
 def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tmp_path):  # noqa: F811
     spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path / "run", 0, progress=False,
