@@ -94,6 +94,33 @@ def test_verls_own_tracking_writes_where_the_plan_points_it(tmp_path, monkeypatc
     assert event_scalars(tracking.run_dir())["critic/score/mean"] == [(1, 0.25), (2, 0.5)]
 
 
+def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, monkeypatch):
+    """verl's writer appends each attempt's steps; the store is rebuilt up to the checkpoint before verl restarts."""
+    from verl.utils.tracking import Tracking
+
+    from pipeline_lib.engines.verl.train import _rotate_metrics, rebuild_tracking_store
+    from pipeline_lib.engines.verl.translate import TrainPaths, metrics_log_path, tracking_env
+
+    tracking = settings(tmp_path)
+    paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tracking=tracking)
+    paths.run_dir.mkdir()
+    for name, value in tracking_env(paths).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(metrics_log_path(paths.run_dir)))
+
+    def attempt(steps: range) -> None:  # one verl attempt, as train.run starts it: rotate, rebuild, train
+        _rotate_metrics(paths.run_dir)
+        rebuild_tracking_store(paths, steps.start - 1)
+        tracker = Tracking(tracking.project, tracking.experiment, default_backend=tracking.verl_loggers())
+        for step in steps:
+            tracker.log({"critic/score/mean": step + 0.5 * (steps.start > 1)}, step=step)
+        tracker.finish()
+
+    attempt(range(1, 4))  # killed after step 3; its last checkpoint is step 2
+    attempt(range(3, 5))
+    assert event_scalars(tracking.run_dir())["critic/score/mean"] == [(1, 1.0), (2, 2.0), (3, 3.5), (4, 4.5)]
+
+
 def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tmp_path):  # noqa: F811
     spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path / "run", 0, progress=False,

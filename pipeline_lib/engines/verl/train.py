@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,12 @@ from pipeline_lib.engines.verl.translate import (
     sft_overrides,
     tracking_env,
 )
-from pipeline_lib.tracking import add_tracking_argument
+from pipeline_lib.tracking import Tracker, add_tracking_argument
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "run"]
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "rebuild_tracking_store",
+           "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
@@ -91,8 +93,8 @@ def _rotate_metrics(run_dir: Path) -> None:
         current.rename(run_dir / f"verl_metrics.{attempt}.jsonl")
 
 
-def collect_metrics(run_dir: Path, total_steps: int) -> Path:
-    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
+def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
+    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's step wins)."""
     by_step: dict[int, dict[str, Any]] = {}
     files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
     for path in [*files, metrics_log_path(run_dir)]:
@@ -106,10 +108,26 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
                 step, data = int(record["step"]), dict(record["data"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
-            if step <= total_steps:
+            if step <= last_step:
                 by_step.setdefault(step, {}).update(data)
+    return by_step
+
+
+def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
+    """Before verl (re)starts from ``resume_step``: the run's TensorBoard store holds exactly the earlier attempts'
+    steps up to it, and verl's writer appends from the next step on, so a resumed curve has every step once."""
+    if paths.tracking is None or "tensorboard" not in paths.tracking.backends:
+        return
+    records = _verl_records(paths.run_dir, resume_step)
+    Tracker(replace(paths.tracking, backends=("tensorboard",)),
+            [{"step": step, **data} for step, data in sorted(records.items())]).close()
+
+
+def collect_metrics(run_dir: Path, total_steps: int) -> Path:
+    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
     from pipeline_lib.io import write_text
 
+    by_step = _verl_records(run_dir, total_steps)
     lines = []
     for step in sorted(by_step):
         data = by_step[step]
@@ -245,6 +263,7 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
+    rebuild_tracking_store(paths, finished_step(checkpoint_dir(run_dir)) or 0)
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
                         "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)), **tracking_env(paths)}
     total = int(spec["steps"])
