@@ -438,7 +438,7 @@ def tracking_env(paths: TrainPaths) -> dict[str, str]:
     """Where verl's ``tensorboard`` backend writes: the run's directory of the local store (``TENSORBOARD_DIR``)."""
     if paths.tracking is None:
         return {}
-    return {"TENSORBOARD_DIR": str(Path(paths.tracking.run_dir()).resolve())}
+    return {"TENSORBOARD_DIR": str(paths.tracking.run_dir().resolve())}
 
 
 # --- overrides ---------------------------------------------------------------------------------------------------
