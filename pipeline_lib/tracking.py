@@ -153,6 +153,7 @@ class _Wandb:
     def __init__(self, settings: TrackingSettings) -> None:
         import wandb
 
+        Path(settings.dir).mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project=settings.project, name=settings.experiment, dir=settings.dir,
                               entity=os.environ.get("WANDB_ENTITY"))
 
