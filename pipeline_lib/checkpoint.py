@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from pipeline_lib.io import atomic_path, write_json
+from pipeline_lib.tracking import Tracker, TrackingSettings
 
 __all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "discard_resume_state",
            "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_done"]
@@ -67,22 +68,31 @@ def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict
 
 
 class MetricsLog:
-    """``metrics.jsonl`` (one JSON line per step); on resume it is cut back to the checkpoint's step."""
+    """``metrics.jsonl`` (one JSON line per step); on resume it is cut back to the checkpoint's step.
 
-    def __init__(self, path: Path, resume_step: int) -> None:
+    With ``tracking`` every record also goes to the run's tracking backends as it is written
+    (:class:`pipeline_lib.tracking.Tracker`), the kept records first, so a resumed curve has each step once.
+    """
+
+    def __init__(self, path: Path, resume_step: int, tracking: TrackingSettings | None = None) -> None:
         self.path = path
         kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
                 if json.loads(line)["step"] <= resume_step]
         with atomic_path(path) as tmp:
             tmp.write_text("".join(line + "\n" for line in kept))
+        self.tracker = Tracker(tracking, map(json.loads, kept)) if tracking is not None else None
         self.handle = path.open("a")
 
     def write(self, record: dict[str, Any]) -> None:
         self.handle.write(json.dumps(record) + "\n")
         self.handle.flush()
+        if self.tracker is not None:
+            self.tracker.log(record)
 
     def close(self) -> None:
         self.handle.close()
+        if self.tracker is not None:
+            self.tracker.close()
 
 
 def write_done(run_dir: str | os.PathLike[str], *, step: int, total_steps: int, config_sha256: str,

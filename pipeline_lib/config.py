@@ -6,7 +6,8 @@ reports each problem as one line with the dotted key path, and fills defaults.
 Stricter than JSON Schema's defaults, so a bad value fails ``snakemake -n`` rather than a job:
 ``number`` excludes NaN and the infinities (YAML ``.nan``, ``.inf``), ``integer`` excludes
 floats (``group_size: 8.0``) and booleans, a non-finite float is rejected anywhere (free-form
-sections included), and every dataset ``local:`` path must exist.
+sections included), every dataset ``local:`` path must exist, and every ``tracking.backends`` entry must have its
+package installed (the message names the pip extra).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
+
+from pipeline_lib.tracking import missing_backend_packages
 
 __all__ = ["ConfigError", "load_schema", "validate_config"]
 
@@ -107,6 +110,8 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | os.Path
     errors = sorted(_DefaultingValidator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     reported = {".".join(map(str, e.absolute_path)) for e in errors}
     lines = [_describe(e) for e in errors] + _value_problems(config, Path(base_dir or os.getcwd()), reported)
+    if not errors and isinstance(config.get("tracking"), MutableMapping):
+        lines += missing_backend_packages(config["tracking"].get("backends", []))
     if lines:
         listing = "\n".join(f"  - {line}" for line in lines)
         raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n{listing}")

@@ -93,7 +93,7 @@ def test_opd_loss_and_gradient_vanish_when_student_equals_teacher(tokenizer):
     def loss_and_grad(teacher):
         method.teacher = teacher
         student.zero_grad()
-        loss, _, _ = method.loss(student, ids, attention, mask, zeros, torch.zeros(2), torch.arange(2), None, config)
+        loss, _ = method.loss(student, ids, attention, mask, zeros, torch.zeros(2), torch.arange(2), None, config)
         loss.backward()
         return float(loss.detach()), max(float(p.grad.abs().max()) for p in student.parameters() if p.grad is not None)
 
@@ -295,7 +295,8 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):  # 
     # steps would see Adam turn float round-off into a real step)
     one = GROUP_RL | {"steps": 1, "minibatches": 1}
     train_rl(one, data, init, tmp_path / "same", 0, progress=False, method=OnPolicyDistillation(one, init))
-    same = [json.loads(line)["kl"] for line in (tmp_path / "same/metrics.jsonl").read_text().splitlines()]
+    same = [json.loads(line)["actor/distillation/loss"]
+            for line in (tmp_path / "same/metrics.jsonl").read_text().splitlines()]
     assert done(tmp_path / "same")["kind"] == "opd" and max(same) < 1e-6
     from transformers import AutoTokenizer
 
@@ -304,7 +305,8 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):  # 
     other.save_pretrained(tmp_path / "teacher")
     train_rl(GROUP_RL, data, init, tmp_path / "other", 0, progress=False,
              method=OnPolicyDistillation(GROUP_RL, tmp_path / "teacher"))
-    kls = [json.loads(line)["kl"] for line in (tmp_path / "other/metrics.jsonl").read_text().splitlines()]
+    kls = [json.loads(line)["actor/distillation/loss"]
+           for line in (tmp_path / "other/metrics.jsonl").read_text().splitlines()]
     assert min(kls) > 1e-3
     a, b = params(init), params(tmp_path / "other/final")
     assert any(not torch.equal(a[k], b[k]) for k in a)
@@ -327,7 +329,7 @@ def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(t
     for key in a:
         torch.testing.assert_close(a[key], b[key])
     assert (tmp_path / "straight/rollouts.jsonl").read_text() == (tmp_path / "killed/rollouts.jsonl").read_text()
-    untimed = [[{k: v for k, v in json.loads(line).items() if not k.startswith("time_")}
+    untimed = [[{k: v for k, v in json.loads(line).items() if not k.startswith("timing_s/")}
                 for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
                for run in ("straight", "killed")]
     assert untimed[0] == untimed[1]

@@ -44,7 +44,7 @@ def params(path: Path) -> dict[str, torch.Tensor]:
 def test_sft_reduces_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
     spec = SFT | {"steps": 30, "checkpoint_every": 30}
     sft_module.train_sft(spec, tiny / "data/sft_train.parquet", tiny / "tok", tmp_path, 0, progress=False)
-    losses = [json.loads(line)["loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    losses = [json.loads(line)["train/loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
     assert json.loads((tmp_path / "DONE.json").read_text())["final_step"] == 30
     load_model(tmp_path / "final")
@@ -57,7 +57,8 @@ def test_two_rl_steps_change_the_parameters(tiny, tmp_path):
     rollouts = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and len(rollouts[0]["advantage"]) == 12
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert all((m["reward_timeouts"], m["reward_failures"]) == (0, 0) for m in metrics)  # logged every step
+    assert all((m["softmaxgrpo/reward_timeouts"], m["softmaxgrpo/reward_failures"]) == (0, 0)
+               for m in metrics)  # logged every step
     for record in rollouts:  # SoftmaxGRPO advantages sum to zero within each group
         for group in range(3):
             assert abs(sum(a for a, g in zip(record["advantage"], record["group"], strict=True) if g == group)) < 1e-5

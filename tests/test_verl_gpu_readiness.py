@@ -68,4 +68,4 @@ def test_verl_metrics_carry_each_steps_verifier_timeouts_and_failures(tmp_path):
     for step, records in rows.items():
         (dump / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     lines = [json.loads(line) for line in collect_metrics(tmp_path, 2).read_text().splitlines()]
-    assert [(m["reward_timeouts"], m["reward_failures"]) for m in lines] == [(1, 0), (0, 1)]
+    assert [(m["softmaxgrpo/reward_timeouts"], m["softmaxgrpo/reward_failures"]) for m in lines] == [(1, 0), (0, 1)]

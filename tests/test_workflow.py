@@ -234,9 +234,13 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
         rows = [line.split()[0] for line in lines[start:start + 100] if line.strip()]
         return set(rows[: rows.index("total")])
 
-    # changing only evaluation settings reruns evaluation and the paper rules, never training
+    # every training run wrote its curve to the local tracking store (TensorBoard event files) as it went
+    for method in ("sft", "grpo_exact", "softmax_ess"):
+        assert list((workflow_copy / f"results/tracking/countdown_tiny/{method}/seed0").glob("events.out.tfevents.*"))
+    # changing only evaluation settings (or the dashboard) reruns evaluation and the paper rules, never training
     RL_LR = config["train"]["rl"]["lr"]
     config["eval"]["samples"] = 2
+    config["tracking"] = {"backends": ["console", "tensorboard"]}
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
     assert "eval_checkpoints_countdown_tiny_seed0" in jobs and "paper_table1" in jobs  # a (task, seed): one job

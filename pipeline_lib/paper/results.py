@@ -129,7 +129,9 @@ def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
     frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
     data = pd.concat(frames, ignore_index=True)
     tasks = sorted(data["task"].unique())
-    panels = [("reward_mean", "training reward"), ("kl", "KL to reference"), ("response_length", "response tokens")]
+    # verl's metric names, which both engines log (docs/tracking.md)
+    panels = [("critic/score/mean", "training reward"), ("actor/kl_loss", "KL to reference"),
+              ("response_length/mean", "response tokens")]
     fig, axes = plt.subplots(len(tasks), len(panels), figsize=(4.2 * len(panels), 3.2 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
         for column, (metric, title) in enumerate(panels):

@@ -105,11 +105,12 @@ def train_group_inputs(runs: list[Run]) -> dict[str, str]:
 
 
 def train_group_command(runs: list[Run], threads: int | None) -> str:
-    """The members' own commands as steps of one batch (``--threads`` where an entry point takes it)."""
+    """The members' own commands as steps of one batch (with ``--threads`` where an entry point takes it, and
+    ``--tracking``)."""
     steps = []
     for run in runs:
         module, args = run.entry_module, list(run.args[run.args.index("-m") + 2:])
-        steps.append((module, [*args, *(["--threads", str(threads)] if run.threads and threads is not None else [])]))
+        steps.append((module, [*args, *run.extra_args(threads)]))
     return batch_command(steps)
 
 

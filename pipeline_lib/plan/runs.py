@@ -38,6 +38,7 @@ from pipeline_lib.specs import (
     rl_train_data,
     scale_config,
 )
+from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
            "softmax_exact_method", "trained_methods", "verl_tasks"]
@@ -89,6 +90,7 @@ class Run:
     overrides: tuple[str, ...] = ()
     study: str = "main"
     after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
+    tracking: TrackingSettings | None = None  # live tracking (config `tracking`), on the local and verl trainers
 
     @property
     def key(self) -> str:
@@ -100,10 +102,16 @@ class Run:
         """The ``python -m`` module the job runs: its code digest is a rule parameter (reruns follow code edits)."""
         return self.args[self.args.index("-m") + 1]
 
-    def command(self, threads: int | None = None) -> str:
-        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it."""
-        args = [*self.args, *(["--threads", str(threads)] if self.threads and threads is not None else [])]
-        return " ".join(shlex.quote(a) for a in args)
+    def command(self, threads: int | None = None, tracking: bool = True) -> str:
+        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
+        and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
+        change of dashboard never reruns)."""
+        return " ".join(shlex.quote(a) for a in [*self.args, *self.extra_args(threads, tracking)])
+
+    def extra_args(self, threads: int | None = None, tracking: bool = True) -> list[str]:
+        """``--threads`` and ``--tracking``: settings of how a run executes, not of what it computes."""
+        return [*(["--threads", str(threads)] if self.threads and threads is not None else []),
+                *(["--tracking", self.tracking.to_json()] if tracking and self.tracking is not None else [])]
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a reviewer checks first (advantage and its parameters, M, steps, lr)."""
@@ -410,26 +418,38 @@ def _resources(config: Mapping[str, Any], entry: Entry, task: str, kind: str) ->
     return {}
 
 
-def _overrides(entry: Entry, spec: Mapping[str, Any], job: _Job, c: _Ctx, root: Path) -> tuple[str, ...]:
+def _overrides(entry: Entry, spec: Mapping[str, Any], job: _Job, c: _Ctx, root: Path,
+               tracking: TrackingSettings | None) -> tuple[str, ...]:
     if entry.overrides is None:
         return ()
     run_dir = root / _run_dir(c.task, c.name, c.seed)
     if entry.verl_kind == "sft":
-        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"])
+        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"], tracking=tracking)
     else:
         paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"],
-                           val_files=root / job.inputs["val"], init=root / _final(c.init))
+                           val_files=root / job.inputs["val"], init=root / _final(c.init), tracking=tracking)
     return tuple(entry.overrides(spec, paths, c.seed))
+
+
+#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's).
+TRACKED_JOBS = ("train_local", "train_verl")
+
+
+def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
+    if entry.job not in TRACKED_JOBS or "tracking" not in c.config:
+        return None
+    return TrackingSettings.for_run(c.config, f"{c.task}/{c.name}/seed{c.seed}")
 
 
 def _make(c: _Ctx, entry: Entry, spec: dict[str, Any], resource_kind: str, study: str, root: Path) -> Run:
     job = LAYOUTS[entry.layout](c, spec)
+    tracking = _tracking(c, entry)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
                args=(*_module(entry.entry_point), *job.args), spec=spec,
                resources=_resources(c.config, entry, c.task, resource_kind), threads=job.threads,
-               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root), study=study,
-               after=(VERL_CHECKED,) if entry.verl_kind else ())
+               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root, tracking), study=study,
+               after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=tracking)
 
 
 def _data(config: Mapping[str, Any], task: str, name: str) -> str:

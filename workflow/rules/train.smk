@@ -19,8 +19,9 @@ for job, kind in JOBS.items():
         params:
             command=lambda wildcards, threads, job=job: PLAN.get(job, wildcards.run).command(threads),
             # the run's command without --threads: Snakemake compares only parameters not derived from threads,
-            # input or output, so this is what reruns a job whose spec changed
-            run=lambda wildcards, job=job: PLAN.get(job, wildcards.run).command(),
+            # input or output, so this is what reruns a job whose spec changed (not --tracking: a new dashboard
+            # retrains nothing)
+            run=lambda wildcards, job=job: PLAN.get(job, wildcards.run).command(tracking=False),
             code=lambda wildcards, job=job: code_digest(PLAN.get(job, wildcards.run).entry_module),
         wildcard_constraints:
             run=PLAN.pattern(job),
@@ -57,7 +58,7 @@ for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": A
             command=lambda wildcards, threads, group=group: train_group_command(
                 group.runs(PLAN, wildcards.task, wildcards.seed), threads),
             run=lambda wildcards, group=group: "\n".join(
-                run.command() for run in group.runs(PLAN, wildcards.task, wildcards.seed)),
+                run.command(tracking=False) for run in group.runs(PLAN, wildcards.task, wildcards.seed)),
             code=lambda wildcards, group=group: " ".join(dict.fromkeys(
                 code_digest(run.entry_module) for run in group.runs(PLAN, wildcards.task, wildcards.seed))),
         wildcard_constraints:

@@ -23,13 +23,15 @@ from typing import Any
 from pipeline_lib.checkpoint import MetricsLog, write_done
 from pipeline_lib.engines.local.model import build_model, load_model, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["make_base"]
 
 log = logging.getLogger("pipeline_lib.engines.local.base")
 
 
-def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: int, init: Path | None = None) -> Path:
+def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: int, init: Path | None = None,
+              tracking: TrackingSettings | None = None) -> Path:
     """Write ``final/``, a one-line ``metrics.jsonl`` (parameter count) and ``DONE.json`` (0 steps)."""
     from transformers import AutoTokenizer
 
@@ -40,7 +42,7 @@ def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: in
     # A pretrained base keeps its own precision (a bf16 1.5B model copied at fp32 would double its size on disk).
     model = load_model(init, dtype="auto") if init else build_model(tokenizer, spec["model"], seed)
     final = save_model_atomic(model, tokenizer, run_dir / "final")
-    metrics = MetricsLog(run_dir / "metrics.jsonl", -1)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", -1, tracking)
     metrics.write({"step": 0, "parameters": sum(p.numel() for p in model.parameters())})
     metrics.close()
     done = write_done(run_dir, step=0, total_steps=0, config_sha256=digest, kind="base", seed=seed,
@@ -61,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="a pretrained HF model to use as the base")
+    add_tracking_argument(parser)
     args = parser.parse_args(argv)
-    make_base(json.loads(args.spec), args.tokenizer, args.run_dir, args.seed, args.init)
+    make_base(json.loads(args.spec), args.tokenizer, args.run_dir, args.seed, args.init, args.tracking)
     return 0
 
 

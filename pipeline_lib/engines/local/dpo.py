@@ -34,6 +34,7 @@ from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, r
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["dpo_loss", "train_iterative_dpo"]
 
@@ -68,7 +69,7 @@ def greedy_accuracy(model: torch.nn.Module, tokenizer: Any, frame: pd.DataFrame,
 
 
 def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, init: Path, run_dir: Path, seed: int,
-                        progress: bool = True) -> Path:
+                        progress: bool = True, tracking: TrackingSettings | None = None) -> Path:
     from transformers import AutoTokenizer
 
     started = time.time()
@@ -98,7 +99,7 @@ def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, 
         summaries.append(summary)
     done_rounds = len(summaries)
     model = load_model(rounds_dir / f"round{done_rounds}" if done_rounds else init)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", done_rounds * spec["steps_per_round"])
+    metrics = MetricsLog(run_dir / "metrics.jsonl", done_rounds * spec["steps_per_round"], tracking)
     bar = tqdm(total=spec["rounds"] * spec["steps_per_round"], initial=done_rounds * spec["steps_per_round"],
                desc=f"iterative_dpo {data.parent.name} seed={seed}", file=sys.stderr, disable=not progress)
     for r in range(done_rounds + 1, spec["rounds"] + 1):
@@ -166,9 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_iterative_dpo(json.loads(args.spec), args.data, args.demonstrations, args.init, args.run_dir, args.seed)
+    train_iterative_dpo(json.loads(args.spec), args.data, args.demonstrations, args.init, args.run_dir, args.seed,
+                        tracking=args.tracking)
     return 0
 
 

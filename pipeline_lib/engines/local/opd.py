@@ -58,14 +58,14 @@ class OnPolicyDistillation(GroupRLMethod):
 
     def loss(self, model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor,
              old_logprobs: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor,
-             ref_logprobs: torch.Tensor | None, config: PolicyLossConfig) -> tuple[torch.Tensor, float, float]:
+             ref_logprobs: torch.Tensor | None, config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
         assert self.teacher is not None, "prepare() loads the teacher"
         student_logits = model(input_ids=ids, attention_mask=attention).logits
         with torch.no_grad():
             teacher_logits = self.teacher(input_ids=ids, attention_mask=attention).logits
         per_token = reverse_kl_per_token(student_logits, teacher_logits, response_mask)
         loss = aggregate(per_token, response_mask, config.aggregation, group_ids)
-        return loss, float(loss.detach()), 0.0
+        return loss, {"actor/distillation/loss": float(loss.detach())}  # verl's OPD logs it under this name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,6 +31,7 @@ from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.model import encode_prompts, load_model
 from pipeline_lib.engines.local.sft import train_sft
 from pipeline_lib.io import atomic_path, write_json
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["assemble", "hinted_prompts", "rationalize", "rationalized_frame", "train_rationalization"]
 
@@ -78,7 +79,8 @@ def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list
 
 
 def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
-                          seed: int, init: Path | None = None, progress: bool = True) -> Path:
+                          seed: int, init: Path | None = None, progress: bool = True,
+                          tracking: TrackingSettings | None = None) -> Path:
     """Annotate (once; reused on resume) then SFT from ``init``, the base model (None = the seeded scratch init)."""
     from transformers import AutoTokenizer
 
@@ -97,7 +99,7 @@ def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tok
         write_json(stamp, identity)  # after the parquet: a stamp always describes a complete file
         log.info("annotated %d demonstrations; first: %r", len(rows), demos[0][:200])
     return train_sft(spec["sft"], annotated, tokenizer_dir, run_dir, seed, init=init, progress=progress,
-                     kind="rationalization", step_name="train_rationalization")
+                     kind="rationalization", step_name="train_rationalization", tracking=tracking)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,10 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train_rationalization(json.loads(args.spec), args.data, args.annotator, args.tokenizer, args.run_dir, args.seed,
-                          args.init)
+                          args.init, tracking=args.tracking)
     return 0
 
 

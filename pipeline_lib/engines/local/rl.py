@@ -6,8 +6,9 @@
 Per step: M rollouts for each of B prompts (KV-cached batched sampling), rewards from the
 reward registry, advantages from ``group_advantages``, old-policy and reference log-probs,
 then ``ppo_epochs`` passes over ``minibatches`` (whole groups each) of ``policy_loss``.
-Every step appends to ``metrics.jsonl`` and ``rollouts.jsonl`` (per rollout: group,
-prompt index, reward, advantage, length, correctness); ``checkpoint/`` every K steps.
+Every step appends to ``metrics.jsonl`` (under verl's metric names, and to the run's tracking backends:
+:mod:`pipeline_lib.tracking`, ``docs/tracking.md``) and ``rollouts.jsonl`` (per rollout: group, prompt index,
+reward, advantage, length, correctness); ``checkpoint/`` every K steps.
 
 Baselines that are group RL with another reward, extra rollouts or another loss (RL-Logit,
 RARO, OPD) subclass :class:`GroupRLMethod` and reuse this loop, its checkpointing and its logs.
@@ -37,8 +38,9 @@ from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
-__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
+__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "chosen_summary", "rollout_rewards", "train_rl"]
 
 log = logging.getLogger("pipeline_lib.engines.local.rl")
 
@@ -131,12 +133,13 @@ class GroupRLMethod:
 
     def loss(self, model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, response_mask: torch.Tensor,
              old_logprobs: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor,
-             ref_logprobs: torch.Tensor | None, config: PolicyLossConfig) -> tuple[torch.Tensor, float, float]:
-        """(loss, KL, clip fraction) of one minibatch: the paper's clipped surrogate plus reference KL."""
+             ref_logprobs: torch.Tensor | None, config: PolicyLossConfig) -> tuple[torch.Tensor, dict[str, float]]:
+        """(loss, metrics under verl's names) of one minibatch: the paper's clipped surrogate plus reference KL."""
         logprobs = response_logprobs(model, ids, attention, response_mask)
         out = policy_loss(logprobs, old_logprobs, advantages, response_mask, config, group_ids=group_ids,
                           ref_log_prob=ref_logprobs)
-        return out.loss, float(out.kl), out.clip_fraction
+        return out.loss, {"actor/pg_loss": float(out.policy_loss), "actor/kl_loss": float(out.kl),
+                          "actor/pg_clipfrac": out.clip_fraction, "actor/ppo_kl": out.approx_kl_old}
 
     def state_dict(self) -> dict[str, Any]:
         """Method state that must survive a resume (RARO's replay buffer)."""
@@ -148,7 +151,7 @@ class GroupRLMethod:
 
 def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True,
              method: GroupRLMethod | None = None, step_name: str = "train_rl",
-             extra_inputs: tuple[Path, ...] = ()) -> Path:
+             extra_inputs: tuple[Path, ...] = (), tracking: TrackingSettings | None = None) -> Path:
     from transformers import AutoTokenizer
 
     method = method or GroupRLMethod(spec)
@@ -175,7 +178,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         method.load_state_dict(state.get("method", {}))
         step = state["step"]
         log.info("resuming RL from step %d", step)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", step)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
     rollouts = MetricsLog(run_dir / "rollouts.jsonl", step)
     group_size, batch_prompts = spec["group_size"], spec["prompts_per_step"]
     adv_params = spec.get("advantage_params", {})
@@ -200,34 +203,39 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         t1 = time.perf_counter()
         n_groups = int(group_ids.max()) + 1
         groups_per_minibatch = max(1, n_groups // spec["minibatches"])
-        clip_fractions, kls = [], []
+        update: dict[str, list[float]] = {}
         for _ in range(spec["ppo_epochs"]):
             for first in range(0, n_groups, groups_per_minibatch):
                 sel = (group_ids >= first) & (group_ids < first + groups_per_minibatch)
-                loss, kl, clip_fraction = method.loss(
+                loss, minibatch = method.loss(
                     model, ids[sel], attention[sel], response_mask[sel], old_logprobs[sel], advantages[sel],
                     group_ids[sel], ref_logprobs[sel] if ref_logprobs is not None else None, loss_config)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+                minibatch["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
+                                                                                    spec["grad_clip"]))
                 optimizer.step()
-                clip_fractions.append(clip_fraction)
-                kls.append(kl)
+                for key, value in minibatch.items():
+                    update.setdefault(key, []).append(value)
         t2 = time.perf_counter()
         step += 1
         bar.update(1)
         policy = slice(0, batch.n_policy)
         lengths = response_mask[policy].sum(-1)
         pass_rate = correct[policy].view(batch_prompts, group_size).mean(1)
+        # verl's names where verl logs the same quantity, ours under softmaxgrpo/ (docs/tracking.md)
         metrics.write({
-            "step": step, "reward_mean": float(rewards[policy].mean()), "pass_rate": float(correct[policy].mean()),
-            "groups_all_correct": float((pass_rate == 1).float().mean()),
-            "groups_all_wrong": float((pass_rate == 0).float().mean()),
-            "abs_advantage_mean": float(advantages[policy].abs().mean()), "kl": sum(kls) / len(kls),
-            "clip_fraction": sum(clip_fractions) / len(clip_fractions), "response_length": float(lengths.mean()),
-            "time_sampling_s": t1 - t0, "time_update_s": t2 - t1, **batch.metrics,
+            "step": step, "critic/score/mean": float(rewards[policy].mean()),
+            "response_length/mean": float(lengths.mean()),
+            **{key: sum(values) / len(values) for key, values in update.items()},  # mean over minibatch updates
+            "timing_s/step": t2 - t0, "timing_s/update_actor": t2 - t1,
+            "softmaxgrpo/pass_rate": float(correct[policy].mean()),
+            "softmaxgrpo/groups_all_correct": float((pass_rate == 1).float().mean()),
+            "softmaxgrpo/groups_all_wrong": float((pass_rate == 0).float().mean()),
+            "softmaxgrpo/abs_advantage_mean": float(advantages[policy].abs().mean()),
+            **chosen_summary(chosen, group_ids[policy]), **batch.metrics,
             # verifier items that timed out / failed this step (scored 0, never silently as wrong answers)
-            **{f"reward_{kind}": count - health[kind] for kind, count in reward_health().items()},
+            **{f"softmaxgrpo/reward_{kind}": count - health[kind] for kind, count in reward_health().items()},
         })
         rollouts.write({"step": step, "group": group_ids[policy].tolist(), "prompt_index": batch.rows[policy],
                         "reward": rewards[policy].tolist(), "advantage": advantages[policy].tolist(),
@@ -252,6 +260,16 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     return done
 
 
+def chosen_summary(chosen: dict[str, list[float | None]], group_ids: torch.Tensor) -> dict[str, float]:
+    """A step's summary of what the estimator chose per group (softmax_ess's tau, ``rollouts.jsonl`` has each):
+    ``softmaxgrpo/tau/median``, the median over the groups that have one (equal rewards: none)."""
+    per_group: dict[int, float | None] = {}
+    for group, tau in zip(group_ids.tolist(), chosen.get("tau", []), strict=False):  # policy rollouts come first
+        per_group.setdefault(group, tau)
+    taus = [tau for tau in per_group.values() if tau is not None]
+    return {"softmaxgrpo/tau/median": float(torch.tensor(taus).median())} if taus else {}
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every group-RL entry point takes (this one, RL-Logit, RARO, OPD)."""
     parser.add_argument("--spec", required=True, help="JSON run spec (config `train.rl` + the method's settings)")
@@ -260,6 +278,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    add_tracking_argument(parser)
     add_eval_arguments(parser)
 
 
@@ -282,7 +301,8 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
     spec = json.loads(args.spec)
     extra = getattr(args, flag)
     train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=make_method(spec, extra),
-             step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,))
+             step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,),
+             tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0
 
@@ -294,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed)
+    train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed, tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0
 

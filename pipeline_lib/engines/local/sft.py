@@ -36,6 +36,7 @@ from pipeline_lib.engines.local.model import (
 )
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
 
@@ -51,8 +52,8 @@ def load_sft_examples(path: Path, tokenizer: Any, max_response_tokens: int) -> t
 
 
 def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Path, seed: int,
-              init: Path | None = None, progress: bool = True, kind: str = "sft", step_name: str = "train_sft"
-              ) -> Path:
+              init: Path | None = None, progress: bool = True, kind: str = "sft", step_name: str = "train_sft",
+              tracking: TrackingSettings | None = None) -> Path:
     """SFT from ``init`` (or from scratch, seeded); ``kind``/``step_name`` label runs that reuse it (STaR, teachers)."""
     from transformers import AutoTokenizer
 
@@ -78,7 +79,7 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
         set_rng_state(state["rng"])
         step = state["step"]
         log.info("resuming SFT from step %d", step)
-    metrics = MetricsLog(run_dir / "metrics.jsonl", step)
+    metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
     started = time.time()
     model.train()
     bar = tqdm(total=spec["steps"], initial=step, desc=f"sft {data.parent.name} seed={seed}", file=sys.stderr,
@@ -94,13 +95,14 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
         loss = -logprobs.sum() / response.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
         optimizer.step()
         scheduler.step()
         step += 1
         bar.update(1)
-        metrics.write({"step": step, "loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0],
-                       "tokens": int(response.sum())})
+        # verl's SFT trainer's names (docs/tracking.md)
+        metrics.write({"step": step, "train/loss": float(loss.detach()), "train/lr": scheduler.get_last_lr()[0],
+                       "train/grad_norm": float(grad_norm), "train/global_tokens": int(response.sum())})
         if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
             checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(),
                                                "scheduler": scheduler.state_dict(), "rng": rng_state(), "step": step})
@@ -127,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, default=None, help="start from this HF model instead of scratch")
     parser.add_argument("--kind", default="sft", help="run label in DONE.json; provenance step is train_<kind>")
     parser.add_argument("--threads", type=int, default=1)
+    add_tracking_argument(parser)
     add_eval_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init, kind=args.kind,
-              step_name=f"train_{args.kind}")
+              step_name=f"train_{args.kind}", tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0
 

@@ -14,8 +14,8 @@ After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.t
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
 exported to Hugging Face format (``python -m verl.model_merger merge``) as ``DIR/final``, verl's
 rollout dumps become ``rollouts.jsonl`` in the local engine's schema (so the gradient-allocation table
-is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl``, and
-``DONE.json`` is written last.
+is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl`` (under verl's metric
+names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json`` is written last.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,22 +44,19 @@ from pipeline_lib.engines.verl.translate import (
     rl_overrides,
     rollout_dump_dir,
     sft_overrides,
+    tracking_env,
 )
+from pipeline_lib.tracking import Tracker, add_tracking_argument
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "run"]
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "rebuild_tracking_store",
+           "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
-#: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads). OPD has no
-#: reference KL; its ``kl`` is, as on the local engine, the reverse KL to the teacher: verl's distillation surrogate
-#: with advantage -k1 (per-token log pi_student - log pi_teacher), i.e. the mean k1 weighted by the (clipped)
-#: importance ratio, which is 1 on the first mini-batch of a step.
-METRIC_NAMES = {"critic/score/mean": "reward_mean", "actor/kl_loss": "kl", "response_length/mean": "response_length",
-                "train/loss": "loss", "actor/distillation/loss": "kl"}
 
 
 class VerlRunError(RuntimeError):
@@ -95,8 +93,8 @@ def _rotate_metrics(run_dir: Path) -> None:
         current.rename(run_dir / f"verl_metrics.{attempt}.jsonl")
 
 
-def collect_metrics(run_dir: Path, total_steps: int) -> Path:
-    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
+def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
+    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's step wins)."""
     by_step: dict[int, dict[str, Any]] = {}
     files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
     for path in [*files, metrics_log_path(run_dir)]:
@@ -110,15 +108,30 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
                 step, data = int(record["step"]), dict(record["data"])
             except (ValueError, KeyError, TypeError) as exc:
                 raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
-            if step <= total_steps:
+            if step <= last_step:
                 by_step.setdefault(step, {}).update(data)
+    return by_step
+
+
+def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
+    """Before verl (re)starts from ``resume_step``: the run's TensorBoard store holds exactly the earlier attempts'
+    steps up to it, and verl's writer appends from the next step on, so a resumed curve has every step once."""
+    if paths.tracking is None or "tensorboard" not in paths.tracking.backends:
+        return
+    records = _verl_records(paths.run_dir, resume_step)
+    Tracker(replace(paths.tracking, backends=("tensorboard",)),
+            [{"step": step, **data} for step, data in sorted(records.items())]).close()
+
+
+def collect_metrics(run_dir: Path, total_steps: int) -> Path:
+    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
     from pipeline_lib.io import write_text
 
+    by_step = _verl_records(run_dir, total_steps)
     lines = []
     for step in sorted(by_step):
         data = by_step[step]
-        named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
-        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step), **data}))
+        lines.append(json.dumps({"step": step, **_reward_health(run_dir, step), **data}))  # one set of names
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
@@ -133,7 +146,7 @@ def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
     if not dump.exists():
         return {}
     rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
-    return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
+    return {f"softmaxgrpo/reward_{kind}": count for kind, count in health_counts(rows).items()}
 
 
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
@@ -250,8 +263,9 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
+    rebuild_tracking_store(paths, finished_step(checkpoint_dir(run_dir)) or 0)
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
-                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir))}
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)), **tracking_env(paths)}
     total = int(spec["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
@@ -294,13 +308,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
+    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     if args.kind == "rl" and (args.val_data is None or args.init is None):
         parser.error("rl needs --val-data and --init")
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
-    run(args.kind, json.loads(args.spec), TrainPaths(**absolute), args.seed, dry_run=args.dry_run)
+    run(args.kind, json.loads(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+        dry_run=args.dry_run)
     return 0
 
 

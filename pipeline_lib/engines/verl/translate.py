@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.tracking import TrackingSettings
+
 __all__ = [
     "ESTIMATOR_MODULE",
     "OPD_TEACHER_DEFAULTS",
@@ -43,6 +45,7 @@ __all__ = [
     "sft_spec",
     "slurm_resources",
     "task_methods",
+    "tracking_env",
 ]
 
 #: Module that registers our estimators; Ray workers import it through VERL_USE_EXTERNAL_MODULES too.
@@ -408,14 +411,34 @@ def experiment_name(spec: Mapping[str, Any], seed: int) -> str:
 
 
 class TrainPaths:
-    """The files one run reads and writes; fixed at parse time so the overrides are validated exactly."""
+    """The files one run reads and writes (``tracking``: where its curves go); fixed at parse time so the overrides
+    are validated exactly."""
 
     def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
-                 init: str | Path | None = None) -> None:
+                 init: str | Path | None = None, tracking: TrackingSettings | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.train_files = Path(train_files)
         self.val_files = Path(val_files) if val_files is not None else None
         self.init = Path(init) if init is not None else None
+        self.tracking = tracking
+
+
+def _tracking_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> dict[str, Any]:
+    """verl's ``trainer.logger`` (config ``tracking.backends`` + console + file) and its names: the project, and the
+    run's id in the plan as the experiment."""
+    tracking = paths.tracking
+    if tracking is None:
+        return {"trainer.logger": ["console", "file"], "trainer.project_name": PROJECT,
+                "trainer.experiment_name": experiment_name(spec, seed)}
+    return {"trainer.logger": tracking.verl_loggers(), "trainer.project_name": tracking.project,
+            "trainer.experiment_name": tracking.experiment}
+
+
+def tracking_env(paths: TrainPaths) -> dict[str, str]:
+    """Where verl's ``tensorboard`` backend writes: the run's directory of the local store (``TENSORBOARD_DIR``)."""
+    if paths.tracking is None:
+        return {}
+    return {"TENSORBOARD_DIR": str(paths.tracking.run_dir().resolve())}
 
 
 # --- overrides ---------------------------------------------------------------------------------------------------
@@ -477,9 +500,7 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
         # Disk, not training: a 1.5B actor checkpoint with optimizer state is tens of GB; resuming needs the last.
         "trainer.max_actor_ckpt_to_keep": 2,
         "trainer.rollout_data_dir": str(rollout_dump_dir(paths.run_dir)),
-        "trainer.logger": ["console", "file"],
-        "trainer.project_name": PROJECT,
-        "trainer.experiment_name": experiment_name(spec, seed),
+        **_tracking_overrides(spec, paths, seed),
     }
     if estimator == "softmax":
         pairs["+algorithm.tau"] = float(spec["tau"])
@@ -489,7 +510,8 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
         pairs["+reward.custom_reward_function.reward_kwargs"] = {"reward_weights": dict(spec["reward_weights"])}
     # Fallbacks that reach every Ray worker even where the entry point is not seen, and the metrics file path
     # for verl's file logger (it runs in the TaskRunner actor, which does not inherit this process's env).
-    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir))}
+    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir)),
+           **tracking_env(paths)}
     for name, value in env.items():
         pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
     if spec.get("baseline"):
@@ -522,9 +544,7 @@ def sft_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list
         "trainer.resume_mode": "auto",
         "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
         "trainer.max_ckpt_to_keep": 2,
-        "trainer.logger": ["console", "file"],
-        "trainer.project_name": PROJECT,
-        "trainer.experiment_name": experiment_name(spec, seed),
+        **_tracking_overrides(spec, paths, seed),
         "trainer.seed": seed,
     }
     return _overrides(pairs) + list(spec.get("extra_overrides", []))
