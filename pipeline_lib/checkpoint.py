@@ -143,10 +143,6 @@ class MetricsLog:
         if problem is not None:
             set_aside(path, problem)
         kept = [line for line in lines if json.loads(line)["step"] <= resume_step]
-        last = json.loads(kept[-1])["step"] if kept else None
-        if problem is not None and resume_step > 0 and last != resume_step:
-            log.warning("%s: kept steps up to %s; the lost steps up to the checkpoint's %d are not re-recorded",
-                        path, last, resume_step)
         with atomic_path(path) as tmp:
             tmp.write_text("".join(line + "\n" for line in kept))
         self.handle = path.open("a")
