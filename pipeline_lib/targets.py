@@ -240,9 +240,10 @@ def judge_score_files(config: Mapping[str, Any], task: str) -> list[str]:
 
 
 def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
-    """The completed ratings CSV when it exists (so adding it later reruns the import), else nothing."""
+    """The task's completed ratings CSV (an input: adding or editing it reruns the import), else nothing; a configured
+    path must exist (:func:`pipeline_lib.config.validate_config`), so a typo is an error, never "no ratings yet"."""
     path = config["judge"]["calibration"]["ratings"].get(task)
-    return [path] if path and os.path.exists(path) else []
+    return [path] if path else []
 
 
 def judge_targets(config: Mapping[str, Any]) -> list[str]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pipeline_lib.config import validate_config
+from pipeline_lib.config import ConfigError, load_config_file, merge_config, validate_config
 from pipeline_lib.plan.runs import Plan, plan_runs
 
 __all__ = ["load_config", "main", "render"]
@@ -28,22 +27,12 @@ COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage
            "resources")
 
 
-def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
-
-
 def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -> dict[str, Any]:
     """The validated config of ``paths`` merged in order (schema defaults filled)."""
     schema = schema or (SCHEMA_PATH if SCHEMA_PATH.is_file() else REPO / SCHEMA_PATH)
     config: dict[str, Any] = {}
     for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            _merge(config, yaml.safe_load(handle) or {})
+        merge_config(config, load_config_file(path))
     return dict(validate_config(config, schema))
 
 
@@ -66,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="config file(s), merged in order (default: the tiny default config/config.yaml)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run instead of the table")
     args = parser.parse_args(argv)
-    plan = plan_runs(load_config(args.configfile))
+    try:
+        plan = plan_runs(load_config(args.configfile))
+    except ConfigError as exc:  # a sentence that names the file or key, not a traceback
+        print(f"python -m pipeline_lib plan: {exc}", file=sys.stderr)
+        return 2
     if args.json:
         print("\n".join(json.dumps(row) for row in plan.table()))
     else:
