@@ -127,6 +127,10 @@ def _read_parquet(path: Path, dataset: str) -> pd.DataFrame:
     except (pa.ArrowException, OSError) as exc:
         raise DataError(dataset, str(path), f"not a readable parquet file ({exc})") from None
     frame = table.to_pandas(integer_object_nulls=True)
+    for column in frame.columns:  # nullable extension dtypes a pandas writer recorded (Int64, boolean): None for NA
+        if isinstance(frame[column].dtype, pd.api.extensions.ExtensionDtype) and frame[column].hasnans:
+            frame[column] = pd.Series([None if pd.isna(v) else v for v in frame[column].astype(object)],
+                                      index=frame.index, dtype=object)
     return frame.assign(**{LINE: range(1, len(frame) + 1)})
 
 
