@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline_lib.judge.rubrics import RUBRICS
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
 from pipeline_lib.specs import eval_spec
 
@@ -33,6 +34,7 @@ __all__ = [
     "judge_eval_targets",
     "judge_ours",
     "judge_rubric",
+    "judge_rubric_prompt",
     "judge_score_files",
     "judge_seeds",
     "judge_spec",
@@ -185,6 +187,11 @@ def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
 
 def judge_rubric(config: Mapping[str, Any], task: str) -> str:
     return config["judge"]["rubrics"][task]
+
+
+def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
+    """The rubric prompt template of a judged task (``config/prompts/<rubric>.txt``): an input of its judge jobs."""
+    return str(RUBRICS[judge_rubric(config, task)].template_path)
 
 
 def validate_judges(config: Mapping[str, Any]) -> None:

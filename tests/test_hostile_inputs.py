@@ -377,3 +377,81 @@ def test_a_null_in_a_parquet_integer_column_is_blamed_on_its_own_row(tmp_path):
     frame["target"] = frame["target"].fillna(7)
     frame.to_parquet(tmp_path / "train.parquet", index=False)
     _build("countdown", tmp_path / "train.parquet", tmp_path)  # the repaired file builds
+
+
+# --- files outside the package that shape an output: inputs of their rule, part of the code digest --------------
+
+def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an_edit(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from pipeline_lib.provenance import code_modules
+
+    from .conftest import REPO
+
+    prompts = {"config/prompts/meetingbank.txt", "config/prompts/poetry.txt"}
+    assert prompts <= set(code_modules("pipeline_lib.judge.score"))
+    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory"))
+
+    root = tmp_path / "checkout"
+    shutil.copytree(REPO / "pipeline_lib", root / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "config/prompts", root / "config/prompts")
+    work = tmp_path / "work"
+    work.mkdir()
+    script = ("from pathlib import Path\nfrom pipeline_lib.provenance import write_provenance\n"
+              "Path('scores.jsonl').write_text('{}\\n')\n"
+              "write_provenance(['scores.jsonl'], step='judge_score', entry='pipeline_lib.judge.score')\n"
+              "Path('theory.csv').write_text('x\\n')\n"
+              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory')\n")
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", script], cwd=work, env=env, check=True, timeout=120)
+
+    def audit(target):
+        return subprocess.run([sys.executable, "-m", "pipeline_lib", "audit", target], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    assert audit("scores.jsonl").returncode == 0, audit("scores.jsonl").stdout
+    prompt = root / "config/prompts/meetingbank.txt"
+    prompt.write_text(prompt.read_text() + "\nBe lenient.\n")
+    result = audit("scores.jsonl")
+    assert result.returncode == 1 and "changed config/prompts/meetingbank.txt" in result.stdout, result.stdout
+    assert audit("theory.csv").returncode == 0  # an output whose code reads no prompt is not stale
+
+
+@pytest.mark.slow
+def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_path):
+    """As tests/test_bad_inputs.py's code-change test: placeholder outputs whose metadata Snakemake recorded
+    (``--touch``), then a dry run after an edit to the judge's rubric prompt."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from .conftest import REPO, WORKFLOW_PARTS
+    from .test_bad_inputs import _planned
+
+    for part in (*WORKFLOW_PARTS, "pipeline_lib"):
+        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
+        kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / part).is_dir() else {}
+        copy(REPO / part, tmp_path / part, **kwargs)
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
+           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
+
+    def snakemake(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    summary = snakemake("--summary")
+    assert summary.returncode == 0, summary.stderr[-3000:]
+    for line in summary.stdout.splitlines()[1:]:
+        target = tmp_path / line.split("\t")[0]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    assert snakemake("--touch", "--forceall", "--cores", "1").returncode == 0
+    assert _planned(snakemake("-n")) == set()
+
+    prompt = tmp_path / "config/prompts/meetingbank.txt"
+    prompt.write_text(prompt.read_text() + "\nBe lenient.\n")
+    jobs = _planned(snakemake("-n"))
+    assert "judge_score" in jobs and not any(job.startswith(("train_", "data_", "eval_")) for job in jobs), jobs
