@@ -82,6 +82,23 @@ def test_unreadable_round_state_json_is_set_aside_and_recomputed(tmp_path):
     assert len(list(tmp_path.glob("round.json.unreadable-*"))) == 1
 
 
+def test_a_killed_verl_attempts_torn_metrics_line_does_not_wedge_collecting_the_metrics(tmp_path):
+    from pipeline_lib.engines.verl.train import VerlRunError, collect_metrics
+    from pipeline_lib.engines.verl.translate import metrics_log_path
+
+    def record(step):
+        return json.dumps({"step": step, "data": {"critic/score/mean": step / 10}})
+
+    killed = tmp_path / "verl_metrics.0.jsonl"  # attempt 0 died writing step 3; attempt 1 resumed at step 3
+    killed.write_text(record(1) + "\n" + record(2) + "\n" + record(3)[:20])
+    metrics_log_path(tmp_path).write_text(record(3) + "\n" + record(4) + "\n")
+    lines = [json.loads(line) for line in collect_metrics(tmp_path, 4).read_text().splitlines()]
+    assert [(m["step"], m["reward_mean"]) for m in lines] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
+    killed.write_text(record(1) + "\n" + record(2)[:20] + "\n" + record(3) + "\n")  # damage mid-file is an error
+    with pytest.raises(VerlRunError, match=r"verl_metrics\.0\.jsonl:2: not a verl file-logger record"):
+        collect_metrics(tmp_path, 4)
+
+
 # --- config mistakes that used to pass parse time ---------------------------------------------------------------
 
 def _validate(config, base_dir):

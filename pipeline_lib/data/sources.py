@@ -180,6 +180,8 @@ def load_split(dataset: str, spec: SourceSpec, split: str, required: tuple[str, 
     naming missing columns."""
     if spec.local:
         path = _local_file(spec, split)
+        if path.suffix not in _READERS:  # the config check catches this at parse time; a direct call gets it here
+            raise DataError(dataset, str(path), f"no reader for suffix {path.suffix!r}; readable: {list(_READERS)}")
         frame = _READERS[path.suffix](path, dataset)
         origin = str(path)
         facts = {"split": split, "file": origin, "unit": _UNIT.get(path.suffix, "row"), **source_fingerprint([path])}
