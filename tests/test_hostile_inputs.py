@@ -472,3 +472,16 @@ def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_
     prompt.write_text(prompt.read_text() + "\nBe lenient.\n")
     jobs = _planned(snakemake("-n"))
     assert "judge_score" in jobs and not any(job.startswith(("train_", "data_", "eval_")) for job in jobs), jobs
+
+
+def test_the_configs_source_roles_and_suffixes_are_the_builders_and_readers():
+    from pipeline_lib.config import DATA_SUFFIXES, DATASET_SOURCES
+    from pipeline_lib.data.real import BUILDERS
+    from pipeline_lib.data.sources import _READERS
+
+    from .test_data import real_spec
+
+    assert set(DATA_SUFFIXES) == set(_READERS)
+    assert set(DATASET_SOURCES) == set(BUILDERS)
+    for name, roles in DATASET_SOURCES.items():  # the fixtures every builder is tested on name exactly these roles
+        assert set(real_spec(name)["sources"]) == set(roles), name
