@@ -189,12 +189,19 @@ def _local_source_problem(value: str, splits: tuple[str, ...], base_dir: Path) -
     return None
 
 
+def _section(config: Any, *keys: str) -> Any:
+    """``config[k1][k2]...``, or ``{}`` where a level is missing or not a mapping (the schema reports that)."""
+    for key in keys:
+        config = config.get(key, {}) if isinstance(config, Mapping) else {}
+    return config
+
+
 def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
     """Keys that name a source role, a file or a task: each must name one that exists."""
     problems = []
-    datasets = config.get("data", {}).get("datasets", {})
+    datasets = _section(config, "data", "datasets")
     for name, spec in datasets.items() if isinstance(datasets, dict) else ():
-        sources = spec.get("sources", {}) if isinstance(spec, dict) else {}
+        sources = _section(spec, "sources")
         roles = DATASET_SOURCES.get(name, {})
         if not isinstance(sources, dict):
             continue
@@ -210,11 +217,11 @@ def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
         if isinstance(spec, dict) and spec.get("enabled"):
             problems += [f"missing key 'data.datasets.{name}.sources.{role}' (dataset {name} is enabled and its "
                          f"builder reads this source)" for role in roles if role not in sources]
-    calibration = config.get("judge", {}).get("calibration", {})
-    judged = config.get("judge", {}).get("tasks", [])
-    for task, ratings in (calibration.get("ratings") or {}).items():
+    judged = _section(config, "judge").get("tasks", [])
+    ratings_by_task = _section(config, "judge", "calibration", "ratings")
+    for task, ratings in ratings_by_task.items() if isinstance(ratings_by_task, dict) else ():
         where = f"judge.calibration.ratings.{task}"
-        if task not in judged:
+        if not isinstance(judged, list) or task not in judged:
             problems.append(f"key '{where}': {task!r} is not a judged task (judge.tasks: {judged})")
         if isinstance(ratings, str):
             target = Path(ratings) if Path(ratings).is_absolute() else base_dir / ratings
