@@ -24,7 +24,8 @@ def workflow_copy(tmp_path: Path) -> Path:
 #: the statistics, the rewards, the theory, the data and provenance contracts. End-to-end training, workflow,
 #: Slurm, verl and browser tests stay in the full suite (`.ci/run`).
 FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", "test_theory_checks", "test_audit",
-                "test_provenance", "test_data", "test_llm_client", "test_reproduction", "test_batch"}
+                "test_provenance", "test_data", "test_llm_client", "test_reproduction", "test_batch",
+                "test_hostile_inputs"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
