@@ -189,6 +189,12 @@ def _local_source_problem(value: str, splits: tuple[str, ...], base_dir: Path) -
     return None
 
 
+#: Keys (besides datasets' ``local`` and the calibration ratings) that name a file or folder read from this machine.
+#: (``imagenet.dataset.root`` is checked by its own job: config/paper.yaml ships a placeholder to be filled in.)
+_PATH_KEYS = {("train", "baselines", "iterative_dpo", "accelerate_config"): "file",
+              ("eval", "transfer", "lm_eval", "include_path"): "folder"}
+
+
 def _section(config: Any, *keys: str) -> Any:
     """``config[k1][k2]...``, or ``{}`` where a level is missing or not a mapping (the schema reports that)."""
     for key in keys:
@@ -228,6 +234,13 @@ def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
             if not target.is_file():
                 problems.append(f"key '{where}': ratings file {ratings!r} does not exist (resolved to "
                                 f"{target.resolve()}); leave the task out until its ratings are downloaded")
+    for keys, kind in _PATH_KEYS.items():  # other keys that name a file or folder the pipeline reads
+        value = _section(config, *keys[:-1]).get(keys[-1])
+        if isinstance(value, str):
+            target = Path(value) if Path(value).is_absolute() else base_dir / value
+            if not (target.is_dir() if kind == "folder" else target.is_file()):
+                problems.append(f"key '{'.'.join(keys)}': {kind} {value!r} does not exist (resolved to "
+                                f"{target.resolve()})")
     for path, value in _walk(config):  # a reward composition (task default or a -Sim method's) must reward something
         if (("reward_weights" in path[:-1] or path[-1:] == ("similarity_weights",)) and isinstance(value, dict)
                 and value and all(isinstance(w, int | float) for w in value.values())

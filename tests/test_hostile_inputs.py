@@ -138,6 +138,14 @@ def _weights(weights):
     return config
 
 
+def _accelerate_config(path):
+    from .test_bad_inputs import _tiny_config
+
+    config = _tiny_config()
+    config["train"]["baselines"]["iterative_dpo"] = {"accelerate_config": path}
+    return config
+
+
 CONFIG_MISTAKES = {  # name: (config maker taking tmp_path, key the error names, what it says)
     "empty_local_goes_to_hub": (lambda t: _with_source("deepmath", "main", ""),
                                 "data.datasets.deepmath.sources.main.local", "empty local path"),
@@ -166,6 +174,9 @@ CONFIG_MISTAKES = {  # name: (config maker taking tmp_path, key the error names,
                          "no positive weight"),
     "ratings_path_typo": (lambda t: _ratings(["meeting_tiny"], "ratings/meeting_tiny.csv"),
                           "judge.calibration.ratings.meeting_tiny", "ratings file 'ratings/meeting_tiny.csv' does not"),
+    "accelerate_config_typo": (lambda t: _accelerate_config("configs/zero3.yml"),
+                               "train.baselines.iterative_dpo.accelerate_config",
+                               "file 'configs/zero3.yml' does not exist"),
     "ratings_task_typo": (lambda t: (t.joinpath("r.csv").write_text("item_id\n"),
                                      _ratings(["meetng_tiny"], str(t / "r.csv")))[1],
                           "judge.calibration.ratings.meetng_tiny", "is not a judged task"),
