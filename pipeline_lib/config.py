@@ -223,6 +223,10 @@ def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
         if isinstance(spec, dict) and spec.get("enabled"):
             problems += [f"missing key 'data.datasets.{name}.sources.{role}' (dataset {name} is enabled and its "
                          f"builder reads this source)" for role in roles if role not in sources]
+            problems += [f"key 'data.datasets.{name}.sources.{role}': names neither a hub dataset (`hub`) nor a "
+                         "`local` path" for role, source in sources.items()
+                         if role in roles and isinstance(source, dict) and not source.get("local")
+                         and not str(source.get("hub", "")).strip()]
     judged = _section(config, "judge").get("tasks", [])
     ratings_by_task = _section(config, "judge", "calibration", "ratings")
     for task, ratings in ratings_by_task.items() if isinstance(ratings_by_task, dict) else ():
