@@ -2,12 +2,14 @@
 # Logic lives in pipeline_lib/; each stage's rules in workflow/rules/<stage>.smk.
 from snakemake.utils import min_version
 
-from pipeline_lib.config import validate_config
+from pipeline_lib.config import check_config_files, validate_config
 
 min_version("9.0")
 
 # The config is chosen on the command line (`--configfile`); plain `snakemake` from the repository root gets the tiny
-# default config/config.yaml from profiles/default. Keys a config leaves out take the schema's defaults.
+# default config/config.yaml from profiles/default. Keys a config leaves out take the schema's defaults; a key given
+# twice in one file is an error (Snakemake's loader would keep the last).
+check_config_files(workflow.configfiles)
 validate_config(config, "workflow/schemas/config.schema.yaml")
 
 

@@ -24,9 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from pipeline_lib.config import validate_config
+from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.specs import eval_spec, sft_run_spec, tiny_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--evaluations", type=int, default=6)
     args = parser.parse_args(argv)
-    config = dict(validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
+    config = dict(validate_config(load_config_file(REPO / "config/config.yaml"),
                                   REPO / "workflow/schemas/config.schema.yaml"))
     env = os.environ | {"OMP_NUM_THREADS": "1"}  # the children run `python -m` in REPO, so they import its code
     python = sys.executable

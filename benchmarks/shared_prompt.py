@@ -19,8 +19,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
-import yaml
 
+from pipeline_lib.config import load_config_file
 from pipeline_lib.engines.local.model import build_model, pack, response_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ def default_model_and_group_rows(n_prompts: int, group_size: int, prompt_tokens:
     """The tiny default's config and model (random weights, one thread), a seeded generator, and one RL step's rows:
     ``n_prompts`` random prompts of about ``prompt_tokens`` tokens, each repeated ``group_size`` times."""
     torch.set_num_threads(1)
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config = load_config_file(REPO / "config/config.yaml")
     vocab = config["data"]["tokenizer"]["vocab_size"]
     model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
     generator = torch.Generator().manual_seed(0)

@@ -23,9 +23,8 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-import yaml
 
-from pipeline_lib.config import validate_config
+from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.stats import paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +38,7 @@ def merge(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_config(patch: dict[str, Any]) -> dict[str, Any]:
-    config = merge(yaml.safe_load((REPO / "config/config.yaml").read_text()), patch)
+    config = merge(load_config_file(REPO / "config/config.yaml"), patch)
     return dict(validate_config(config, REPO / "workflow/schemas/config.schema.yaml"))
 
 

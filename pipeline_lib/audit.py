@@ -43,11 +43,38 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
-def _check_done(record: dict[str, Any], report: AuditReport) -> None:
-    for output in record.get("outputs", []):
+def _read_json_object(path: Path, what: str) -> tuple[dict[str, Any] | None, str | None]:
+    """A JSON file that must hold an object: (content, None), or (None, a sentence naming the file and the fault)."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable
+        return None, f"{path}: unreadable {what} ({type(exc).__name__}: {str(exc)[:200]})"
+    if not isinstance(content, dict):
+        kind = "null" if content is None else type(content).__name__
+        return None, f"{path}: {what} holds {kind}, not a JSON object"
+    return content, None
+
+
+def _file_entries(record: dict[str, Any], key: str, sidecar: Path, report: AuditReport) -> list[dict[str, Any]]:
+    """The sidecar's ``inputs`` or ``outputs``; a malformed entry is a problem naming the sidecar, not a crash."""
+    entries = record.get(key, [])
+    if not isinstance(entries, list):
+        report.problems.append(f"{sidecar}: '{key}' is {type(entries).__name__}, not a list of files")
+        return []
+    good = [e for e in entries if isinstance(e, dict) and isinstance(e.get("path"), str)
+            and isinstance(e.get("sha256"), str)]
+    if len(good) != len(entries):
+        report.problems.append(f"{sidecar}: {len(entries) - len(good)} of its '{key}' entries lack a path or sha256")
+    return good
+
+
+def _check_done(outputs: list[dict[str, Any]], report: AuditReport) -> None:
+    for output in outputs:
         if Path(output["path"]).name == "DONE.json" and Path(output["path"]).is_file():
-            done = json.loads(Path(output["path"]).read_text())
-            if done.get("final_step") != done.get("total_steps"):
+            done, problem = _read_json_object(Path(output["path"]), "DONE sentinel")
+            if problem is not None or done is None:
+                report.problems.append(str(problem))
+            elif done.get("final_step") != done.get("total_steps"):
                 report.problems.append(f"{output['path']}: run stopped at step {done.get('final_step')} of "
                                        f"{done.get('total_steps')}")
 
@@ -57,6 +84,8 @@ def _code_changes(record: dict[str, Any]) -> str | None:
     recorded = record.get("code_digest")
     if not isinstance(recorded, dict) or not isinstance(recorded.get("modules"), dict):
         return "no code digest recorded (made by an older pipeline), so it cannot be checked against this code"
+    if not isinstance(recorded.get("entry"), str | None):
+        return f"its recorded entry module {recorded.get('entry')!r} is not a module name"
     try:
         current = code_modules(recorded.get("entry"))
     except (ValueError, OSError, SyntaxError) as exc:
@@ -82,6 +111,11 @@ def _is_raw(path: Path, raw: bool | None) -> bool:
 def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport, seen: set[Path],
            raw: bool | None = None) -> None:
     indent = "  " * depth
+    if path.is_dir():
+        report.problems.append(f"{path}: a directory, not a file (audit a file the pipeline wrote, e.g. its "
+                               "DONE.json or a table)")
+        report.lines.append(f"{indent}{path}  DIRECTORY")
+        return
     if not path.is_file():
         report.problems.append(f"{path}: missing")
         report.lines.append(f"{indent}{path}  MISSING")
@@ -102,15 +136,20 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
         else:  # raw input (a fixture or downloaded file): a leaf of the chain
             report.lines.append(f"{indent}{path}  [{status}] raw input, sha256 {actual[:12]}")
         return
-    record = json.loads(sidecar.read_text())
-    own = next((o for o in record.get("outputs", []) if Path(o["path"]) == path), None)
+    record, problem = _read_json_object(sidecar, "provenance sidecar")
+    if problem is not None or record is None:
+        report.problems.append(str(problem))
+        report.lines.append(f"{indent}{path}  [{status}] UNREADABLE SIDECAR")
+        return
+    outputs = _file_entries(record, "outputs", sidecar, report)
+    own = next((o for o in outputs if Path(o["path"]) == path), None)
     if own is None:
         report.problems.append(f"{sidecar}: does not list {path} among its outputs")
     elif own["sha256"] != actual:
         report.problems.append(f"{path}: sha256 {actual[:12]} differs from its sidecar's {own['sha256'][:12]} "
                                "(modified after it was written)")
         status = "MODIFIED"
-    code = record.get("code", {})
+    code = record.get("code") if isinstance(record.get("code"), dict) else {}
     key = (code.get("git_commit"), code.get("diff_sha256"))
     report.code_versions.setdefault(key, []).append(str(path))
     if code.get("dirty"):
@@ -120,11 +159,11 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
         report.problems.append(f"{path}: {stale}")
         status += ", STALE CODE"
     report.lines.append(f"{indent}{path}  [{status}] step {record.get('step')} @ {str(code.get('git_commit'))[:10]}")
-    _check_done(record, report)
+    _check_done(outputs, report)
     if path in seen:
         return
     seen.add(path)
-    for entry in record.get("inputs", []):
+    for entry in _file_entries(record, "inputs", sidecar, report):
         _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen, entry.get("raw"))
 
 

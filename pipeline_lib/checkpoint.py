@@ -4,6 +4,10 @@ A run owns its directory. ``checkpoint.pt`` is replaced atomically every K steps
 ``DONE.json`` (the only file Snakemake is told about) is written once the final
 step is reached. Resuming with a different config is refused rather than mixed.
 
+No partial file can wedge a rerun: resume state that cannot be read (a torn last line of ``metrics.jsonl`` after a
+killed writer or a full disk, a truncated ``checkpoint.pt``) is named in the log, renamed aside
+(:func:`set_aside`, ``<name>.unreadable-<time>``) and recomputed, or cut back to its last good line.
+
 A finished run keeps no resume state: Snakemake reruns a job whose inputs, code or parameters changed by deleting
 ``DONE.json`` and running it again, and that rerun must train from the start, never resume from the old run's last
 step (which would leave the old model in place and call it new).
@@ -12,9 +16,11 @@ step (which would leave the old model in place and call it new).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,10 @@ from pipeline_lib.io import atomic_path, write_json
 from pipeline_lib.tracking import Tracker, TrackingSettings
 
 __all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "discard_resume_state",
-           "load_checkpoint", "rng_state", "save_checkpoint", "set_rng_state", "write_done"]
+           "load_checkpoint", "load_torch_state", "read_json_state", "rng_state", "save_checkpoint", "set_aside",
+           "set_rng_state", "write_done"]
+
+log = logging.getLogger("pipeline_lib.checkpoint")
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DONE_NAME = "DONE.json"
@@ -33,6 +42,28 @@ DONE_NAME = "DONE.json"
 
 class ConfigMismatchError(RuntimeError):
     """A checkpoint exists but was written under a different config digest."""
+
+
+def set_aside(path: str | os.PathLike[str], reason: str) -> Path:
+    """Rename unreadable resume state out of the way (kept for inspection, never read again) and log why."""
+    path = Path(path)
+    aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}")
+    os.replace(path, aside)
+    log.warning("%s: %s; set aside as %s and recomputed", path, reason, aside.name)
+    return aside
+
+
+def read_json_state(path: str | os.PathLike[str]) -> Any | None:
+    """A resume-state JSON file's content, or None when there is none; an unreadable one is set aside (so the
+    caller recomputes it) instead of failing every rerun."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        set_aside(path, f"not readable JSON ({exc})")
+        return None
 
 
 def rng_state() -> dict[str, Any]:
@@ -58,7 +89,9 @@ def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict
     path = Path(run_dir) / CHECKPOINT_NAME
     if not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_torch_state(path)
+    if state is None:
+        return None
     if state.get("config_sha256") != config_sha256:
         raise ConfigMismatchError(
             f"{path} was written with config {state.get('config_sha256')}, this run has {config_sha256}; "
@@ -67,8 +100,42 @@ def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict
     return state
 
 
+def load_torch_state(path: Path) -> dict[str, Any] | None:
+    """A ``torch.save``d state dict, or None (the file set aside) when it cannot be read: truncated or corrupt."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except (RuntimeError, EOFError, OSError, ValueError, AttributeError, ImportError, IndexError, KeyError,
+            TypeError, UnicodeDecodeError) as exc:  # what torch.load / unpickling raise on a damaged file
+        set_aside(path, f"unreadable checkpoint ({type(exc).__name__}: {str(exc)[:200]})")
+        return None
+    if not isinstance(state, dict):
+        set_aside(path, f"a checkpoint holding a {type(state).__name__}, not a state dict")
+        return None
+    return state
+
+
+def _step_records(path: Path) -> tuple[list[str], str | None]:
+    """The lines of a per-step JSONL file up to its first unreadable one, and what was wrong with that one."""
+    lines = []
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+            record = json.loads(text)
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError("not a JSON object with an integer 'step'")
+        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            return lines, f"line {number} is unreadable ({exc})"
+        lines.append(text)
+    return lines, None
+
+
 class MetricsLog:
     """``metrics.jsonl`` (one JSON line per step); on resume it is cut back to the checkpoint's step.
+
+    A torn or unreadable line (a killed writer, a full disk) ends what is kept: the file is set aside and rewritten
+    with the good lines before it, so no rerun crashes on it.
 
     With ``tracking`` every record also goes to the run's tracking backends as it is written
     (:class:`pipeline_lib.tracking.Tracker`), the kept records first, so a resumed curve has each step once.
@@ -76,8 +143,10 @@ class MetricsLog:
 
     def __init__(self, path: Path, resume_step: int, tracking: TrackingSettings | None = None) -> None:
         self.path = path
-        kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
-                if json.loads(line)["step"] <= resume_step]
+        lines, problem = _step_records(path) if path.exists() else ([], None)
+        if problem is not None:
+            set_aside(path, problem)
+        kept = [line for line in lines if json.loads(line)["step"] <= resume_step]
         with atomic_path(path) as tmp:
             tmp.write_text("".join(line + "\n" for line in kept))
         self.tracker = Tracker(tracking, map(json.loads, kept)) if tracking is not None else None

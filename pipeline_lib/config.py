@@ -6,8 +6,15 @@ reports each problem as one line with the dotted key path, and fills defaults.
 Stricter than JSON Schema's defaults, so a bad value fails ``snakemake -n`` rather than a job:
 ``number`` excludes NaN and the infinities (YAML ``.nan``, ``.inf``), ``integer`` excludes
 floats (``group_size: 8.0``) and booleans, a non-finite float is rejected anywhere (free-form
-sections included), every dataset ``local:`` path must exist, and every ``tracking.backends`` entry must have its
-package installed (the message names the pip extra).
+sections included), and every key that names a file, a task or a role is checked: a dataset's
+source roles are those its builder reads, every ``local:`` path exists, is not empty (which would
+mean the hub), and is a data file of a known suffix or a directory holding one for every split
+the builder reads; a calibration ratings file exists and belongs to a judged task; every
+``tracking.backends`` entry has its package installed (the message names the pip extra).
+
+Every YAML file the project reads (configs, the schema, reference data) goes through
+:func:`load_yaml`: a duplicate key is an error naming both lines (YAML itself keeps the last one
+silently), and a missing, binary or malformed file is a sentence naming it, not a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +31,108 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from pipeline_lib.tracking import missing_backend_packages
 
-__all__ = ["ConfigError", "load_schema", "validate_config"]
+__all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "ConfigError", "check_config_files", "load_config_file", "load_schema",
+           "load_yaml", "merge_config", "validate_config"]
+
+#: The source roles each dataset's builder reads (:mod:`pipeline_lib.data.real`) and the splits it reads from each.
+DATASET_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
+    "gsm8k": {"main": ("train", "test"), "demonstrations": ("train",)},
+    "countdown": {"main": ("train",), "gold": ("train",)},
+    "deepmath": {"main": ("train",)},
+    "poetry": {"main": ("train",)},
+    "meetingbank": {"main": ("train",)},
+    "openthoughts": {"main": ("train",)},
+}
+#: The local data file formats (:mod:`pipeline_lib.data.sources` has a reader for each).
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
 
 
 class ConfigError(ValueError):
     """The config does not match the schema; the message lists every offending key."""
 
 
+class _DuplicateKeyError(yaml.MarkedYAMLError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping with the same key twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first_line.get(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                continue
+            if earlier is not None:
+                raise _DuplicateKeyError(
+                    "while reading a mapping", node.start_mark,
+                    f"duplicate key {key!r} (first given on line {earlier}); YAML would silently keep only the last",
+                    key_node.start_mark)
+            first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping)
+
+
+def load_yaml(path: str | os.PathLike[str], what: str = "YAML file") -> Any:
+    """The content of a YAML file, or a :class:`ConfigError` that names it: missing, a directory, not UTF-8 text
+    (a binary file), invalid YAML or a duplicate key (with its line)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a directory, not a file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
+                          "is it a binary file?") from None
+    if "\x00" in text:
+        raise ConfigError(f"{what} {path} holds NUL bytes: a binary file, not YAML")
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{what} {path}{where}: {problem}") from None
+
+
+def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """One config file: a mapping of keys at the top level (an empty file is ``{}``)."""
+    content = load_yaml(path, "config file")
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of keys (label:, data:, train: ...) at its top "
+                          f"level, not a {type(content).__name__}")
+    return content
+
+
+def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge ``update`` into ``base`` recursively, as Snakemake merges ``--configfile A B``."""
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            merge_config(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def check_config_files(paths: Iterable[str | os.PathLike[str]]) -> None:
+    """Re-read the config files Snakemake loaded with :func:`load_config_file`: Snakemake's own loader keeps the
+    last of two equal keys, this one names them."""
+    for path in paths:
+        load_config_file(path)
+
+
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return load_yaml(path, "config schema")
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -73,19 +172,98 @@ def _walk(node: Any, path: tuple[str, ...] = ()) -> Any:
             yield from _walk(value, (*path, str(index)))
 
 
+def _local_source_problem(value: str, splits: tuple[str, ...], base_dir: Path) -> str | None:
+    """What is wrong with a ``local:`` dataset path (None when a builder can read every split it needs from it)."""
+    if not value.strip():
+        return "an empty local path (would silently read the hub): give a file or directory, or null for the hub"
+    target = Path(value) if Path(value).is_absolute() else base_dir / value
+    if not target.exists():
+        return f"local dataset path {value!r} does not exist (resolved to {target.resolve()})"
+    if target.is_file():
+        if target.suffix not in DATA_SUFFIXES:
+            return f"local dataset file {value!r} has suffix {target.suffix!r}; readable: {list(DATA_SUFFIXES)}"
+        if len(splits) > 1:
+            return f"a single file holds one split, but this source needs splits {list(splits)}: give a directory"
+        return None
+    missing = [s for s in splits if not any((target / f"{s}{suffix}").is_file() for suffix in DATA_SUFFIXES)]
+    if missing:
+        return (f"local dataset directory {value!r} has no file for split(s) {missing} (expected "
+                f"{'/'.join(f'{missing[0]}{x}' for x in DATA_SUFFIXES)})")
+    return None
+
+
+#: Keys (besides datasets' ``local`` and the calibration ratings) that name a file or folder read from this machine.
+#: (``imagenet.dataset.root`` is checked by its own job: config/paper.yaml ships a placeholder to be filled in.)
+_PATH_KEYS = {("train", "baselines", "iterative_dpo", "accelerate_config"): "file",
+              ("eval", "transfer", "lm_eval", "include_path"): "folder"}
+
+
+def _section(config: Any, *keys: str) -> Any:
+    """``config[k1][k2]...``, or ``{}`` where a level is missing or not a mapping (the schema reports that)."""
+    for key in keys:
+        config = config.get(key, {}) if isinstance(config, Mapping) else {}
+    return config
+
+
+def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
+    """Keys that name a source role, a file or a task: each must name one that exists."""
+    problems = []
+    datasets = _section(config, "data", "datasets")
+    for name, spec in datasets.items() if isinstance(datasets, dict) else ():
+        sources = _section(spec, "sources")
+        roles = DATASET_SOURCES.get(name, {})
+        if not isinstance(sources, dict):
+            continue
+        for role, source in sources.items():
+            where = f"data.datasets.{name}.sources.{role}"
+            if role not in roles:
+                problems.append(f"key '{where}': unknown source role {role!r} of {name} (its builder reads "
+                                f"{sorted(roles)})")
+            elif isinstance(source, dict) and isinstance(source.get("local"), str):
+                problem = _local_source_problem(source["local"], roles[role], base_dir)
+                if problem:
+                    problems.append(f"key '{where}.local': {problem}")
+        if isinstance(spec, dict) and spec.get("enabled"):
+            problems += [f"missing key 'data.datasets.{name}.sources.{role}' (dataset {name} is enabled and its "
+                         f"builder reads this source)" for role in roles if role not in sources]
+            problems += [f"key 'data.datasets.{name}.sources.{role}': names neither a hub dataset (`hub`) nor a "
+                         "`local` path" for role, source in sources.items()
+                         if role in roles and isinstance(source, dict) and not source.get("local")
+                         and not str(source.get("hub", "")).strip()]
+    judged = _section(config, "judge").get("tasks", [])
+    ratings_by_task = _section(config, "judge", "calibration", "ratings")
+    for task, ratings in ratings_by_task.items() if isinstance(ratings_by_task, dict) else ():
+        where = f"judge.calibration.ratings.{task}"
+        if not isinstance(judged, list) or task not in judged:
+            problems.append(f"key '{where}': {task!r} is not a judged task (judge.tasks: {judged})")
+        if isinstance(ratings, str):
+            target = Path(ratings) if Path(ratings).is_absolute() else base_dir / ratings
+            if not target.is_file():
+                problems.append(f"key '{where}': ratings file {ratings!r} does not exist (resolved to "
+                                f"{target.resolve()}); leave the task out until its ratings are downloaded")
+    for keys, kind in _PATH_KEYS.items():  # other keys that name a file or folder the pipeline reads
+        value = _section(config, *keys[:-1]).get(keys[-1])
+        if isinstance(value, str):
+            target = Path(value) if Path(value).is_absolute() else base_dir / value
+            if not (target.is_dir() if kind == "folder" else target.is_file()):
+                problems.append(f"key '{'.'.join(keys)}': {kind} {value!r} does not exist (resolved to "
+                                f"{target.resolve()})")
+    for path, value in _walk(config):  # a reward composition (task default or a -Sim method's) must reward something
+        if (("reward_weights" in path[:-1] or path[-1:] == ("similarity_weights",)) and isinstance(value, dict)
+                and value and all(isinstance(w, int | float) for w in value.values())
+                and not any(w > 0 for w in value.values())):
+            problems.append(f"key '{'.'.join(path)}': no positive weight, so every rollout would score 0")
+    return problems
+
+
 def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: set[str]) -> list[str]:
-    """Non-finite floats the schema did not type, and ``local`` dataset paths that do not exist."""
+    """Non-finite floats the schema did not type, and keys naming a file, a task or a role that does not exist."""
     problems = []
     for path, value in _walk(config):
         where = ".".join(path)
         if isinstance(value, float) and not math.isfinite(value) and where not in reported:
             problems.append(f"key '{where}': {value!r} is not a finite number")
-        if path and path[0] == "data" and path[-1] == "local" and isinstance(value, str):
-            target = Path(value) if Path(value).is_absolute() else base_dir / value
-            if not target.exists():
-                problems.append(f"key '{where}': local dataset path {value!r} does not exist "
-                                f"(resolved to {target.resolve()})")
-    return problems
+    return problems + _named_problems(config, base_dir)
 
 
 def _describe(error: ValidationError) -> str:

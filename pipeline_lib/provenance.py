@@ -12,6 +12,10 @@ The code digest covers the ``pipeline_lib`` modules the step's entry point impor
 (static, transitive, from the files on disk, so untracked modules count), which is
 what lets the audit and Snakemake's params trigger notice an output made with older
 code while an edit to unrelated code (the judge, for a trained model) leaves it alone.
+It also covers the files outside the package that those modules read as part of their
+code: a module names them by a repository-relative string constant under ``config/``
+(``"config/prompts"``: the judge's rubric prompts), a file or a folder of files, so an
+edited rubric prompt makes the judge's outputs stale exactly as an edited judge module does.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ _PACKAGE = "pipeline_lib"
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".jinja")  # package files read at run time (agent-loop configs)
 _MODULE_STRING = re.compile(r"^pipeline_lib(?:[./][A-Za-z_][A-Za-z0-9_]*)+(?:\.py)?$")
+_REPO_DATA_STRING = re.compile(r"^config(?:/[A-Za-z0-9_.-]+)+$")  # a module's data outside the package (prompts)
 
 
 def _module_file(name: str) -> Path | None:
@@ -85,6 +90,21 @@ def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[st
     return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + "."))
 
 
+@cache
+def _repo_data(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+    """The checkout's files a module names by a string constant ``config/...`` (a folder: every file in it)."""
+    named = {node.value for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path)))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _REPO_DATA_STRING.match(node.value)}
+    files: set[Path] = set()
+    for relative in named:
+        target = _REPO_ROOT / relative
+        if target.is_dir():
+            files.update(p for p in target.rglob("*") if p.is_file() and not p.name.startswith("."))
+        elif target.is_file():
+            files.add(target)
+    return tuple(sorted(files))
+
+
 def _parents(name: str) -> list[str]:
     parts = name.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
@@ -104,7 +124,7 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 def _walk(entry: str) -> tuple[Path, ...]:
     """The files module ``entry`` imports, transitively (import statements anywhere, parents' ``__init__``), plus the
-    data files beside each."""
+    data files beside each and the checkout's files each names (:func:`_repo_data`)."""
     if _module_file(entry) is None:
         raise ValueError(f"code digest: {entry!r} is not a module under {_PACKAGE_DIR}")
     files: set[Path] = set()
@@ -120,6 +140,7 @@ def _walk(entry: str) -> tuple[Path, ...]:
             continue
         files.add(path)
         files.update(p for p in path.parent.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
+        files.update(_repo_data(path, _stamp(path)))
         todo += _imported_names(path, name, _stamp(path))
     return tuple(sorted(files))
 

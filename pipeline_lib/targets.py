@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
+from pipeline_lib.judge.rubrics import RUBRICS
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
 from pipeline_lib.specs import eval_spec
 
@@ -34,6 +35,7 @@ __all__ = [
     "judge_eval_targets",
     "judge_ours",
     "judge_rubric",
+    "judge_rubric_prompt",
     "judge_score_files",
     "judge_seeds",
     "judge_spec",
@@ -188,6 +190,11 @@ def judge_rubric(config: Mapping[str, Any], task: str) -> str:
     return config["judge"]["rubrics"][task]
 
 
+def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
+    """The rubric prompt template of a judged task (``config/prompts/<rubric>.txt``): an input of its judge jobs."""
+    return str(RUBRICS[judge_rubric(config, task)].template_path)
+
+
 def validate_judges(config: Mapping[str, Any]) -> None:
     """Fail at parse time (``snakemake -n``) on a judge that could not score, naming the key."""
     problems = []
@@ -241,9 +248,10 @@ def judge_score_files(config: Mapping[str, Any], task: str) -> list[str]:
 
 
 def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
-    """The completed ratings CSV when it exists (so adding it later reruns the import), else nothing."""
+    """The task's completed ratings CSV (an input: adding or editing it reruns the import), else nothing; a configured
+    path must exist (:func:`pipeline_lib.config.validate_config`), so a typo is an error, never "no ratings yet"."""
     path = config["judge"]["calibration"]["ratings"].get(task)
-    return [path] if path and os.path.exists(path) else []
+    return [path] if path else []
 
 
 def judge_targets(config: Mapping[str, Any]) -> list[str]:

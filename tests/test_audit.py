@@ -59,3 +59,31 @@ def test_dirty_or_mixed_code_versions_are_caught(chain, monkeypatch):
     write_provenance([chain["table"]], step="paper", inputs=[chain["model"]])
     problems = audit(chain["table"]).problems
     assert any("2 code versions" in p for p in problems) and any("dirty tree" in p for p in problems)
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda text: text[: len(text) // 2], "unreadable provenance sidecar (JSONDecodeError"),
+    (lambda text: "[1, 2]", "provenance sidecar holds list, not a JSON object"),
+    (lambda text: "null", "provenance sidecar holds null, not a JSON object"),
+    (lambda text: '{"outputs": 7}', "'outputs' is int, not a list of files"),
+    (lambda text: '{"outputs": [{"path": 1}], "inputs": [null]}', "1 of its 'outputs' entries lack a path or sha256"),
+], ids=["truncated", "list", "null", "outputs_not_a_list", "entries_without_path"])
+def test_a_damaged_sidecar_is_named_by_the_audit_command_not_a_traceback(chain, damage, says, capsys):
+    from pipeline_lib.audit import main
+
+    sidecar = chain["model"].parent / "model.txt.prov.json"
+    sidecar.write_text(damage(sidecar.read_text()))
+    assert main([str(chain["table"])]) == 1
+    out = capsys.readouterr().out
+    assert f"{sidecar}: {says}" in out, out
+
+
+def test_a_damaged_done_sentinel_is_named(chain):
+    chain["done"].write_text('{"final_step": 1')
+    assert any(f"{chain['done']}: unreadable DONE sentinel" in p for p in audit(chain["table"]).problems)
+
+
+def test_a_directory_is_reported_as_a_directory_not_missing(chain):
+    report = audit(chain["done"].parent)
+    assert not report.ok and "a directory, not a file" in report.problems[0]
+    assert not any("missing" in p for p in report.problems)

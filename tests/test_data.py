@@ -130,7 +130,7 @@ def test_real_builders_account_for_every_row(name, tmp_path):
     if name == "gsm8k":
         raw = input_rows(FIXTURES / "gsm8k/main/train.jsonl") + input_rows(FIXTURES / "gsm8k/main/test.jsonl")
         dropped = filters["train prompt also in test (removed from train)"] + \
-            filters["unparseable gold answer (no numeric text after ####)"]
+            filters["unparseable gold answer (no finite decimal number after ####)"]
         assert counts["rl_train"] + counts["rl_test"] + dropped == raw
         assert rl_train["reward_model"].map(lambda r: r["ground_truth"]).tolist() == ["72", "10", "3600"]
         assert counts["sft_train"] == 2

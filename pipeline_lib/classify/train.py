@@ -117,7 +117,8 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
     bar = tqdm(total=total_steps, initial=step, desc=f"{objective} M={rollouts} seed={seed}", disable=not progress,
                file=sys.stderr)
     started = time.time()
-    metrics_file = MetricsLog(metrics_path, step)  # cut back to the checkpoint, so a resumed log matches
+    # cut back to the checkpoint, so a resumed log matches (a fresh start, which writes step 0, keeps nothing)
+    metrics_file = MetricsLog(metrics_path, step if state is not None else -1)
     try:
         if step == 0:
             metrics_file.write({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)})

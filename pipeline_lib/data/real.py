@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,16 @@ def _gold(value: Any, dataset: str, location: str, column: str) -> str:
     return _text(value, dataset, location, column)
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _integer(value: Any, dataset: str, location: str, column: str) -> int:
+    """An integer the output parquet can store (int64); a float, bool, string or a larger integer is an error."""
     if isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_):
+        if not _INT64[0] <= int(value) <= _INT64[1]:
+            raise DataError(dataset, location, f"{column} must be an integer within the 64-bit range the datasets "
+                            f"store, got {str(int(value))[:40]}{'...' if len(str(int(value))) > 40 else ''} "
+                            f"({len(str(abs(int(value))))} digits)")
         return int(value)
     raise DataError(dataset, location, f"{column} must be an integer, got {value!r:.200} "
                     f"({type(value).__name__})")
@@ -60,15 +69,16 @@ def _optional_text(value: Any, dataset: str, location: str, column: str) -> str:
     return value
 
 
+_DECIMAL = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
 def _gsm8k_gold(answer: str) -> str | None:
+    """The number after ``####`` (thousands commas dropped), or None: a gold must be a plain finite decimal, never
+    ``NaN``, ``inf``, ``1e400`` or ``1_000`` (all of which Python's ``float`` accepts)."""
     if "####" not in answer:
         return None
     gold = answer.rsplit("####", 1)[1].replace(",", "").strip()
-    try:
-        float(gold)
-    except ValueError:
-        return None
-    return gold
+    return gold if _DECIMAL.fullmatch(gold) else None
 
 
 def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) -> dict[str, pd.DataFrame]:
@@ -112,7 +122,7 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             answer = _text(answer, writer.name, at, "answer")
             gold = _gsm8k_gold(answer)
             if gold is None:
-                writer.count_filter("unparseable gold answer (no numeric text after ####)", 1)
+                writer.count_filter("unparseable gold answer (no finite decimal number after ####)", 1)
                 continue
             prompt = [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
             demo = demo_by_question.get(question)
@@ -201,12 +211,16 @@ def _difficulty(value: Any, dataset: str, location: str) -> float:
     """DeepMath's difficulty label (metadata): a number, a numeric CSV cell, or missing (NaN)."""
     if value is None or value == "":
         return float("nan")
+    number = None
     if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_):
-        return float(value)
-    if isinstance(value, str):
+        with contextlib.suppress(OverflowError):  # a JSON integer beyond a float's range
+            number = float(value)
+    elif isinstance(value, str):
         with contextlib.suppress(ValueError):
-            return float(value)
-    raise DataError(dataset, location, f"difficulty must be a number, got {value!r:.200}")
+            number = float(value)
+    if number is None or np.isinf(number):  # NaN is the missing label, as an empty cell is
+        raise DataError(dataset, location, f"difficulty must be a finite number, got {value!r:.200}")
+    return number
 
 
 def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:

@@ -10,12 +10,20 @@ never NaN), and every CSV cell is a string. Each frame carries a ``_line`` colum
 line of the file a row came from (JSONL and CSV; the record number for JSON, the row
 for parquet and the hub), so a builder's error names the file and that line even after
 rows were split or de-duplicated (:func:`where`).
+
+Every kind of bad row is named by file and line: bytes that are not UTF-8 (or a character cut at
+the end of a truncated file), JSON that does not parse, a CSV row of the wrong width. CSV cells
+may be as long as real data has them (a MeetingBank transcript exceeds the csv module's 128 KB
+default), and a null in a parquet integer column stays ``None`` in its own row instead of turning
+the whole column into floats (which blamed the first row for the seventh's null).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +37,10 @@ __all__ = ["LINE", "SourceSpec", "load_split", "where"]
 
 LINE = "_line"  # the column holding each row's line (or record/row number) in its source file
 
+# The csv module's cell limit is process-wide and 128 KB by default; real transcripts are longer. Raised once, to
+# the largest value a C long holds on every platform (sys.maxsize overflows where a C long is 32 bits).
+csv.field_size_limit(max(csv.field_size_limit(), min(sys.maxsize, 2**31 - 1)))
+
 
 def _frame(records: list[dict[str, Any]], lines: list[int]) -> pd.DataFrame:
     """Object columns holding the parsed values as they are (no dtype inference, missing keys as None)."""
@@ -37,28 +49,41 @@ def _frame(records: list[dict[str, Any]], lines: list[int]) -> pd.DataFrame:
     return pd.DataFrame({**data, LINE: pd.Series(lines, dtype="int64")})
 
 
+def _read_text(path: Path, dataset: str) -> str:
+    """The file as text, or a DataError naming the line and column of the first byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark is not part of the first cell
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        what = ("a UTF-8 character cut off at the end of the file (truncated?)" if exc.end >= len(data)
+                and exc.reason == "unexpected end of data" else f"byte {data[exc.start:exc.start + 1]!r} is not UTF-8")
+        raise DataError(dataset, f"{path}, line {line}", f"{what} (column {column}); the file must be UTF-8 "
+                        "text") from None
+
+
 def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
     records, lines = [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DataError(dataset, f"{path}, line {number}", f"not valid JSON ({exc})") from None
-            if not isinstance(record, dict):
-                raise DataError(dataset, f"{path}, line {number}",
-                                f"expected a JSON object, got {type(record).__name__}")
-            records.append(record)
-            lines.append(number)
+    for number, line in enumerate(_read_text(path, dataset).split("\n"), 1):  # only \n ends a JSON Lines line
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise DataError(dataset, f"{path}, line {number}", f"not valid JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise DataError(dataset, f"{path}, line {number}",
+                            f"expected a JSON object, got {type(record).__name__}")
+        records.append(record)
+        lines.append(number)
     return _frame(records, lines)
 
 
 def _read_json(path: Path, dataset: str) -> pd.DataFrame:
     """A JSON array of objects (numbered as records 1, 2, ...)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(path, dataset))
     except ValueError as exc:
         raise DataError(dataset, str(path), f"not valid JSON ({exc})") from None
     if not isinstance(data, list):
@@ -72,8 +97,9 @@ def _read_json(path: Path, dataset: str) -> pd.DataFrame:
 def _read_csv(path: Path, dataset: str) -> pd.DataFrame:
     """Every cell a string (an empty cell is ``""``); rows numbered by the file line they start on."""
     records, lines = [], []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
+    reader = csv.reader(io.StringIO(_read_text(path, dataset), newline=""))
+    start = 1
+    try:
         header = next(reader, None)
         if header is None:
             return _frame([], [])
@@ -85,11 +111,26 @@ def _read_csv(path: Path, dataset: str) -> pd.DataFrame:
                 records.append(dict(zip(header, row, strict=True)))
                 lines.append(start)
             start = reader.line_num + 1
+    except csv.Error as exc:  # e.g. a cell beyond even the raised size limit
+        raise DataError(dataset, f"{path}, line {start}", f"not readable as CSV ({exc})") from None
     return _frame(records, lines)
 
 
 def _read_parquet(path: Path, dataset: str) -> pd.DataFrame:
-    frame = pd.read_parquet(path)  # typed columns: nothing is guessed
+    """Typed columns, nothing guessed; an integer column with nulls keeps its integers (None where null) rather
+    than becoming floats, so the builder names the row that has the null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(dataset, str(path), f"not a readable parquet file ({exc})") from None
+    frame = table.to_pandas(integer_object_nulls=True)
+    for column in frame.columns:  # nullable extension dtypes a pandas writer recorded (Int64, boolean): None for NA
+        if isinstance(frame[column].dtype, pd.api.extensions.ExtensionDtype) and frame[column].hasnans:
+            frame[column] = pd.Series([None if pd.isna(v) else v for v in frame[column].astype(object)],
+                                      index=frame.index, dtype=object)
     return frame.assign(**{LINE: range(1, len(frame) + 1)})
 
 
@@ -139,6 +180,8 @@ def load_split(dataset: str, spec: SourceSpec, split: str, required: tuple[str, 
     naming missing columns."""
     if spec.local:
         path = _local_file(spec, split)
+        if path.suffix not in _READERS:  # the config check catches this at parse time; a direct call gets it here
+            raise DataError(dataset, str(path), f"no reader for suffix {path.suffix!r}; readable: {list(_READERS)}")
         frame = _READERS[path.suffix](path, dataset)
         origin = str(path)
         facts = {"split": split, "file": origin, "unit": _UNIT.get(path.suffix, "row"), **source_fingerprint([path])}

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
+from pipeline_lib.config import load_yaml
 from pipeline_lib.io import write_text
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
-    reference = yaml.safe_load(args.reference.read_text())
+    reference = load_yaml(args.reference, "paper reference data")
     table1 = pd.read_csv(args.table1) if args.table1 else None
     allocation = pd.read_csv(args.allocation) if args.allocation else None
     scores = load_scores(table1, args.eval_root) if table1 is not None and args.eval_root else None

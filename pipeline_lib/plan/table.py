@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pipeline_lib.config import validate_config
+from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config, validate_config
 from pipeline_lib.plan.groups import ablation_groups, groups, imagenet_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs
 
@@ -41,30 +40,19 @@ COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage
 _PER_ATTEMPT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:\*\s*attempt)?\s*$")
 
 
-def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    for key, value in update.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
-
-
 def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -> dict[str, Any]:
     """The validated config of ``paths`` merged in order (schema defaults filled)."""
     schema = schema or (SCHEMA_PATH if SCHEMA_PATH.is_file() else REPO / SCHEMA_PATH)
     config: dict[str, Any] = {}
     for path in paths:
-        with open(path, encoding="utf-8") as handle:
-            _merge(config, yaml.safe_load(handle) or {})
+        merge_config(config, load_config_file(path))
     return dict(validate_config(config, schema))
 
 
 def load_profile(path: str | Path | None = None) -> dict[str, Any]:
     """The Slurm profile (default: ``profiles/slurm/config.yaml`` of the current directory, else of this checkout)."""
     path = Path(path) if path else (SLURM_PROFILE if SLURM_PROFILE.is_file() else REPO / SLURM_PROFILE)
-    with open(path, encoding="utf-8") as handle:
-        profile = yaml.safe_load(handle) or {}
+    profile = load_yaml(path, "Slurm profile") or {}
     profile["_path"] = str(path)
     return profile
 
@@ -153,9 +141,13 @@ def main(argv: list[str] | None = None) -> int:
                              f"{SLURM_PROFILE})")
     parser.add_argument("--json", action="store_true", help="one JSON object per run instead of the table")
     args = parser.parse_args(argv)
-    config = load_config(args.configfile)
-    plan = plan_runs(config)
-    profile = load_profile(args.profile)
+    try:
+        config = load_config(args.configfile)
+        plan = plan_runs(config)
+        profile = load_profile(args.profile)
+    except ConfigError as exc:  # a sentence that names the file or key, not a traceback
+        print(f"python -m pipeline_lib plan: {exc}", file=sys.stderr)
+        return 2
     hours = plan_gpu_hours(config, plan, profile)
     if args.json:
         print("\n".join(json.dumps(row | {"gpu_hours": h}) for row, h in zip(plan.table(), hours, strict=True)))

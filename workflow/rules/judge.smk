@@ -9,6 +9,7 @@ from pipeline_lib.targets import (
     judge_concurrency,
     judge_ours,
     judge_rubric,
+    judge_rubric_prompt,
     judge_score_files,
     judge_spec,
     judge_summaries,
@@ -24,6 +25,7 @@ rule judge_score:
     input:
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
         data="results/data/{task}/rl_test.parquet",
+        rubric_prompt=lambda wildcards: judge_rubric_prompt(config, wildcards.task),
     output:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",

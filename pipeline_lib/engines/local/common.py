@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline_lib.checkpoint import ConfigMismatchError
+from pipeline_lib.checkpoint import ConfigMismatchError, load_torch_state
 
 __all__ = ["TrainingCheckpoint", "cosine_with_warmup", "generate"]
 
@@ -50,7 +50,9 @@ class TrainingCheckpoint:
         path = self.dir / "trainer_state.pt"
         if not path.is_file():
             return None
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_torch_state(path)  # an unreadable one is set aside: the run starts over
+        if state is None:
+            return None
         if state.get("config_sha256") != self.config_sha256:
             raise ConfigMismatchError(f"{self.dir} belongs to config {state.get('config_sha256')}, this run has "
                                       f"{self.config_sha256}; delete the run directory to start over")

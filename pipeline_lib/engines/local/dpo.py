@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, write_done
+from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, read_json_state, write_done
 from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
@@ -90,11 +90,11 @@ def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, 
     summaries: list[dict[str, Any]] = []
     for r in range(1, spec["rounds"] + 1):
         summary_path = rounds_dir / f"round{r}" / "round.json"
-        if not summary_path.is_file():
+        summary = read_json_state(summary_path)  # an unreadable one is set aside: that round is trained again
+        if not isinstance(summary, dict):
             break
-        summary = json.loads(summary_path.read_text())
-        if summary["config_sha256"] != digest:
-            raise ConfigMismatchError(f"{summary_path} belongs to config {summary['config_sha256']}, this run has "
+        if summary.get("config_sha256") != digest:
+            raise ConfigMismatchError(f"{summary_path} belongs to config {summary.get('config_sha256')}, this run has "
                                       f"{digest}; delete {run_dir} to start over")
         summaries.append(summary)
     done_rounds = len(summaries)

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from pipeline_lib.checkpoint import read_json_state
 from pipeline_lib.data.schema import sft_row
 from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import split_reasoning
@@ -88,7 +89,7 @@ def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tok
     annotated = run_dir / "rationalized_sft.parquet"
     stamp = run_dir / "rationalized_sft.json"
     identity = {"annotate": spec["annotate"], "annotator": str(annotator), "data": str(data), "seed": seed}
-    if not annotated.is_file() or not stamp.is_file() or json.loads(stamp.read_text()) != identity:
+    if not annotated.is_file() or read_json_state(stamp) != identity:  # unreadable: set aside, redone
         frame = pd.read_parquet(data)
         conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
         tokenizer = AutoTokenizer.from_pretrained(annotator)

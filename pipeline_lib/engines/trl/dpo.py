@@ -157,16 +157,35 @@ def _generate(model: Path, spec: Mapping[str, Any], prompts: list[list[dict[str,
               greedy: bool, label: str) -> list[dict[str, Any]]:
     from pipeline_lib.io import write_text
 
-    if not out.is_file():
-        request = out.with_name(out.stem + ".prompts.jsonl")
-        write_text(request, "".join(json.dumps(p) + "\n" for p in prompts))
-        _run([sys.executable, "-m", MODULE, "generate", "--model", str(model), "--spec",
-              json.dumps(spec["generation"]), "--prompts", str(request), "--out", str(out), "--seed", str(seed)]
-             + (["--greedy"] if greedy else []), label)
-    lines = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    if len(lines) != len(prompts):
-        raise RuntimeError(f"{out}: {len(lines)} generations for {len(prompts)} prompts; delete it to regenerate")
+    if out.is_file():  # a resumed round: reuse its generations, or set an unreadable file aside and generate again
+        lines = _read_generations(out, len(prompts), set_aside_if_bad=True)
+        if lines is not None:
+            return lines
+    request = out.with_name(out.stem + ".prompts.jsonl")
+    write_text(request, "".join(json.dumps(p) + "\n" for p in prompts))
+    _run([sys.executable, "-m", MODULE, "generate", "--model", str(model), "--spec",
+          json.dumps(spec["generation"]), "--prompts", str(request), "--out", str(out), "--seed", str(seed)]
+         + (["--greedy"] if greedy else []), label)
+    lines = _read_generations(out, len(prompts), set_aside_if_bad=False)
+    assert lines is not None  # set_aside_if_bad=False raises instead
     return lines
+
+
+def _read_generations(out: Path, expected: int, set_aside_if_bad: bool) -> list[dict[str, Any]] | None:
+    """The generations of ``out``, one per prompt; an unreadable or short file is set aside (None) or an error."""
+    from pipeline_lib.checkpoint import set_aside
+
+    try:
+        lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+        problem = None if len(lines) == expected else f"{len(lines)} generations for {expected} prompts"
+    except ValueError as exc:
+        lines, problem = [], f"unreadable ({exc})"
+    if problem is None:
+        return lines
+    if set_aside_if_bad:
+        set_aside(out, problem)
+        return None
+    raise RuntimeError(f"{out}: {problem}")
 
 
 def _publish_copy(source: Path, target: Path) -> Path:
@@ -184,7 +203,7 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
     import pandas as pd
     import torch
 
-    from pipeline_lib.checkpoint import ConfigMismatchError, write_done
+    from pipeline_lib.checkpoint import ConfigMismatchError, read_json_state, write_done
     from pipeline_lib.engines.local.expert import expert_demonstrations
     from pipeline_lib.engines.local.rl import rollout_rewards
     from pipeline_lib.io import write_json, write_text
@@ -195,7 +214,8 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": dict(spec), "seed": seed, "data": str(data), "init": str(init), "engine": "trl"})
     identity = run_dir / "run.json"
-    if identity.is_file() and json.loads(identity.read_text())["config_sha256"] != digest:
+    recorded = read_json_state(identity)  # an unreadable one is set aside and rewritten below
+    if isinstance(recorded, dict) and recorded.get("config_sha256") != digest:
         raise ConfigMismatchError(f"{identity} belongs to another config; delete {run_dir} to start over")
     write_json(identity, {"config_sha256": digest, "engine": "trl"})
     frame = pd.read_parquet(data)
@@ -210,8 +230,9 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
     for r in range(1, spec["rounds"] + 1):
         round_dir = run_dir / "rounds" / f"round{r}"
         summary_path = round_dir / "round.json"
-        if summary_path.is_file():
-            summaries.append(json.loads(summary_path.read_text()))
+        summary = read_json_state(summary_path)  # an unreadable one is set aside: the round's last part reruns
+        if isinstance(summary, dict):
+            summaries.append(summary)
             continue
         round_dir.mkdir(parents=True, exist_ok=True)
         start = run_dir / "rounds" / f"round{r - 1}" / "model" if r > 1 else init

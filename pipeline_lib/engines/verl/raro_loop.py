@@ -337,7 +337,11 @@ class ReplayBuffer:
                     f"RARO replay buffer: training resumes at step {step + 1} but the buffer after step {step} is not "
                     f"in {self.state_dir} (written at the end of every step); without it the critic's replay would "
                     "silently restart empty")
-            self.pairs = list(json.loads(self._path(step).read_text())["pairs"])[-self.size:]
+            try:
+                self.pairs = list(json.loads(self._path(step).read_text(encoding="utf-8"))["pairs"])[-self.size:]
+            except (ValueError, KeyError, TypeError) as exc:  # written atomically, so only a damaged disk does this
+                raise ValueError(f"RARO replay buffer {self._path(step)} is unreadable ({exc}); the critic's replay "
+                                 "cannot be rebuilt from it: delete the run directory to train again") from exc
         self.completed = step
         log.info("RARO replay buffer: %d pairs after step %d", len(self.pairs), step)
 

@@ -100,13 +100,16 @@ def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
     for path in [*files, metrics_log_path(run_dir)]:
         if not path.exists():
             continue
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
-            if not line.strip():
-                continue
+        numbered = [(n, line) for n, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
+        for number, line in numbered:
             try:
                 record = json.loads(line)
                 step, data = int(record["step"]), dict(record["data"])
             except (ValueError, KeyError, TypeError) as exc:
+                if path != metrics_log_path(run_dir) and number == numbered[-1][0]:
+                    # an earlier attempt killed mid-write: its last step is redone (and logged) by a later attempt
+                    log.warning("%s:%d: torn last line of a killed attempt skipped (%s)", path, number, exc)
+                    continue
                 raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
             if step <= last_step:
                 by_step.setdefault(step, {}).update(data)
