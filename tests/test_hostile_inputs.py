@@ -93,7 +93,7 @@ def test_a_killed_verl_attempts_torn_metrics_line_does_not_wedge_collecting_the_
     killed.write_text(record(1) + "\n" + record(2) + "\n" + record(3)[:20])
     metrics_log_path(tmp_path).write_text(record(3) + "\n" + record(4) + "\n")
     lines = [json.loads(line) for line in collect_metrics(tmp_path, 4).read_text().splitlines()]
-    assert [(m["step"], m["reward_mean"]) for m in lines] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
+    assert [(m["step"], m["critic/score/mean"]) for m in lines] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
     killed.write_text(record(1) + "\n" + record(2)[:20] + "\n" + record(3) + "\n")  # damage mid-file is an error
     with pytest.raises(VerlRunError, match=r"verl_metrics\.0\.jsonl:2: not a verl file-logger record"):
         collect_metrics(tmp_path, 4)
