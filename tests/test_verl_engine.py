@@ -361,3 +361,58 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     assert command[7:9] == ["-m", "verl.trainer.main_ppo"] and "trainer.nnodes=2" in command
     assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_path):
+    """RARO and RL-Logit train on verl's legacy trainer, whose dump has no uid: its own `_log_rollout_data` writes the
+    dump here, from a batch reordered as `_balance_batch` leaves it, and the groups come out as verl's uids."""
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from pipeline_lib.engines.verl.train import collect_rollouts
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+    rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(3).to_dict("records")
+    group_size = 4
+    length = max(len(tokenizer(row["prompt"][0]["content"])["input_ids"]) for row in rows)
+    trainer = RayPPOTrainer.__new__(RayPPOTrainer)  # only the dump's state: tokenizer, step, writer thread
+    trainer.tokenizer = tokenizer
+    trainer._init_dump_executor()
+    run_dir = tmp_path / "countdown_tiny/raro/seed0"
+    gen = torch.Generator().manual_seed(0)
+    expected_groups = {}
+    for step in (1, 2):
+        trainer.global_steps = step
+        prompts, responses, truth, uids = [], [], [], []
+        for p, row in enumerate(rows):
+            prompt = tokenizer(row["prompt"][0]["content"], add_special_tokens=False)["input_ids"]
+            for s in range(group_size):
+                answer = "<answer>1+2</answer>" if (p + s + step) % 2 else "<answer>9</answer>"
+                response = tokenizer(answer, add_special_tokens=False)["input_ids"][:length]
+                prompts.append([tokenizer.pad_token_id] * (length - len(prompt)) + prompt)
+                responses.append(response + [tokenizer.pad_token_id] * (length - len(response)))
+                truth.append(row["reward_model"])
+                uids.append(f"{p}-{step}-uuid")
+        # RARO's reward is the critic's verdict, not the verifier's: any per-rollout score.
+        scores = (torch.rand(len(responses), generator=gen) < 0.5).float()
+        token_scores = torch.zeros(len(scores), length)
+        token_scores[:, 0] = scores
+        batch = DataProto.from_dict(
+            tensors={"prompts": torch.tensor(prompts), "responses": torch.tensor(responses),
+                     "token_level_scores": token_scores},
+            non_tensors={"uid": np.array(uids, dtype=object), "reward_model": np.array(truth, dtype=object)})
+        batch.reorder(torch.randperm(len(batch), generator=gen))  # as _balance_batch reorders before the dump
+        trainer._log_rollout_data(batch, {}, {}, str(run_dir / "rollout_dump"))
+        expected_groups[step] = group_index(batch.non_tensor_batch["uid"])
+    trainer._shutdown_dump_executor()
+    assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
+
+    spec = {"advantage": "grpo", "tau": None, "group_size": group_size}
+    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        groups, truth_groups = torch.tensor(record["group"]), expected_groups[record["step"]]
+        assert torch.equal(groups[:, None] == groups[None, :], truth_groups[:, None] == truth_groups[None, :])
+        expected = group_advantages("grpo", torch.tensor(record["reward"], dtype=torch.float64),
+                                    torch.tensor(record["group"]))
+        assert record["advantage"] == expected.tolist() and any(a != 0 for a in record["advantage"])

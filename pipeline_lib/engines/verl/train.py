@@ -47,7 +47,7 @@ from pipeline_lib.engines.verl.translate import (
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "run"]
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
@@ -136,17 +136,48 @@ def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
     return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
 
 
+def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: int | None = None) -> Any:
+    """Each dumped rollout's prompt group, from what verl's dump holds.
+
+    The v1 trainer dumps the rollout key ``{uid}_{session}_{index}`` as ``uid``; the legacy trainer (RARO, RL-Logit)
+    dumps no uid (``RayPPOTrainer._log_rollout_data``), and its batch is reordered by ``_balance_batch`` before the
+    dump, so neighbours are not a group: there the group is the decoded prompt (``input``), which is the same for
+    the ``rollout.n`` rollouts of one prompt. Two rows of one step with the same prompt text become one group of
+    ``2 n`` (logged: the recomputed advantage then normalises over both).
+    """
+    import numpy as np
+
+    if all("uid" in row for row in rows):
+        keys = np.array([str(row["uid"]).rsplit("_", 2)[0] for row in rows], dtype=object)
+    else:
+        missing = [number for number, row in enumerate(rows, start=1) if "input" not in row]
+        if missing:
+            raise VerlRunError(f"{path}: rows {missing[:10]} have neither `uid` nor `input`; cannot tell their "
+                               f"prompt groups apart (keys of row {missing[0]}: {sorted(rows[missing[0] - 1])})")
+        keys = np.array([row["input"] for row in rows], dtype=object)
+    if group_size:
+        names, sizes = np.unique(keys, return_counts=True)
+        wrong = [(str(name)[:80], int(size)) for name, size in zip(names, sizes, strict=True) if size % group_size]
+        if wrong:
+            raise VerlRunError(f"{path}: prompt groups of a size other than a multiple of group_size={group_size}: "
+                               f"{wrong[:5]}")
+        merged = int((sizes > group_size).sum())
+        if merged:
+            log.warning("%s: %d prompt(s) appear more than once in the step; their rollouts form one group each",
+                        path, merged)
+    return keys
+
+
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
                      total_steps: int) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
 
-    verl 0.9.1 dumps input, output, ground truth, score and the rollout key ``{uid}_{session}_{index}``
-    but not the advantage, so the advantage is recomputed from the scores with the same registry
+    verl 0.9.1 dumps input, output, ground truth and score, but not the advantage, so the advantage is
+    recomputed from the scores with the same registry
     (:func:`pipeline_lib.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
     the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
     -Sim runs the training reward is not the verifier).
     """
-    import numpy as np
     import torch
     from transformers import AutoTokenizer
 
@@ -170,7 +201,7 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
         if step > total_steps:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        uids = np.array([row["uid"].rsplit("_", 2)[0] for row in rows], dtype=object)
+        uids = rollout_groups(rows, path, spec.get("group_size"))
         groups = group_index(uids)
         rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
         advantages = group_advantages(spec["advantage"], rewards, groups, **params)
