@@ -416,3 +416,30 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
         expected = group_advantages("grpo", torch.tensor(record["reward"], dtype=torch.float64),
                                     torch.tensor(record["group"]))
         assert record["advantage"] == expected.tolist() and any(a != 0 for a in record["advantage"])
+
+
+def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
+    """verl's `apply_monkey_patch` (every FSDP actor/reference/SFT model build) imports trl's value-head model whenever
+    trl is importable; trl 1.16 has none (ImportError at actor init). The pinned trl is installed and verl's patch runs
+    on a tiny Qwen2 (in a child: the patch changes transformers process-wide)."""
+    import re
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    from pipeline_lib.engines.trl.dpo import REQUIRED_TRL
+
+    assert version("trl") == REQUIRED_TRL
+    pins = {"pyproject.toml": (REPO / "pyproject.toml").read_text(),
+            "envs/train-verl.yaml": (REPO / "envs/train-verl.yaml").read_text()}
+    for name, text in pins.items():
+        assert set(re.findall(r"trl==([0-9.]+)", text)) == {REQUIRED_TRL}, name
+    script = (
+        "from transformers import Qwen2Config, Qwen2ForCausalLM\n"
+        "from verl.models.transformers.monkey_patch import apply_monkey_patch\n"
+        "model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,"
+        " num_attention_heads=2, num_key_value_heads=1))\n"
+        "apply_monkey_patch(model, ulysses_sp_size=1, use_remove_padding=True)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Monkey patch state_dict in AutoModelForCausalLMWithValueHead" in result.stdout
