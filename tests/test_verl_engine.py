@@ -443,3 +443,63 @@ def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Monkey patch state_dict in AutoModelForCausalLMWithValueHead" in result.stdout
+
+
+def _finished_verl_run(run_dir, step: int, tag: str) -> None:
+    """A run directory as a finished verl RL run leaves it (checkpoint tracker, sharded step, dumps, metrics, DONE)."""
+    ckpt = run_dir / "checkpoints"
+    (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (ckpt / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_text(tag)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
+    (run_dir / "rollout_dump").mkdir()
+    (run_dir / "rollout_dump" / "1.jsonl").write_text(json.dumps({"input": "q", "output": tag, "score": 1.0}) + "\n")
+    for name in ("verl_metrics.jsonl", "verl_metrics.0.jsonl"):
+        (run_dir / name).write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "tag": tag}}) + "\n")
+    (run_dir / "raro_replay").mkdir()
+    (run_dir / "DONE.json").write_text(json.dumps({"final_step": step, "config_sha256": tag}))
+
+
+def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_resumes(tmp_path, caplog):
+    """verl resumes whatever checkpoints/ holds and skips a finished run: a run directory holds its config digest, and
+    another config's checkpoints, dumps, metrics and DONE.json are moved to stale/<digest>/ (logged), not resumed."""
+    import logging
+
+    from pipeline_lib.engines.verl.train import claim_run_dir, collect_metrics, finished_step
+    from pipeline_lib.engines.verl.translate import checkpoint_dir
+
+    run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
+    assert claim_run_dir(run_dir, "a" * 64) == []  # a new run directory
+    _finished_verl_run(run_dir, 2, "config-a")
+    assert claim_run_dir(run_dir, "a" * 64) == []  # the same config again: verl resumes / finds it finished
+    assert finished_step(checkpoint_dir(run_dir)) == 2
+
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.engines.verl.train"):
+        moved = claim_run_dir(run_dir, "b" * 64)
+    stale = run_dir / "stale" / ("a" * 64)
+    assert sorted(p.name for p in moved) == sorted(["DONE.json", "checkpoints", "raro_replay", "rollout_dump",
+                                                    "verl_metrics.0.jsonl", "verl_metrics.jsonl"])
+    assert all(p.parent == stale and p.exists() for p in moved)
+    assert (stale / "checkpoints/global_step_2/actor/model_world_size_1_rank_0.pt").read_text() == "config-a"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "stale"]
+    assert finished_step(checkpoint_dir(run_dir)) is None  # verl starts clean instead of resuming config a
+    assert json.loads((run_dir / "run.json").read_text())["config_sha256"] == "b" * 64
+    assert str(stale) in caplog.text and "checkpoints" in caplog.text and "a" * 64 in caplog.text
+    assert (collect_metrics(run_dir, 2)).read_text() == ""  # config a's metrics are not merged into b's
+
+    # back to config a, then b again: each set-aside state is kept, none overwritten
+    _finished_verl_run(run_dir, 1, "config-b")
+    claim_run_dir(run_dir, "a" * 64)
+    _finished_verl_run(run_dir, 1, "config-a2")
+    claim_run_dir(run_dir, "b" * 64)
+    assert (run_dir / "stale" / ("b" * 64) / "DONE.json").exists()
+    assert (run_dir / "stale" / f"{'a' * 64}.1" / "rollout_dump/1.jsonl").read_text().count("config-a2") == 1
+
+
+def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
+    from pipeline_lib.engines.verl.train import claim_run_dir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _finished_verl_run(run_dir, 3, "old")
+    moved = claim_run_dir(run_dir, "c" * 64)
+    assert moved and all(p.parent == run_dir / "stale/unrecorded" for p in moved)

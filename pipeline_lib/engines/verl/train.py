@@ -8,7 +8,9 @@ A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them 
 (:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
 launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
 ``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
-(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped.
+(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
+the same config: the run directory holds its config digest (``DIR/run.json``), and a run whose config changed first
+sets the other config's state aside (:func:`claim_run_dir`) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
@@ -47,11 +49,16 @@ from pipeline_lib.engines.verl.translate import (
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "rollout_groups", "run"]
+__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "main",
+           "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
+#: The run directory's owner: the config digest of the run whose state (checkpoints, dumps, metrics) it holds.
+RUN_IDENTITY = "run.json"
+#: Where another config's state goes, one folder per digest (``DIR/stale/<digest>/``); never deleted.
+STALE_DIR = "stale"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
 #: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads). OPD has no
 #: reference KL; its ``kl`` is, as on the local engine, the reverse KL to the teacher: verl's distillation surrogate
@@ -85,6 +92,38 @@ def finished_step(ckpt_dir: Path) -> int | None:
     if not text.isdigit():
         raise VerlRunError(f"{tracker}: expected a step number, found {text!r}")
     return int(text)
+
+
+def claim_run_dir(run_dir: Path, digest: str) -> list[Path]:
+    """Make ``run_dir`` the run of config ``digest``; returns what was set aside (empty for a same-config rerun).
+
+    verl resumes from whatever ``checkpoints/`` holds (``resume_mode=auto``) and a finished tracker skips verl, so a
+    changed config would resume (or publish) the old config's model and optimizer, and the old attempts' metrics
+    would be merged into the new run's. Everything in the directory that is not this config's (checkpoints, rollout
+    dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to ``stale/<old digest>/`` and is
+    logged; a directory from before run.json existed counts as another config (``stale/unrecorded``).
+    """
+    from pipeline_lib.io import write_json
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = run_dir / RUN_IDENTITY
+    previous = json.loads(identity.read_text()).get("config_sha256") if identity.is_file() else None
+    if previous == digest:
+        return []
+    state = sorted(p for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR))
+    moved = []
+    if state:
+        base = run_dir / STALE_DIR / (previous or "unrecorded")
+        target, attempt = base, 1
+        while target.exists():  # the same old config set aside twice (A -> B -> A -> B): keep both
+            target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
+        target.mkdir(parents=True)
+        for path in state:
+            moved.append(path.rename(target / path.name))
+        log.warning("%s belonged to config %s, this run is config %s: set aside %s in %s (not resumed, not "
+                    "deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state), target)
+    write_json(identity, {"config_sha256": digest, "engine": "verl"})
+    return moved
 
 
 def _rotate_metrics(run_dir: Path) -> None:
@@ -278,7 +317,8 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
+    claim_run_dir(run_dir, digest)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
@@ -304,7 +344,6 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
         outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
         inputs += [paths.val_files, paths.init / "config.json"]
-    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
     # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
                       kind=spec.get("baseline") or kind, engine="verl", advantage=spec.get("advantage"), seed=seed)
