@@ -270,7 +270,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
               "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
               "actor_rollout_ref.rollout.temperature": 1.0, "actor_rollout_ref.actor.optim.lr": 1e-6,
               "trainer.resume_mode": "auto", "trainer.rollout_data_dir": f"/r/{task}/{method}/rollout_dump",
-              "reward.custom_reward_function.path": "pkg://pipeline_lib.rewards",
+              "reward.custom_reward_function.path": "pkg://pipeline_lib.engines.verl.reward",
               "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE}
     for key, value in (shared | expected).items():
         assert OmegaConf.select(verl_config, key) == value, key
@@ -503,3 +503,84 @@ def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
     _finished_verl_run(run_dir, 3, "old")
     moved = claim_run_dir(run_dir, "c" * 64)
     assert moved and all(p.parent == run_dir / "stale/unrecorded" for p in moved)
+
+
+def agreeing_verifier(*_args) -> bool:
+    return True
+
+
+def hanging_verifier(*_args) -> bool:
+    import time
+
+    time.sleep(30)
+    return True
+
+
+def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v1_run(tokenizer_dir, tmp_path,
+                                                                                    monkeypatch):
+    """v1's rollout dump has no reward extras, so the counts were logged 0 whatever happened. verl's own reward manager
+    calls the hook (a dying, a hanging and an agreeing verifier), verl's v1 writer dumps the rollouts, and each step's
+    metrics count what really happened; a run without the hook's records logs null, never 0."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from pipeline_lib.engines.verl.train import collect_metrics
+    from pipeline_lib.engines.verl.translate import REWARD_FUNCTION, REWARD_HEALTH_ENV, reward_health_dir
+    from pipeline_lib.rewards import mathverify
+    from pipeline_lib.rewards.pool import TimeoutPool
+
+    run_dir = tmp_path / "gsm8k/grpo/seed0"
+    monkeypatch.setenv(REWARD_HEALTH_ENV, str(reward_health_dir(run_dir)))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+    config = OmegaConf.create({"reward": {"custom_reward_function": {"path": REWARD_FUNCTION[0],
+                                                                     "name": REWARD_FUNCTION[1]}}})
+    manager = NaiveRewardManager(config, tokenizer, compute_score=get_custom_reward_fn(config))
+    truth = {"ground_truth": "3"}
+    # step 1: two rollouts whose verifier worker dies, two whose verifier hangs; step 2: all verified
+    verifiers = {1: ["tests.test_reward_concurrency:die_with"] * 2 + ["tests.test_verl_engine:hanging_verifier"] * 2,
+                 2: ["tests.test_verl_engine:agreeing_verifier"] * 4}
+    saved = mathverify._pool
+    try:
+        for step, targets in verifiers.items():
+            outputs, scores = [], []
+            for index, target in enumerate(targets):
+                mathverify._pool = TimeoutPool(target, processes=1, timeout=1.0)
+                try:
+                    response = tokenizer(f"<answer>{step}.{index}5</answer>", return_tensors="pt",  # not an integer
+                                         add_special_tokens=False)["input_ids"][0]
+                    padded = torch.cat([response, torch.full((4,), tokenizer.pad_token_id)])
+                    prompt = torch.tensor([tokenizer.pad_token_id, 5, 6])
+                    item = DataProto.from_dict(
+                        tensors={"prompts": prompt[None], "responses": padded[None],
+                                 "attention_mask": torch.cat([torch.tensor([0, 1, 1]), torch.ones(len(response)),
+                                                              torch.zeros(4)]).long()[None]},
+                        non_tensors={"data_source": np.array(["openai/gsm8k"], dtype=object),
+                                     "reward_model": np.array([truth], dtype=object),
+                                     "extra_info": np.array([{"index": 0, "split": "train"}], dtype=object)})
+                    result = manager.loop.run_until_complete(manager.run_single(item))
+                finally:
+                    mathverify._pool.close()
+                scores.append(result["reward_score"])
+                outputs.append(tokenizer.decode(padded, skip_special_tokens=True))  # as v1's _log_rollout_data
+            keys = [f"prompt0_{session}_0" for session in range(4)]
+            PPOTrainer._write_generations(["q"] * 4, outputs, [truth["ground_truth"]] * 4, scores, {"uid": keys},
+                                          str(run_dir / "rollout_dump"), step)
+    finally:
+        mathverify._pool = saved
+    (run_dir / "verl_metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "data": {"critic/score/mean": 0.0}}) + "\n" for step in (1, 2)))
+    dumped = json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
+    assert sorted(dumped) == ["gts", "input", "output", "score", "step", "uid"]  # what v1 hands over
+
+    metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
+    assert [(m["reward_failures"], m["reward_timeouts"]) for m in metrics] == [(2, 2), (0, 0)]
+
+    records = reward_health_dir(run_dir)
+    for path in records.iterdir():
+        path.unlink()
+    records.rmdir()  # a run from before the hook kept records: unknown, not 0
+    metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
+    assert [(m["reward_failures"], m["reward_timeouts"]) for m in metrics] == [(None, None)] * 2

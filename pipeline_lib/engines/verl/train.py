@@ -38,10 +38,12 @@ from typing import Any
 from pipeline_lib.engines.verl import check_verl_version
 from pipeline_lib.engines.verl.translate import (
     ESTIMATOR_MODULE,
+    REWARD_HEALTH_ENV,
     VERL_ADVANTAGES,
     TrainPaths,
     checkpoint_dir,
     metrics_log_path,
+    reward_health_dir,
     rl_overrides,
     rollout_dump_dir,
     sft_overrides,
@@ -137,6 +139,7 @@ def _rotate_metrics(run_dir: Path) -> None:
 def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
     by_step: dict[int, dict[str, Any]] = {}
+    health = _health_source(run_dir)
     files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
     for path in [*files, metrics_log_path(run_dir)]:
         if not path.exists():
@@ -157,22 +160,42 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     for step in sorted(by_step):
         data = by_step[step]
         named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
-        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step), **data}))
+        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step, health), **data}))
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
 
 
-def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
-    """Verifier items that timed out / failed in a step's training rollouts, from verl's rollout dump (its reward
-    loop keeps each rollout's reward extras there; verl logs them as metrics for validation only)."""
+def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
+    """The reward hook's timeout/failure records of this run, or None where it kept none (a run from before it)."""
+    from pipeline_lib.engines.verl.reward import read_health_records
+
+    directory = reward_health_dir(run_dir)
+    if not directory.is_dir():
+        log.warning("%s: no reward health records (%s missing), so reward_timeouts/reward_failures are logged as "
+                    "null (unknown): verl's v1 trainer passes the verifier's timeouts/failures to neither its rollout "
+                    "dump nor its training metrics", run_dir, directory)
+        return None
+    return read_health_records(directory)
+
+
+def _reward_health(run_dir: Path, step: int, records: Mapping[str, Mapping[str, int]] | None) -> dict[str, int | None]:
+    """Verifier items that timed out / failed in a step's training rollouts: from the dump where it carries the reward
+    extras (the legacy trainer dumps them), else from the reward hook's records of the dumped rollouts, else null."""
+    from pipeline_lib.engines.verl.reward import dumped_health
     from pipeline_lib.rewards import health_counts
 
     dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
     if not dump.exists():
         return {}
     rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
-    return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
+    if rows and any(key.rsplit("/", 1)[-1] in ("timeouts", "failures") for key in rows[0]):
+        counts: Mapping[str, int | None] = health_counts(rows)
+    elif records is not None:
+        counts = dumped_health(rows, records)
+    else:
+        counts = {"timeouts": None, "failures": None}
+    return {f"reward_{kind}": count for kind, count in counts.items()}
 
 
 def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: int | None = None) -> Any:
@@ -321,8 +344,10 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     claim_run_dir(run_dir, digest)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
+    reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
-                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir))}
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
+                        REWARD_HEALTH_ENV: str(reward_health_dir(run_dir))}
     total = int(spec["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
