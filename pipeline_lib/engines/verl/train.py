@@ -313,9 +313,8 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
         raise VerlRunError(
             f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
             f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
-            f"pipeline's advantage estimators. Fix: `pip install -e <repo>` in this environment (envs/train-verl.yaml "
-            f"installs it; an environment made before that needs `conda env update -f envs/train-verl.yaml` or the "
-            f"pip command)")
+            f"pipeline's advantage estimators. Fix: `pip install --no-deps -e <repo>` in this environment (Snakemake's "
+            f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
