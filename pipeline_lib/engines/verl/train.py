@@ -8,7 +8,9 @@ A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them 
 (:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
 launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
 ``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
-(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped.
+(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
+the same run: the run directory holds the digest of its config and inputs (``DIR/run.json``), and a run whose config
+or inputs changed first sets the other run's state aside (:func:`claim_run_dir`) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
@@ -37,10 +39,12 @@ from typing import Any
 from pipeline_lib.engines.verl import check_verl_version
 from pipeline_lib.engines.verl.translate import (
     ESTIMATOR_MODULE,
+    REWARD_HEALTH_ENV,
     VERL_ADVANTAGES,
     TrainPaths,
     checkpoint_dir,
     metrics_log_path,
+    reward_health_dir,
     rl_overrides,
     rollout_dump_dir,
     sft_overrides,
@@ -50,12 +54,16 @@ from pipeline_lib.tracking import Tracker, add_tracking_argument
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "rebuild_tracking_store",
-           "run"]
+__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "input_digests",
+           "main", "rebuild_tracking_store", "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
+#: The run directory's owner: the config digest of the run whose state (checkpoints, dumps, metrics) it holds.
+RUN_IDENTITY = "run.json"
+#: Where another config's state goes, one folder per digest (``DIR/stale/<digest>/``); never deleted.
+STALE_DIR = "stale"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
 
 
@@ -83,6 +91,52 @@ def finished_step(ckpt_dir: Path) -> int | None:
     if not text.isdigit():
         raise VerlRunError(f"{tracker}: expected a step number, found {text!r}")
     return int(text)
+
+
+def input_digests(paths: TrainPaths) -> dict[str, str]:
+    """sha256 of what a run reads besides its config: the data files and the initial model's files (an SFT run that
+    was redone with another result leaves the RL run's config unchanged, yet its checkpoints are another run's)."""
+    from pipeline_lib.io import sha256_file
+
+    named = {"train": paths.train_files, "val": paths.val_files}
+    if paths.init is not None:
+        named |= {f"init/{p.relative_to(paths.init)}": p for p in sorted(paths.init.rglob("*")) if p.is_file()}
+    return {name: sha256_file(path) for name, path in named.items() if path is not None}
+
+
+def claim_run_dir(run_dir: Path, digest: str, described: Mapping[str, Any] | None = None) -> list[Path]:
+    """Make ``run_dir`` the run ``digest`` (of its config and inputs, ``described`` in run.json); returns what was set
+    aside (empty for a rerun of the same run).
+
+    verl resumes from whatever ``checkpoints/`` holds (``resume_mode=auto``) and a finished tracker skips verl, so a
+    changed config (or initial model, or data) would resume (or publish) the old run's model and optimizer, and the
+    old attempts' metrics would be merged into the new run's. Everything in the directory that is not this run's
+    (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to
+    ``stale/<old digest>/`` and is logged; a directory from before run.json existed counts as another run
+    (``stale/unrecorded``).
+    """
+    from pipeline_lib.io import write_json
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = run_dir / RUN_IDENTITY
+    previous = json.loads(identity.read_text()).get("run_sha256") if identity.is_file() else None
+    if previous == digest:
+        return []
+    state = sorted(p for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR))
+    moved = []
+    if state:
+        base = run_dir / STALE_DIR / (previous or "unrecorded")
+        target, attempt = base, 1
+        while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both
+            target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
+        target.mkdir(parents=True)
+        for path in state:
+            moved.append(path.rename(target / path.name))
+        log.warning("%s belonged to run %s (config + inputs), this is run %s: set aside %s in %s (not resumed, "
+                    "not deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state),
+                    target)
+    write_json(identity, {"run_sha256": digest, "engine": "verl", **(described or {})})
+    return moved
 
 
 def _rotate_metrics(run_dir: Path) -> None:
@@ -131,38 +185,90 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     from pipeline_lib.io import write_text
 
     by_step = _verl_records(run_dir, total_steps)
+    health = _health_source(run_dir)
     lines = []
     for step in sorted(by_step):
         data = by_step[step]
-        lines.append(json.dumps({"step": step, **_reward_health(run_dir, step), **data}))  # one set of names
+        lines.append(json.dumps({"step": step, **_reward_health(run_dir, step, health), **data}))  # one set of names
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
 
 
-def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
-    """Verifier items that timed out / failed in a step's training rollouts, from verl's rollout dump (its reward
-    loop keeps each rollout's reward extras there; verl logs them as metrics for validation only)."""
+def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
+    """The reward hook's timeout/failure records of this run, or None where it kept none (a run from before it)."""
+    from pipeline_lib.engines.verl.reward import read_health_records
+
+    directory = reward_health_dir(run_dir)
+    if not directory.is_dir():
+        log.warning("%s: no reward health records (%s missing), so reward_timeouts/reward_failures are logged as "
+                    "null (unknown): verl's v1 trainer passes the verifier's timeouts/failures to neither its rollout "
+                    "dump nor its training metrics", run_dir, directory)
+        return None
+    return read_health_records(directory)
+
+
+def _reward_health(run_dir: Path, step: int, records: Mapping[str, Mapping[str, int]] | None) -> dict[str, int | None]:
+    """Verifier items that timed out / failed in a step's training rollouts: from the dump where it carries the reward
+    extras (the legacy trainer dumps them), else from the reward hook's records of the dumped rollouts, else null."""
+    from pipeline_lib.engines.verl.reward import dumped_health
     from pipeline_lib.rewards import health_counts
 
     dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
     if not dump.exists():
         return {}
     rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
-    return {f"softmaxgrpo/reward_{kind}": count for kind, count in health_counts(rows).items()}
+    if rows and any(key.rsplit("/", 1)[-1] in ("timeouts", "failures") for key in rows[0]):
+        counts: Mapping[str, int | None] = health_counts(rows)
+    elif records is not None:
+        counts = dumped_health(rows, records)
+    else:
+        counts = {"timeouts": None, "failures": None}
+    return {f"softmaxgrpo/reward_{kind}": count for kind, count in counts.items()}
+
+
+def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: int | None = None) -> Any:
+    """Each dumped rollout's prompt group, from what verl's dump holds.
+
+    The v1 trainer dumps the rollout key ``{uid}_{session}_{index}`` as ``uid``; the legacy trainer (RARO, RL-Logit)
+    dumps no uid (``RayPPOTrainer._log_rollout_data``), and its batch is reordered by ``_balance_batch`` before the
+    dump, so neighbours are not a group: there the group is the decoded prompt (``input``), which is the same for
+    the ``rollout.n`` rollouts of one prompt. Two rows of one step with the same prompt text become one group of
+    ``2 n`` (logged: the recomputed advantage then normalises over both).
+    """
+    import numpy as np
+
+    if all("uid" in row for row in rows):
+        keys = np.array([str(row["uid"]).rsplit("_", 2)[0] for row in rows], dtype=object)
+    else:
+        missing = [number for number, row in enumerate(rows, start=1) if "input" not in row]
+        if missing:
+            raise VerlRunError(f"{path}: rows {missing[:10]} have neither `uid` nor `input`; cannot tell their "
+                               f"prompt groups apart (keys of row {missing[0]}: {sorted(rows[missing[0] - 1])})")
+        keys = np.array([row["input"] for row in rows], dtype=object)
+    if group_size:
+        names, sizes = np.unique(keys, return_counts=True)
+        wrong = [(str(name)[:80], int(size)) for name, size in zip(names, sizes, strict=True) if size % group_size]
+        if wrong:
+            raise VerlRunError(f"{path}: prompt groups of a size other than a multiple of group_size={group_size}: "
+                               f"{wrong[:5]}")
+        merged = int((sizes > group_size).sum())
+        if merged:
+            log.warning("%s: %d prompt(s) appear more than once in the step; their rollouts form one group each",
+                        path, merged)
+    return keys
 
 
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
                      total_steps: int) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
 
-    verl 0.9.1 dumps input, output, ground truth, score and the rollout key ``{uid}_{session}_{index}``
-    but not the advantage, so the advantage is recomputed from the scores with the same registry
+    verl 0.9.1 dumps input, output, ground truth and score, but not the advantage, so the advantage is
+    recomputed from the scores with the same registry
     (:func:`pipeline_lib.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
     the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
     -Sim runs the training reward is not the verifier).
     """
-    import numpy as np
     import torch
     from transformers import AutoTokenizer
 
@@ -186,7 +292,7 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
         if step > total_steps:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        uids = np.array([row["uid"].rsplit("_", 2)[0] for row in rows], dtype=object)
+        uids = rollout_groups(rows, path, spec.get("group_size"))
         groups = group_index(uids)
         rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
         advantages = group_advantages(spec["advantage"], rewards, groups, **params)
@@ -236,9 +342,8 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
         raise VerlRunError(
             f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
             f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
-            f"pipeline's advantage estimators. Fix: `pip install -e <repo>` in this environment (envs/train-verl.yaml "
-            f"installs it; an environment made before that needs `conda env update -f envs/train-verl.yaml` or the "
-            f"pip command)")
+            f"pipeline's advantage estimators. Fix: `pip install --no-deps -e <repo>` in this environment (Snakemake's "
+            f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
@@ -263,12 +368,17 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
+    inputs_read = input_digests(paths)
+    claim_run_dir(run_dir, config_digest({"config_sha256": digest, "inputs": inputs_read}),
+                  {"config_sha256": digest, "inputs": inputs_read})
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
     rebuild_tracking_store(paths, finished_step(checkpoint_dir(run_dir)) or 0)
+    reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
-                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)), **tracking_env(paths)}
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
+                        REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
     total = int(spec["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
@@ -290,7 +400,6 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
         outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
         inputs += [paths.val_files, paths.init / "config.json"]
-    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
     # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
                       kind=spec.get("baseline") or kind, engine="verl", advantage=spec.get("advantage"), seed=seed)
