@@ -24,11 +24,16 @@ from .test_workflow import snakemake
 
 CONFIGS = ("config/config.yaml", "config/paper.yaml")
 #: Imports inside functions that an env's rules never call, each with why. Everything else a module imports is needed.
+_OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.tracking), imported only when "
+                      "tracking.backends names it; config validation requires its extra then"
+                      for name in ("wandb", "mlflow", "swanlab", "trackio")}
 NOT_REACHED = {
     "report.yaml": {
         "vllm": "pipeline_lib.eval.backends' vLLM backend; the report env's local-engine and eval jobs use the hf one",
         "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
+        **_OPTIONAL_TRACKERS,
     },
+    "train-verl.yaml": _OPTIONAL_TRACKERS,
 }
 #: Import name -> distribution, for packages not installed here (the GPU-only ones).
 NOT_INSTALLED = {"vllm": "vllm"}
