@@ -206,9 +206,95 @@ def test_none_and_empty_solutions_score_zero(name):
         assert score(name, solution, truth)["score"] == 0.0
 
 
-def test_countdown_bad_ground_truth_is_a_clear_error():
-    with pytest.raises(ValueError, match="countdown ground truth"):
-        score("countdown", "<answer>1</answer>", {"nums": [1]})
+@pytest.mark.parametrize("truth", [{"nums": [1]}, "{not json", "[" * 100_000, {"numbers": [1], "target": 10**5000},
+                                   {"numbers": [1.5], "target": 2}, None, 7])
+def test_countdown_bad_ground_truth_scores_zero_and_is_counted_unscorable(truth):
+    """One malformed row's ground truth must not raise out of a training step's reward batch."""
+    from pipeline_lib.rewards import health_counts
+
+    results = score_batch("countdown", ["<answer>1</answer>", "<answer>3 + 4</answer>"],
+                          [truth, {"numbers": [3, 4], "target": 7}])
+    assert [r["score"] for r in results] == [0.0, 1.0]
+    assert health_counts(results)["unscorable"] == 1
+
+
+# --- hostile answers and golds: every item gets a score, the fast path agrees with Math-Verify ----------------------
+def math_verify_says(prediction: str, gold: str) -> bool:
+    """Math-Verify's own verdict, as the pool's worker asks it (the oracle of the integer fast path)."""
+    from pipeline_lib.rewards.mathverify import prediction_text, verify_pair
+
+    return verify_pair(prediction_text(prediction), gold_answer(gold)) is True
+
+
+@pytest.mark.parametrize(("solution", "gold"), [("\\boxed{١٢٣}", "123"), ("\\boxed{１２３}", "123"),
+                                                ("\\boxed{123}", "١٢٣"), ("\\boxed{\u0661\u0662}", "#### 12")])
+def test_other_digit_scripts_score_as_math_verify_says_not_as_integers(solution, gold):
+    assert math_verify_says(solution, gold) is False
+    assert score("math", solution, gold)["score"] == 0.0
+
+
+@pytest.mark.parametrize("side", ["answer", "gold", "both"])
+def test_a_5000_digit_integer_is_scored_not_raised(side):
+    """Python refuses int() over 4,300 digits: one hostile rollout must not kill the reward batch."""
+    huge = "7" * 5000
+    solution = f"\\boxed{{{huge}}}" if side != "gold" else "\\boxed{7}"
+    gold = huge if side != "answer" else "7"
+    for result in (score("math", solution, gold), compute_score("openai/gsm8k", solution, f"#### {gold}")):
+        assert result["score"] == float(math_verify_says(solution, gold))
+        assert result["failures"] == result["unscorable"] == 0.0
+
+
+@pytest.mark.parametrize("gold", ["nan", "NaN", "#### nan", "inf", "-inf", "Infinity", "1e400", "#### -1E999"])
+def test_non_finite_golds_never_score_one(gold):
+    """Math-Verify matches \\boxed{nan} to nan (as the symbol product a*n*n): such a gold is unscorable, 0."""
+    literal = gold.split("####")[-1].strip()
+    for answer in (f"\\boxed{{{literal}}}", "\\boxed{nan}", "\\boxed{\\infty}", "\\boxed{1e400}"):
+        result = score("math", answer, gold)
+        assert (result["score"], result["unscorable"]) == (0.0, 1.0), (answer, gold)
+
+
+def test_infinity_in_latex_stays_a_legitimate_answer():
+    assert score("math", "the limit is \\boxed{\\infty}", "\\infty")["score"] == 1.0
+    assert score("math", "\\boxed{" + "9" * 400 + "}", "9" * 400)["score"] == 1.0  # big, but finite
+
+
+@pytest.mark.parametrize("gold", [None, "", "####", "   "])
+def test_missing_gold_is_unscorable_not_wrong(gold):
+    result = score("math", "\\boxed{1}", gold)
+    assert (result["score"], result["unscorable"]) == (0.0, 1.0)
+
+
+_FAST_PATH_TEXT = st.tuples(st.sampled_from(["", " ", "  ", "\t", "\u2003"]), st.sampled_from(["", "+", "-", "--"]),
+                            st.sampled_from(["", "0", "00"]),
+                            st.text(alphabet="0123456789١٢３", min_size=0, max_size=25),
+                            st.sampled_from(["", " ", "\n"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_FAST_PATH_TEXT, _FAST_PATH_TEXT)
+def test_integer_fast_path_agrees_with_math_verify(answer_parts, gold_parts):
+    """Wherever the math reward decides without Math-Verify, it decides as Math-Verify does."""
+    from pipeline_lib.rewards.mathverify import _fast_integer
+
+    answer, gold = "".join(answer_parts), "".join(gold_parts)
+    fast = _fast_integer(f"\\boxed{{{answer}}}"), _fast_integer(f"\\boxed{{{gold}}}")
+    if None in fast:
+        return  # not a shortcut: Math-Verify itself scores it
+    assert (fast[0] == fast[1]) == math_verify_says(f"\\boxed{{{answer}}}", gold), (answer, gold)
+
+
+@pytest.mark.parametrize("name", ["math", "countdown", "similarity", "format", "exact"])
+def test_no_reward_raises_for_a_hostile_item(name):
+    """Every scorer returns a finite score in [0, 1] for every input a rollout or a row can carry."""
+    import math
+
+    hostile_solutions = [None, 7, b"\\boxed{1}", "", "\\boxed{", "\\boxed{" + "9" * 5000 + "}", "\\ud800",
+                         "<answer>" * 2000, "{" * 5000, "\\boxed{١٢٣}", "\x00" * 100, "<think>" + "x" * 100_000]
+    hostile_truths = [None, "", "nan", float("nan"), 10**5000, {"numbers": None}, ["a"], "#### " + "1" * 5000, "{"]
+    for solution in hostile_solutions:
+        for truth in hostile_truths:
+            result = score(name, solution, truth)
+            assert math.isfinite(result["score"]) and 0.0 <= result["score"] <= 1.0, (solution, truth)
 
 
 def test_format_reward():

@@ -101,7 +101,7 @@ def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
     those items count as wrong in pass@1, so the report says where, and how many. Empty when there are none."""
     if table1 is None or table1.empty:
         return []
-    columns = [c for c in table1.columns if c.startswith(("reward_timeouts_", "reward_failures_"))]
+    columns = [c for c in table1.columns if c.startswith(("reward_timeouts_", "reward_failures_", "reward_unscorable_"))]
     if not columns:
         return []
     hit = table1[(table1[columns].fillna(0) > 0).any(axis=1)]
