@@ -2,7 +2,9 @@
 
 A response that does not parse is asked again with an ``attempt`` marker in the request
 (so it has its own cache key); after ``parse_retries`` failures the item is recorded as
-failed with the reason. Nothing is ever scored 0 by default.
+failed with the reason. Nothing is ever scored 0 by default. An unparseable answer is
+removed from the cache, so a rerun (after the server or the prompt is fixed) asks again
+instead of replaying the failure.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
             try:
                 scores = parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"))
             except VerdictParseError as exc:
+                cache.discard(_request(prompts[index], attempt).cache_key(endpoint))
                 reasons[index] = f"unparseable verdict: {exc}"
                 still.append(index)
                 continue

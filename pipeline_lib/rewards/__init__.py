@@ -35,8 +35,8 @@ from pipeline_lib.rewards.format_reward import exact_score, format_score
 from pipeline_lib.rewards.mathverify import math_scores
 from pipeline_lib.rewards.similarity import similarity_score
 
-__all__ = ["DATA_SOURCE_REWARDS", "HEALTH_KINDS", "available_rewards", "compute_score", "compute_scores", "health_counts",
-           "register_reward", "reward_health", "score", "score_batch"]
+__all__ = ["DATA_SOURCE_REWARDS", "HEALTH_KINDS", "available_rewards", "compute_score", "compute_scores",
+           "health_counts", "register_reward", "reward_health", "score", "score_batch"]
 
 BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
 _REGISTRY: dict[str, BatchScorer] = {}

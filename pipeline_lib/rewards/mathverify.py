@@ -37,7 +37,7 @@ __all__ = ["FAST_PATH_DIGITS", "gold_answer", "gold_text", "is_non_finite_gold",
 TIMEOUT_SECONDS = env_number("PIPELINE_MATH_TIMEOUT", 5.0)
 PROCESSES = int(env_number("PIPELINE_MATH_PROCESSES", min(2, os.cpu_count() or 1), integer=True))
 FAST_PATH_DIGITS = 1000  # Math-Verify compares integers as integers up to Python's 4,300-digit limit
-_INTEGER = re.compile(r"\\boxed\{[ ]*([+-]?)([0-9]{1,%d})[ ]*\}" % FAST_PATH_DIGITS)
+_INTEGER = re.compile(rf"\\boxed\{{[ ]*([+-]?)([0-9]{{1,{FAST_PATH_DIGITS}}})[ ]*\}}")
 _NON_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _pool: TimeoutPool | None = None
 _pool_lock = threading.Lock()
