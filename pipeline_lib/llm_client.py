@@ -102,8 +102,10 @@ class ResponseCache:
         self._local = threading.local()
         try:
             self._open()
+        except sqlite3.OperationalError as exc:  # disk full, I/O error, locked: the file may be fine, keep it
+            raise CacheWriteError(f"{self.path}: cannot open the response cache ({exc})") from exc
         except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
-            aside = self._set_aside(exc)
+            aside = self._set_aside()
             log.warning("%s is not a readable response cache (%s); moved it to %s and starting an empty one "
                         "(its answers are asked again)", self.path, exc, aside)
             self._open()
@@ -116,7 +118,7 @@ class ResponseCache:
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError(f"integrity check: {'; '.join(problems)[:300]}")
 
-    def _set_aside(self, error: Exception) -> str:
+    def _set_aside(self) -> str:
         """Rename the unreadable file (and its WAL and shared-memory files) to ``<name>.corrupt-<time>``."""
         db = getattr(self._local, "db", None)
         if db is not None:
