@@ -126,7 +126,8 @@ def test_overlap_judge_is_built_differently_from_the_facts_judge():
 # --- hostile verdicts, rows and disks (issue "Nothing silent, round two") ------------------------------------------
 
 @pytest.mark.parametrize("prose", ["I'd say {the imagery is strong. ", "Set {x | x > 0} and {", "a { b { c ",
-                                   '{"A": "unclosed string ', "{" * 5000])
+                                   '{"A": "unclosed string ', "{" * 5000],
+                         ids=["prose", "latex-set", "nested-prose", "unclosed-json", "5000-braces"])
 def test_a_stray_brace_before_the_verdict_does_not_lose_it(prose):
     assert parse_verdict(prose + "Final scores: " + GOOD, RUBRICS["poetry"].keys)["G"] == 8
 
