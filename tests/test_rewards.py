@@ -356,3 +356,22 @@ def test_registry():
     assert {"math", "countdown", "similarity", "format", "exact"} <= set(available_rewards())
     with pytest.raises(ValueError, match="unknown reward"):
         score("bleu", "a", "b")
+
+
+@pytest.mark.parametrize(("variable", "value"), [("PIPELINE_MATH_TIMEOUT", "nan"), ("PIPELINE_MATH_TIMEOUT", "inf"),
+                                                 ("PIPELINE_MATH_TIMEOUT", "-1"), ("PIPELINE_MATH_TIMEOUT", "abc"),
+                                                 ("PIPELINE_MATH_TIMEOUT", "0"), ("PIPELINE_MATH_PROCESSES", "0"),
+                                                 ("PIPELINE_MATH_PROCESSES", "2.5")])
+def test_math_environment_variables_are_checked_and_named(variable, value):
+    """nan or inf would remove the verifier's time limit (a power tower then hangs a training step)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), variable: value}
+    done = subprocess.run([sys.executable, "-c", "import pipeline_lib.rewards"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode != 0
+    assert "EnvironmentVariableError" in done.stderr and f"{variable}={value!r}" in done.stderr, done.stderr[-500:]
