@@ -12,7 +12,19 @@ import math
 import os
 import re
 
-__all__ = ["EnvironmentVariableError", "env_number", "env_text"]
+__all__ = ["VARIABLES", "EnvironmentVariableError", "env", "env_number", "env_text"]
+
+#: Every text variable the pipeline reads (numbers go through :func:`env_number`): name -> (pattern, meaning).
+VARIABLES: dict[str, tuple[str, str]] = {
+    "OPENAI_BASE_URL": (r"https?://[^\s/?#]+(/\S*)?", "an http(s):// URL"),
+    "SLURM_JOB_ID": (r"[0-9]+", "a Slurm job id (digits)"),
+    "SLURM_JOB_PARTITION": (r"[\w.,-]+", "Slurm partition name(s)"),
+    "SLURM_JOB_NODELIST": (r"[\w.,\[\]-]+", "a Slurm node list"),
+    "SLURMD_NODENAME": (r"[A-Za-z0-9][\w.-]*", "a host name"),
+    "CUDA_VISIBLE_DEVICES": (r"[\w:., -]*", "a comma-separated list of GPU indices or UUIDs"),
+    "RAY_ADDRESS": (r"auto|local|([a-z]+://)?[\w.\[\]:-]+:[0-9]+", "auto, local or host:port"),
+    "PIPELINE_CONFIG_SHA256": (r"[0-9a-f]{64}", "a sha256 hex digest (the workflow sets it)"),
+}
 
 
 class EnvironmentVariableError(ValueError):
@@ -45,3 +57,9 @@ def env_text(name: str, pattern: str, meaning: str, *, secret: bool = False) -> 
         shown = "its value is not shown" if secret else f"got {raw[:80]!r}"
         raise EnvironmentVariableError(f"environment variable {name} must be {meaning} ({shown})")
     return raw
+
+
+def env(name: str) -> str | None:
+    """A variable of :data:`VARIABLES`, checked against its pattern; None when unset or empty."""
+    pattern, meaning = VARIABLES[name]
+    return env_text(name, pattern, meaning)

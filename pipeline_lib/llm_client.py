@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.env import env_text
+from pipeline_lib.env import env, env_text
 
 __all__ = ["CacheWriteError", "ChatRequest", "EndpointConfig", "EndpointNotConfiguredError", "MalformedResponseError",
            "ResponseCache", "run_chat_requests"]
@@ -50,7 +50,6 @@ class CacheWriteError(RuntimeError):
     """An answer could not be stored in the response cache: the run stops rather than lose it silently."""
 
 
-_URL = r"https?://[^\s/?#]+(/\S*)?"
 _API_KEY = r"[\x21-\x7e]+"  # what an HTTP Authorization header can carry: printable ASCII, no spaces
 
 
@@ -67,7 +66,7 @@ class EndpointConfig:
 
     @classmethod
     def from_config(cls, section: dict[str, Any], purpose: str) -> EndpointConfig:
-        base_url = section.get("base_url") or env_text("OPENAI_BASE_URL", _URL, "an http(s):// URL")
+        base_url = section.get("base_url") or env("OPENAI_BASE_URL")
         if not base_url or not section.get("model"):
             raise EndpointNotConfiguredError(
                 f"{purpose} needs an OpenAI-compatible endpoint: set `base_url` (or OPENAI_BASE_URL) and `model` "
