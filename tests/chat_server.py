@@ -47,6 +47,13 @@ class ChatServer:
 
             def do_GET(self) -> None:  # vLLM's health probe, and a request counter for out-of-process use
                 body = json.dumps({"requests": len(server.requests)}).encode() if self.path == "/stats" else b""
+                if server.trickle_s:  # the whole answer, status line included, a byte at a time
+                    raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                    for index in range(len(raw)):
+                        self.wfile.write(raw[index:index + 1])
+                        self.wfile.flush()
+                        time.sleep(server.trickle_s)
+                    return
                 self.send_response(200 if self.path in ("/health", "/stats") else 404)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -120,6 +127,7 @@ if __name__ == "__main__":  # a stand-in `vllm serve` for the judge-serving test
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--trickle", type=float, default=0.0, help="seconds between the bytes of each answer")
     args = parser.parse_args()
-    server = ChatServer(content=meetingbank_verdict, port=args.port, latency_s=args.latency)
+    server = ChatServer(content=meetingbank_verdict, port=args.port, latency_s=args.latency, trickle_s=args.trickle)
     server.httpd.serve_forever()

@@ -226,3 +226,24 @@ def test_judge_job_on_a_full_disk_exits_non_zero_and_a_rerun_keeps_what_was_stor
         summary = json.loads((tmp_path / "out" / "summary.json").read_text())
         assert (summary["scored"], summary["failed"]) == (n, 0)
         assert len(server.requests) - answered < n  # the answers stored before the disk filled were not re-asked
+
+
+def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_timeout(tmp_path):
+    """Each /health probe and the whole wait have total deadlines (a per-read timeout never trips on a trickle)."""
+    import socket
+    import sys
+    import time
+
+    from pipeline_lib.judge.serve import ServerStartError, served_endpoint
+
+    from .conftest import REPO
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}", "--trickle", "1"],
+             "port": port, "startup_timeout_s": 3}
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="not healthy"), served_endpoint({}, serve, tmp_path / "server.log"):
+        pass
+    assert time.monotonic() - started < 3 + 5 + 5  # the limit, one probe's deadline, start-up slack
