@@ -185,12 +185,15 @@ def _retryable(exc: BaseException) -> bool:
 
 
 def _describe(exc: BaseException) -> str:
-    status = _status(exc)
+    """The item's failure reason: one wording for a timeout, whether the SDK's per-read limit or the total deadline
+    tripped first."""
+    import openai
+
     if isinstance(exc, MalformedResponseError):
         return f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, asyncio.TimeoutError):
-        return "TimeoutError (no complete answer within timeout_s)"
-    return f"{type(exc).__name__} (status {status})"
+    if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError):
+        return "TimeoutError: no complete answer within timeout_s"
+    return f"{type(exc).__name__} (status {_status(exc)})"
 
 
 def _message(completion: Any) -> Any:
