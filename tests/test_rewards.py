@@ -265,23 +265,40 @@ def test_missing_gold_is_unscorable_not_wrong(gold):
     assert (result["score"], result["unscorable"]) == (0.0, 1.0)
 
 
-_FAST_PATH_TEXT = st.tuples(st.sampled_from(["", " ", "  ", "\t", "\u2003"]), st.sampled_from(["", "+", "-", "--"]),
-                            st.sampled_from(["", "0", "00"]),
-                            st.text(alphabet="0123456789١٢３", min_size=0, max_size=25),
-                            st.sampled_from(["", " ", "\n"]))
+@st.composite
+def _integer_texts(draw, value: int) -> str:
+    """One way of writing ``value`` that the integer shortcut may take: sign, leading zeros, spaces."""
+    sign = "-" if value < 0 else draw(st.sampled_from(["", "+"]))
+    zeros = draw(st.sampled_from(["", "0", "000"]))
+    return draw(st.sampled_from(["", " ", "  "])) + sign + zeros + str(abs(value)) + draw(st.sampled_from(["", " "]))
+
+
+@st.composite
+def _integer_pairs(draw) -> tuple[str, str]:
+    """Answer and gold integers, equal about half the time (zero and -0 included), up to 40 digits."""
+    gold = draw(st.one_of(st.integers(-1000, 1000), st.integers(-10**40, 10**40)))
+    answer = draw(st.sampled_from([gold, -gold, gold + 1, draw(st.integers(-10**40, 10**40))]))
+    return draw(_integer_texts(answer)), draw(_integer_texts(gold))
 
 
 @settings(max_examples=300, deadline=None)
-@given(_FAST_PATH_TEXT, _FAST_PATH_TEXT)
-def test_integer_fast_path_agrees_with_math_verify(answer_parts, gold_parts):
-    """Wherever the math reward decides without Math-Verify, it decides as Math-Verify does."""
+@given(_integer_pairs())
+def test_integer_fast_path_agrees_with_math_verify(pair):
+    """Wherever the math reward decides without Math-Verify (both sides plain ASCII integers), it decides as
+    Math-Verify does."""
     from pipeline_lib.rewards.mathverify import _fast_integer
 
-    answer, gold = "".join(answer_parts), "".join(gold_parts)
+    answer, gold = pair
     fast = _fast_integer(f"\\boxed{{{answer}}}"), _fast_integer(f"\\boxed{{{gold}}}")
-    if None in fast:
-        return  # not a shortcut: Math-Verify itself scores it
-    assert (fast[0] == fast[1]) == math_verify_says(f"\\boxed{{{answer}}}", gold), (answer, gold)
+    assert None not in fast, pair  # every generated pair takes the shortcut
+    assert (fast[0] == fast[1]) == math_verify_says(f"\\boxed{{{answer}}}", gold), pair
+
+
+@pytest.mark.parametrize("text", ["١٢٣", "１２３", "\t123", "\u2003123", "--5", "+-5", "1 2", "1,000", "7" * 1001])
+def test_the_integer_fast_path_leaves_everything_else_to_math_verify(text):
+    from pipeline_lib.rewards.mathverify import _fast_integer
+
+    assert _fast_integer(f"\\boxed{{{text}}}") is None
 
 
 @pytest.mark.parametrize("name", ["math", "countdown", "similarity", "format", "exact"])
