@@ -247,3 +247,26 @@ def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_t
     with pytest.raises(ServerStartError, match="not healthy"), served_endpoint({}, serve, tmp_path / "server.log"):
         pass
     assert time.monotonic() - started < 3 + 5 + 5  # the limit, one probe's deadline, start-up slack
+
+
+def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tmp_path):
+    """A cache written before this fix (or by another job) holds unparseable answers under every attempt's key:
+    the first rerun against the fixed server scores every item, not a second one."""
+    from pipeline_lib.judge.llm import _request, judge_with_llm
+    from pipeline_lib.llm_client import EndpointConfig, ResponseCache
+
+    from .chat_server import ChatServer
+
+    items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
+    with ChatServer(content=lambda request: "Scores: " + GOOD) as fixed:
+        endpoint = EndpointConfig.from_config({"base_url": fixed.base_url, "model": "judge", "backoff_s": 0.01},
+                                              "judge")
+        cache = ResponseCache(tmp_path / "cache.sqlite")
+        for item in items:
+            for attempt in range(3):
+                key = _request(RUBRICS["poetry"].render(**item), attempt).cache_key(endpoint)
+                cache.put(key, {"content": "I cannot rate this.", "reasoning": None})
+        results = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+        assert [r.get("scores", {}).get("G") for r in results] == [8, 8, 8] and len(fixed.requests) == 3
+        again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+        assert again == results and len(fixed.requests) == 3  # the good answers are now the cached ones
