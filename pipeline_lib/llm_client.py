@@ -1,10 +1,15 @@
 """One client for every OpenAI-compatible endpoint the pipeline calls (instruction synthesis, judges).
 
 * Async (``openai.AsyncOpenAI``) with a concurrency cap.
-* Retries with exponential backoff and jitter on 408/429/5xx, timeouts and dropped connections;
-  other errors fail the item at once.
+* Every attempt has a total deadline of ``timeout_s`` (the SDK's own timeout is per read, which a server
+  trickling a byte at a time never trips).
+* Retries with exponential backoff and jitter on 408/429/5xx, timeouts, dropped connections and a 200 that is
+  not a chat completion (an HTML error page, ``choices: []``); other errors fail the item at once.
 * A persistent SQLite cache (WAL mode, safe for concurrent writers) keyed by
   sha256(model, messages, sampling params): a rerun or a crash mid-way never repeats a finished request.
+  A cache that cannot store an answer (disk full) stops the run with :class:`CacheWriteError`: an answer the
+  server gave is never silently dropped. A cache file that is not a readable database is renamed aside (logged)
+  and a fresh one is started, so it cannot wedge every rerun.
 * The API key is read from the environment variable named in the config and never logged or stored.
 """
 
@@ -18,12 +23,16 @@ import os
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChatRequest", "EndpointConfig", "EndpointNotConfiguredError", "ResponseCache", "run_chat_requests"]
+from pipeline_lib.env import env, env_text
+
+__all__ = ["CacheWriteError", "ChatRequest", "EndpointConfig", "EndpointNotConfiguredError", "MalformedResponseError",
+           "ResponseCache", "run_chat_requests"]
 
 log = logging.getLogger("pipeline_lib.llm_client")
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -31,6 +40,17 @@ RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 class EndpointNotConfiguredError(RuntimeError):
     """No base URL / model was given for a step that needs an LLM endpoint."""
+
+
+class MalformedResponseError(RuntimeError):
+    """A 200 answer that is not a chat completion with a message (a proxy's HTML page, ``choices: []``)."""
+
+
+class CacheWriteError(RuntimeError):
+    """An answer could not be stored in the response cache: the run stops rather than lose it silently."""
+
+
+_API_KEY = r"[\x21-\x7e]+"  # what an HTTP Authorization header can carry: printable ASCII, no spaces
 
 
 @dataclass(frozen=True)
@@ -46,7 +66,7 @@ class EndpointConfig:
 
     @classmethod
     def from_config(cls, section: dict[str, Any], purpose: str) -> EndpointConfig:
-        base_url = section.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+        base_url = section.get("base_url") or env("OPENAI_BASE_URL")
         if not base_url or not section.get("model"):
             raise EndpointNotConfiguredError(
                 f"{purpose} needs an OpenAI-compatible endpoint: set `base_url` (or OPENAI_BASE_URL) and `model` "
@@ -79,9 +99,35 @@ class ResponseCache:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         self.path = str(path)
         self._local = threading.local()
+        try:
+            self._open()
+        except sqlite3.OperationalError as exc:  # disk full, I/O error, locked: the file may be fine, keep it
+            raise CacheWriteError(f"{self.path}: cannot open the response cache ({exc})") from exc
+        except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+            aside = self._set_aside()
+            log.warning("%s is not a readable response cache (%s); moved it to %s and starting an empty one "
+                        "(its answers are asked again)", self.path, exc, aside)
+            self._open()
+
+    def _open(self) -> None:
         with self._connect() as db:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)")
+            problems = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(f"integrity check: {'; '.join(problems)[:300]}")
+
+    def _set_aside(self) -> str:
+        """Rename the unreadable file (and its WAL and shared-memory files) to ``<name>.corrupt-<time>``."""
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+        aside = f"{self.path}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(self.path + suffix):
+                os.replace(self.path + suffix, aside + suffix)
+        return aside
 
     def _connect(self) -> sqlite3.Connection:
         if getattr(self._local, "db", None) is None:
@@ -106,8 +152,20 @@ class ResponseCache:
         return response
 
     def put(self, key: str, response: dict[str, Any]) -> None:
+        """Store an answer; :class:`CacheWriteError` (naming the file) when it cannot be stored."""
+        try:
+            with self._connect() as db:
+                db.execute("INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)",
+                           (key, json.dumps(response)))
+        except sqlite3.Error as exc:
+            raise CacheWriteError(f"{self.path}: cannot store a server's answer ({type(exc).__name__}: {exc}); "
+                                  "stopping so that no answer is lost silently (free space and rerun: answers "
+                                  "already stored are not asked again)") from exc
+
+    def discard(self, key: str) -> None:
+        """Forget a stored answer its user could not use (an unparseable verdict), so a rerun asks again."""
         with self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, json.dumps(response)))
+            db.execute("DELETE FROM responses WHERE key = ?", (key,))
 
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
@@ -122,7 +180,33 @@ def _retryable(exc: BaseException) -> bool:
 
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRYABLE_STATUS
-    return isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | asyncio.TimeoutError)
+    return isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | asyncio.TimeoutError
+                      | MalformedResponseError)
+
+
+def _describe(exc: BaseException) -> str:
+    """The item's failure reason: one wording for a timeout, whether the SDK's per-read limit or the total deadline
+    tripped first."""
+    import openai
+
+    if isinstance(exc, MalformedResponseError):
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError):
+        return "TimeoutError: no complete answer within timeout_s"
+    return f"{type(exc).__name__} (status {_status(exc)})"
+
+
+def _message(completion: Any) -> Any:
+    """The first choice's message, or :class:`MalformedResponseError` saying what the 200 held instead."""
+    choices = getattr(completion, "choices", None)
+    if choices is None:
+        raise MalformedResponseError(f"a 200 that is not a chat completion: {str(completion)[:120]!r}")
+    if not choices:
+        raise MalformedResponseError("a 200 with no choices")
+    message = getattr(choices[0], "message", None)
+    if message is None or not isinstance(getattr(message, "content", None), str | None):
+        raise MalformedResponseError(f"a 200 whose first choice has no message: {str(choices[0])[:120]!r}")
+    return message
 
 
 def _message_fields(message: Any) -> dict[str, Any]:
@@ -137,20 +221,21 @@ async def _one(client: Any, config: EndpointConfig, request: ChatRequest, semaph
     async with semaphore:
         for attempt in range(config.max_retries + 1):
             try:
-                completion = await client.chat.completions.create(
-                    model=config.model, messages=list(request.messages), **config.sampling)
+                completion = await asyncio.wait_for(client.chat.completions.create(
+                    model=config.model, messages=list(request.messages), **config.sampling), config.timeout_s)
                 usage = getattr(completion, "usage", None)
-                response = _message_fields(completion.choices[0].message) | {
+                response = _message_fields(_message(completion)) | {
                     "attempts": attempt + 1, "completion_tokens": getattr(usage, "completion_tokens", None)}
-                cache.put(key, response)
-                return response
             except Exception as exc:  # classified below: retried, or reported as this item's failure
                 if attempt == config.max_retries or not _retryable(exc):
-                    return {"error": f"{type(exc).__name__} (status {_status(exc)})", "attempts": attempt + 1}
+                    return {"error": _describe(exc), "attempts": attempt + 1}
                 delay = config.backoff_s * (2**attempt) * (0.5 + random.random())
-                log.warning("request failed with %s (status %s); retry %d/%d in %.1fs", type(exc).__name__,
-                            _status(exc), attempt + 1, config.max_retries, delay)
+                log.warning("request failed with %s; retry %d/%d in %.1fs", _describe(exc), attempt + 1,
+                            config.max_retries, delay)
                 await asyncio.sleep(delay)
+            else:
+                cache.put(key, response)  # CacheWriteError stops the run: the answer must not be dropped
+                return response
     raise AssertionError("unreachable")
 
 
@@ -170,8 +255,9 @@ async def _run(config: EndpointConfig, requests: Sequence[ChatRequest], cache: R
     if on_done:
         on_done(len(requests) - len(todo))
     if todo:
-        client = openai.AsyncOpenAI(base_url=config.base_url, api_key=os.environ.get(config.api_key_env, "EMPTY"),
-                                    timeout=config.timeout_s, max_retries=0)
+        api_key = env_text(config.api_key_env, _API_KEY, "an API key (printable ASCII, no spaces)", secret=True)
+        client = openai.AsyncOpenAI(base_url=config.base_url, api_key=api_key or "EMPTY", timeout=config.timeout_s,
+                                    max_retries=0)
         semaphore = asyncio.Semaphore(config.concurrency)
 
         async def run(index: int, request: ChatRequest, key: str) -> None:

@@ -39,6 +39,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.env import env
 from pipeline_lib.io import sha256_file, write_json
 
 __all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "entry_module",
@@ -293,7 +294,7 @@ def numerics() -> dict[str, Any]:
 
     torch is read only when the step already imported it (a report step never pays for the import); then
     ``torch`` is None."""
-    record: dict[str, Any] = {"env": {key: os.environ[key] for key in _NUMERIC_ENV if key in os.environ},
+    record: dict[str, Any] = {"env": {key: value for key, value in os.environ.items() if key in _NUMERIC_ENV},
                               "torch": None}
     torch = sys.modules.get("torch")
     if torch is None:
@@ -348,7 +349,7 @@ def write_provenance(
         "step": step,
         "params": dict(params or {}),
         # the workflow exports the digest of the whole resolved config to every job it starts
-        "config_sha256": config_sha256 or os.environ.get("PIPELINE_CONFIG_SHA256"),
+        "config_sha256": config_sha256 or env("PIPELINE_CONFIG_SHA256"),
         "seeds": dict(seeds or {}),
         "inputs": [file_record(p) | {"provenance": str(p) + SIDECAR_SUFFIX,
                                      "raw": not Path(str(p) + SIDECAR_SUFFIX).is_file()} for p in inputs],
@@ -357,8 +358,8 @@ def write_provenance(
         "code_digest": _code_record(entry or entry_module()),
         "software": software_versions(),
         "host": hardware() | {"numerics": numerics()},
-        "slurm": {key: os.environ[key] for key in ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST")
-                  if key in os.environ},
+        "slurm": {key: value for key in ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST")
+                  if (value := env(key)) is not None},
         "started_at": started_at,
         "finished_at": time.time(),
     }

@@ -6,11 +6,11 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
+from pipeline_lib.env import env
 from pipeline_lib.judge.rubrics import RUBRICS
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
 from pipeline_lib.specs import eval_spec
@@ -212,7 +212,7 @@ def validate_judges(config: Mapping[str, Any]) -> None:
             if not spec["endpoint"].get("model"):
                 problems.append(f"{where}.endpoint.model: an LLM judge needs the served model name")
             if not (spec["serve"].get("command") or spec["endpoint"].get("base_url")
-                    or os.environ.get("OPENAI_BASE_URL")):
+                    or env("OPENAI_BASE_URL")):
                 problems.append(f"{where}: set serve.command (start a server for the job) or endpoint.base_url "
                                 "(or OPENAI_BASE_URL)")
     if problems:

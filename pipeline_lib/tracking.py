@@ -20,11 +20,12 @@ import importlib.util
 import json
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from pipeline_lib.env import env
 
 __all__ = [
     "BACKENDS",
@@ -155,7 +156,7 @@ class _Wandb:
 
         Path(settings.dir).mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project=settings.project, name=settings.experiment, dir=settings.dir,
-                              entity=os.environ.get("WANDB_ENTITY"))
+                              entity=env("WANDB_ENTITY"))
 
     def log(self, data: dict[str, float], step: int) -> None:
         self.run.log(data, step=step)
@@ -170,7 +171,7 @@ class _Mlflow:
     def __init__(self, settings: TrackingSettings) -> None:
         import mlflow
 
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI", "sqlite:////tmp/mlruns.db"))
+        mlflow.set_tracking_uri(env("MLFLOW_TRACKING_URI") or "sqlite:////tmp/mlruns.db")
         experiment = mlflow.set_experiment(settings.project)
         mlflow.start_run(experiment_id=experiment.experiment_id, run_name=settings.experiment)
 
@@ -192,7 +193,7 @@ class _Swanlab:
         import swanlab
 
         swanlab.init(project=settings.project, experiment_name=settings.experiment,
-                     logdir=os.environ.get("SWANLAB_LOG_DIR", "swanlog"), mode=os.environ.get("SWANLAB_MODE", "cloud"))
+                     logdir=env("SWANLAB_LOG_DIR") or "swanlog", mode=env("SWANLAB_MODE") or "cloud")
         self.swanlab = swanlab
 
     def log(self, data: dict[str, float], step: int) -> None:

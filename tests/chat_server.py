@@ -1,7 +1,9 @@
 """A local HTTP server speaking the OpenAI chat-completions protocol, for tests and benchmarks.
 
 Behaviour is scripted per test: fixed latency, a queue of failure statuses to return
-before succeeding, and a content function of the request. Every request is recorded.
+before succeeding, and a content function of the request; for hostile-peer tests, a raw body
+(e.g. an HTML page or ``choices: []`` with status 200) and a trickle (one byte per ``trickle_s``).
+Every request is recorded.
 Bound to 127.0.0.1 on a free port; stopped by the test that started it.
 """
 
@@ -29,8 +31,10 @@ def default_content(request: dict[str, Any]) -> str:
 class ChatServer:
     def __init__(self, content: Callable[[dict[str, Any]], str] = default_content, latency_s: float = 0.0,
                  failures: list[int] | None = None, reasoning: Callable[[dict[str, Any]], str | None] | None = None,
-                 port: int = 0) -> None:
+                 port: int = 0, raw_body: Callable[[dict[str, Any]], tuple[str, bytes] | None] | None = None,
+                 trickle_s: float = 0.0) -> None:
         self.content, self.latency_s, self.reasoning = content, latency_s, reasoning
+        self.raw_body, self.trickle_s = raw_body, trickle_s
         self.failures = list(failures or [])
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -43,6 +47,13 @@ class ChatServer:
 
             def do_GET(self) -> None:  # vLLM's health probe, and a request counter for out-of-process use
                 body = json.dumps({"requests": len(server.requests)}).encode() if self.path == "/stats" else b""
+                if server.trickle_s:  # the whole answer, status line included, a byte at a time
+                    raw = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                    for index in range(len(raw)):
+                        self.wfile.write(raw[index:index + 1])
+                        self.wfile.flush()
+                        time.sleep(server.trickle_s)
+                    return
                 self.send_response(200 if self.path in ("/health", "/stats") else 404)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -65,13 +76,23 @@ class ChatServer:
                                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": len(message["content"].split()),
                                          "total_tokens": 1 + len(message["content"].split())}}
-                data = json.dumps(payload).encode()
+                data, content_type = json.dumps(payload).encode(), "application/json"
+                raw = server.raw_body(body) if server.raw_body and status == 200 else None
+                if raw is not None:
+                    content_type, data = raw
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
-                    self.wfile.write(data)
+                    if server.trickle_s:  # a slow peer: every read gets a byte before any per-read timeout
+                        self.wfile.flush()
+                        for index in range(len(data)):
+                            self.wfile.write(data[index:index + 1])
+                            self.wfile.flush()
+                            time.sleep(server.trickle_s)
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test): nothing to answer
 
@@ -106,6 +127,7 @@ if __name__ == "__main__":  # a stand-in `vllm serve` for the judge-serving test
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--trickle", type=float, default=0.0, help="seconds between the bytes of each answer")
     args = parser.parse_args()
-    server = ChatServer(content=meetingbank_verdict, port=args.port, latency_s=args.latency)
+    server = ChatServer(content=meetingbank_verdict, port=args.port, latency_s=args.latency, trickle_s=args.trickle)
     server.httpd.serve_forever()

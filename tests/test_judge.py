@@ -72,8 +72,9 @@ def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
         assert results[2]["failed"].startswith("unparseable verdict")
         asked = len(server.requests)
         again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
-    # a rerun answers everything from the cache (unparseable verdicts included): 0 requests, same results
-    assert len(server.requests) == asked and again == results
+    # a rerun answers the scored items from the cache; unparseable answers were not kept, so they are asked again
+    # (the broken poem's first ask, the hopeless poem's three), and still fail the same way
+    assert len(server.requests) == asked + 1 + 3 and again == results
 
 
 def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
@@ -120,3 +121,152 @@ def test_overlap_judge_is_built_differently_from_the_facts_judge():
     assert judge_meeting_by_overlap(swapped, transcript, reference)["factuality"] == 10
     assert judge_meeting_by_overlap("", transcript, reference) == dict.fromkeys(
         ("informativeness", "factuality", "fluency", "coherence", "redundancy"), 1)
+
+
+# --- hostile verdicts, rows and disks (issue "Nothing silent, round two") ------------------------------------------
+
+@pytest.mark.parametrize("prose", ["I'd say {the imagery is strong. ", "Set {x | x > 0} and {", "a { b { c ",
+                                   '{"A": "unclosed string ', "{" * 5000],
+                         ids=["prose", "latex-set", "nested-prose", "unclosed-json", "5000-braces"])
+def test_a_stray_brace_before_the_verdict_does_not_lose_it(prose):
+    assert parse_verdict(prose + "Final scores: " + GOOD, RUBRICS["poetry"].keys)["G"] == 8
+
+
+def test_many_braces_after_the_verdict_are_bounded_work_not_a_hang():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(VerdictParseError):
+        parse_verdict('{"A": ' * 200_000, RUBRICS["poetry"].keys)
+    assert time.monotonic() - started < 30  # 1,000 candidates at most, each cut at JSON's nesting limit
+
+
+@pytest.mark.parametrize("index", [-1, 3, "1", 1.0, None, True])
+def test_a_prompt_index_outside_the_data_is_an_error_naming_the_line(tmp_path, index):
+    import json
+
+    import pandas as pd
+
+    from pipeline_lib.judge.score import load_items
+
+    data = tmp_path / "data.parquet"
+    pd.DataFrame({"prompt": ["p0", "p1", "p2"], "reward_model": [{"ground_truth": "g"}] * 3,
+                  "extra_info": [{"i": i} for i in range(3)]}).to_parquet(data)
+    generations = tmp_path / "generations.jsonl"
+    lines = [{"prompt_index": 0, "mode": "greedy", "sample": 0, "text": "a"},
+             {"prompt_index": index, "mode": "greedy", "sample": 0, "text": "b"}]
+    generations.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ValueError, match=r"generations\.jsonl:2: prompt_index .* is not a row of .*0 to 2"):
+        load_items(generations, data)
+
+
+def test_cached_unparseable_verdicts_do_not_keep_items_failed_after_the_server_is_fixed(tmp_path):
+    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.llm_client import EndpointConfig
+
+    from .chat_server import ChatServer
+
+    items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
+
+    def judge(server):
+        endpoint = EndpointConfig.from_config({"base_url": server.base_url, "model": "judge", "backoff_s": 0.01},
+                                              "judge")
+        return judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+
+    with ChatServer(content=lambda request: "I cannot rate this.") as broken:
+        assert all("unparseable verdict" in r["failed"] for r in judge(broken))
+    with ChatServer(content=lambda request: "Scores: " + GOOD) as fixed:  # "rerun the judge" now helps
+        assert [r["scores"]["G"] for r in judge(fixed)] == [8, 8, 8] and len(fixed.requests) == 3
+
+
+def _limited_file_size(limit: int):
+    """For a child process: files it writes stop growing at ``limit`` bytes (EFBIG), as on a full disk."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_judge_job_on_a_full_disk_exits_non_zero_and_a_rerun_keeps_what_was_stored(tmp_path):
+    """Answers the server gave must never be lost while the job exits 0 (they were `failed: OperationalError`)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from .chat_server import ChatServer
+    from .conftest import REPO
+
+    n = 20
+    data, generations = tmp_path / "data.parquet", tmp_path / "generations.jsonl"
+    pd.DataFrame({"prompt": [f"p{i}" for i in range(n)], "reward_model": [{"ground_truth": "g"}] * n,
+                  "extra_info": [{"i": i} for i in range(n)]}).to_parquet(data)
+    generations.write_text("".join(json.dumps({"prompt_index": i, "mode": "greedy", "sample": 0,
+                                               "text": f"poem {i}"}) + "\n" for i in range(n)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with ChatServer(content=lambda request: "Fine work. " + "x" * 3000 + " " + GOOD) as server:
+        judge = {"kind": "llm", "label": "t", "endpoint": {"base_url": server.base_url, "model": "judge",
+                                                           "backoff_s": 0.01, "concurrency": 1}}
+        command = [sys.executable, "-m", "pipeline_lib.judge.score", "--judge", json.dumps(judge), "--rubric",
+                   "poetry", "--generations", str(generations), "--data", str(data),
+                   "--cache", str(tmp_path / "cache.sqlite"), "--out", str(tmp_path / "out")]
+        full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300,
+                              preexec_fn=_limited_file_size(60_000))
+        answered = len(server.requests)
+        assert full.returncode != 0 and "cache.sqlite: cannot store" in full.stderr, full.stderr[-2000:]
+        assert not (tmp_path / "out" / "summary.json").exists()
+        rerun = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+        assert (summary["scored"], summary["failed"]) == (n, 0)
+        assert len(server.requests) - answered < n  # the answers stored before the disk filled were not re-asked
+
+
+def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_timeout(tmp_path):
+    """Each /health probe and the whole wait have total deadlines (a per-read timeout never trips on a trickle)."""
+    import socket
+    import sys
+    import time
+
+    from pipeline_lib.judge.serve import ServerStartError, served_endpoint
+
+    from .conftest import REPO
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}", "--trickle", "1"],
+             "port": port, "startup_timeout_s": 3}
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match="not healthy"), served_endpoint({}, serve, tmp_path / "server.log"):
+        pass
+    assert time.monotonic() - started < 3 + 5 + 5  # the limit, one probe's deadline, start-up slack
+
+
+def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tmp_path):
+    """A cache written before this fix (or by another job) holds unparseable answers under every attempt's key:
+    the first rerun against the fixed server scores every item, not a second one."""
+    from pipeline_lib.judge.llm import _request, judge_with_llm
+    from pipeline_lib.llm_client import EndpointConfig, ResponseCache
+
+    from .chat_server import ChatServer
+
+    items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
+    with ChatServer(content=lambda request: "Scores: " + GOOD) as fixed:
+        endpoint = EndpointConfig.from_config({"base_url": fixed.base_url, "model": "judge", "backoff_s": 0.01},
+                                              "judge")
+        cache = ResponseCache(tmp_path / "cache.sqlite")
+        for item in items:
+            for attempt in range(3):
+                key = _request(RUBRICS["poetry"].render(**item), attempt).cache_key(endpoint)
+                cache.put(key, {"content": "I cannot rate this.", "reasoning": None})
+        results = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+        assert [r.get("scores", {}).get("G") for r in results] == [8, 8, 8] and len(fixed.requests) == 3
+        again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
+        assert again == results and len(fixed.requests) == 3  # the good answers are now the cached ones

@@ -142,7 +142,7 @@ def test_timeouts_are_retried_then_recorded_as_failures(tmp_path, meeting_data):
         assert len(server.requests) == 24  # every item asked twice (one retry), then given up
     assert summary["scored"] == 0 and summary["failed"] == 12 and summary["score_100"] is None
     lines = [json.loads(x) for x in (tmp_path / "judge/primary/meeting_tiny/sft/seed0/scores.jsonl").open()]
-    assert all(line["failed"].startswith("APITimeoutError") for line in lines)
+    assert all(line["failed"].startswith("TimeoutError: no complete answer within timeout_s") for line in lines)
 
 
 def test_server_killed_mid_run_then_restarted_loses_and_duplicates_nothing(tmp_path):

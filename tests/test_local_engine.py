@@ -116,7 +116,7 @@ def test_evaluation_scores_with_the_verifier(tiny):
     assert 0 <= metrics["pass@1_greedy"] <= 1 and metrics["mean_length_greedy"] > 0
     assert {"score", "valid_expression"} <= set(generations[0])
     assert {k: metrics[k] for k in metrics if k.startswith("reward_")} == {
-        f"reward_{kind}_{mode}": 0 for kind in ("timeouts", "failures") for mode in ("greedy", "sample")}
+        f"reward_{kind}_{mode}": 0 for kind in ("timeouts", "failures", "unscorable") for mode in ("greedy", "sample")}
 
 
 def test_pass_at_k_estimator():

@@ -114,6 +114,42 @@ def test_every_registered_reward_is_thread_safe():
         assert len({r["score"] for r in alone}) > 1, name  # the cases tell callers apart
 
 
+def score_decimals(offset: int) -> list[float]:
+    """Decimals (through the verifier pool, not the integer shortcut): right, then wrong."""
+    from pipeline_lib.rewards import score
+
+    return [score("math", f"\\boxed{{{offset}.5}}", f"{offset}.5")["score"],
+            score("math", f"\\boxed{{{offset}.25}}", f"{offset}.5")["score"]]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_math_reward_inside_a_multiprocessing_pool_worker(start_method):
+    """multiprocessing.Pool workers are daemonic, and daemonic processes may not start children."""
+    with mp.get_context(start_method).Pool(2) as pool:
+        assert pool.map(score_decimals, [1, 2, 3]) == [[1.0, 0.0]] * 3
+
+
+def test_math_reward_in_forked_workers_after_the_parent_scored():
+    """A forked child inherits the parent's verifier pool object (not its threads) and fork-server state."""
+    assert score_decimals(7) == [1.0, 0.0]  # the parent's pool is up
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=mp.get_context("fork")) as pool:
+        assert list(pool.map(score_decimals, [1, 2, 3])) == [[1.0, 0.0]] * 3
+    assert score_decimals(8) == [1.0, 0.0]  # and the parent's still works
+
+
+def test_math_reward_from_plain_threads_and_a_forked_child_at_once():
+    """Threads scoring while another thread forks: the child gets its own pool, the threads keep theirs."""
+    def fork_and_score() -> list[float]:
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=mp.get_context("fork")) as pool:
+            return pool.submit(score_decimals, 5).result(timeout=120)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as threads:
+        scored = [threads.submit(score_decimals, offset) for offset in range(6)]
+        forked = threads.submit(fork_and_score)
+        assert [f.result(timeout=120) for f in scored] == [[1.0, 0.0]] * 6
+        assert forked.result(timeout=120) == [1.0, 0.0]
+
+
 SCRIPT = """\
 from pipeline_lib.rewards import score
 
@@ -165,7 +201,7 @@ def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_an
         before = reward_health()
         results = score_batch("math", ["\\boxed{1.5}", "\\boxed{2.5}"], ["1.5", "2.5"])
         assert [(r["score"], r["failures"], r["timeouts"]) for r in results] == [(0.0, 1.0, 0.0)] * 2
-        assert health_counts(results) == {"timeouts": 0, "failures": 2}
+        assert health_counts(results) == {"timeouts": 0, "failures": 2, "unscorable": 0}
         after = reward_health()
         assert (after["failures"] - before["failures"], after["timeouts"] - before["timeouts"]) == (2, 0)
     finally:

@@ -206,9 +206,113 @@ def test_none_and_empty_solutions_score_zero(name):
         assert score(name, solution, truth)["score"] == 0.0
 
 
-def test_countdown_bad_ground_truth_is_a_clear_error():
-    with pytest.raises(ValueError, match="countdown ground truth"):
-        score("countdown", "<answer>1</answer>", {"nums": [1]})
+@pytest.mark.parametrize("truth", [{"nums": [1]}, "{not json", "[" * 100_000, {"numbers": [1], "target": 10**5000},
+                                   {"numbers": [1.5], "target": 2}, None, 7],
+                         ids=["wrong-key", "not-json", "deep-nesting", "huge-target", "float", "none", "int"])
+def test_countdown_bad_ground_truth_scores_zero_and_is_counted_unscorable(truth):
+    """One malformed row's ground truth must not raise out of a training step's reward batch."""
+    from pipeline_lib.rewards import health_counts
+
+    results = score_batch("countdown", ["<answer>1</answer>", "<answer>3 + 4</answer>"],
+                          [truth, {"numbers": [3, 4], "target": 7}])
+    assert [r["score"] for r in results] == [0.0, 1.0]
+    assert health_counts(results)["unscorable"] == 1
+
+
+# --- hostile answers and golds: every item gets a score, the fast path agrees with Math-Verify ----------------------
+def math_verify_says(prediction: str, gold: str) -> bool:
+    """Math-Verify's own verdict, as the pool's worker asks it (the oracle of the integer fast path)."""
+    from pipeline_lib.rewards.mathverify import prediction_text, verify_pair
+
+    return verify_pair(prediction_text(prediction), gold_answer(gold)) is True
+
+
+@pytest.mark.parametrize(("solution", "gold"), [("\\boxed{١٢٣}", "123"), ("\\boxed{１２３}", "123"),
+                                                ("\\boxed{123}", "١٢٣"), ("\\boxed{\u0661\u0662}", "#### 12")])
+def test_other_digit_scripts_score_as_math_verify_says_not_as_integers(solution, gold):
+    assert math_verify_says(solution, gold) is False
+    assert score("math", solution, gold)["score"] == 0.0
+
+
+@pytest.mark.parametrize("side", ["answer", "gold", "both"])
+def test_a_5000_digit_integer_is_scored_not_raised(side):
+    """Python refuses int() over 4,300 digits: one hostile rollout must not kill the reward batch."""
+    huge = "7" * 5000
+    solution = f"\\boxed{{{huge}}}" if side != "gold" else "\\boxed{7}"
+    gold = huge if side != "answer" else "7"
+    for result in (score("math", solution, gold), compute_score("openai/gsm8k", solution, f"#### {gold}")):
+        assert result["score"] == float(math_verify_says(solution, gold))
+        assert result["failures"] == result["unscorable"] == 0.0
+
+
+@pytest.mark.parametrize("gold", ["nan", "NaN", "#### nan", "inf", "-inf", "Infinity", "1e400", "#### -1E999"])
+def test_non_finite_golds_never_score_one(gold):
+    """Math-Verify matches \\boxed{nan} to nan (as the symbol product a*n*n): such a gold is unscorable, 0."""
+    literal = gold.split("####")[-1].strip()
+    for answer in (f"\\boxed{{{literal}}}", "\\boxed{nan}", "\\boxed{\\infty}", "\\boxed{1e400}"):
+        result = score("math", answer, gold)
+        assert result["score"] == 0.0 and result["unscorable"] == 1.0, (answer, gold)
+
+
+def test_infinity_in_latex_stays_a_legitimate_answer():
+    assert score("math", "the limit is \\boxed{\\infty}", "\\infty")["score"] == 1.0
+    assert score("math", "\\boxed{" + "9" * 400 + "}", "9" * 400)["score"] == 1.0  # big, but finite
+
+
+@pytest.mark.parametrize("gold", [None, "", "####", "   "])
+def test_missing_gold_is_unscorable_not_wrong(gold):
+    result = score("math", "\\boxed{1}", gold)
+    assert (result["score"], result["unscorable"]) == (0.0, 1.0)
+
+
+@st.composite
+def _integer_texts(draw, value: int) -> str:
+    """One way of writing ``value`` that the integer shortcut may take: sign, leading zeros, spaces."""
+    sign = "-" if value < 0 else draw(st.sampled_from(["", "+"]))
+    zeros = draw(st.sampled_from(["", "0", "000"]))
+    return draw(st.sampled_from(["", " ", "  "])) + sign + zeros + str(abs(value)) + draw(st.sampled_from(["", " "]))
+
+
+@st.composite
+def _integer_pairs(draw) -> tuple[str, str]:
+    """Answer and gold integers, equal about half the time (zero and -0 included), up to 40 digits."""
+    gold = draw(st.one_of(st.integers(-1000, 1000), st.integers(-10**40, 10**40)))
+    answer = draw(st.sampled_from([gold, -gold, gold + 1, draw(st.integers(-10**40, 10**40))]))
+    return draw(_integer_texts(answer)), draw(_integer_texts(gold))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_integer_pairs())
+def test_integer_fast_path_agrees_with_math_verify(pair):
+    """Wherever the math reward decides without Math-Verify (both sides plain ASCII integers), it decides as
+    Math-Verify does."""
+    from pipeline_lib.rewards.mathverify import _fast_integer
+
+    answer, gold = pair
+    fast = _fast_integer(f"\\boxed{{{answer}}}"), _fast_integer(f"\\boxed{{{gold}}}")
+    assert None not in fast, pair  # every generated pair takes the shortcut
+    assert (fast[0] == fast[1]) == math_verify_says(f"\\boxed{{{answer}}}", gold), pair
+
+
+@pytest.mark.parametrize("text", ["١٢٣", "１２３", "\t123", "\u2003123", "--5", "+-5", "1 2", "1,000", "7" * 1001])
+def test_the_integer_fast_path_leaves_everything_else_to_math_verify(text):
+    from pipeline_lib.rewards.mathverify import _fast_integer
+
+    assert _fast_integer(f"\\boxed{{{text}}}") is None
+
+
+@pytest.mark.parametrize("name", ["math", "countdown", "similarity", "format", "exact"])
+def test_no_reward_raises_for_a_hostile_item(name):
+    """Every scorer returns a finite score in [0, 1] for every input a rollout or a row can carry."""
+    import math
+
+    hostile_solutions = [None, 7, b"\\boxed{1}", "", "\\boxed{", "\\boxed{" + "9" * 5000 + "}", "\\ud800",
+                         "<answer>" * 2000, "{" * 5000, "\\boxed{١٢٣}", "\x00" * 100, "<think>" + "x" * 100_000]
+    hostile_truths = [None, "", "nan", float("nan"), 10**5000, {"numbers": None}, ["a"], "#### " + "1" * 5000, "{"]
+    for solution in hostile_solutions:
+        for truth in hostile_truths:
+            result = score(name, solution, truth)
+            assert math.isfinite(result["score"]) and 0.0 <= result["score"] <= 1.0, (solution, truth)
 
 
 def test_format_reward():
@@ -269,3 +373,22 @@ def test_registry():
     assert {"math", "countdown", "similarity", "format", "exact"} <= set(available_rewards())
     with pytest.raises(ValueError, match="unknown reward"):
         score("bleu", "a", "b")
+
+
+@pytest.mark.parametrize(("variable", "value"), [("PIPELINE_MATH_TIMEOUT", "nan"), ("PIPELINE_MATH_TIMEOUT", "inf"),
+                                                 ("PIPELINE_MATH_TIMEOUT", "-1"), ("PIPELINE_MATH_TIMEOUT", "abc"),
+                                                 ("PIPELINE_MATH_TIMEOUT", "0"), ("PIPELINE_MATH_PROCESSES", "0"),
+                                                 ("PIPELINE_MATH_PROCESSES", "2.5")])
+def test_math_environment_variables_are_checked_and_named(variable, value):
+    """nan or inf would remove the verifier's time limit (a power tower then hangs a training step)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), variable: value}
+    done = subprocess.run([sys.executable, "-c", "import pipeline_lib.rewards"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode != 0
+    assert "EnvironmentVariableError" in done.stderr and f"{variable}={value!r}" in done.stderr, done.stderr[-500:]

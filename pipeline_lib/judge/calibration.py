@@ -28,6 +28,7 @@ from scipy import stats
 
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.judge.rubrics import RUBRICS, Rubric
+from pipeline_lib.judge.score import prompt_row
 from pipeline_lib.provenance import write_provenance
 
 __all__ = ["RatingsError", "agreement", "blind_sample", "export_calibration", "read_ratings", "render_page"]
@@ -175,9 +176,10 @@ def export_calibration(task: str, rubric: Rubric, score_files: list[Path], data:
     for path in sorted(score_files):
         method, run_seed = _run_of(path)
         with open(path, encoding="utf-8") as handle:
-            for line in handle:
+            for line_no, line in enumerate(handle, 1):
                 record = json.loads(line)
-                row = {"extra_info": frame["extra_info"].iloc[record["prompt_index"]]}
+                index = prompt_row(record.get("prompt_index"), len(frame), f"{path}:{line_no}", data)
+                row = {"extra_info": frame["extra_info"].iloc[index]}
                 pool[method].append({"method": method, "seed": run_seed, "prompt_index": record["prompt_index"],
                                      "response": record["response"], "context": _context(row, rubric)})
     available = sum(len(v) for v in pool.values())

@@ -2,7 +2,9 @@
 
 A response that does not parse is asked again with an ``attempt`` marker in the request
 (so it has its own cache key); after ``parse_retries`` failures the item is recorded as
-failed with the reason. Nothing is ever scored 0 by default.
+failed with the reason. Nothing is ever scored 0 by default. An unparseable answer is
+removed from the cache, so a rerun (after the server or the prompt is fixed) asks again
+instead of replaying the failure.
 """
 
 from __future__ import annotations
@@ -25,6 +27,16 @@ def _request(prompt: str, attempt: int) -> ChatRequest:
     return ChatRequest(tuple(messages))
 
 
+def _verdict(rubric: Rubric, response: dict[str, Any]) -> dict[str, int] | str:
+    """The scores, or the reason the response has none."""
+    if "error" in response:
+        return response["error"]
+    try:
+        return parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"))
+    except VerdictParseError as exc:
+        return f"unparseable verdict: {exc}"
+
+
 def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: EndpointConfig, cache_path: Path,
                    parse_retries: int = 2, on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """One result per item: ``{"scores": {...}, "score_100": x}`` or ``{"failed": reason}``."""
@@ -36,21 +48,28 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
     for attempt in range(parse_retries + 1):
         if not pending:
             break
-        responses = run_chat_requests(endpoint, [_request(prompts[i], attempt) for i in pending], cache,
-                                      on_done=on_done if attempt == 0 else None)
+        requests = {index: _request(prompts[index], attempt) for index in pending}
+        responses = dict(zip(pending, run_chat_requests(endpoint, list(requests.values()), cache,
+                                                        on_done=on_done if attempt == 0 else None), strict=True))
+        verdicts = {index: _verdict(rubric, response) for index, response in responses.items()}
+        unusable = [index for index in pending if isinstance(verdicts[index], str) and "error" not in responses[index]]
+        for index in unusable:  # never replay an unparseable answer: forget it (a rerun asks again) ...
+            cache.discard(requests[index].cache_key(endpoint))
+        stale = [index for index in unusable if responses[index].get("cached")]
+        if stale:  # ... and one stored by an earlier run (before the server was fixed) is asked again now
+            fresh = run_chat_requests(endpoint, [requests[index] for index in stale], cache)
+            for index, response in zip(stale, fresh, strict=True):
+                verdicts[index] = _verdict(rubric, response)
+                if isinstance(verdicts[index], str) and "error" not in response:
+                    cache.discard(requests[index].cache_key(endpoint))
         still = []
-        for index, response in zip(pending, responses, strict=True):
-            if "error" in response:
-                reasons[index] = response["error"]
+        for index in pending:
+            verdict = verdicts[index]
+            if isinstance(verdict, str):
+                reasons[index] = verdict
                 still.append(index)
-                continue
-            try:
-                scores = parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"))
-            except VerdictParseError as exc:
-                reasons[index] = f"unparseable verdict: {exc}"
-                still.append(index)
-                continue
-            results[index] = {"scores": scores, "score_100": rubric.normalise(scores), "attempts": attempt + 1}
+            else:
+                results[index] = {"scores": verdict, "score_100": rubric.normalise(verdict), "attempts": attempt + 1}
         pending = still
     for index in pending:
         results[index] = {"failed": reasons[index]}

@@ -1,9 +1,10 @@
 """Reading a judge's verdict: the last valid JSON object carrying exactly the expected keys.
 
 Thinking models put their reasoning in ``message.reasoning`` (older vLLM:
-``reasoning_content``) or inline before the answer, often with JSON-looking fragments;
-so the answer text is scanned from the end for balanced ``{...}`` objects and the
-last one that parses and has every expected key wins. Values must be integers in the
+``reasoning_content``) or inline before the answer, often with JSON-looking fragments
+and stray braces (``{x}`` in LaTeX, an unclosed ``{`` in prose); so JSON objects are
+decoded starting at each ``{"`` from the end of the text (a stray brace before the verdict
+never swallows it) and the last one that parses and has every expected key wins. Values must be integers in the
 rubric's range; anything else is a :class:`VerdictParseError` (retried, then recorded as
 failed), never a 0 or a default.
 """
@@ -12,9 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 
-__all__ = ["VerdictParseError", "parse_verdict"]
+__all__ = ["MAX_CANDIDATES", "VerdictParseError", "parse_verdict"]
+
+MAX_CANDIDATES = 1000  # object starts tried, from the end: a verdict comes last; bounds a hostile text's cost
+_OBJECT_START = re.compile(r'\{\s*"')
 
 
 class VerdictParseError(ValueError):
@@ -24,6 +29,9 @@ class VerdictParseError(ValueError):
 def _parse_int(digits: str) -> int | float:
     """Huge integer literals become inf (a bad score) instead of Python's int-size ValueError (a skipped fragment)."""
     return int(digits) if len(digits) <= 64 else math.inf
+
+
+_DECODER = json.JSONDecoder(parse_int=_parse_int)
 
 
 def _score(value: object, scale: tuple[int, int]) -> int | None:
@@ -36,30 +44,17 @@ def _score(value: object, scale: tuple[int, int]) -> int | None:
     return score if scale[0] <= score <= scale[1] else None
 
 
-def _json_objects(text: str) -> list[str]:
-    """Every balanced {...} span (outermost), in order of appearance."""
-    spans, depth, start = [], 0, None
-    in_string, escaped = False, False
-    for index, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-            continue
-        if char == '"' and depth > 0:
-            in_string = True
-        elif char == "{":
-            if depth == 0:
-                start = index
-            depth += 1
-        elif char == "}" and depth > 0:
-            depth -= 1
-            if depth == 0 and start is not None:
-                spans.append(text[start:index + 1])
-    return spans
+def _json_objects(text: str) -> list[object]:
+    """What JSON decodes to at each ``{"`` (the last ``MAX_CANDIDATES`` of them), in order of appearance; the
+    exception where it does not decode (malformed, deep nesting)."""
+    starts = [match.start() for match in _OBJECT_START.finditer(text)][-MAX_CANDIDATES:]
+    objects: list[object] = []
+    for start in starts:
+        try:
+            objects.append(_DECODER.raw_decode(text, start)[0])
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, deep nesting
+            objects.append(exc)
+    return objects
 
 
 def parse_verdict(content: str | None, keys: Sequence[str], scale: tuple[int, int] = (1, 10),
@@ -69,11 +64,9 @@ def parse_verdict(content: str | None, keys: Sequence[str], scale: tuple[int, in
     for source in (content, reasoning):
         if not isinstance(source, str):  # None, or a malformed cached response: nothing to read
             continue
-        for candidate in reversed(_json_objects(source)):
-            try:
-                data = json.loads(candidate, parse_int=_parse_int)
-            except (ValueError, RecursionError) as exc:  # JSONDecodeError, >4300-digit ints, deep nesting
-                problems.append(f"malformed JSON ({type(exc).__name__})")
+        for data in reversed(_json_objects(source)):
+            if isinstance(data, Exception):
+                problems.append(f"malformed JSON ({type(data).__name__})")
                 continue
             if not isinstance(data, dict) or not set(keys) <= set(data):
                 problems.append(f"missing key(s) {sorted(set(keys) - set(data))}" if isinstance(data, dict)

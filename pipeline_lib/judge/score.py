@@ -26,9 +26,17 @@ from pipeline_lib.judge.rubrics import RUBRICS, Rubric
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.rewards.extract import after_think
 
-__all__ = ["describe_judge", "judge_items", "load_items", "summarise"]
+__all__ = ["describe_judge", "judge_items", "load_items", "prompt_row", "summarise"]
 
 log = logging.getLogger("pipeline_lib.judge.score")
+
+
+def prompt_row(value: Any, rows: int, where: str, data: Path) -> int:
+    """A record's ``prompt_index`` as a row of the task data; an error naming the line otherwise (``iloc[-1]``
+    would silently judge the last row)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < rows:
+        raise ValueError(f"{where}: prompt_index {value!r} is not a row of {data} (0 to {rows - 1})")
+    return value
 
 
 def load_items(generations: Path, data: Path, mode: str = "greedy") -> list[dict[str, Any]]:
@@ -40,9 +48,7 @@ def load_items(generations: Path, data: Path, mode: str = "greedy") -> list[dict
             record = json.loads(line)
             if record["mode"] != mode or record["sample"] != 0:
                 continue
-            index = int(record["prompt_index"])
-            if index >= len(frame):
-                raise ValueError(f"{generations}:{line_no}: prompt_index {index} is outside {data} ({len(frame)} rows)")
+            index = prompt_row(record.get("prompt_index"), len(frame), f"{generations}:{line_no}", data)
             extra = frame["extra_info"].iloc[index]
             items.append({"prompt_index": index, "response": after_think(record["text"]).strip(),
                           "reference": frame["reward_model"].iloc[index]["ground_truth"],

@@ -1,6 +1,7 @@
 """Run a judge server (e.g. ``vllm serve``) for the length of one scoring job.
 
-The server is started in its own process group, polled on ``/health`` until it answers,
+The server is started in its own process group, polled on ``/health`` until it answers
+(each probe, and the whole wait, with a total deadline that a slow or trickling server cannot stretch),
 and stopped (SIGTERM, then SIGKILL) when the job ends, also on failure, so a GPU job
 never leaves a server behind. An empty command means the endpoint is external.
 """
@@ -11,10 +12,9 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,12 +28,29 @@ class ServerStartError(RuntimeError):
     """The judge server exited or did not become healthy in time."""
 
 
-def _healthy(url: str) -> bool:
+def _healthy(port: int, deadline_s: float = 5.0) -> bool:
+    """Whether ``GET /health`` on the local port answers 200, decided within ``deadline_s`` in total.
+
+    A socket timeout bounds each read only, so a server trickling its answer a byte at a time would hold a
+    per-read-timeout probe (``urlopen``) for as long as it likes, past ``startup_timeout_s``.
+    """
+    end = time.monotonic() + deadline_s
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status == 200
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        with socket.create_connection(("127.0.0.1", port), timeout=deadline_s) as sock:
+            sock.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            status_line = b""
+            while b"\r\n" not in status_line and len(status_line) < 256:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return False
+                sock.settimeout(remaining)
+                chunk = sock.recv(256)
+                if not chunk:
+                    break
+                status_line += chunk
+    except OSError:  # refused, reset, timed out
         return False
+    return status_line.split(b"\r\n", 1)[0].split()[1:2] == [b"200"]
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -66,7 +83,7 @@ def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: P
             part = part.replace("{" + name + "}", value)
         argv.append(part)
     health = f"http://127.0.0.1:{port}/health"
-    if _healthy(health):
+    if _healthy(port):
         raise ServerStartError(f"port {port} already serves {health}; choose another `serve.port`")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as server_log:
@@ -74,7 +91,7 @@ def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: P
         process = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + float(serve.get("startup_timeout_s", 1800))
-            while not _healthy(health):
+            while not _healthy(port):
                 if process.poll() is not None:
                     raise ServerStartError(f"judge server exited with status {process.returncode} before becoming "
                                            f"healthy; see {log_path}")

@@ -101,11 +101,13 @@ def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
 
 
 def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
-    """Evaluations whose verifier timed out on or failed some items (eval's ``reward_{timeouts,failures}_<mode>``):
-    those items count as wrong in pass@1, so the report says where, and how many. Empty when there are none."""
+    """Evaluations whose verifier timed out on, failed or could not score some items (eval's
+    ``reward_{timeouts,failures,unscorable}_<mode>``): those items count as wrong in pass@1, so the report says
+    where, and how many. Empty when there are none."""
     if table1 is None or table1.empty:
         return []
-    columns = [c for c in table1.columns if c.startswith(("reward_timeouts_", "reward_failures_"))]
+    columns = [c for c in table1.columns
+               if c.startswith(("reward_timeouts_", "reward_failures_", "reward_unscorable_"))]
     if not columns:
         return []
     hit = table1[(table1[columns].fillna(0) > 0).any(axis=1)]
@@ -114,8 +116,9 @@ def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
     identity = [c for c in ("task", "method", "seed") if c in hit.columns]
     rows = hit[identity + columns].fillna(0)
     return ["## Verifier timeouts and failures", "",
-            "These evaluations had items the math verifier timed out on or failed (its worker died or raised); "
-            "each scored 0, so the pass@1 above counts them as wrong answers.", "",
+            "These evaluations had items the math verifier timed out on or failed (its worker died or raised), or "
+            "that a reward could not score (no gold, a non-finite gold, a malformed ground truth); each scored 0, "
+            "so the pass@1 above counts them as wrong answers.", "",
             to_markdown(rows.astype({c: int for c in columns})), ""]
 
 

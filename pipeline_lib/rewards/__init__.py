@@ -14,9 +14,11 @@ Two entry points:
   expert demonstration) when the row has one, since the verifier's ground truth of a
   verifiable task is not a text to imitate.
 
-Every result is a dict with ``score`` plus numeric components (verl logs extra keys). A verifier item that
-timed out or failed (its worker died or raised) scores 0 and says so in its ``timeouts``/``failures`` keys;
-:func:`reward_health` counts them per process, so the trainers log them per step and eval in ``metrics.json``.
+Every result is a dict with ``score`` plus numeric components (verl logs extra keys). No scorer raises for one
+item: a verifier item that timed out or failed (its worker died or raised) scores 0 and says so in its
+``timeouts``/``failures`` keys, and an item a scorer cannot score (no gold, a ``nan`` gold, a malformed Countdown
+ground truth, a reference that is not text) scores 0 with ``unscorable`` 1; :func:`reward_health` counts all three
+per process, so the trainers log them per step and eval in ``metrics.json``.
 
 Every scorer is safe to call from many threads and processes at once (verl's reward loop does;
 ``tests/test_reward_concurrency.py``): the math pool takes submissions from any thread, the others are pure.
@@ -33,8 +35,8 @@ from pipeline_lib.rewards.format_reward import exact_score, format_score
 from pipeline_lib.rewards.mathverify import math_scores
 from pipeline_lib.rewards.similarity import similarity_score
 
-__all__ = ["DATA_SOURCE_REWARDS", "available_rewards", "compute_score", "compute_scores", "health_counts",
-           "register_reward", "reward_health", "score", "score_batch"]
+__all__ = ["DATA_SOURCE_REWARDS", "HEALTH_KINDS", "available_rewards", "compute_score", "compute_scores",
+           "health_counts", "register_reward", "reward_health", "score", "score_batch"]
 
 BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
 _REGISTRY: dict[str, BatchScorer] = {}
@@ -87,13 +89,15 @@ def _scorer(name: str) -> BatchScorer:
     return _REGISTRY[name]
 
 
+#: What an item that scored 0 without being judged wrong is counted as (a result key, 0 or 1).
+HEALTH_KINDS = ("timeouts", "failures", "unscorable")
 _health_lock = threading.Lock()
-_health = {"timeouts": 0, "failures": 0}
+_health = dict.fromkeys(HEALTH_KINDS, 0)
 
 
 def health_counts(results: Sequence[Mapping[str, float]]) -> dict[str, int]:
-    """Timed-out and failed items among scored results (a composite's ``math/timeouts`` included)."""
-    counts = {"timeouts": 0, "failures": 0}
+    """Timed-out, failed and unscorable items among scored results (a composite's ``math/timeouts`` included)."""
+    counts = dict.fromkeys(HEALTH_KINDS, 0)
     for result in results:
         for key, value in result.items():
             kind = key.rsplit("/", 1)[-1]
@@ -103,7 +107,8 @@ def health_counts(results: Sequence[Mapping[str, float]]) -> dict[str, int]:
 
 
 def reward_health() -> dict[str, int]:
-    """Items this process's scorers timed out on or failed, since it started: a trainer logs the change per step."""
+    """Items this process's scorers timed out on, failed or could not score, since it started: a trainer logs the
+    change per step."""
     with _health_lock:
         return dict(_health)
 

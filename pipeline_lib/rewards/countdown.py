@@ -3,7 +3,8 @@
 The expression is parsed with :mod:`ast` and evaluated exactly with
 :class:`fractions.Fraction` by a walker that accepts only integer literals, the
 four operators and parentheses. Nothing is ever ``eval``-ed. Length, nesting
-depth and intermediate magnitudes are bounded before and during evaluation.
+depth and intermediate magnitudes are bounded before and during evaluation. A ground truth that is not
+``{"numbers": [ints], "target": int}`` (within ``MAX_MAGNITUDE``) scores 0 with ``unscorable`` 1, never an error.
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ def evaluate_expression(expression: str) -> tuple[Fraction, list[int]]:
 
 
 def _ground_truth(ground_truth: Any) -> tuple[list[int], int]:
+    """The numbers and target, or ValueError saying what is wrong with them."""
     if isinstance(ground_truth, str):
-        ground_truth = json.loads(ground_truth)
+        try:
+            ground_truth = json.loads(ground_truth)
+        except (ValueError, RecursionError) as exc:  # malformed, >4,300-digit integers, deep nesting
+            raise ValueError(f"countdown ground truth is not JSON ({type(exc).__name__})") from None
     if not isinstance(ground_truth, Mapping) or "numbers" not in ground_truth or "target" not in ground_truth:
         raise ValueError(f"countdown ground truth must be {{'numbers': [...], 'target': int}}, got {ground_truth!r}")
     numbers, target = ground_truth["numbers"], ground_truth["target"]
@@ -79,6 +84,8 @@ def _ground_truth(ground_truth: Any) -> tuple[list[int], int]:
     if not all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) for v in values):
         # never int(): a 6.5 target would silently become 6
         raise ValueError(f"countdown ground truth needs integer numbers and target, got {ground_truth!r:.300}")
+    if any(abs(int(v)) > MAX_MAGNITUDE for v in values):  # also keeps str(target) below Python's digit limit
+        raise ValueError(f"countdown ground truth has a number beyond {MAX_MAGNITUDE:.0e}")
     return [int(n) for n in numbers], int(target)
 
 
@@ -93,8 +100,11 @@ def _candidate(solution: str) -> str | None:
 
 def countdown_score(solution: str | None, ground_truth: Any) -> dict[str, float]:
     """1 if the answer expression uses exactly the given numbers (as a multiset) and equals the target."""
-    numbers, target = _ground_truth(ground_truth)
-    result = {"score": 0.0, "acc": 0.0, "valid_expression": 0.0, "uses_numbers": 0.0}
+    result = {"score": 0.0, "acc": 0.0, "valid_expression": 0.0, "uses_numbers": 0.0, "unscorable": 0.0}
+    try:
+        numbers, target = _ground_truth(ground_truth)
+    except ValueError:
+        return result | {"unscorable": 1.0}
     if not isinstance(solution, str):
         return result
     candidate = _candidate(solution)

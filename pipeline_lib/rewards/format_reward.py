@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from pipeline_lib.rewards.extract import after_think, extract_answer
+from pipeline_lib.rewards.mathverify import gold_text
 
 __all__ = ["exact_score", "format_score"]
 
@@ -30,15 +31,15 @@ def _normalise(text: str) -> str:
 def exact_score(solution: str | None, ground_truth: object) -> dict[str, float]:
     """Binary exact match of the extracted answer (whitespace, case and a final period ignored).
 
-    GSM8K-style gold (``... #### 42``) is reduced to the text after the last ``####``.
+    GSM8K-style gold (``... #### 42``) is reduced to the text after the last ``####``; no gold is ``unscorable``.
     """
-    if not isinstance(solution, str) or ground_truth is None:
-        return {"score": 0.0, "acc": 0.0}
-    gold = str(ground_truth)
-    if "####" in gold:
-        gold = gold.rsplit("####", 1)[1].replace(",", "")
+    gold = gold_text(ground_truth)
+    if gold is None:
+        return {"score": 0.0, "acc": 0.0, "unscorable": 1.0}
+    if not isinstance(solution, str):
+        return {"score": 0.0, "acc": 0.0, "unscorable": 0.0}
     answer = extract_answer(solution)
     if answer is None:
         answer = after_think(solution)
     correct = float(_normalise(answer) == _normalise(gold))
-    return {"score": correct, "acc": correct}
+    return {"score": correct, "acc": correct, "unscorable": 0.0}

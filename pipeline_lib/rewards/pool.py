@@ -9,6 +9,10 @@ as its value, a timeout or a failure (the worker died or the function raised), n
 Workers are forked from a forkserver and never re-import the caller's ``__main__``: a user's plain script that
 scores at top level (no ``if __name__ == "__main__":`` guard) would otherwise be re-run by every worker, which then
 dies in multiprocessing's bootstrapping check.
+
+Usable from any process: a daemonic worker of another pool (``multiprocessing.Pool``; our workers are the fork
+server's children, not the daemon's, so the no-children rule's reason does not apply), and a child forked after
+the parent used a pool (the child gets its own fork server; the inherited pool is left alone, never closed there).
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import atexit
 import concurrent.futures
 import importlib
 import multiprocessing as mp
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing import popen_forkserver, spawn
+from multiprocessing import forkserver, popen_forkserver, spawn
 from multiprocessing.context import ForkServerContext, ForkServerProcess
 from typing import Any
 
@@ -69,6 +74,25 @@ class _NoMainPopen(popen_forkserver.Popen):
             _launching.hide_main = False
 
 
+_start_lock = threading.Lock()
+
+
+def _own_fork_server_in_child() -> None:
+    """A forked child inherits the parent's fork server state, but ``waitpid`` on it fails there (not its child):
+    forget it, so the child's first worker starts the child's own server."""
+    global _start_lock
+    _start_lock = threading.Lock()
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+        server._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_own_fork_server_in_child)
+
+
 class _NoMainProcess(ForkServerProcess):
     """Always daemonic (pebble starts its workers non-daemonic): a multiprocessing child that scores (verl's or a
     user's process pool) exits with ``os._exit`` after joining its non-daemonic children, so it would wait forever
@@ -81,6 +105,19 @@ class _NoMainProcess(ForkServerProcess):
     @daemon.setter
     def daemon(self, value: bool) -> None:
         pass
+
+    def start(self) -> None:
+        """Start even from a daemonic process (multiprocessing refuses a daemon children it could orphan; a fork
+        server's child is not the daemon's)."""
+        config = mp.current_process()._config
+        with _start_lock:
+            daemonic = config.get("daemon", False)
+            config["daemon"] = False
+            try:
+                super().start()
+            finally:
+                if daemonic:
+                    config["daemon"] = daemonic
 
     @staticmethod
     def _Popen(process_obj: Any) -> _NoMainPopen:  # noqa: N802 (multiprocessing's name)
@@ -119,6 +156,7 @@ class TimeoutPool:
         self._mp_context = _context([target.split(":")[0], *preload])
         self._pool = pebble.ProcessPool(max_workers=processes, context=self._mp_context)
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self.timeouts = 0
         self.failures = 0
         atexit.register(self.close)
@@ -156,5 +194,7 @@ class TimeoutPool:
         return ItemResult(value, seconds=time.monotonic() - started)
 
     def close(self) -> None:
+        if os.getpid() != self._pid:  # a forked child's copy: the pool's threads and workers are the parent's
+            return
         self._pool.stop()
         self._pool.join(timeout=5)

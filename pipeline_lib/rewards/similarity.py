@@ -96,8 +96,12 @@ def similarity_text(solution: str) -> str:
 
 
 def similarity_score(solution: str | None, reference: str) -> dict[str, float]:
-    if not isinstance(solution, str) or not isinstance(reference, str):
-        return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0}
+    """r_sim of the response against the reference; a reference that is not text cannot be scored (``unscorable``)."""
+    if not isinstance(reference, str):
+        return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0, "unscorable": 1.0}
+    if not isinstance(solution, str):
+        return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0, "unscorable": 0.0}
     text = similarity_text(solution)
     f1, rouge = squad_f1(text, reference), rouge_l_f(text, reference)
-    return {"score": SIM_WEIGHTS[0] * f1 + SIM_WEIGHTS[1] * rouge, "squad_f1": float(f1), "rouge_l": float(rouge)}
+    return {"score": SIM_WEIGHTS[0] * f1 + SIM_WEIGHTS[1] * rouge, "squad_f1": float(f1), "rouge_l": float(rouge),
+            "unscorable": 0.0}

@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from pipeline_lib.env import env
+
 __all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "node_gpus", "per_node_resources",
            "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
 
@@ -68,7 +70,7 @@ def _fields(scontrol_output: str) -> dict[str, str]:
 
 def allocation_nodes(job_id: str | None = None) -> list[str]:
     """Host names of the Slurm allocation this process runs in ([] outside Slurm)."""
-    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    job_id = job_id or env("SLURM_JOB_ID")
     if not job_id:
         return []
     nodelist = _fields(_scontrol("show", "job", "--oneliner", job_id)).get("NodeList", "")
@@ -79,7 +81,7 @@ def allocation_nodes(job_id: str | None = None) -> list[str]:
 
 def allocation_per_node(job_id: str | None = None) -> dict[str, int]:
     """The CPUs and GPUs per node of the Slurm allocation (``{}`` outside Slurm), from ``scontrol show job``."""
-    job_id = job_id or os.environ.get("SLURM_JOB_ID")
+    job_id = job_id or env("SLURM_JOB_ID")
     if not job_id:
         return {}
     return per_node_resources(_fields(_scontrol("show", "job", "--oneliner", job_id)))
@@ -106,7 +108,7 @@ def node_address(node: str) -> str:
 
 def current_node(nodes: Sequence[str]) -> str:
     """The allocation node this process runs on (slurmd's name; virtual nodes share a hostname)."""
-    name = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    name = env("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     if name not in nodes:
         raise RuntimeError(f"this process runs on {name!r}, which is not in the allocation {nodes}")
     return name
@@ -123,7 +125,7 @@ def free_ports(count: int) -> list[int]:
 
 def slurm_step_gpus() -> int:
     """GPUs Slurm gave this step on this node (its CUDA_VISIBLE_DEVICES), for ``--declare-gpus``."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    visible = (env("CUDA_VISIBLE_DEVICES") or "").strip()
     return len([device for device in visible.split(",") if device.strip()]) if visible else 0
 
 
@@ -237,7 +239,7 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
     ip = node_address(head)
     port = args.ray_port or free_ports(1)[0]
     address = f"{ip}:{port}"
-    job = os.environ.get("SLURM_JOB_ID", "nojob")
+    job = env("SLURM_JOB_ID") or "nojob"
     temp_root = Path(args.temp_root)
     ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
     per_node = allocation_per_node(job)
@@ -300,7 +302,7 @@ def node_gpus(args: argparse.Namespace, per_node: Mapping[str, int]) -> int | No
     if args.declare_gpus:
         return slurm_step_gpus()
     gpus = args.node_gpus if args.node_gpus is not None else per_node.get("gpus")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    visible = (env("CUDA_VISIBLE_DEVICES") or "").strip()
     if gpus is not None and visible and len([d for d in visible.split(",") if d.strip()]) < gpus:
         raise RuntimeError(f"the allocation has {gpus} GPUs per node but this step sees CUDA_VISIBLE_DEVICES="
                            f"{visible}; give the step the node's GPUs (--gres=gpu:{gpus})")
@@ -309,11 +311,11 @@ def node_gpus(args: argparse.Namespace, per_node: Mapping[str, int]) -> int | No
 
 def join_cluster(args: argparse.Namespace) -> int:
     """One worker node (run by srun on each non-head node): ray start --block until stopped."""
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    ip = node_address(node) if os.environ.get("SLURM_JOB_ID") else socket.gethostbyname(socket.gethostname())
+    node = env("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    ip = node_address(node) if env("SLURM_JOB_ID") else socket.gethostbyname(socket.gethostname())
     command = ray_start_command(ip, head_port=None, join=args.join, gpus=node_gpus(args, {}), cpus=args.cpus_per_node,
                                 object_store_mb=args.object_store_mb,
-                                temp_dir=Path(args.temp_root) / f"ray{os.environ.get('SLURM_JOB_ID', 'nojob')}_{node}")
+                                temp_dir=Path(args.temp_root) / f"ray{env('SLURM_JOB_ID') or 'nojob'}_{node}")
     log(f"Ray worker on {node} ({ip}) joining {args.join}")
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True,
                                env=_without(dict(os.environ), "RAY_ADDRESS"))

@@ -18,14 +18,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline_lib.env import env
 from pipeline_lib.io import write_json
 
 __all__ = ["main", "probe"]
 
 
 def _where() -> dict[str, Any]:
-    return {"hostname": socket.gethostname(), "slurm_node": os.environ.get("SLURMD_NODENAME"),
-            "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "pid": os.getpid()}
+    return {"hostname": socket.gethostname(), "slurm_node": env("SLURMD_NODENAME"),
+            "slurm_job_id": env("SLURM_JOB_ID"), "pid": os.getpid()}
 
 
 def probe(address: str | None, expect_nodes: int, expect_gpus: float = 0, timeout: float = 120) -> dict[str, Any]:
@@ -64,7 +65,7 @@ def probe(address: str | None, expect_nodes: int, expect_gpus: float = 0, timeou
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+    parser.add_argument("--address", default=env("RAY_ADDRESS"),
                         help="Ray cluster address (default: RAY_ADDRESS, else 'auto')")
     parser.add_argument("--expect-nodes", type=int, required=True)
     parser.add_argument("--expect-gpus", type=float, default=0)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl.translate import REWARD_HEALTH_ENV
+from pipeline_lib.env import env
 from pipeline_lib.rewards import compute_score as registry_score
 from pipeline_lib.rewards import health_counts
 
@@ -42,7 +43,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   reward_weights: Mapping[str, float] | None = None, **kwargs: Any) -> dict[str, float]:
     """verl custom reward entry point: :func:`pipeline_lib.rewards.compute_score`, its timeouts/failures recorded."""
     result = registry_score(data_source, solution_str, ground_truth, extra_info, reward_weights, **kwargs)
-    directory = os.environ.get(REWARD_HEALTH_ENV)
+    directory = env(REWARD_HEALTH_ENV)
     counts = health_counts([result])
     if directory and any(counts.values()):
         line = json.dumps({"key": rollout_key(solution_str, ground_truth), **counts}) + "\n"
