@@ -74,14 +74,17 @@ def cpu_overrides(kind: str, gpus: int = 1) -> list[str]:
         "actor_rollout_ref.model.use_remove_padding=false",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "ray_kwargs.ray_init.num_cpus=4",
+        # Ray's logical CPUs: the trainer's placement bundle takes 3 per process beside the TaskRunner, the agent loop,
+        # reward and TransferQueue actors (each 1); with the machine's 2 the bundle never places.
+        "ray_kwargs.ray_init.num_cpus=8",
+        "data.dataloader_num_workers=0",
         f"+ray_kwargs.ray_init.num_gpus={gpus}",
         "trainer.device=cpu",
     ]
     for role in ("actor", "ref"):
         pairs += [f"actor_rollout_ref.{role}.strategy=fsdp2",
                   f"actor_rollout_ref.{role}.fsdp_config.use_torch_compile=false"]
-    pairs += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}={value}" for name, value in env.items()]
+    pairs += [f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}='{value}'" for name, value in env.items()]
     return pairs
 
 
@@ -278,13 +281,15 @@ class HFRolloutServer:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.config = config
-        path = model_config.local_path
+        from transformers import AutoTokenizer
+
+        # verl hands the model section as its dataclass (local_path) or as the raw config (path)
+        path = getattr(model_config, "local_path", None) or model_config.path
         hf_config = AutoConfig.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32,
-                                                          attn_implementation="sdpa").eval()
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
         eos = hf_config.eos_token_id if hf_config.eos_token_id is not None else []
         self.eos = set(eos if isinstance(eos, list) else [eos])
-        tokenizer_eos = getattr(getattr(model_config, "tokenizer", None), "eos_token_id", None)
+        tokenizer_eos = AutoTokenizer.from_pretrained(path).eos_token_id
         if tokenizer_eos is not None:
             self.eos.add(int(tokenizer_eos))
         self.generator = torch.Generator().manual_seed(int(seed))

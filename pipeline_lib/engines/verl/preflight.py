@@ -1,8 +1,8 @@
 """The verl preflight: every kind of verl job of the paper plan trains 2 real steps on CPU before a GPU hour is spent.
 
     snakemake --configfile config/preflight.yaml            # every kind, one job each (workflow/rules/preflight.smk)
-    python -m pipeline_lib.engines.verl.preflight model --config config/preflight.yaml --out DIR
-    python -m pipeline_lib.engines.verl.preflight run --config config/preflight.yaml --kind grpo --init DIR --out DIR
+    python -m pipeline_lib.engines.verl.preflight model --preflight JSON --tokenizer DIR --out DIR
+    python -m pipeline_lib.engines.verl.preflight run --preflight JSON --kind grpo --init DIR --out DIR
 
 A job builds its run spec exactly as the real run's (:mod:`.translate` over the paper config, ``preflight.base``),
 with the task's App. B row scaled down by ``preflight.row`` (2 steps, a few prompts, short lengths, one trainer
@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "kind_spec", "main", "run_kind"]
+__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec", "load_preflight_config",
+           "main", "run_kind"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
@@ -48,24 +49,28 @@ class PreflightError(RuntimeError):
     """A preflight job found verl not training as the real run would; the message names the kind and the check."""
 
 
-def load_preflight_config(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(preflight section, the paper config it checks)``: both validated (the paper config by the pipeline schema)."""
+def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the preflight section, the paper config it checks)``, the paper config validated by the pipeline schema."""
     import yaml
 
     from pipeline_lib.config import validate_config
 
-    text = Path(path).read_text()
-    section = (yaml.safe_load(text) or {}).get("preflight")
-    if not isinstance(section, dict):
-        raise PreflightError(f"{path}: no `preflight:` section")
-    missing = [k for k in ("base", "task", "paper_task", "row", "sft", "model", "kinds", "seed") if k not in section]
+    section = dict(section)
+    missing = [k for k in ("base", "task", "paper_task", "row", "sft", "model", "kinds", "seed", "val_prompts")
+               if k not in section]
     if missing:
-        raise PreflightError(f"{path}: preflight lacks {missing}")
+        raise PreflightError(f"preflight config lacks {missing} (config/preflight.yaml shows each)")
     unknown = sorted(set(section["kinds"]) - set(KINDS) - {"eval"})
     if unknown:
-        raise PreflightError(f"{path}: preflight.kinds has unknown {unknown}; known: {[*KINDS, 'eval']}")
-    base = yaml.safe_load(Path(section["base"]).read_text())
+        raise PreflightError(f"preflight.kinds has unknown {unknown}; known: {[*KINDS, 'eval']}")
+    base_path = Path(section["base"])
+    if not base_path.is_file():
+        raise PreflightError(f"preflight.base: {base_path} does not exist (the paper config the preflight checks)")
+    base = yaml.safe_load(base_path.read_text())
     validate_config(base, "workflow/schemas/config.schema.yaml")
+    if section["paper_task"] not in base["train"]["verl"]["tasks"]:
+        raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a task of {base_path} "
+                             f"(train.verl.tasks: {sorted(base['train']['verl']['tasks'])})")
     return section, base
 
 
@@ -133,7 +138,7 @@ def check_run(kind: str, run_dir: Path, steps: int) -> list[dict[str, Any]]:
     if not (run_dir / "DONE.json").is_file():
         raise PreflightError(f"{kind}: {run_dir}/DONE.json missing")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    trained = sorted(row["step"] for row in rows)
+    trained = sorted(row["step"] for row in rows if row["step"] > 0)  # step 0: validation before training
     if trained != list(range(1, steps + 1)):
         raise PreflightError(f"{kind}: verl logged steps {trained}, expected 1..{steps} ({run_dir}/metrics.jsonl)")
     if KINDS[kind][0] == "rl":
@@ -157,24 +162,30 @@ def _print_steps(kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
         shown = ", ".join(f"{key}={row[key]:.4g}" for key in _SHOWN
                           if isinstance(row.get(key), int | float))
-        print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
+        shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
+    print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
 
 
-def run_kind(kind: str, config_path: str | os.PathLike[str], init: Path, out: Path) -> Path:
-    """One preflight job: the kind's real run, 2 steps on CPU, then its checks; returns ``DONE.json``."""
-    from pipeline_lib.engines.verl.cpu import ENV
+def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> Path:
+    """One preflight job: the kind's real run, 2 steps on CPU, from a clean run directory, then its checks; returns
+    ``DONE.json``."""
+    import shutil
+
+    from pipeline_lib.engines.verl import cpu
     from pipeline_lib.engines.verl.train import run
     from pipeline_lib.engines.verl.translate import TrainPaths
 
-    section, base = load_preflight_config(config_path)
+    os.environ[cpu.ENV] = "1"  # this process's verl and every process it starts (torchrun ranks, Ray workers)
+    cpu.install()
+    section, base = load_preflight_config(preflight)
     data = Path("results/data") / section["task"]
     spec = kind_spec(kind, section, base, str(init))
-    os.environ[ENV] = "1"  # this process's verl and every process it starts (torchrun ranks, Ray workers)
     if KINDS[kind][0] == "sft":
         paths = TrainPaths(out, data / "sft_train.parquet")
     else:
         val = _small_validation(data / "rl_test.parquet", int(section["val_prompts"]), out.parent / f"{kind}_val.parquet")
         paths = TrainPaths(out, data / "rl_train.parquet", val, init)
+    shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
     print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {json.dumps(spec)})", flush=True)
     done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
     rows = check_run(kind, out, int(spec["steps"]))
@@ -182,26 +193,35 @@ def run_kind(kind: str, config_path: str | os.PathLike[str], init: Path, out: Pa
     return done
 
 
+def eval_spec_for(preflight: Mapping[str, Any]) -> dict[str, Any]:
+    """The paper config's evaluation settings for a verl checkpoint with the CPU ones in place: the hf backend
+    (vLLM is the GPU run's), ``preflight.eval`` (a few prompts, short generations)."""
+    from pipeline_lib.specs import eval_spec
+
+    section, base = load_preflight_config(preflight)
+    return {**eval_spec(base), "backend": "hf", **dict(section.get("eval") or {})}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     model = sub.add_parser("model", help="the tiny random Qwen2 with the pipeline's tokenizer")
-    model.add_argument("--config", required=True)
+    model.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
     model.add_argument("--tokenizer", required=True)
     model.add_argument("--out", required=True, type=Path)
     job = sub.add_parser("run", help="one kind's verl run, 2 steps on CPU, and its checks")
-    job.add_argument("--config", required=True)
+    job.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
     job.add_argument("--kind", required=True, choices=sorted(KINDS))
     job.add_argument("--init", required=True, type=Path, help="the model RL starts from (SFT: the tiny model)")
     job.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     if args.command == "model":
-        section, _ = load_preflight_config(args.config)
+        section, _ = load_preflight_config(json.loads(args.preflight))
         build_tiny_model(args.tokenizer, section["model"], int(section["seed"]), args.out)
         return 0
     try:
-        run_kind(args.kind, args.config, args.init, args.out)
+        run_kind(args.kind, json.loads(args.preflight), args.init, args.out)
     except PreflightError as error:
         print(f"preflight failed: {error}", file=sys.stderr)
         return 1
