@@ -355,11 +355,35 @@ class HFRolloutServer:
                 inputs = torch.tensor([[token]], dtype=torch.long)
         return tokens, log_probs, "completed"
 
+    def _prompt_logprobs(self, ids: list[int], top: int) -> tuple[list[list[int]], list[list[float]]]:
+        """vLLM's ``prompt_logprobs`` as verl reads them (``extract_prompt_logprobs``): per position the next token's
+        log-prob (``top`` = 0) or the ``top`` most likely next tokens, then one dummy row for the last position."""
+        import torch
+
+        with torch.no_grad():
+            logps = torch.log_softmax(self.model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+        if top == 0:
+            following = torch.tensor(ids[1:])
+            token_ids = following[:, None]
+            values = logps.gather(1, token_ids)
+        else:
+            values, token_ids = torch.topk(logps, top, dim=-1)
+        width = max(top, 1)
+        return [*token_ids.tolist(), [0] * width], [*values.tolist(), [0.0] * width]
+
     async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
                        **unused: Any) -> Any:
         from verl.utils import normalize_token_ids
         from verl.workers.rollout.replica import TokenOutput
 
+        if sampling_params.get("prompt_logprobs") is not None:  # a teacher's forward pass over a sequence (OPD)
+            ids = normalize_token_ids(prompt_ids)
+            async with self.lock:
+                token_ids, values = await asyncio.to_thread(self._prompt_logprobs, ids,
+                                                            int(sampling_params["prompt_logprobs"]))
+            return TokenOutput(token_ids=[], stop_reason="completed",
+                               extra_fields={"prompt_ids": token_ids, "prompt_logprobs": values,
+                                             "global_steps": self.weight_version})
         async with self.lock:  # one sequence at a time: the model is not re-entrant, and 2 cores gain nothing
             tokens, log_probs, stop = await asyncio.to_thread(self._sample, normalize_token_ids(prompt_ids),
                                                               dict(sampling_params))

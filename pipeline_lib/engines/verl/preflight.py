@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec", "load_preflight_config",
-           "main", "run_kind"]
+__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
+           "load_preflight_config", "main", "run_kind"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
@@ -112,8 +112,12 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
     if trainer == "sft":
         spec = sft_spec(config, task)
     elif method in VERL_BASELINES:
-        if method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's)
-            config["train"]["baselines"]["opd"]["teacher"] = {"hub": model_dir}
+        if method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on one
+            # trainer "GPU" of its own beside the student's, as on a GPU node
+            opd = config["train"]["baselines"]["opd"]
+            opd["teacher"] = {"hub": model_dir}
+            opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
+            config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
         spec = baseline_rl_spec(config, task, method)
     else:
         spec = rl_spec(config, task, method)
@@ -162,8 +166,7 @@ def _print_steps(kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
         shown = ", ".join(f"{key}={row[key]:.4g}" for key in _SHOWN
                           if isinstance(row.get(key), int | float))
-        shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
-    print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
+        print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
 
 
 def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> Path:
@@ -183,7 +186,8 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
     if KINDS[kind][0] == "sft":
         paths = TrainPaths(out, data / "sft_train.parquet")
     else:
-        val = _small_validation(data / "rl_test.parquet", int(section["val_prompts"]), out.parent / f"{kind}_val.parquet")
+        val = _small_validation(data / "rl_test.parquet", int(section["val_prompts"]),
+                                out.parent / f"{kind}_val.parquet")
         paths = TrainPaths(out, data / "rl_train.parquet", val, init)
     shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
     print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {json.dumps(spec)})", flush=True)
