@@ -108,6 +108,8 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
 
     trainer, method = KINDS[kind]
     config = _preflight_paper_config(section, base, model_dir)
+    for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
+        config["train"]["baselines"][baseline] = {**config["train"]["baselines"][baseline], **settings}
     task = section["task"]
     if trainer == "sft":
         spec = sft_spec(config, task)
