@@ -7,6 +7,7 @@ two virtual nodes on this host). Without the Slurm binaries (or root) the tests 
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -95,10 +96,11 @@ rule ray_probe:
         cpus_per_task=1,
         mem_mb=3000,
     shell:
-        # 1) Ray cannot detect the fake GPUs, so a launch that needs 2 must fail once both nodes are in;
-        # 2) with the GPUs Slurm gave each step declared, both nodes and 2 GPUs join and the probe runs
-        #    a task on each node; a probe expecting a third node must fail.
-        "( ! python -m pipeline_lib.engines.verl.launch --gpus-per-node 1 --timeout 120 -- true"
+        # 1) Ray cannot detect the fake GPUs, yet the trainer's launch (no --declare-gpus) declares the allocation's
+        #    GPU per node, so both nodes and 2 GPUs join; 2) with the GPUs Slurm gave each step declared, the same,
+        #    and the probe runs a task on each node; a probe expecting a third node must fail.
+        "( python -m pipeline_lib.engines.verl.launch --gpus-per-node 1 --timeout 120 --"
+        " python -m pipeline_lib.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --timeout 30"
         " && python -m pipeline_lib.engines.verl.launch --gpus-per-node 1 --declare-gpus --object-store-mb 80"
         " --timeout 120 -- bash -c"
         " 'python -m pipeline_lib.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --out {output}"
@@ -198,8 +200,9 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     assert {task["slurm_node"] for task in tasks} == NODES
     assert len({task["slurm_job_id"] for task in tasks}) == 1 and tasks[0]["slurm_job_id"] in jobs
     log = (tmp_path / "logs/ray_probe.log").read_text()
-    assert "Ray head on ci-node" in log and "command exited with status 0" in log
-    assert "all 2 Ray nodes joined but they have 0/2 GPUs" in log  # the launch fails when GPUs are missing
+    assert "Ray head on ci-node" in log
+    # Ray detects no fake GPU: the trainer's launch (no --declare-gpus) declares the allocation's (issue 26)
+    assert "each node declares 1 GPUs" in log and log.count("command exited with status 0") == 2
     assert "2 alive Ray nodes, expected 3" in log  # the probe fails when a node is missing
     # the Ray processes the launcher started (twice) are gone: it stops them by PID, never by name
     pids = [int(pid) for pid in re.findall(r"stopped Ray (?:head|worker step) \(pid (\d+)\)", log)]
@@ -217,4 +220,22 @@ def test_the_job_resources_per_node_come_from_scontrol_fields(fields, expected):
     from pipeline_lib.engines.verl.launch import per_node_resources
 
     assert per_node_resources(fields) == expected
+
+
+def test_each_nodes_ray_declares_the_allocations_gpus_without_being_asked(monkeypatch):
+    """The trainer launches without --declare-gpus: `ray start` still gets the allocation's per-node GPUs, and a step
+    that sees fewer devices than that fails before Ray places actors on devices it cannot reach."""
+    from pipeline_lib.engines.verl.launch import node_gpus, ray_start_command
+
+    args = argparse.Namespace(declare_gpus=False, node_gpus=None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    gpus = node_gpus(args, {"cpus": 96, "gpus": 8})
+    command = ray_start_command("10.0.0.1", head_port=6379, join=None, gpus=gpus, cpus=96, object_store_mb=None,
+                                temp_dir=Path("/tmp/r"))
+    assert "--num-gpus=8" in command
+    assert node_gpus(argparse.Namespace(declare_gpus=False, node_gpus=8), {}) == 8  # a worker: the head's count
+    assert node_gpus(args, {}) is None  # outside Slurm Ray detects them
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with pytest.raises(RuntimeError, match="8 GPUs per node but this step sees CUDA_VISIBLE_DEVICES=0,1"):
+        node_gpus(args, {"gpus": 8})
 

@@ -270,7 +270,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
               "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
               "actor_rollout_ref.rollout.temperature": 1.0, "actor_rollout_ref.actor.optim.lr": 1e-6,
               "trainer.resume_mode": "auto", "trainer.rollout_data_dir": f"/r/{task}/{method}/rollout_dump",
-              "reward.custom_reward_function.path": "pkg://pipeline_lib.rewards",
+              "reward.custom_reward_function.path": "pkg://pipeline_lib.engines.verl.reward",
               "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE}
     for key, value in (shared | expected).items():
         assert OmegaConf.select(verl_config, key) == value, key
@@ -361,3 +361,226 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     assert command[7:9] == ["-m", "verl.trainer.main_ppo"] and "trainer.nnodes=2" in command
     assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
+
+
+def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_path):
+    """RARO and RL-Logit train on verl's legacy trainer, whose dump has no uid: its own `_log_rollout_data` writes the
+    dump here, from a batch reordered as `_balance_batch` leaves it, and the groups come out as verl's uids."""
+    from transformers import AutoTokenizer
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from pipeline_lib.engines.verl.train import collect_rollouts
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+    rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(3).to_dict("records")
+    group_size = 4
+    length = max(len(tokenizer(row["prompt"][0]["content"])["input_ids"]) for row in rows)
+    trainer = RayPPOTrainer.__new__(RayPPOTrainer)  # only the dump's state: tokenizer, step, writer thread
+    trainer.tokenizer = tokenizer
+    trainer._init_dump_executor()
+    run_dir = tmp_path / "countdown_tiny/raro/seed0"
+    gen = torch.Generator().manual_seed(0)
+    expected_groups = {}
+    for step in (1, 2):
+        trainer.global_steps = step
+        prompts, responses, truth, uids = [], [], [], []
+        for p, row in enumerate(rows):
+            prompt = tokenizer(row["prompt"][0]["content"], add_special_tokens=False)["input_ids"]
+            for s in range(group_size):
+                answer = "<answer>1+2</answer>" if (p + s + step) % 2 else "<answer>9</answer>"
+                response = tokenizer(answer, add_special_tokens=False)["input_ids"][:length]
+                prompts.append([tokenizer.pad_token_id] * (length - len(prompt)) + prompt)
+                responses.append(response + [tokenizer.pad_token_id] * (length - len(response)))
+                truth.append(row["reward_model"])
+                uids.append(f"{p}-{step}-uuid")
+        # RARO's reward is the critic's verdict, not the verifier's: any per-rollout score.
+        scores = (torch.rand(len(responses), generator=gen) < 0.5).float()
+        token_scores = torch.zeros(len(scores), length)
+        token_scores[:, 0] = scores
+        batch = DataProto.from_dict(
+            tensors={"prompts": torch.tensor(prompts), "responses": torch.tensor(responses),
+                     "token_level_scores": token_scores},
+            non_tensors={"uid": np.array(uids, dtype=object), "reward_model": np.array(truth, dtype=object)})
+        batch.reorder(torch.randperm(len(batch), generator=gen))  # as _balance_batch reorders before the dump
+        trainer._log_rollout_data(batch, {}, {}, str(run_dir / "rollout_dump"))
+        expected_groups[step] = group_index(batch.non_tensor_batch["uid"])
+    trainer._shutdown_dump_executor()
+    assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
+
+    spec = {"advantage": "grpo", "tau": None, "group_size": group_size}
+    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in records:
+        groups, truth_groups = torch.tensor(record["group"]), expected_groups[record["step"]]
+        assert torch.equal(groups[:, None] == groups[None, :], truth_groups[:, None] == truth_groups[None, :])
+        expected = group_advantages("grpo", torch.tensor(record["reward"], dtype=torch.float64),
+                                    torch.tensor(record["group"]))
+        assert record["advantage"] == expected.tolist() and any(a != 0 for a in record["advantage"])
+
+
+def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
+    """verl's `apply_monkey_patch` (every FSDP actor/reference/SFT model build) imports trl's value-head model whenever
+    trl is importable; trl 1.16 has none (ImportError at actor init). The pinned trl is installed and verl's patch runs
+    on a tiny Qwen2 (in a child: the patch changes transformers process-wide)."""
+    import re
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    from pipeline_lib.engines.trl.dpo import REQUIRED_TRL
+
+    assert version("trl") == REQUIRED_TRL
+    pins = {"pyproject.toml": (REPO / "pyproject.toml").read_text(),
+            "envs/train-verl.yaml": (REPO / "envs/train-verl.yaml").read_text()}
+    for name, text in pins.items():
+        assert set(re.findall(r"trl==([0-9.]+)", text)) == {REQUIRED_TRL}, name
+    script = (
+        "from transformers import Qwen2Config, Qwen2ForCausalLM\n"
+        "from verl.models.transformers.monkey_patch import apply_monkey_patch\n"
+        "model = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,"
+        " num_attention_heads=2, num_key_value_heads=1))\n"
+        "apply_monkey_patch(model, ulysses_sp_size=1, use_remove_padding=True)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Monkey patch state_dict in AutoModelForCausalLMWithValueHead" in result.stdout
+
+
+def _finished_verl_run(run_dir, step: int, tag: str) -> None:
+    """A run directory as a finished verl RL run leaves it (checkpoint tracker, sharded step, dumps, metrics, DONE)."""
+    ckpt = run_dir / "checkpoints"
+    (ckpt / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (ckpt / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt").write_text(tag)
+    (ckpt / "latest_checkpointed_iteration.txt").write_text(str(step))
+    (run_dir / "rollout_dump").mkdir()
+    (run_dir / "rollout_dump" / "1.jsonl").write_text(json.dumps({"input": "q", "output": tag, "score": 1.0}) + "\n")
+    for name in ("verl_metrics.jsonl", "verl_metrics.0.jsonl"):
+        (run_dir / name).write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "tag": tag}}) + "\n")
+    (run_dir / "raro_replay").mkdir()
+    (run_dir / "DONE.json").write_text(json.dumps({"final_step": step, "config_sha256": tag}))
+
+
+def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_resumes(tmp_path, caplog):
+    """verl resumes whatever checkpoints/ holds and skips a finished run: a run directory holds its config digest, and
+    another config's checkpoints, dumps, metrics and DONE.json are moved to stale/<digest>/ (logged), not resumed."""
+    import logging
+
+    from pipeline_lib.engines.verl.train import claim_run_dir, collect_metrics, finished_step
+    from pipeline_lib.engines.verl.translate import checkpoint_dir
+
+    run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
+    assert claim_run_dir(run_dir, "a" * 64) == []  # a new run directory
+    _finished_verl_run(run_dir, 2, "config-a")
+    assert claim_run_dir(run_dir, "a" * 64) == []  # the same config again: verl resumes / finds it finished
+    assert finished_step(checkpoint_dir(run_dir)) == 2
+
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.engines.verl.train"):
+        moved = claim_run_dir(run_dir, "b" * 64)
+    stale = run_dir / "stale" / ("a" * 64)
+    assert sorted(p.name for p in moved) == sorted(["DONE.json", "checkpoints", "raro_replay", "rollout_dump",
+                                                    "verl_metrics.0.jsonl", "verl_metrics.jsonl"])
+    assert all(p.parent == stale and p.exists() for p in moved)
+    assert (stale / "checkpoints/global_step_2/actor/model_world_size_1_rank_0.pt").read_text() == "config-a"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "stale"]
+    assert finished_step(checkpoint_dir(run_dir)) is None  # verl starts clean instead of resuming config a
+    assert json.loads((run_dir / "run.json").read_text())["config_sha256"] == "b" * 64
+    assert str(stale) in caplog.text and "checkpoints" in caplog.text and "a" * 64 in caplog.text
+    assert (collect_metrics(run_dir, 2)).read_text() == ""  # config a's metrics are not merged into b's
+
+    # back to config a, then b again: each set-aside state is kept, none overwritten
+    _finished_verl_run(run_dir, 1, "config-b")
+    claim_run_dir(run_dir, "a" * 64)
+    _finished_verl_run(run_dir, 1, "config-a2")
+    claim_run_dir(run_dir, "b" * 64)
+    assert (run_dir / "stale" / ("b" * 64) / "DONE.json").exists()
+    assert (run_dir / "stale" / f"{'a' * 64}.1" / "rollout_dump/1.jsonl").read_text().count("config-a2") == 1
+
+
+def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
+    from pipeline_lib.engines.verl.train import claim_run_dir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _finished_verl_run(run_dir, 3, "old")
+    moved = claim_run_dir(run_dir, "c" * 64)
+    assert moved and all(p.parent == run_dir / "stale/unrecorded" for p in moved)
+
+
+def agreeing_verifier(*_args) -> bool:
+    return True
+
+
+def hanging_verifier(*_args) -> bool:
+    import time
+
+    time.sleep(30)
+    return True
+
+
+def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v1_run(tokenizer_dir, tmp_path,
+                                                                                    monkeypatch):
+    """v1's rollout dump has no reward extras, so the counts were logged 0 whatever happened. verl's own reward manager
+    calls the hook (a dying, a hanging and an agreeing verifier), verl's v1 writer dumps the rollouts, and each step's
+    metrics count what really happened; a run without the hook's records logs null, never 0."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from pipeline_lib.engines.verl.train import collect_metrics
+    from pipeline_lib.engines.verl.translate import REWARD_FUNCTION, REWARD_HEALTH_ENV, reward_health_dir
+    from pipeline_lib.rewards import mathverify
+    from pipeline_lib.rewards.pool import TimeoutPool
+
+    run_dir = tmp_path / "gsm8k/grpo/seed0"
+    monkeypatch.setenv(REWARD_HEALTH_ENV, str(reward_health_dir(run_dir)))
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+    config = OmegaConf.create({"reward": {"custom_reward_function": {"path": REWARD_FUNCTION[0],
+                                                                     "name": REWARD_FUNCTION[1]}}})
+    manager = NaiveRewardManager(config, tokenizer, compute_score=get_custom_reward_fn(config))
+    truth = {"ground_truth": "3"}
+    # step 1: two rollouts whose verifier worker dies, two whose verifier hangs; step 2: all verified
+    verifiers = {1: ["tests.test_reward_concurrency:die_with"] * 2 + ["tests.test_verl_engine:hanging_verifier"] * 2,
+                 2: ["tests.test_verl_engine:agreeing_verifier"] * 4}
+    saved = mathverify._pool
+    try:
+        for step, targets in verifiers.items():
+            outputs, scores = [], []
+            for index, target in enumerate(targets):
+                mathverify._pool = TimeoutPool(target, processes=1, timeout=1.0)
+                try:
+                    response = tokenizer(f"<answer>{step}.{index}5</answer>", return_tensors="pt",  # not an integer
+                                         add_special_tokens=False)["input_ids"][0]
+                    padded = torch.cat([response, torch.full((4,), tokenizer.pad_token_id)])
+                    prompt = torch.tensor([tokenizer.pad_token_id, 5, 6])
+                    item = DataProto.from_dict(
+                        tensors={"prompts": prompt[None], "responses": padded[None],
+                                 "attention_mask": torch.cat([torch.tensor([0, 1, 1]), torch.ones(len(response)),
+                                                              torch.zeros(4)]).long()[None]},
+                        non_tensors={"data_source": np.array(["openai/gsm8k"], dtype=object),
+                                     "reward_model": np.array([truth], dtype=object),
+                                     "extra_info": np.array([{"index": 0, "split": "train"}], dtype=object)})
+                    result = manager.loop.run_until_complete(manager.run_single(item))
+                finally:
+                    mathverify._pool.close()
+                scores.append(result["reward_score"])
+                outputs.append(tokenizer.decode(padded, skip_special_tokens=True))  # as v1's _log_rollout_data
+            keys = [f"prompt0_{session}_0" for session in range(4)]
+            PPOTrainer._write_generations(["q"] * 4, outputs, [truth["ground_truth"]] * 4, scores, {"uid": keys},
+                                          str(run_dir / "rollout_dump"), step)
+    finally:
+        mathverify._pool = saved
+    (run_dir / "verl_metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "data": {"critic/score/mean": 0.0}}) + "\n" for step in (1, 2)))
+    dumped = json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
+    assert sorted(dumped) == ["gts", "input", "output", "score", "step", "uid"]  # what v1 hands over
+
+    metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
+    assert [(m["reward_failures"], m["reward_timeouts"]) for m in metrics] == [(2, 2), (0, 0)]
+
+    records = reward_health_dir(run_dir)
+    for path in records.iterdir():
+        path.unlink()
+    records.rmdir()  # a run from before the hook kept records: unknown, not 0
+    metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
+    assert [(m["reward_failures"], m["reward_timeouts"]) for m in metrics] == [(None, None)] * 2

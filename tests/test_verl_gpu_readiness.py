@@ -7,7 +7,6 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pipeline_lib.engines.verl.train import VerlRunError, require_installed_project
 from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE
@@ -38,22 +37,24 @@ def test_each_run_names_the_trainer_its_agent_loops_were_written_for():
 
 
 def test_the_gpu_environment_installs_the_project():
-    env = yaml.safe_load((REPO / "envs/train-verl.yaml").read_text())
-    pip = next(item["pip"] for item in env["dependencies"] if isinstance(item, dict))
-    editable = [line.split()[-1] for line in pip if line.startswith("-e")]
-    assert editable and (REPO / "envs" / editable[0] / "pyproject.toml").exists()
+    """Snakemake runs the env's post-deploy script after creating it (from the repository root): it installs the
+    project, whose entry point registers the estimators (tests/test_envs.py runs the script's refusal elsewhere)."""
+    script = (REPO / "envs/train-verl.post-deploy.sh").read_text()
+    assert 'python -m pip install --no-deps -e "$PWD"' in script
     assert f'softmaxgrpo = "{ESTIMATOR_MODULE}"' in (REPO / "pyproject.toml").read_text()
 
 
 def test_an_environment_without_the_project_fails_at_start_naming_the_fix():
     require_installed_project()  # this one has it (editable install)
     for entry_points in ([], [EntryPoint("softmaxgrpo", "somewhere.else", "verl.plugins")]):
-        with pytest.raises(VerlRunError, match=r"(?s)verl.plugins.*Fix: `pip install -e <repo>`.*train-verl.yaml"):
+        fix = r"(?s)verl.plugins.*Fix: `pip install --no-deps -e <repo>`.*train-verl.post-deploy.sh"
+        with pytest.raises(VerlRunError, match=fix):
             require_installed_project(entry_points)
 
 
 def test_verl_metrics_carry_each_steps_verifier_timeouts_and_failures(tmp_path):
-    """verl logs reward extras as metrics for validation only; the training rollouts' counts come from its dump."""
+    """The legacy trainer (RARO, RL-Logit) dumps each rollout's reward extras: the counts come from its dump (v1's
+    dump has none: tests/test_verl_engine.py counts those from the reward hook's records)."""
     import json
 
     from pipeline_lib.engines.verl.train import collect_metrics

@@ -40,8 +40,9 @@ __all__ = ["REQUIRED_TRL", "train_command", "train_iterative_dpo", "train_round"
 
 log = logging.getLogger("pipeline_lib.engines.trl.dpo")
 
-#: The TRL release this module is written and tested against (pyproject `test` extra, envs/train-verl.yaml).
-REQUIRED_TRL = "1.16.0"
+#: The TRL release this module is tested against (pyproject `test`/`gpu` extras, envs/train-verl.yaml): the newest
+#: with `trl.experimental.ppo.AutoModelForCausalLMWithValueHead`, which verl imports in every FSDP model build.
+REQUIRED_TRL = "1.12.0"
 MODULE = "pipeline_lib.engines.trl.dpo"
 
 

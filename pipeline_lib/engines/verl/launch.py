@@ -17,10 +17,11 @@ Why it looks the way it does:
   ``ray.init`` writes one), so whether a worker may join would depend on the home directory. The
   launcher decides instead: a fresh token per job, passed to head, workers and the command through
   ``RAY_AUTH_MODE=token`` / ``RAY_AUTH_TOKEN`` in their environments (never on a command line).
-- Each node's Ray gets the job's CPUs (and GPUs) per node, as verl's ``examples/slurm/ray_on_slurm.slurm``
-  does: the worker step asks Slurm for them (``--cpus-per-task``, ``--gres``) and ``ray start`` declares the CPUs
-  (``--num-cpus``), read from ``scontrol show job``. Where a site binds tasks to cores, a step that asks for
-  nothing gets one core, which the node's Ray, FSDP and vLLM would then share.
+- Each node's Ray gets the job's CPUs and GPUs per node, as verl's ``examples/slurm/ray_on_slurm.slurm``
+  does: the worker step asks Slurm for them (``--cpus-per-task``, ``--gres``) and ``ray start`` declares both
+  (``--num-cpus``, ``--num-gpus``), read from ``scontrol show job`` (``--declare-gpus``: the GPUs each step sees).
+  Where a site binds tasks to cores, a step that asks for nothing gets one core, which the node's Ray, FSDP and
+  vLLM would then share.
 - Every Ray port is picked free on its own node, so two "nodes" sharing one host (the CI
   cluster's virtual nodes) never collide, and nothing is killed by name: ``ray stop`` would kill
   every Ray on the host, so each ``ray start --block`` is stopped through its own PID instead.
@@ -41,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "per_node_resources",
+__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "node_gpus", "per_node_resources",
            "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
 
 _MODULE = "pipeline_lib.engines.verl.launch"
@@ -240,14 +241,16 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
     temp_root = Path(args.temp_root)
     ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
     per_node = allocation_per_node(job)
+    gpus = node_gpus(args, per_node)
     if args.cpus_per_node is None and "cpus" in per_node:
         args.cpus_per_node = per_node["cpus"]
-    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}")
+    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}; "
+        f"each node declares {gpus if gpus is not None else 'the detected'} GPUs")
     head_process = worker_step = None
     with _terminate_on_sigterm():
         try:
             head_process = subprocess.Popen(
-                ray_start_command(ip, head_port=port, join=None, gpus=_declared_gpus(args), cpus=args.cpus_per_node,
+                ray_start_command(ip, head_port=port, join=None, gpus=gpus, cpus=args.cpus_per_node,
                                   object_store_mb=args.object_store_mb, temp_dir=temp_root / f"ray{job}_{head}"),
                 stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True,
                 env=_without(os.environ | ray_env, "RAY_ADDRESS"))
@@ -255,7 +258,10 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
             for option, value in (("--cpus-per-node", args.cpus_per_node), ("--object-store-mb", args.object_store_mb)):
                 if value is not None:
                     worker_argv += [option, str(value)]
-            worker_argv += ["--declare-gpus"] if args.declare_gpus else []
+            if args.declare_gpus:
+                worker_argv.append("--declare-gpus")
+            elif gpus is not None:
+                worker_argv += ["--node-gpus", str(gpus)]
             srun = ["srun", "--overlap", f"--jobid={job}", f"--nodes={len(workers)}", f"--ntasks={len(workers)}",
                     "--ntasks-per-node=1", f"--nodelist={','.join(workers)}", "--kill-on-bad-exit=1"]
             if args.cpus_per_node is not None:  # the node's CPUs for its Ray, not the one core a bare step gets
@@ -285,15 +291,27 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
                 _stop(head_process, "Ray head")
 
 
-def _declared_gpus(args: argparse.Namespace) -> int | None:
-    return slurm_step_gpus() if args.declare_gpus else None
+def node_gpus(args: argparse.Namespace, per_node: Mapping[str, int]) -> int | None:
+    """GPUs each node's ``ray start`` declares: the GPUs Slurm gave each step (``--declare-gpus``), else the head's
+    number (``--node-gpus``, a worker), else the allocation's per-node GPUs; None (Ray detects) only outside Slurm.
+
+    A declared count above the devices this step sees would let Ray place GPU actors on devices it cannot reach.
+    """
+    if args.declare_gpus:
+        return slurm_step_gpus()
+    gpus = args.node_gpus if args.node_gpus is not None else per_node.get("gpus")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if gpus is not None and visible and len([d for d in visible.split(",") if d.strip()]) < gpus:
+        raise RuntimeError(f"the allocation has {gpus} GPUs per node but this step sees CUDA_VISIBLE_DEVICES="
+                           f"{visible}; give the step the node's GPUs (--gres=gpu:{gpus})")
+    return gpus
 
 
 def join_cluster(args: argparse.Namespace) -> int:
     """One worker node (run by srun on each non-head node): ray start --block until stopped."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
     ip = node_address(node) if os.environ.get("SLURM_JOB_ID") else socket.gethostbyname(socket.gethostname())
-    command = ray_start_command(ip, head_port=None, join=args.join, gpus=_declared_gpus(args), cpus=args.cpus_per_node,
+    command = ray_start_command(ip, head_port=None, join=args.join, gpus=node_gpus(args, {}), cpus=args.cpus_per_node,
                                 object_store_mb=args.object_store_mb,
                                 temp_dir=Path(args.temp_root) / f"ray{os.environ.get('SLURM_JOB_ID', 'nojob')}_{node}")
     log(f"Ray worker on {node} ({ip}) joining {args.join}")
@@ -324,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--object-store-mb", type=int, default=None, help="Ray object store per node (MB)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every node to join")
     parser.add_argument("--temp-root", default="/tmp", help="parent of each node's Ray temp dir (keep it short)")
+    parser.add_argument("--node-gpus", type=int, default=None, help=argparse.SUPPRESS)  # a worker: the head's count
     parser.add_argument("--join", default=None, help=argparse.SUPPRESS)  # worker mode, run by our own srun
     args = parser.parse_args(argv)
     if args.join:

@@ -8,7 +8,9 @@ A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them 
 (:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
 launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
 ``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
-(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped.
+(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
+the same config: the run directory holds its config digest (``DIR/run.json``), and a run whose config changed first
+sets the other config's state aside (:func:`claim_run_dir`) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
@@ -36,10 +38,12 @@ from typing import Any
 from pipeline_lib.engines.verl import check_verl_version
 from pipeline_lib.engines.verl.translate import (
     ESTIMATOR_MODULE,
+    REWARD_HEALTH_ENV,
     VERL_ADVANTAGES,
     TrainPaths,
     checkpoint_dir,
     metrics_log_path,
+    reward_health_dir,
     rl_overrides,
     rollout_dump_dir,
     sft_overrides,
@@ -47,11 +51,16 @@ from pipeline_lib.engines.verl.translate import (
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "main", "run"]
+__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "main",
+           "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
+#: The run directory's owner: the config digest of the run whose state (checkpoints, dumps, metrics) it holds.
+RUN_IDENTITY = "run.json"
+#: Where another config's state goes, one folder per digest (``DIR/stale/<digest>/``); never deleted.
+STALE_DIR = "stale"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
 #: verl metric -> the local engine's metrics.jsonl key (what the training-curves figure reads). OPD has no
 #: reference KL; its ``kl`` is, as on the local engine, the reverse KL to the teacher: verl's distillation surrogate
@@ -87,6 +96,38 @@ def finished_step(ckpt_dir: Path) -> int | None:
     return int(text)
 
 
+def claim_run_dir(run_dir: Path, digest: str) -> list[Path]:
+    """Make ``run_dir`` the run of config ``digest``; returns what was set aside (empty for a same-config rerun).
+
+    verl resumes from whatever ``checkpoints/`` holds (``resume_mode=auto``) and a finished tracker skips verl, so a
+    changed config would resume (or publish) the old config's model and optimizer, and the old attempts' metrics
+    would be merged into the new run's. Everything in the directory that is not this config's (checkpoints, rollout
+    dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to ``stale/<old digest>/`` and is
+    logged; a directory from before run.json existed counts as another config (``stale/unrecorded``).
+    """
+    from pipeline_lib.io import write_json
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    identity = run_dir / RUN_IDENTITY
+    previous = json.loads(identity.read_text()).get("config_sha256") if identity.is_file() else None
+    if previous == digest:
+        return []
+    state = sorted(p for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR))
+    moved = []
+    if state:
+        base = run_dir / STALE_DIR / (previous or "unrecorded")
+        target, attempt = base, 1
+        while target.exists():  # the same old config set aside twice (A -> B -> A -> B): keep both
+            target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
+        target.mkdir(parents=True)
+        for path in state:
+            moved.append(path.rename(target / path.name))
+        log.warning("%s belonged to config %s, this run is config %s: set aside %s in %s (not resumed, not "
+                    "deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state), target)
+    write_json(identity, {"config_sha256": digest, "engine": "verl"})
+    return moved
+
+
 def _rotate_metrics(run_dir: Path) -> None:
     """verl's file logger truncates its file on open: keep each earlier attempt's file under a new name."""
     current = metrics_log_path(run_dir)
@@ -98,6 +139,7 @@ def _rotate_metrics(run_dir: Path) -> None:
 def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
     by_step: dict[int, dict[str, Any]] = {}
+    health = _health_source(run_dir)
     files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
     for path in [*files, metrics_log_path(run_dir)]:
         if not path.exists():
@@ -118,35 +160,86 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     for step in sorted(by_step):
         data = by_step[step]
         named = {ours: data[theirs] for theirs, ours in METRIC_NAMES.items() if theirs in data}
-        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step), **data}))
+        lines.append(json.dumps({"step": step, **named, **_reward_health(run_dir, step, health), **data}))
     target = run_dir / "metrics.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
 
 
-def _reward_health(run_dir: Path, step: int) -> dict[str, int]:
-    """Verifier items that timed out / failed in a step's training rollouts, from verl's rollout dump (its reward
-    loop keeps each rollout's reward extras there; verl logs them as metrics for validation only)."""
+def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
+    """The reward hook's timeout/failure records of this run, or None where it kept none (a run from before it)."""
+    from pipeline_lib.engines.verl.reward import read_health_records
+
+    directory = reward_health_dir(run_dir)
+    if not directory.is_dir():
+        log.warning("%s: no reward health records (%s missing), so reward_timeouts/reward_failures are logged as "
+                    "null (unknown): verl's v1 trainer passes the verifier's timeouts/failures to neither its rollout "
+                    "dump nor its training metrics", run_dir, directory)
+        return None
+    return read_health_records(directory)
+
+
+def _reward_health(run_dir: Path, step: int, records: Mapping[str, Mapping[str, int]] | None) -> dict[str, int | None]:
+    """Verifier items that timed out / failed in a step's training rollouts: from the dump where it carries the reward
+    extras (the legacy trainer dumps them), else from the reward hook's records of the dumped rollouts, else null."""
+    from pipeline_lib.engines.verl.reward import dumped_health
     from pipeline_lib.rewards import health_counts
 
     dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
     if not dump.exists():
         return {}
     rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
-    return {f"reward_{kind}": count for kind, count in health_counts(rows).items()}
+    if rows and any(key.rsplit("/", 1)[-1] in ("timeouts", "failures") for key in rows[0]):
+        counts: Mapping[str, int | None] = health_counts(rows)
+    elif records is not None:
+        counts = dumped_health(rows, records)
+    else:
+        counts = {"timeouts": None, "failures": None}
+    return {f"reward_{kind}": count for kind, count in counts.items()}
+
+
+def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: int | None = None) -> Any:
+    """Each dumped rollout's prompt group, from what verl's dump holds.
+
+    The v1 trainer dumps the rollout key ``{uid}_{session}_{index}`` as ``uid``; the legacy trainer (RARO, RL-Logit)
+    dumps no uid (``RayPPOTrainer._log_rollout_data``), and its batch is reordered by ``_balance_batch`` before the
+    dump, so neighbours are not a group: there the group is the decoded prompt (``input``), which is the same for
+    the ``rollout.n`` rollouts of one prompt. Two rows of one step with the same prompt text become one group of
+    ``2 n`` (logged: the recomputed advantage then normalises over both).
+    """
+    import numpy as np
+
+    if all("uid" in row for row in rows):
+        keys = np.array([str(row["uid"]).rsplit("_", 2)[0] for row in rows], dtype=object)
+    else:
+        missing = [number for number, row in enumerate(rows, start=1) if "input" not in row]
+        if missing:
+            raise VerlRunError(f"{path}: rows {missing[:10]} have neither `uid` nor `input`; cannot tell their "
+                               f"prompt groups apart (keys of row {missing[0]}: {sorted(rows[missing[0] - 1])})")
+        keys = np.array([row["input"] for row in rows], dtype=object)
+    if group_size:
+        names, sizes = np.unique(keys, return_counts=True)
+        wrong = [(str(name)[:80], int(size)) for name, size in zip(names, sizes, strict=True) if size % group_size]
+        if wrong:
+            raise VerlRunError(f"{path}: prompt groups of a size other than a multiple of group_size={group_size}: "
+                               f"{wrong[:5]}")
+        merged = int((sizes > group_size).sum())
+        if merged:
+            log.warning("%s: %d prompt(s) appear more than once in the step; their rollouts form one group each",
+                        path, merged)
+    return keys
 
 
 def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
                      total_steps: int) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
 
-    verl 0.9.1 dumps input, output, ground truth, score and the rollout key ``{uid}_{session}_{index}``
-    but not the advantage, so the advantage is recomputed from the scores with the same registry
+    verl 0.9.1 dumps input, output, ground truth and score, but not the advantage, so the advantage is
+    recomputed from the scores with the same registry
     (:func:`pipeline_lib.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
     the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
     -Sim runs the training reward is not the verifier).
     """
-    import numpy as np
     import torch
     from transformers import AutoTokenizer
 
@@ -170,7 +263,7 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
         if step > total_steps:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        uids = np.array([row["uid"].rsplit("_", 2)[0] for row in rows], dtype=object)
+        uids = rollout_groups(rows, path, spec.get("group_size"))
         groups = group_index(uids)
         rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
         advantages = group_advantages(spec["advantage"], rewards, groups, **params)
@@ -220,9 +313,8 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
         raise VerlRunError(
             f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
             f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
-            f"pipeline's advantage estimators. Fix: `pip install -e <repo>` in this environment (envs/train-verl.yaml "
-            f"installs it; an environment made before that needs `conda env update -f envs/train-verl.yaml` or the "
-            f"pip command)")
+            f"pipeline's advantage estimators. Fix: `pip install --no-deps -e <repo>` in this environment (Snakemake's "
+            f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
@@ -247,11 +339,14 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
+    claim_run_dir(run_dir, digest)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
+    reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
-                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir))}
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
+                        REWARD_HEALTH_ENV: str(reward_health_dir(run_dir))}
     total = int(spec["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
@@ -273,7 +368,6 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
         outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
         inputs += [paths.val_files, paths.init / "config.json"]
-    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
     # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
                       kind=spec.get("baseline") or kind, engine="verl", advantage=spec.get("advantage"), seed=seed)

@@ -23,6 +23,7 @@ __all__ = [
     "ESTIMATOR_MODULE",
     "OPD_TEACHER_DEFAULTS",
     "REWARD_FUNCTION",
+    "REWARD_HEALTH_ENV",
     "RL_LOGIT_AGENT_LOOPS",
     "RL_LOGIT_VARIANTS",
     "VERL_ADVANTAGES",
@@ -35,6 +36,7 @@ __all__ = [
     "hydra_value",
     "metrics_log_path",
     "opd_teacher_settings",
+    "reward_health_dir",
     "rl_logit_agent_loop",
     "rl_overrides",
     "rl_spec",
@@ -47,8 +49,10 @@ __all__ = [
 
 #: Module that registers our estimators; Ray workers import it through VERL_USE_EXTERNAL_MODULES too.
 ESTIMATOR_MODULE = "pipeline_lib.engines.verl.estimators"
-#: verl's custom reward hook: the pipeline's one reward registry.
-REWARD_FUNCTION = ("pkg://pipeline_lib.rewards", "compute_score")
+#: Where the reward hook records verifier timeouts/failures (:func:`reward_health_dir`), set in the Ray runtime env.
+REWARD_HEALTH_ENV = "PIPELINE_REWARD_HEALTH_DIR"
+#: verl's custom reward hook: the pipeline's one reward registry, recording verifier timeouts/failures (reward.py).
+REWARD_FUNCTION = ("pkg://pipeline_lib.engines.verl.reward", "compute_score")
 
 #: Our advantage registry's method -> (verl estimator name, extra algorithm overrides). GRPO, Dr.GRPO
 #: and RLOO use verl's own estimators (tests check they equal ours); the rest are ours (estimators.py).
@@ -398,6 +402,11 @@ def rollout_dump_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "rollout_dump"
 
 
+def reward_health_dir(run_dir: str | Path) -> Path:
+    """Where the reward hook records verifier timeouts/failures (verl's v1 trainer hands them over nowhere)."""
+    return Path(run_dir) / "reward_health"
+
+
 def metrics_log_path(run_dir: str | Path) -> Path:
     """verl's file logger target; each attempt's file is rotated aside first (verl opens it with "wb")."""
     return Path(run_dir) / "verl_metrics.jsonl"
@@ -489,7 +498,8 @@ def rl_overrides(spec: Mapping[str, Any], paths: TrainPaths, seed: int) -> list[
         pairs["+reward.custom_reward_function.reward_kwargs"] = {"reward_weights": dict(spec["reward_weights"])}
     # Fallbacks that reach every Ray worker even where the entry point is not seen, and the metrics file path
     # for verl's file logger (it runs in the TaskRunner actor, which does not inherit this process's env).
-    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir))}
+    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir)),
+           REWARD_HEALTH_ENV: str(reward_health_dir(paths.run_dir))}
     for name, value in env.items():
         pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
     if spec.get("baseline"):
