@@ -58,7 +58,6 @@ def two_models(tmp_path_factory):
         path = tmp_path_factory.mktemp(f"model{seed}")
         Qwen2ForCausalLM(config).save_pretrained(path)
         from tokenizers import Tokenizer, models
-
         from transformers import PreTrainedTokenizerFast
 
         tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(64)},
