@@ -65,6 +65,9 @@ rule preflight_train:
         "logs/preflight/{kind}.log",
     benchmark:
         "results/benchmarks/preflight/{kind}.tsv"
+    # a verl run's Ray actors (trainer, rollout server, agent loop, reward, TransferQueue) keep both cores busy: one
+    # run at a time on the 2-core default
+    threads: 2
     conda:
         "../../envs/train-verl.yaml"
     shell:
