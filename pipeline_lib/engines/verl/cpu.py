@@ -169,7 +169,6 @@ def _complete_torch_cpu() -> None:
     """``torch.cpu`` as verl's device module (its FLOPs counter tests ``device is torch.cpu``) with the calls verl
     makes on a device module that ``torch.cpu`` lacks: memory statistics (0: nothing to report), seeding and RNG
     state (the CPU generator's). Only missing names are added."""
-    import psutil
     import torch
 
     def zero(*args: Any, **kwargs: Any) -> int:
@@ -179,8 +178,8 @@ def _complete_torch_cpu() -> None:
         return None
 
     def mem_get_info(*args: Any, **kwargs: Any) -> tuple[int, int]:
-        memory = psutil.virtual_memory()
-        return memory.available, memory.total
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
 
     extra = {"memory_allocated": zero, "memory_reserved": zero, "max_memory_allocated": zero,
              "max_memory_reserved": zero, "mem_get_info": mem_get_info, "reset_peak_memory_stats": nothing,
