@@ -431,12 +431,15 @@ def _adapter_class() -> type:
     class HFRolloutAdapter(BaseRollout):
         """The trainer side of the rollout: each update's weights go to this rank's replica server."""
 
-        def __init__(self, config: Any, model_config: Any, device_mesh: Any) -> None:
+        def __init__(self, config: Any, model_config: Any, device_mesh: Any = None, replica_rank: int = -1,
+                     **unused: Any) -> None:
+            # ``replica_rank`` comes from a standalone replica's worker (OPD's teacher), else from the trainer rank
             super().__init__(config, model_config, device_mesh)
             rank = int(os.environ.get("RANK", 0))
             world = config.tensor_model_parallel_size * config.data_parallel_size * \
                 config.pipeline_model_parallel_size
-            self.replica_rank, self.is_leader = rank // world, rank % world == 0
+            self.replica_rank = replica_rank if replica_rank >= 0 else rank // world
+            self.is_leader = rank % world == 0
 
         async def resume(self, tags: list[str]) -> None: ...
 
