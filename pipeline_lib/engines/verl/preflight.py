@@ -166,8 +166,8 @@ _SHOWN = ("loss", "train/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_no
 
 def _print_steps(kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
     for row in rows:
-        shown = ", ".join(f"{key}={row[key]:.4g}" for key in _SHOWN
-                          if isinstance(row.get(key), int | float))
+        keys = [*_SHOWN, *sorted(key for key in row if key.startswith("val-core/"))]
+        shown = ", ".join(f"{key}={row[key]:.4g}" for key in keys if isinstance(row.get(key), int | float))
         print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
 
 
