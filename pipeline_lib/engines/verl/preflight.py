@@ -31,11 +31,13 @@ __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spe
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
-#: Preflight kind -> (verl trainer, the paper config's method or baseline whose real run it reproduces).
+#: Preflight kind -> (verl trainer, the paper config's method or baseline whose real run it reproduces). GRPO and
+#: SoftmaxGRPO run their -Sim jobs: a random tiny model never solves a Countdown prompt, so under the verifier every
+#: group's rewards are equal, every advantage 0 and the update empty; the similarity reward varies within a group.
 KINDS: dict[str, tuple[str, str | None]] = {
     "sft": ("sft", None),
-    "grpo": ("rl", "grpo_exact"),
-    "softmax": ("rl", "softmax_exact"),
+    "grpo": ("rl", "grpo_sim"),
+    "softmax": ("rl", "softmax_sim"),
     "softmax_ess": ("rl", "softmax_ess"),
     "opd": ("rl", "opd"),
     "raro": ("rl", "raro"),
@@ -43,6 +45,8 @@ KINDS: dict[str, tuple[str, str | None]] = {
 }
 #: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
 PROBS_DIFF_TOLERANCE = 1e-2
+#: Kinds whose rewards vary within a group even on a random tiny model, so their update must have a gradient.
+NONZERO_UPDATE = ("grpo", "softmax", "opd", "rl_logit")
 
 
 class PreflightError(RuntimeError):
@@ -147,6 +151,8 @@ def check_run(kind: str, run_dir: Path, steps: int) -> list[dict[str, Any]]:
     trained = sorted(row["step"] for row in rows if row["step"] > 0)  # step 0: validation before training
     if trained != list(range(1, steps + 1)):
         raise PreflightError(f"{kind}: verl logged steps {trained}, expected 1..{steps} ({run_dir}/metrics.jsonl)")
+    if kind in NONZERO_UPDATE and not max(abs(row.get("actor/grad_norm", 0.0)) for row in rows) > 0:
+        raise PreflightError(f"{kind}: every step's actor/grad_norm is 0: verl trained nothing ({run_dir})")
     if KINDS[kind][0] == "rl":
         last = rows[-1]
         gap = last.get("training/rollout_probs_diff_max")
