@@ -482,7 +482,7 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
     assert (stale / "checkpoints/global_step_2/actor/model_world_size_1_rank_0.pt").read_text() == "config-a"
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "stale"]
     assert finished_step(checkpoint_dir(run_dir)) is None  # verl starts clean instead of resuming config a
-    assert json.loads((run_dir / "run.json").read_text())["config_sha256"] == "b" * 64
+    assert json.loads((run_dir / "run.json").read_text())["run_sha256"] == "b" * 64
     assert str(stale) in caplog.text and "checkpoints" in caplog.text and "a" * 64 in caplog.text
     assert (collect_metrics(run_dir, 2)).read_text() == ""  # config a's metrics are not merged into b's
 
@@ -493,6 +493,23 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
     claim_run_dir(run_dir, "b" * 64)
     assert (run_dir / "stale" / ("b" * 64) / "DONE.json").exists()
     assert (run_dir / "stale" / f"{'a' * 64}.1" / "rollout_dump/1.jsonl").read_text().count("config-a2") == 1
+
+
+def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
+    """The RL run's config is unchanged when its SFT model is redone with another result; its digest is not."""
+    from pipeline_lib.engines.verl.train import input_digests
+
+    (tmp_path / "sft/final").mkdir(parents=True)
+    (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-1")
+    for name in ("train.parquet", "test.parquet"):
+        (tmp_path / name).write_bytes(b"rows")
+    paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tmp_path / "test.parquet", tmp_path / "sft/final")
+    first = input_digests(paths)
+    assert set(first) == {"train", "val", "init/model.safetensors"} and input_digests(paths) == first
+    (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-2")
+    assert input_digests(paths)["init/model.safetensors"] != first["init/model.safetensors"]
+    (tmp_path / "train.parquet").write_bytes(b"other rows")
+    assert input_digests(paths)["train"] != first["train"]
 
 
 def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):

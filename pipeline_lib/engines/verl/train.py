@@ -9,8 +9,8 @@ A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them 
 launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
 ``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
 (``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
-the same config: the run directory holds its config digest (``DIR/run.json``), and a run whose config changed first
-sets the other config's state aside (:func:`claim_run_dir`) and starts clean.
+the same run: the run directory holds the digest of its config and inputs (``DIR/run.json``), and a run whose config
+or inputs changed first sets the other run's state aside (:func:`claim_run_dir`) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
@@ -51,8 +51,8 @@ from pipeline_lib.engines.verl.translate import (
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "main",
-           "rollout_groups", "run"]
+__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "input_digests",
+           "main", "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
@@ -96,20 +96,33 @@ def finished_step(ckpt_dir: Path) -> int | None:
     return int(text)
 
 
-def claim_run_dir(run_dir: Path, digest: str) -> list[Path]:
-    """Make ``run_dir`` the run of config ``digest``; returns what was set aside (empty for a same-config rerun).
+def input_digests(paths: TrainPaths) -> dict[str, str]:
+    """sha256 of what a run reads besides its config: the data files and the initial model's files (an SFT run that
+    was redone with another result leaves the RL run's config unchanged, yet its checkpoints are another run's)."""
+    from pipeline_lib.io import sha256_file
+
+    named = {"train": paths.train_files, "val": paths.val_files}
+    if paths.init is not None:
+        named |= {f"init/{p.relative_to(paths.init)}": p for p in sorted(paths.init.rglob("*")) if p.is_file()}
+    return {name: sha256_file(path) for name, path in named.items() if path is not None}
+
+
+def claim_run_dir(run_dir: Path, digest: str, described: Mapping[str, Any] | None = None) -> list[Path]:
+    """Make ``run_dir`` the run ``digest`` (of its config and inputs, ``described`` in run.json); returns what was set
+    aside (empty for a rerun of the same run).
 
     verl resumes from whatever ``checkpoints/`` holds (``resume_mode=auto``) and a finished tracker skips verl, so a
-    changed config would resume (or publish) the old config's model and optimizer, and the old attempts' metrics
-    would be merged into the new run's. Everything in the directory that is not this config's (checkpoints, rollout
-    dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to ``stale/<old digest>/`` and is
-    logged; a directory from before run.json existed counts as another config (``stale/unrecorded``).
+    changed config (or initial model, or data) would resume (or publish) the old run's model and optimizer, and the
+    old attempts' metrics would be merged into the new run's. Everything in the directory that is not this run's
+    (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to
+    ``stale/<old digest>/`` and is logged; a directory from before run.json existed counts as another run
+    (``stale/unrecorded``).
     """
     from pipeline_lib.io import write_json
 
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = run_dir / RUN_IDENTITY
-    previous = json.loads(identity.read_text()).get("config_sha256") if identity.is_file() else None
+    previous = json.loads(identity.read_text()).get("run_sha256") if identity.is_file() else None
     if previous == digest:
         return []
     state = sorted(p for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR))
@@ -117,14 +130,15 @@ def claim_run_dir(run_dir: Path, digest: str) -> list[Path]:
     if state:
         base = run_dir / STALE_DIR / (previous or "unrecorded")
         target, attempt = base, 1
-        while target.exists():  # the same old config set aside twice (A -> B -> A -> B): keep both
+        while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both
             target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
         target.mkdir(parents=True)
         for path in state:
             moved.append(path.rename(target / path.name))
-        log.warning("%s belonged to config %s, this run is config %s: set aside %s in %s (not resumed, not "
-                    "deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state), target)
-    write_json(identity, {"config_sha256": digest, "engine": "verl"})
+        log.warning("%s belonged to run %s (config + inputs), this is run %s: set aside %s in %s (not resumed, "
+                    "not deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state),
+                    target)
+    write_json(identity, {"run_sha256": digest, "engine": "verl", **(described or {})})
     return moved
 
 
@@ -340,7 +354,9 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
 
         check_training_data(paths.train_files)
     digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
-    claim_run_dir(run_dir, digest)
+    inputs_read = input_digests(paths)
+    claim_run_dir(run_dir, config_digest({"config_sha256": digest, "inputs": inputs_read}),
+                  {"config_sha256": digest, "inputs": inputs_read})
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
     reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
