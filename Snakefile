@@ -13,40 +13,51 @@ check_config_files(workflow.configfiles)
 validate_config(config, "workflow/schemas/config.schema.yaml")
 
 
-include: "workflow/rules/common.smk"
-include: "workflow/rules/data.smk"
-include: "workflow/rules/train.smk"
-include: "workflow/rules/eval.smk"
-include: "workflow/rules/judge.smk"
-include: "workflow/rules/paper.smk"
+if "preflight" in config:  # config/preflight.yaml: only the verl preflight (workflow/rules/preflight.smk)
+
+    include: "workflow/rules/preflight.smk"
+
+    rule preflight:
+        default_target: True
+        input:
+            PREFLIGHT_TARGETS,
+
+else:
+
+    include: "workflow/rules/common.smk"
+    include: "workflow/rules/data.smk"
+    include: "workflow/rules/train.smk"
+    include: "workflow/rules/eval.smk"
+    include: "workflow/rules/judge.smk"
+    include: "workflow/rules/paper.smk"
 
 
-rule all:
-    default_target: True
-    input:
-        TARGETS["all"],
+    rule all:
+        default_target: True
+        input:
+            TARGETS["all"],
 
 
-rule data:
-    input:
-        TARGETS["data"],
+    rule data:
+        input:
+            TARGETS["data"],
 
 
-rule train:
-    input:
-        TARGETS["train"],
+    rule train:
+        input:
+            TARGETS["train"],
 
 
-rule eval:
-    input:
-        TARGETS["eval"],
+    rule eval:
+        input:
+            TARGETS["eval"],
 
 
-rule judge:
-    input:
-        TARGETS["judge"],
+    rule judge:
+        input:
+            TARGETS["judge"],
 
 
-rule paper:
-    input:
-        TARGETS["paper"],
+    rule paper:
+        input:
+            TARGETS["paper"],

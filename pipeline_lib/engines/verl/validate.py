@@ -170,8 +170,11 @@ def _check_distillation(config: Any) -> None:
                          f"({section.nnodes}) must be > 0: the teacher needs its own resource pool")
     built = omega_conf_to_dataclass(section)
     engine = config.actor_rollout_ref.rollout.name
+    from pipeline_lib.engines.verl.cpu import ROLLOUT_NAME, cpu_enabled
+
+    engines = ("vllm", "sglang", *((ROLLOUT_NAME,) if cpu_enabled() else ()))  # the preflight's CPU rollout too
     for key, teacher in built.teacher_models.items():
-        if teacher.inference.name not in ("vllm", "sglang"):
+        if teacher.inference.name not in engines:
             raise ValueError(f"distillation teacher {key!r}: inference engine {teacher.inference.name!r} (from "
                              f"actor_rollout_ref.rollout.name {engine!r}) cannot serve teacher log-probs")
 

@@ -1,0 +1,244 @@
+"""The verl preflight: every kind of verl job of the paper plan trains 2 real steps on CPU before a GPU hour is spent.
+
+    snakemake --configfile config/preflight.yaml            # every kind, one job each (workflow/rules/preflight.smk)
+    python -m pipeline_lib.engines.verl.preflight model --preflight JSON --tokenizer DIR --out DIR
+    python -m pipeline_lib.engines.verl.preflight run --preflight JSON --kind grpo --init DIR --out DIR
+
+A job builds its run spec exactly as the real run's (:mod:`.translate` over the paper config, ``preflight.base``),
+with the task's App. B row scaled down by ``preflight.row`` (2 steps, a few prompts, short lengths, one trainer
+process) and the model replaced by a tiny random Qwen2 of the paper model's architecture with the pipeline's own
+tokenizer. The only overrides added to the real run's are the CPU ones (:func:`.cpu.cpu_overrides`), and the run goes
+through the real entry point (:func:`.train.run`: validation, launcher, verl's own trainer, checkpoint check, model
+merger, metrics, rollouts, ``DONE.json``). Afterwards the job checks that verl trained every step and, for RL, that the
+rollout after the update sampled from the updated weights (verl's ``training/rollout_probs_diff_max``), and prints
+each step's numbers, so the job log shows them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
+           "load_preflight_config", "main", "run_kind"]
+
+log = logging.getLogger("pipeline_lib.engines.verl.preflight")
+
+#: Preflight kind -> (verl trainer, the paper config's method or baseline whose real run it reproduces). GRPO and
+#: SoftmaxGRPO run their -Sim jobs: a random tiny model never solves a Countdown prompt, so under the verifier every
+#: group's rewards are equal, every advantage 0 and the update empty; the similarity reward varies within a group.
+KINDS: dict[str, tuple[str, str | None]] = {
+    "sft": ("sft", None),
+    "grpo": ("rl", "grpo_sim"),
+    "softmax": ("rl", "softmax_sim"),
+    "softmax_ess": ("rl", "softmax_ess"),
+    "opd": ("rl", "opd"),
+    "raro": ("rl", "raro"),
+    "rl_logit": ("rl", "rl_logit"),
+}
+#: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
+PROBS_DIFF_TOLERANCE = 1e-2
+#: Kinds whose rewards vary within a group even on a random tiny model, so their update must have a gradient.
+NONZERO_UPDATE = ("grpo", "softmax", "opd", "rl_logit")
+
+
+class PreflightError(RuntimeError):
+    """A preflight job found verl not training as the real run would; the message names the kind and the check."""
+
+
+def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(the preflight section, the paper config it checks)``, the paper config validated by the pipeline schema."""
+    import yaml
+
+    from pipeline_lib.config import validate_config
+
+    section = dict(section)
+    missing = [k for k in ("base", "task", "paper_task", "row", "sft", "model", "kinds", "seed", "val_prompts")
+               if k not in section]
+    if missing:
+        raise PreflightError(f"preflight config lacks {missing} (config/preflight.yaml shows each)")
+    unknown = sorted(set(section["kinds"]) - set(KINDS) - {"eval"})
+    if unknown:
+        raise PreflightError(f"preflight.kinds has unknown {unknown}; known: {[*KINDS, 'eval']}")
+    base_path = Path(section["base"])
+    if not base_path.is_file():
+        raise PreflightError(f"preflight.base: {base_path} does not exist (the paper config the preflight checks)")
+    base = yaml.safe_load(base_path.read_text())
+    validate_config(base, "workflow/schemas/config.schema.yaml")
+    if section["paper_task"] not in base["train"]["verl"]["tasks"]:
+        raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a task of {base_path} "
+                             f"(train.verl.tasks: {sorted(base['train']['verl']['tasks'])})")
+    return section, base
+
+
+def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[str, Any], seed: int,
+                     out: str | os.PathLike[str]) -> Path:
+    """A tiny random Qwen2 (the paper model's architecture) with the pipeline's tokenizer, as an HF directory."""
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.engines.local.model import build_model, save_model_atomic
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    model = build_model(tokenizer, dict(model_spec), seed)
+    model.config.attn_implementation = "sdpa"  # a plain checkpoint: verl loads it with its own attention
+    return save_model_atomic(model, tokenizer, out)
+
+
+def _preflight_paper_config(section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> dict[str, Any]:
+    """The paper config with the preflight task in place of the paper task: its App. B row scaled by
+    ``preflight.row``, the tiny model in place of the paper model; every other setting as the real run's."""
+    config = copy.deepcopy(dict(base))
+    verl = config["train"]["verl"]
+    row = {**verl["tasks"][section["paper_task"]], **section["row"]}
+    row.pop("methods", None)
+    verl["tasks"] = {section["task"]: row}
+    verl["model"] = model_dir
+    verl["sft"] = {**verl["sft"], **section["sft"]}
+    return config
+
+
+def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> dict[str, Any]:
+    """The run spec of one preflight kind, built by the real run's spec builder (:mod:`.translate`), plus the CPU
+    overrides."""
+    from pipeline_lib.engines.verl.cpu import cpu_overrides
+    from pipeline_lib.engines.verl.translate import VERL_BASELINES, baseline_rl_spec, rl_spec, sft_spec
+
+    trainer, method = KINDS[kind]
+    config = _preflight_paper_config(section, base, model_dir)
+    for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
+        config["train"]["baselines"][baseline] = {**config["train"]["baselines"][baseline], **settings}
+    task = section["task"]
+    if trainer == "sft":
+        spec = sft_spec(config, task)
+    elif method in VERL_BASELINES:
+        if method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on one
+            # trainer "GPU" of its own beside the student's, as on a GPU node
+            opd = config["train"]["baselines"]["opd"]
+            opd["teacher"] = {"hub": model_dir}
+            opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
+            config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
+        spec = baseline_rl_spec(config, task, method)
+    else:
+        spec = rl_spec(config, task, method)
+    spec["extra_overrides"] = [*spec["extra_overrides"], *cpu_overrides(trainer, spec["gpus_per_node"])]
+    return spec
+
+
+def _small_validation(source: Path, rows: int, out: Path) -> Path:
+    """The first ``rows`` prompts of the task's test split: validation before training stays seconds."""
+    import pandas as pd
+
+    from pipeline_lib.io import atomic_path
+
+    with atomic_path(out) as tmp:
+        pd.read_parquet(source).head(rows).to_parquet(tmp)
+    return out
+
+
+def check_run(kind: str, run_dir: Path, steps: int) -> list[dict[str, Any]]:
+    """verl trained every step (metrics for 1..steps, ``DONE.json``) and, for RL, the rollout after the update
+    sampled from the updated weights; returns the per-step metrics."""
+    if not (run_dir / "DONE.json").is_file():
+        raise PreflightError(f"{kind}: {run_dir}/DONE.json missing")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    trained = sorted(row["step"] for row in rows if row["step"] > 0)  # step 0: validation before training
+    if trained != list(range(1, steps + 1)):
+        raise PreflightError(f"{kind}: verl logged steps {trained}, expected 1..{steps} ({run_dir}/metrics.jsonl)")
+    if kind in NONZERO_UPDATE and not max(abs(row.get("actor/grad_norm", 0.0)) for row in rows) > 0:
+        raise PreflightError(f"{kind}: every step's actor/grad_norm is 0: verl trained nothing ({run_dir})")
+    if KINDS[kind][0] == "rl":
+        last = rows[-1]
+        gap = last.get("training/rollout_probs_diff_max")
+        if gap is None:
+            raise PreflightError(f"{kind}: step {last['step']} has no training/rollout_probs_diff_max (rollout "
+                                 f"log-probs not returned?)")
+        if not gap <= PROBS_DIFF_TOLERANCE:
+            raise PreflightError(f"{kind}: after the update the rollout's token probabilities differ from the "
+                                 f"actor's by up to {gap:.3g} (> {PROBS_DIFF_TOLERANCE}): the rollout did not "
+                                 f"sample from the updated weights")
+    return rows
+
+
+_SHOWN = ("loss", "train/loss", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean",
+          "actor/distillation/loss", "response_length/mean", "training/rollout_probs_diff_max", "timing_s/step")
+
+
+def _print_steps(kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    for row in rows:
+        keys = [*_SHOWN, *sorted(key for key in row if key.startswith("val-core/"))]
+        shown = ", ".join(f"{key}={row[key]:.4g}" for key in keys if isinstance(row.get(key), int | float))
+        print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
+
+
+def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> Path:
+    """One preflight job: the kind's real run, 2 steps on CPU, from a clean run directory, then its checks; returns
+    ``DONE.json``."""
+    import shutil
+
+    from pipeline_lib.engines.verl import cpu
+    from pipeline_lib.engines.verl.train import run
+    from pipeline_lib.engines.verl.translate import TrainPaths
+
+    os.environ[cpu.ENV] = "1"  # this process's verl and every process it starts (torchrun ranks, Ray workers)
+    cpu.install()
+    section, base = load_preflight_config(preflight)
+    data = Path("results/data") / section["task"]
+    spec = kind_spec(kind, section, base, str(init))
+    if KINDS[kind][0] == "sft":
+        paths = TrainPaths(out, data / "sft_train.parquet")
+    else:
+        val = _small_validation(data / "rl_test.parquet", int(section["val_prompts"]),
+                                out.parent / f"{kind}_val.parquet")
+        paths = TrainPaths(out, data / "rl_train.parquet", val, init)
+    shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
+    print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {json.dumps(spec)})", flush=True)
+    done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
+    rows = check_run(kind, out, int(spec["steps"]))
+    _print_steps(kind, rows)
+    return done
+
+
+def eval_spec_for(preflight: Mapping[str, Any]) -> dict[str, Any]:
+    """The paper config's evaluation settings for a verl checkpoint with the CPU ones in place: the hf backend
+    (vLLM is the GPU run's), ``preflight.eval`` (a few prompts, short generations)."""
+    from pipeline_lib.specs import eval_spec
+
+    section, base = load_preflight_config(preflight)
+    return {**eval_spec(base), "backend": "hf", **dict(section.get("eval") or {})}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    model = sub.add_parser("model", help="the tiny random Qwen2 with the pipeline's tokenizer")
+    model.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
+    model.add_argument("--tokenizer", required=True)
+    model.add_argument("--out", required=True, type=Path)
+    job = sub.add_parser("run", help="one kind's verl run, 2 steps on CPU, and its checks")
+    job.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
+    job.add_argument("--kind", required=True, choices=sorted(KINDS))
+    job.add_argument("--init", required=True, type=Path, help="the model RL starts from (SFT: the tiny model)")
+    job.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "model":
+        section, _ = load_preflight_config(json.loads(args.preflight))
+        build_tiny_model(args.tokenizer, section["model"], int(section["seed"]), args.out)
+        return 0
+    try:
+        run_kind(args.kind, json.loads(args.preflight), args.init, args.out)
+    except PreflightError as error:
+        print(f"preflight failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+# The verl preflight (`snakemake --configfile config/preflight.yaml`; pipeline_lib.engines.verl.preflight): every kind
+# of verl job of the paper plan trains 2 real steps on CPU through the real run's code, then a verl checkpoint is
+# evaluated. The tiny task's data and the pipeline's tokenizer come from the tiny default's own data rules.
+import json
+
+import yaml
+
+from pipeline_lib.engines.verl.preflight import KINDS, eval_spec_for
+from pipeline_lib.plan.runs import TOKENIZER
+
+PREFLIGHT = dict(config["preflight"])
+PREFLIGHT_JSON = json.dumps(PREFLIGHT)
+# the data rules read the tiny default's data settings (config/config.yaml), which the preflight's config leaves out
+with open(PREFLIGHT.get("data_config", "config/config.yaml")) as _tiny:
+    for _key, _value in yaml.safe_load(_tiny).items():
+        if _key != "preflight":
+            config[_key] = _value
+validate_config(config, "workflow/schemas/config.schema.yaml")
+PREFLIGHT_TRAIN = [kind for kind in PREFLIGHT["kinds"] if kind in KINDS]
+PREFLIGHT_RL = [kind for kind in PREFLIGHT_TRAIN if KINDS[kind][0] == "rl"]
+PREFLIGHT_DATA = [f"results/data/{PREFLIGHT['task']}/{split}.parquet" for split in ("sft_train", "rl_train", "rl_test")]
+
+
+# what `rule preflight` (the Snakefile's default target under this config) asks for
+PREFLIGHT_TARGETS = [*expand("results/preflight/{kind}/DONE.json", kind=PREFLIGHT_TRAIN),
+                     *(["results/preflight/eval/metrics.json"] if "eval" in PREFLIGHT["kinds"] else [])]
+
+
+include: "common.smk"
+include: "data.smk"
+
+
+rule preflight_model:
+    input:
+        TOKENIZER,
+    output:
+        "results/preflight/model/config.json",
+    params:
+        preflight=PREFLIGHT_JSON,
+        code=code_digest("pipeline_lib.engines.verl.preflight"),
+    log:
+        "logs/preflight/model.log",
+    conda:
+        "../../envs/train-verl.yaml"
+    shell:
+        "python -m pipeline_lib.engines.verl.preflight model --preflight {params.preflight:q}"
+        " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
+
+
+# SFT from the tiny model; every RL kind from the SFT run's merged model, as the real RL runs start from theirs.
+rule preflight_train:
+    input:
+        PREFLIGHT_DATA,
+        init=lambda wildcards: "results/preflight/model/config.json" if wildcards.kind == "sft"
+        else "results/preflight/sft/DONE.json",
+    output:
+        "results/preflight/{kind}/DONE.json",
+    params:
+        preflight=PREFLIGHT_JSON,
+        init=lambda wildcards: "results/preflight/model" if wildcards.kind == "sft" else "results/preflight/sft/final",
+        code=code_digest("pipeline_lib.engines.verl.preflight"),
+    wildcard_constraints:
+        kind="|".join(PREFLIGHT_TRAIN),
+    log:
+        "logs/preflight/{kind}.log",
+    benchmark:
+        "results/benchmarks/preflight/{kind}.tsv"
+    # a verl run's Ray actors (trainer, rollout server, agent loop, reward, TransferQueue) keep both cores busy: one
+    # run at a time on the 2-core default
+    threads: 2
+    conda:
+        "../../envs/train-verl.yaml"
+    shell:
+        "python -m pipeline_lib.engines.verl.preflight run --preflight {params.preflight:q} --kind {wildcards.kind}"
+        " --init {params.init} --out results/preflight/{wildcards.kind} > {log} 2>&1"
+        " && grep -F '[preflight' {log}"  # each verl step's numbers, in Snakemake's own log
+
+
+# A verl checkpoint (the GRPO run's merged actor) through the real evaluation entry point, hf backend on CPU.
+rule preflight_eval:
+    input:
+        done="results/preflight/grpo/DONE.json",
+        data=f"results/data/{PREFLIGHT['task']}/rl_test.parquet",
+    output:
+        "results/preflight/eval/metrics.json",
+    params:
+        spec=json.dumps(eval_spec_for(PREFLIGHT)),
+    log:
+        "logs/preflight/eval.log",
+    conda:
+        "../../envs/report.yaml"
+    shell:
+        "python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
+        " --spec {params.spec:q} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"
