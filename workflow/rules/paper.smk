@@ -253,6 +253,7 @@ rule paper_reproduction_report:
         code=code_digest("pipeline_lib.paper.reproduction"),
         label=config["label"],
         made=REPORT_INPUTS["made"],
+        min_seeds=config["report"]["min_seeds"],
     log:
         "logs/paper_reproduction_report.log",
     benchmark:
@@ -262,7 +263,8 @@ rule paper_reproduction_report:
     shell:
         "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
         " --table1 {input.table1} --allocation {input.allocation} --eval-root results/eval"
-        " --judge-summaries {input.summaries} --made {params.made} --out {output.report} > {log} 2>&1"
+        " --judge-summaries {input.summaries} --made {params.made} --min-seeds {params.min_seeds}"
+        " --out {output.report} > {log} 2>&1"
 
 
 rule paper_audit:
