@@ -6,9 +6,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 import yaml
 
+from pipeline_lib.advantages import group_advantages
+from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bins
 from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
+from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
 from pipeline_lib.stats import paired_interval
 
@@ -137,3 +141,61 @@ def test_verdict_rules():
     assert crowded.adjusted_p == pytest.approx(min(1.0, 3 * edge.p_value))
     with pytest.raises(ValueError, match="min_seeds must be >= 3"):
         verdicts([up], min_seeds=2)
+
+
+def test_bins_a_configuration_cannot_fill_are_named_not_printed_as_zero():
+    """Binary rewards: only 0 < k < M correct gives a group gradient, so with M = 8 the [0.9, 1] bin (8/8 only) and
+    with M = 4 also [0, 0.2) (0/4 only) stay empty whatever training does; graded rewards fill every bin."""
+    assert list(unfillable_bins(8, True)) == [4] and "all correct (8/8)" in unfillable_bins(8, True)[4]
+    assert list(unfillable_bins(4, True)) == [0, 4] and "all wrong (0/4)" in unfillable_bins(4, True)[0]
+    assert unfillable_bins(8, False) == {} and unfillable_bins(0, True) == {}
+    frame = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": 1.0, "bin1": 2.0, "bin2": 3.0,
+                           "bin3": 4.0, "bin4": 0.0, "group_size": 8, "binary_reward": True}
+                          for s in range(3) for m in ("grpo_exact", "softmax_exact")])
+    section = build_report("tiny", REFERENCE, None, frame).split("## Gradient allocation")[1].split("###")[0]
+    assert "0.0 / 36.4" not in section and "not comparable (a) / 36.4" in section  # gsm8k/grpo_exact's [0.9, 1]
+    assert "(a) Not comparable: with M = 8 and 0/1 rewards, a pass rate in [0.9,1] means all correct (8/8)" in section
+    graded = frame.assign(binary_reward=False)
+    assert "0.0 / 36.4" in build_report("tiny", REFERENCE, None, graded)
+
+
+def _write_rl_run(root: Path, method: str, seed: int, rewards: torch.Tensor, advantage: str, params: dict) -> None:
+    run = root / "arith_tiny" / method / f"seed{seed}"
+    run.mkdir(parents=True)
+    group = torch.arange(len(rewards) // 8).repeat_interleave(8)
+    record = {"step": 1, "group": group.tolist(), "reward": rewards.tolist(), "correct": rewards.int().tolist(),
+              "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
+              "length": (torch.arange(len(rewards)) % 5 + 1).tolist()}
+    (run / "rollouts.jsonl").write_text(json.dumps(record) + "\n")
+    spec = {"advantage": advantage, "advantage_params": params}
+    (run / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec}}))
+
+
+def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
+    """The split's two parts add up to the shift the report computes from the allocation data, and re-weighting
+    GRPO's own rollouts is what the arithmetic part measures (visits = 0 when both runs saw the same groups)."""
+    gen = torch.Generator().manual_seed(0)
+    rollouts = []
+    for seed in range(3):
+        pass_rate = torch.rand(6, 1, generator=gen, dtype=torch.float64)
+        grpo = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
+        softmax = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten()
+        _write_rl_run(tmp_path, "grpo_exact", seed, grpo, "grpo", {})
+        _write_rl_run(tmp_path, "softmax_exact", seed, softmax, "softmax", {"tau": 0.1})
+        rollouts += [tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl" for m in ("grpo_exact",
+                                                                                             "softmax_exact")]
+    split = allocation_split(tmp_path, ["arith_tiny"]).set_index("part")["result"]
+    shift = allocation_shift(allocation_data(rollouts))[0]["result"]
+    assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
+    assert split["arithmetic"].n_seeds == 3 and split["arithmetic"].method == "t, seeds"
+    assert split["arithmetic"].mean > 0  # the softmax weights favour the hard groups of the same rollouts
+    same = tmp_path / "same"
+    for seed in range(3):
+        rewards = json.loads((tmp_path / "arith_tiny/grpo_exact" / f"seed{seed}" / "rollouts.jsonl").read_text())
+        rewards = torch.tensor(rewards["reward"], dtype=torch.float64)
+        _write_rl_run(same, "grpo_exact", seed, rewards, "grpo", {})
+        _write_rl_run(same, "softmax_exact", seed, rewards, "softmax", {"tau": 0.1})
+    held = allocation_split(same, ["arith_tiny"]).set_index("part")["result"]
+    assert held["visits"].mean == 0.0 and held["arithmetic"].mean == pytest.approx(split["arithmetic"].mean)
+    report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), train_root=tmp_path)
+    assert "estimator's arithmetic: GRPO-Exact's own rollouts" in report.split("### Where the shift comes from")[1]

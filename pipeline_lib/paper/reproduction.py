@@ -33,6 +33,7 @@ import pandas as pd
 import yaml
 
 from pipeline_lib.io import write_text
+from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
@@ -51,8 +52,6 @@ VERIFIABLE_PAIRS = (("softmax_exact", "grpo_exact"), ("softmax_sim", "grpo_sim")
                     ("softmax_exact", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "sft"))
 #: Paired comparisons of the non-verifiable table.
 NONVERIFIABLE_PAIRS = (("softmax_sim", "grpo_sim"), ("softmax_sim", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "opd"))
-#: Gradient-allocation bins counted as "hard" (group pass rate below 0.5).
-HARD_BINS = [i for i, (_, high) in enumerate(PASS_RATE_BINS) if high <= 0.5]
 METRICS = {"pass@1_greedy": "greedy pass@1", "pass@1_sampled": "sampled pass@1"}
 
 
@@ -83,19 +82,33 @@ def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric
 
 
 def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
+    """Ours / paper per bin; a bin this configuration cannot fill (see
+    :func:`pipeline_lib.paper.allocation_split.unfillable_bins`) says so with a note instead of a 0 beside the
+    paper's number."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     summed = ours.groupby(["task", "method"])[bins].sum()
-    rows = []
+    rows, notes = [], {}
     for (task, method), values in summed.iterrows():
         total = values.sum()
         key = f"{TASK_TO_PAPER.get(task, task)}/{method}"
         paper = reference["rows"].get(key)
+        runs = ours[(ours["task"] == task) & (ours["method"] == method)]
+        sizes = set(runs["group_size"]) if "group_size" in runs.columns else set()
+        unfillable = unfillable_bins(int(sizes.pop()) if len(sizes) == 1 else 0,
+                                     bool(runs["binary_reward"].all()) if "binary_reward" in runs.columns else False)
         row = {"Run": f"{task} {_label(method)}"}
         for i, name in enumerate(reference["columns"]):
+            theirs = _fmt(paper[i]) if paper else "–"
+            if i in unfillable:
+                mark = notes.setdefault(unfillable[i], f"({chr(ord('a') + len(notes))})")
+                row[name] = f"not comparable {mark} / {theirs}"
+                continue
             mine = 100 * values[bins[i]] / total if total else None
-            row[name] = f"{_fmt(mine)} / {_fmt(paper[i]) if paper else '–'}"
+            row[name] = f"{_fmt(mine)} / {theirs}"
         rows.append(row)
-    return to_markdown(pd.DataFrame(rows))
+    lines = [to_markdown(pd.DataFrame(rows))]
+    lines += ["", *(f"{mark} Not comparable: {reason}." for reason, mark in notes.items())] if notes else []
+    return "\n".join(lines)
 
 
 def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
@@ -325,9 +338,11 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
 
 def build_report(label: str, reference: dict, table1: pd.DataFrame | None, allocation: pd.DataFrame | None,
                  scores: dict | None = None, judge_items: dict | None = None,
-                 made: dict[str, Path] | None = None, min_seeds: int = MIN_SEEDS) -> str:
+                 made: dict[str, Path] | None = None, min_seeds: int = MIN_SEEDS,
+                 train_root: Path | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
-    ``made`` the other tables this run made (name -> its markdown file), ``min_seeds`` the seeds a verdict needs."""
+    ``made`` the other tables this run made (name -> its markdown file), ``min_seeds`` the seeds a verdict needs,
+    ``train_root`` the training runs (their rollouts split the allocation shift)."""
     comparable = label == "paper"
     made = made or {}
     parts = [
@@ -374,6 +389,14 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                      if s["result"] else "–"}
                     for s in shifts]
             parts += ["### Gradient-allocation shift, paired by seed", "", to_markdown(pd.DataFrame(rows)), ""]
+            if train_root is not None:
+                split = allocation_split(train_root, [s["task"] for s in shifts])
+                parts += ["### Where the shift comes from", "",
+                          "The shift above adds up from two parts, each paired by seed: the estimator's arithmetic "
+                          "(GRPO-Exact's own rollouts re-weighted with the softmax run's estimator through the "
+                          "advantage registry, against GRPO's weights on them: what the formula alone moves) and "
+                          "the change in what training visits (the softmax run's rollouts against GRPO-Exact's, both "
+                          "with the softmax weights).", "", split_section(split), ""]
     nonverifiable: list[Comparison] = []
     if judge_items:
         for task in sorted({t for t, _, _ in judge_items}):
@@ -425,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allocation", type=Path, default=None)
     parser.add_argument("--eval-root", type=Path, default=None,
                         help="results/eval: per-prompt scores (generations.jsonl) of the Table 1 runs")
+    parser.add_argument("--train-root", type=Path, default=None,
+                        help="results/train: the GRPO- and SoftmaxGRPO-Exact runs' rollouts (the allocation split)")
     parser.add_argument("--judge-summaries", type=Path, nargs="*", default=[],
                         help="primary judge summary.json files (scores.jsonl beside each)")
     parser.add_argument("--made", nargs="*", default=[],
@@ -442,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     judge_items = load_judge_items(args.judge_summaries) if args.judge_summaries else None
     made = _made(args.made)
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
-                                      args.min_seeds))
+                                      args.min_seeds, args.train_root))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p]
     inputs += [*args.judge_summaries, *made.values()]
     write_provenance([args.out], step="paper_reproduction_report", inputs=inputs,

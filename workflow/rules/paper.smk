@@ -263,6 +263,7 @@ rule paper_reproduction_report:
     shell:
         "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
         " --table1 {input.table1} --allocation {input.allocation} --eval-root results/eval"
+        " --train-root results/train"
         " --judge-summaries {input.summaries} --made {params.made} --min-seeds {params.min_seeds}"
         " --out {output.report} > {log} 2>&1"
 
