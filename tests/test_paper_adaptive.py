@@ -16,6 +16,7 @@ import torch
 from pipeline_lib import theory
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.paper import adaptive
+from pipeline_lib.stats import paired_interval
 
 TASK = "countdown_tiny"
 METHODS = {"softmax_ess": ("softmax_ess", {"ess_fraction": 0.5}), "softmax_exact": ("softmax", {"tau": 0.1}),
@@ -82,6 +83,11 @@ def test_paired_differences_match_hand_computation(runs):
     assert greedy["low"] <= greedy["mean"] <= greedy["high"] and greedy["n_seeds"] == 3 and greedy["n_items"] == 10
     sampled = frame[frame["metric"] == "pass@1_sampled"].iloc[0]
     assert sampled["mean"] == pytest.approx(greedy["mean"] / 2)  # one of two samples carries the greedy score
+    # the report's interval, the seed as the unit: the same per-prompt matrices give the same numbers
+    direct = paired_interval(np.stack([greedy_scores("softmax_ess", s) for s in SEEDS]),
+                             np.stack([greedy_scores(greedy["baseline"], s) for s in SEEDS]))
+    assert (greedy["low"], greedy["high"], greedy["method"]) == (pytest.approx(direct.low), pytest.approx(direct.high),
+                                                                 "t, seeds + prompts")
 
 
 def test_identical_methods_differ_by_exactly_zero(tmp_path):
