@@ -132,7 +132,7 @@ def test_verdict_rules():
     texts = [v.text for v in verdicts([up, down, wide, two_seeds, None])]
     assert texts == ["supported", "contradicted (interval excludes 0 the other way)",
                      "inconclusive (interval includes 0)", "no verdict: estimate from 2 seeds (< 3)",
-                     "cannot test (not run)"]
+                     "cannot test (no paired result)"]
     # Holm: an interval that excludes 0 on its own (p ~ 0.03) is not enough among several tested claims
     edge = paired_interval([0.10, 0.16, 0.22], [0.0, 0.0, 0.0], level=0.95)
     assert edge.excludes_zero and 0.01 < edge.p_value < 0.05

@@ -27,7 +27,7 @@ SUPPORTED = "supported"
 CONTRADICTED = "contradicted (interval excludes 0 the other way)"
 INCONCLUSIVE = "inconclusive (interval includes 0)"
 INCONCLUSIVE_AFTER_HOLM = "inconclusive (interval excludes 0, but not after Holm)"
-NOT_RUN = "cannot test (not run)"
+NOT_RUN = "cannot test (no paired result)"
 
 
 def rules(min_seeds: int) -> str:
