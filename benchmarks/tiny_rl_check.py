@@ -117,8 +117,8 @@ def report(out: Path, split: str, tasks: list[str], methods: list[str], seeds: l
             pairs.append(("softmax_exact", "grpo_exact"))
         for metric in ("pass@1_greedy", "pass@1_sampled"):
             for method in ["sft", *methods]:
-                values = [100 * scores[(task, method, s)][metric].mean() for s in seeds]
-                print(f"  {metric:15s} {method:14s} {np.mean(values):5.1f}  per seed {[round(v, 1) for v in values]}")
+                values = [round(100 * float(scores[(task, method, s)][metric].mean()), 1) for s in seeds]
+                print(f"  {metric:15s} {method:14s} {np.mean(values):5.1f}  per seed {values}")
             for a, b in pairs:
                 diff = compare(scores, task, a, b, metric, strict=True).result
                 results[f"{task}/{metric}/{a}-{b}"] = diff.as_dict()
