@@ -2,12 +2,18 @@
 
 Run: python benchmarks/tiny_rl_check.py --split rl_val                   # tune shared settings on validation
      python benchmarks/tiny_rl_check.py --split rl_test --seeds 0 1 2    # once, with the chosen settings
+     python benchmarks/tiny_rl_check.py --split rl_test --seeds 3 4 5 --out results/tiny_rl_check_fresh
+                                                                         # do the verdicts replicate on fresh seeds?
 
 Calls the library directly (no Snakemake) with ``config/config.yaml`` (``--patch`` JSON merged on top,
 for trying settings), one process per (task, seed) is fine to run side by side (``--tasks``/``--seeds``),
 finished runs are reused. ``--report`` only prints: per task and method, greedy and sampled pass@1
-and the paired difference to SFT (and SoftmaxGRPO − GRPO) with a 95% bootstrap interval over seeds
-and prompts (:func:`pipeline_lib.stats.paired_bootstrap`), plus each stage's wall time.
+and the paired difference to SFT (and SoftmaxGRPO − GRPO) with its 95% interval (the report's pairing,
+:func:`pipeline_lib.paper.reproduction.compare`: a t-interval whose unit is the seed), then the verdicts
+of the greedy comparisons under the claims table's rules (:mod:`pipeline_lib.paper.verdicts`, Holm over
+these comparisons only, ``report.min_seeds`` from the config), plus each stage's wall time. Run on seeds
+the default run did not use (``--seeds 3 4 5``), it checks whether the default report's verdicts
+replicate with the same code.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from pipeline_lib.config import load_config_file, validate_config
-from pipeline_lib.stats import paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,31 +100,35 @@ def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: li
                 eval_dir, run_dir / "final", eval_data, dict(config["eval"]), seed))
 
 
-def per_prompt(path: Path) -> dict[str, np.ndarray]:
-    from pipeline_lib.paper.reproduction import prompt_scores
+def report(out: Path, split: str, tasks: list[str], methods: list[str], seeds: list[int],
+           min_seeds: int) -> dict[str, Any]:
+    from pipeline_lib.paper.reproduction import compare, prompt_scores
+    from pipeline_lib.paper.verdicts import rules, verdicts
 
-    return prompt_scores(path / "generations.jsonl")
-
-
-def report(out: Path, split: str, tasks: list[str], methods: list[str], seeds: list[int]) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    claims = []
     for task in tasks:
-        scores = {m: [per_prompt(out / "eval" / split / task / m / f"seed{s}") for s in seeds]
-                  for m in ["sft", *methods]}
-        print(f"\n{task} ({split}, seeds {seeds}, {len(scores['sft'][0]['pass@1_greedy'])} prompts)")
+        scores = {(task, m, s): prompt_scores(out / "eval" / split / task / m / f"seed{s}" / "generations.jsonl")
+                  for m in ["sft", *methods] for s in seeds}
+        print(f"\n{task} ({split}, seeds {seeds}, {len(scores[(task, 'sft', seeds[0])]['pass@1_greedy'])} prompts)")
         pairs = [(m, "sft") for m in methods]
         if "softmax_exact" in methods and "grpo_exact" in methods:
             pairs.append(("softmax_exact", "grpo_exact"))
         for metric in ("pass@1_greedy", "pass@1_sampled"):
             for method in ["sft", *methods]:
-                values = [100 * s[metric].mean() for s in scores[method]]
-                print(f"  {metric:15s} {method:14s} {np.mean(values):5.1f}  per seed {[round(v, 1) for v in values]}")
+                values = [round(100 * float(scores[(task, method, s)][metric].mean()), 1) for s in seeds]
+                print(f"  {metric:15s} {method:14s} {np.mean(values):5.1f}  per seed {values}")
             for a, b in pairs:
-                diff = paired_bootstrap(np.stack([s[metric] for s in scores[a]]),
-                                        np.stack([s[metric] for s in scores[b]]))
+                diff = compare(scores, task, a, b, metric, strict=True).result
                 results[f"{task}/{metric}/{a}-{b}"] = diff.as_dict()
-                print(f"  {metric:15s} {a} - {b}: {diff.format(scale=100)}"
+                print(f"  {metric:15s} {a} - {b}: {diff.format(scale=100, with_method=True)}"
                       f"{'  (excludes 0)' if diff.excludes_zero else ''}")
+                if metric == "pass@1_greedy":
+                    claims.append((f"{task} greedy {a} - {b}", diff))
+    print(f"\n{rules(min_seeds)} Holm here runs over these {len(claims)} comparisons only.")
+    for (name, diff), verdict in zip(claims, verdicts([d for _, d in claims], min_seeds), strict=True):
+        results[f"verdict/{name}"] = {"verdict": verdict.text, "holm_p": verdict.adjusted_p}
+        print(f"  {name}: {diff.format(scale=100)}  Holm p {verdict.format_p()}  -> {verdict.text}")
     timings = out / "timings.jsonl"
     if timings.is_file():
         rows = [json.loads(line) for line in timings.read_text().splitlines()]
@@ -148,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         for task in tasks:
             for seed in seeds:
                 run_one(config, args.out, task, seed, args.methods, args.split)
-    results = report(args.out, args.split, tasks, args.methods, seeds)
+    results = report(args.out, args.split, tasks, args.methods, seeds, config["report"]["min_seeds"])
     (args.out / f"report_{args.split}.json").write_text(json.dumps(results, indent=1))
     return 0
 

@@ -1,25 +1,47 @@
 """Paired comparisons between methods: the one place confidence intervals are computed.
 
 Method comparisons in this pipeline are paired: two methods share seeds (same SFT start, same data order)
-and are scored on the same held-out prompts. Two sources of noise matter: the training seed and the
-finite set of test prompts. :func:`paired_bootstrap` resamples both (seeds, then prompts within the
-resampled seeds, the same prompts for both methods), so an interval reflects seed-to-seed variation as
-well as the test set's size. :func:`paired_seed_bootstrap` resamples seeds only, for quantities that
-exist once per run (a gradient-allocation share, a judge mean).
+and are scored on the same held-out prompts. The unit of replication is the training seed: with 3-5 seeds a
+bootstrap over seeds has too few distinct draws to be trusted (with 3 seeds its percentile interval is about
+[min, max] of the per-seed values), so :func:`paired_interval` is a t-interval built from the per-seed
+paired differences. Its half-width has two parts: the seed-to-seed variance of the per-seed differences over
+the number of seeds, scaled by the t quantile with (seeds - 1) degrees of freedom, and, because every seed is
+scored on the same finite set of test prompts (a shared draw that seed-to-seed variation cannot reveal), the
+prompt-to-prompt variance of the seed-averaged per-prompt differences over the number of prompts, scaled by
+the t quantile with (prompts - 1) degrees of freedom; half-width = sqrt(t_seeds^2 v_seeds + t_prompts^2
+v_prompts). Giving each part its own degrees of freedom keeps the coverage at or above the nominal level with 3
+seeds (Welch-Satterthwaite's pooled degrees of freedom fall to ~92.5% there when seeds dominate;
+tests/test_stats.py simulates both). Quantities that exist once per run (a gradient-allocation share) have only
+the seed part. With one seed the seed variance is unknown: the mean is reported with no interval.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+from scipy import optimize
+from scipy import stats as scipy_stats
 
-__all__ = ["PairedDifference", "paired_bootstrap", "paired_seed_bootstrap"]
+__all__ = ["INTERVAL_METHOD", "PairedDifference", "holm_adjust", "paired_interval"]
+
+#: The method of every interval :func:`paired_interval` returns, in one sentence (printed beside the numbers).
+INTERVAL_METHOD = ("Intervals are 95% t-intervals with the training seed as the unit: around the mean of the per-seed "
+                   "paired differences a − b, a half-width combining the seed-to-seed variance (t quantile with "
+                   "seeds − 1 degrees of freedom) and, for per-prompt scores, whose test prompts every seed shares, "
+                   "the prompt-to-prompt variance of the seed-averaged differences (t with prompts − 1); one seed "
+                   "gives an estimate with no interval.")
+#: Short names of the interval kinds, as tables print them beside each interval.
+T_SEEDS_PROMPTS = "t, seeds + prompts"
+T_SEEDS = "t, seeds"
+NO_INTERVAL = "1 seed: no interval"
 
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Mean of ``a - b`` with a percentile bootstrap interval at ``level``."""
+    """Mean of ``a - b`` with an interval at ``level`` (NaN bounds with one seed) and the variance parts it is built
+    from; :attr:`p_value` matches the interval (p < 1 - level exactly when it excludes 0)."""
 
     mean: float
     low: float
@@ -27,19 +49,54 @@ class PairedDifference:
     level: float
     n_seeds: int
     n_items: int
-    n_boot: int
+    seed_var: float
+    prompt_var: float
+    method: str
+
+    @property
+    def p_value(self) -> float:
+        """Two-sided p-value matching the interval: twice the tail at which the half-width equals |mean| (NaN with
+        one seed)."""
+        if not self.has_interval:
+            return math.nan
+        if self.mean == 0.0:
+            return 1.0
+        if self.seed_var + self.prompt_var == 0.0:
+            return 0.0
+        smallest = 1e-15
+        distance = abs(self.mean)
+        if self._half_width(smallest) < distance:
+            return 0.0
+        log_tail = optimize.brentq(lambda x: self._half_width(math.exp(x)) - distance, math.log(smallest),
+                                   math.log(0.5), xtol=1e-10)
+        return min(1.0, 2.0 * math.exp(log_tail))
+
+    def _half_width(self, tail: float) -> float:
+        """Half-width at two-sided tail ``2 * tail``: each variance part scaled by its own t quantile."""
+        variance = scipy_stats.t.isf(tail, self.n_seeds - 1) ** 2 * self.seed_var if self.seed_var else 0.0
+        if self.prompt_var:
+            variance += scipy_stats.t.isf(tail, self.n_items - 1) ** 2 * self.prompt_var
+        return math.sqrt(variance)
+
+    @property
+    def has_interval(self) -> bool:
+        return math.isfinite(self.low) and math.isfinite(self.high)
 
     @property
     def excludes_zero(self) -> bool:
-        return self.low > 0.0 or self.high < 0.0
+        return self.has_interval and (self.low > 0.0 or self.high < 0.0)
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"excludes_zero": self.excludes_zero}
+        return asdict(self) | {"excludes_zero": self.excludes_zero, "p_value": self.p_value}
 
-    def format(self, scale: float = 1.0, digits: int = 1) -> str:
-        """``+2.5 [+0.4, +4.6]``, values multiplied by ``scale`` (100 for percentages)."""
-        return (f"{self.mean * scale:+.{digits}f} [{self.low * scale:+.{digits}f}, "
+    def format(self, scale: float = 1.0, digits: int = 1, with_method: bool = False) -> str:
+        """``+2.5 [+0.4, +4.6]``, values multiplied by ``scale`` (100 for percentages); ``with_method`` appends the
+        interval's kind (``(t, seeds)``); one seed: ``+2.5 (1 seed: no interval)``."""
+        if not self.has_interval:
+            return f"{self.mean * scale:+.{digits}f} ({self.method})"
+        text = (f"{self.mean * scale:+.{digits}f} [{self.low * scale:+.{digits}f}, "
                 f"{self.high * scale:+.{digits}f}]")
+        return f"{text} ({self.method})" if with_method else text
 
 
 def _as_matrix(values: np.ndarray | list, name: str) -> np.ndarray:
@@ -53,13 +110,11 @@ def _as_matrix(values: np.ndarray | list, name: str) -> np.ndarray:
     return matrix
 
 
-def paired_bootstrap(a: np.ndarray | list, b: np.ndarray | list, *, level: float = 0.95, n_boot: int = 10000,
-                     seed: int = 0) -> PairedDifference:
-    """Two-level paired bootstrap of ``mean(a) - mean(b)`` for per-item scores shaped [seeds, items].
+def paired_interval(a: np.ndarray | list, b: np.ndarray | list, *, level: float = 0.95) -> PairedDifference:
+    """``mean(a) - mean(b)`` with a t-interval whose unit is the seed, for scores shaped [seeds, items].
 
-    Row s of ``a`` and of ``b`` come from the same seed, column j from the same test item. Each bootstrap
-    draw resamples seeds with replacement, then items with replacement (one draw of items per resampled
-    seed, shared by both methods), and takes the mean paired difference.
+    Row s of ``a`` and ``b`` comes from seed s, column j from test item j (the same items for every seed).
+    A 1-d input is one number per run (seeds only). See the module docstring for the variance.
     """
     a, b = _as_matrix(a, "a"), _as_matrix(b, "b")
     if a.shape != b.shape:
@@ -68,25 +123,27 @@ def paired_bootstrap(a: np.ndarray | list, b: np.ndarray | list, *, level: float
         raise ValueError(f"level must be in (0, 1), got {level}")
     diff = a - b
     n_seeds, n_items = diff.shape
-    rng = np.random.default_rng(seed)
-    chunk = max(1, 2_000_000 // (n_seeds * n_items))  # bounds memory for large test sets
-    draws = np.concatenate([_draw(diff, rng, min(chunk, n_boot - start)) for start in range(0, n_boot, chunk)])
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(draws, [tail, 1.0 - tail])
-    return PairedDifference(float(diff.mean()), float(low), float(high), level, n_seeds, n_items, n_boot)
+    mean = float(diff.mean())
+    if n_seeds < 2:
+        return PairedDifference(mean, math.nan, math.nan, level, n_seeds, n_items, math.nan, math.nan, NO_INTERVAL)
+    seed_var = float(diff.mean(axis=1).var(ddof=1)) / n_seeds
+    prompt_var = float(diff.mean(axis=0).var(ddof=1)) / n_items if n_items > 1 else 0.0
+    point = PairedDifference(mean, mean, mean, level, n_seeds, n_items, seed_var, prompt_var,
+                             T_SEEDS_PROMPTS if n_items > 1 else T_SEEDS)
+    half = point._half_width((1.0 - level) / 2.0)
+    return replace(point, low=mean - half, high=mean + half)
 
 
-def _draw(diff: np.ndarray, rng: np.random.Generator, count: int) -> np.ndarray:
-    n_seeds, n_items = diff.shape
-    seed_idx = rng.integers(0, n_seeds, size=(count, n_seeds))
-    item_idx = rng.integers(0, n_items, size=(count, n_seeds, n_items))
-    return diff[seed_idx[:, :, None], item_idx].mean(axis=(1, 2))
-
-
-def paired_seed_bootstrap(a: np.ndarray | list, b: np.ndarray | list, *, level: float = 0.95,
-                          n_boot: int = 10000, seed: int = 0) -> PairedDifference:
-    """Paired bootstrap over seeds only, for one number per run (``a[s]`` and ``b[s]`` share seed s)."""
-    a = np.asarray(a, dtype=np.float64).reshape(-1, 1)
-    b = np.asarray(b, dtype=np.float64).reshape(-1, 1)
-    result = paired_bootstrap(a, b, level=level, n_boot=n_boot, seed=seed)
-    return PairedDifference(result.mean, result.low, result.high, level, a.shape[0], 1, n_boot)
+def holm_adjust(p_values: list[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control over the whole list); NaN entries stay NaN
+    and do not count towards the family."""
+    p = np.asarray(p_values, dtype=np.float64)
+    adjusted = np.full_like(p, np.nan)
+    tested = np.flatnonzero(np.isfinite(p))
+    order = tested[np.argsort(p[tested], kind="stable")]
+    m = len(order)
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[index]))
+        adjusted[index] = running
+    return adjusted

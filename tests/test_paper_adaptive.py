@@ -16,6 +16,7 @@ import torch
 from pipeline_lib import theory
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.paper import adaptive
+from pipeline_lib.stats import paired_interval
 
 TASK = "countdown_tiny"
 METHODS = {"softmax_ess": ("softmax_ess", {"ess_fraction": 0.5}), "softmax_exact": ("softmax", {"tau": 0.1}),
@@ -71,7 +72,7 @@ def runs(tmp_path):
 
 def test_paired_differences_match_hand_computation(runs):
     _, evals, _ = runs
-    frame = adaptive.paired_differences(evals, "softmax_ess", ["softmax_exact", "grpo_exact"], n_boot=2000)
+    frame = adaptive.paired_differences(evals, "softmax_ess", ["softmax_exact", "grpo_exact"])
     assert set(frame["metric"]) == {"pass@1_greedy", "pass@1_sampled"} and set(frame["baseline"]) == {
         "softmax_exact", "grpo_exact"}
     greedy = frame[frame["metric"] == "pass@1_greedy"].iloc[0]
@@ -82,22 +83,27 @@ def test_paired_differences_match_hand_computation(runs):
     assert greedy["low"] <= greedy["mean"] <= greedy["high"] and greedy["n_seeds"] == 3 and greedy["n_items"] == 10
     sampled = frame[frame["metric"] == "pass@1_sampled"].iloc[0]
     assert sampled["mean"] == pytest.approx(greedy["mean"] / 2)  # one of two samples carries the greedy score
+    # the report's interval, the seed as the unit: the same per-prompt matrices give the same numbers
+    direct = paired_interval(np.stack([greedy_scores("softmax_ess", s) for s in SEEDS]),
+                             np.stack([greedy_scores(greedy["baseline"], s) for s in SEEDS]))
+    assert (greedy["low"], greedy["high"], greedy["method"]) == (pytest.approx(direct.low), pytest.approx(direct.high),
+                                                                 "t, seeds + prompts")
 
 
 def test_identical_methods_differ_by_exactly_zero(tmp_path):
     evals = [write_eval(tmp_path, m, s, greedy_scores("grpo_exact", s)) for m in ("softmax_ess", "grpo_exact")
              for s in SEEDS]
-    row = adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"], n_boot=500).iloc[0]
+    row = adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"]).iloc[0]
     assert (row["mean"], row["low"], row["high"]) == (0.0, 0.0, 0.0) and not row["excludes_zero"]
 
 
 def test_unpaired_seeds_and_prompts_are_errors(tmp_path):
     evals = [write_eval(tmp_path, m, s, greedy_scores(m, s)) for m in ("softmax_ess", "grpo_exact") for s in SEEDS]
     with pytest.raises(ValueError, match=r"softmax_ess has seeds \[0, 1, 2\] but grpo_exact has \[0, 1\]"):
-        adaptive.paired_differences(evals[:-1], "softmax_ess", ["grpo_exact"], n_boot=10)
+        adaptive.paired_differences(evals[:-1], "softmax_ess", ["grpo_exact"])
     evals[-1] = write_eval(tmp_path, "grpo_exact", 2, np.zeros(PROMPTS - 1))
     with pytest.raises(ValueError, match=r"grpo_exact/seed2/generations.jsonl: its greedy scores are not on the same"):
-        adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"], n_boot=10)
+        adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"])
 
 
 def test_allocation_shares_by_hand(tmp_path):
@@ -111,8 +117,7 @@ def test_allocation_shares_by_hand(tmp_path):
             path.write_text(json.dumps({"step": 1, "group": group.tolist(), "reward": rewards.tolist(),
                                         "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
                                         "length": [1] * 8, "correct": rewards.int().tolist()}) + "\n")
-    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"],
-                                           n_boot=200)
+    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"])
     # softmax_ess, f = 0.5: k = 1 solves ESS = 2 with c from App. A, sum |A| = 2 (4c / (c + 3) - 1);
     # k = 3 is unreachable (nu = 2 <= 3): MaxRL, sum |A| = 2. GRPO's z-scores are symmetric: 50/50.
     c = math.exp(1 / theory.adaptive_tau(1, 4, 2.0))
@@ -154,7 +159,7 @@ def test_command_line_writes_tables_figure_and_provenance(runs):
     stem = root / "results/paper/tables/adaptive_tau"
     stem.parent.mkdir(parents=True)
     assert adaptive.main(["compare", "--eval", *map(str, evals), "--rollouts", *map(str, rollouts), "--label", "test",
-                          "--stem", str(stem), "--n-boot", "300"]) == 0
+                          "--stem", str(stem)]) == 0
     table = stem.with_suffix(".md").read_text()
     assert "SoftmaxGRPO-ESS - GRPO-Exact" in table and "SoftmaxGRPO-ESS - SoftmaxGRPO-Exact" in table
     allocation = (stem.parent / "adaptive_tau_allocation.md").read_text()
@@ -182,12 +187,11 @@ def test_runs_without_gradient_signal_are_left_out_not_fatal(tmp_path):
                                         "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
                                         "length": [1] * 4, "correct": rewards.int().tolist()}) + "\n")
     paths = sorted(tmp_path.rglob("rollouts.jsonl"))
-    frame = adaptive.allocation_comparison(paths, "softmax_ess", ["grpo_exact"], n_boot=50)
+    frame = adaptive.allocation_comparison(paths, "softmax_ess", ["grpo_exact"])
     assert set(frame["n_seeds"]) == {1}  # seed 1 left out everywhere, seed 0 kept and paired
     for path in [p for p in paths if p.parent.name == "seed0"]:
         path.unlink()
-    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"],
-                                           n_boot=50)
+    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"])
     assert set(frame["n_seeds"]) == {0} and len(frame) == 3  # two share rows and one difference row, all empty
     written = adaptive.allocation_comparison_table(frame, "t", tmp_path / "table")
     assert "GRPO-Exact (pp)" in next(p for p in written if p.suffix == ".md").read_text()

@@ -8,9 +8,9 @@
     python -m pipeline_lib.paper.adaptive tau-figure --data CSV --label tiny --png P --pdf P
 
 ``compare`` writes two tables: ``<stem>`` (paired differences ours - baseline of held-out pass@1, greedy and
-sampled, with 95% intervals from :func:`pipeline_lib.stats.paired_bootstrap` over seeds and test prompts) and
+sampled, with 95% intervals from :func:`pipeline_lib.stats.paired_interval`, the seed as the unit) and
 ``<stem>_allocation`` (each method's share of the gradient budget sum_i T_i |A_i| by the group's pass-rate bin,
-and ours - baseline per bin with seed-bootstrap intervals). ``tau-data``/``tau-figure`` show the per-group
+and ours - baseline per bin with t-intervals over seeds). ``tau-data``/``tau-figure`` show the per-group
 temperature softmax_ess chose over training: read from the ``tau`` the local engine logs per rollout, or, for
 runs without it (verl), recomputed from the logged rewards with the same estimator.
 """
@@ -30,11 +30,11 @@ import torch
 
 from pipeline_lib.advantages import ess_group_tau
 from pipeline_lib.io import atomic_path, save_figure
-from pipeline_lib.paper.reproduction import prompt_scores
+from pipeline_lib.paper.reproduction import compare, prompt_scores
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _run_identity, allocation_data
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
-from pipeline_lib.stats import paired_bootstrap, paired_seed_bootstrap
+from pipeline_lib.stats import INTERVAL_METHOD, paired_interval
 
 __all__ = ["allocation_comparison", "paired_differences", "tau_data", "tau_figure"]
 
@@ -62,62 +62,43 @@ def _by_run(paths: list[Path]) -> dict[tuple[str, str, int], Path]:
     return runs
 
 
-def _paired_seeds(runs: dict[tuple[str, str, int], object], task: str, ours: str, baseline: str) -> list[int]:
-    """The seeds both methods ran on a task; a seed one of them lacks is an error (the comparison is paired)."""
-    seeds = {m: sorted(s for t, mm, s in runs if t == task and mm == m) for m in (ours, baseline)}
-    if not seeds[ours] or seeds[ours] != seeds[baseline]:
-        raise ValueError(f"task {task}: {ours} has seeds {seeds[ours]} but {baseline} has {seeds[baseline]}; a paired "
-                         "comparison needs both methods on the same seeds")
-    return seeds[ours]
-
-
-def _matrix(scores: dict[tuple[str, str, int], dict[str, pd.Series]], paths: dict, task: str, method: str,
-            seeds: list[int], metric: str, prompts: pd.Index) -> np.ndarray:
-    rows = []
-    for seed in seeds:
-        per_prompt = scores[(task, method, seed)].get(metric)
-        if per_prompt is None or not per_prompt.index.equals(prompts):
-            mode = metric.removeprefix("pass@1_")
-            raise ValueError(f"{paths[(task, method, seed)]}: its {mode} scores are not on the same test prompts as "
-                             f"the other runs of task {task} ({len(prompts)} prompts)")
-        rows.append(per_prompt.to_numpy(dtype=np.float64))
-    return np.stack(rows)
-
-
-def paired_differences(eval_paths: list[Path], ours: str, baselines: list[str], n_boot: int = 10000,
-                       seed: int = 0) -> pd.DataFrame:
-    """Per task, baseline and metric: mean(ours - baseline) of held-out per-prompt scores with a 95% interval."""
+def paired_differences(eval_paths: list[Path], ours: str, baselines: list[str]) -> pd.DataFrame:
+    """Per task, baseline and metric: mean(ours - baseline) of held-out per-prompt scores with a 95% interval whose
+    unit is the seed (:func:`pipeline_lib.paper.reproduction.compare`, strict: both methods on the same seeds and
+    test prompts, else an error naming the file)."""
     paths = _by_run(eval_paths)
     scores = {key: prompt_scores(path) for key, path in paths.items()}
     rows = []
     for task in sorted({t for t, _, _ in paths}):
         for baseline in baselines:
-            seeds = _paired_seeds(paths, task, ours, baseline)
             for metric in METRICS:
-                reference = scores[(task, ours, seeds[0])].get(metric)
-                if reference is None:
+                comparison = compare(scores, task, ours, baseline, metric, strict=True, sources=paths)
+                if comparison.result is None:
                     continue  # no sampled generations in this evaluation (eval.samples = 0)
-                a = _matrix(scores, paths, task, ours, seeds, metric, reference.index)
-                b = _matrix(scores, paths, task, baseline, seeds, metric, reference.index)
-                diff = paired_bootstrap(a, b, level=LEVEL, n_boot=n_boot, seed=seed)
                 rows.append({"task": task, "ours": ours, "baseline": baseline, "metric": metric,
-                             "ours_mean": float(a.mean()), "baseline_mean": float(b.mean()), **diff.as_dict()})
+                             "ours_mean": comparison.a_mean, "baseline_mean": comparison.b_mean,
+                             **comparison.result.as_dict()})
     return pd.DataFrame(rows)
+
+
+def _interval(mean: float, low: float, high: float) -> str:
+    """Points: ``+2.5 [+0.4, +4.6]``, or ``+2.5 (1 seed: no interval)``."""
+    if np.isnan(low):
+        return f"{100 * mean:+.1f} (1 seed: no interval)"
+    return f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 def comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     rows = [{"Task": r.task, "Comparison": f"{_label(r.ours)} - {_label(r.baseline)}", "Metric": r.metric,
              "Ours (%)": f"{100 * r.ours_mean:.1f}", "Baseline (%)": f"{100 * r.baseline_mean:.1f}",
-             "Difference (pp) [95% CI]": f"{100 * r.mean:+.1f} [{100 * r.low:+.1f}, {100 * r.high:+.1f}]",
+             "Difference (pp) [95% CI]": _interval(r.mean, r.low, r.high), "Interval method": r.method,
              "Seeds": int(r.n_seeds), "Prompts": int(r.n_items)} for r in frame.itertuples()]
     caption = (f"Adaptive tau by effective sample size [{label} run]: held-out pass@1 of SoftmaxGRPO-ESS minus each "
-               "baseline trained on the same budget and seeds, in percentage points, with 95% paired bootstrap "
-               "intervals (seeds and test prompts resampled together).")
+               "baseline trained on the same budget and seeds, in percentage points. " + INTERVAL_METHOD)
     return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau")
 
 
-def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[str], n_boot: int = 10000,
-                          seed: int = 0) -> pd.DataFrame:
+def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[str]) -> pd.DataFrame:
     """Per task: each method's mean share of sum T|A| by pass-rate bin, and ours - baseline with seed intervals."""
     data = allocation_data(rollout_paths)
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
@@ -142,9 +123,8 @@ def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[
                 rows.append(row | {f"{b}_{stat}": float("nan") for b in bins for stat in ("mean", "low", "high")})
                 continue
             for b in bins:
-                diff = paired_seed_bootstrap([getattr(runs[(task, ours, s)], b) for s in seeds],
-                                             [getattr(runs[(task, baseline, s)], b) for s in seeds],
-                                             level=LEVEL, n_boot=n_boot, seed=seed)
+                diff = paired_interval([getattr(runs[(task, ours, s)], b) for s in seeds],
+                                       [getattr(runs[(task, baseline, s)], b) for s in seeds], level=LEVEL)
                 row |= {f"{b}_mean": diff.mean, f"{b}_low": diff.low, f"{b}_high": diff.high}
             rows.append(row)
     return pd.DataFrame(rows)
@@ -165,13 +145,12 @@ def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> 
         else:
             ours, baseline = r["row"].split("-", 1)
             name = f"{_label(ours)} - {_label(baseline)} (pp)"
-            cells = {n: f"{100 * r[f'bin{i}_mean']:+.1f} [{100 * r[f'bin{i}_low']:+.1f}, "
-                        f"{100 * r[f'bin{i}_high']:+.1f}]" for i, n in enumerate(names)}
+            cells = {n: _interval(r[f"bin{i}_mean"], r[f"bin{i}_low"], r[f"bin{i}_high"]) for i, n in enumerate(names)}
         rows.append({"Task": r["task"], "Row": name, **cells, "Seeds": int(r["n_seeds"])})
     caption = (f"Gradient allocation of SoftmaxGRPO-ESS [{label} run]: share of the token-level gradient budget "
                "sum_i T_i |A_i| spent on groups binned by their measured pass rate (mean over seeds of each run's "
                "share over all steps), and the paired difference to each baseline in percentage points with 95% "
-               "seed-bootstrap intervals.")
+               "t-intervals over the per-seed differences (seeds - 1 degrees of freedom; one seed: no interval).")
     return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau_allocation")
 
 
@@ -260,8 +239,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rollouts", nargs="+", type=Path, required=True, help="rollouts.jsonl of every run")
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
-    p.add_argument("--n-boot", type=int, default=10000)
-    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("tau-data")
     p.add_argument("--rollouts", nargs="+", type=Path, required=True)
     p.add_argument("--ess-fraction", type=float, default=None)
@@ -274,15 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "compare":
-        paths = comparison_table(paired_differences(args.eval, args.ours, args.baselines, args.n_boot, args.seed),
-                                 args.label, args.stem)
+        paths = comparison_table(paired_differences(args.eval, args.ours, args.baselines), args.label, args.stem)
         allocation_stem = args.stem.with_name(args.stem.name + "_allocation")
         paths += allocation_comparison_table(
-            allocation_comparison(args.rollouts, args.ours, args.baselines, args.n_boot, args.seed), args.label,
-            allocation_stem)
+            allocation_comparison(args.rollouts, args.ours, args.baselines), args.label, allocation_stem)
         write_provenance(paths, step="paper_adaptive_tau", inputs=[*args.eval, *args.rollouts],
-                         params={"ours": args.ours, "baselines": args.baselines, "n_boot": args.n_boot},
-                         seeds={"bootstrap": args.seed}, started_at=started)
+                         params={"ours": args.ours, "baselines": args.baselines}, started_at=started)
     elif args.command == "tau-data":
         _write_csv(tau_data(args.rollouts, args.ess_fraction), args.out)
         write_provenance([args.out], step="paper_adaptive_tau_data", inputs=args.rollouts,

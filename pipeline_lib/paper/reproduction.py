@@ -7,15 +7,16 @@ synthetic tasks is not the paper's 1.5B model.
 
 What every run can judge on its own is *within-run* comparisons, and those are paired: methods
 share seeds (same SFT start, same data order) and test prompts, so each difference is shown with
-a 95% bootstrap interval over seeds and prompts (:func:`pipeline_lib.stats.paired_bootstrap`;
-seeds only for one-number-per-run quantities such as the gradient-allocation share). The claim
-ledger at the end says, claim by claim, whether this run reproduces it (interval above zero), does
-not (interval includes zero), contradicts it (interval below zero) or cannot test it.
+a 95% interval whose unit is the training seed (:func:`pipeline_lib.stats.paired_interval`; seeds
+only for one-number-per-run quantities such as the gradient-allocation share). The claim ledger at
+the end gives each claim a verdict by the rules of :mod:`pipeline_lib.paper.verdicts` (supported,
+contradicted, inconclusive, or an estimate with no verdict below ``report.min_seeds`` seeds), with
+Holm's family-wise adjustment over the table.
 
     python -m pipeline_lib.paper.reproduction --reference config/paper_reference.yaml --label tiny \
         --table1 results/paper/data/table1.csv --allocation results/paper/data/gradient_allocation.csv \
         --eval-root results/eval --judge-summaries results/judge/primary/T/M/seed0/summary.json ... \
-        --made nonverifiable=results/paper/tables/nonverifiable.md ... --out R.md
+        --made nonverifiable=results/paper/tables/nonverifiable.md ... --min-seeds 3 --out R.md
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ import pandas as pd
 
 from pipeline_lib.config import load_yaml
 from pipeline_lib.io import write_text
+from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
 from pipeline_lib.paper.miniature import load_planted, miniature_section
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
 from pipeline_lib.paper.tables import to_markdown
+from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
 from pipeline_lib.provenance import write_provenance
-from pipeline_lib.stats import PairedDifference, paired_bootstrap, paired_seed_bootstrap
+from pipeline_lib.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 
 #: Which paper column each of our tasks stands in for.
 TASK_TO_PAPER = {"gsm8k": "gsm8k", "countdown": "countdown", "deepmath": "deepmath",
@@ -53,8 +56,6 @@ VERIFIABLE_PAIRS = (("softmax_exact", "grpo_exact"), ("softmax_sim", "grpo_sim")
                     ("softmax_exact", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "sft"))
 #: Paired comparisons of the non-verifiable table.
 NONVERIFIABLE_PAIRS = (("softmax_sim", "grpo_sim"), ("softmax_sim", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "opd"))
-#: Gradient-allocation bins counted as "hard" (group pass rate below 0.5).
-HARD_BINS = [i for i, (_, high) in enumerate(PASS_RATE_BINS) if high <= 0.5]
 METRICS = {"pass@1_greedy": "greedy pass@1", "pass@1_sampled": "sampled pass@1"}
 
 
@@ -85,19 +86,33 @@ def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric
 
 
 def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
+    """Ours / paper per bin; a bin this configuration cannot fill (see
+    :func:`pipeline_lib.paper.allocation_split.unfillable_bins`) says so with a note instead of a 0 beside the
+    paper's number."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     summed = ours.groupby(["task", "method"])[bins].sum()
-    rows = []
+    rows, notes = [], {}
     for (task, method), values in summed.iterrows():
         total = values.sum()
         key = f"{TASK_TO_PAPER.get(task, task)}/{method}"
         paper = reference["rows"].get(key)
+        runs = ours[(ours["task"] == task) & (ours["method"] == method)]
+        sizes = set(runs["group_size"]) if "group_size" in runs.columns else set()
+        unfillable = unfillable_bins(int(sizes.pop()) if len(sizes) == 1 else 0,
+                                     bool(runs["binary_reward"].all()) if "binary_reward" in runs.columns else False)
         row = {"Run": f"{task} {_label(method)}"}
         for i, name in enumerate(reference["columns"]):
+            theirs = _fmt(paper[i]) if paper else "–"
+            if i in unfillable:
+                mark = notes.setdefault(unfillable[i], f"({chr(ord('a') + len(notes))})")
+                row[name] = f"not comparable {mark} / {theirs}"
+                continue
             mine = 100 * values[bins[i]] / total if total else None
-            row[name] = f"{_fmt(mine)} / {_fmt(paper[i]) if paper else '–'}"
+            row[name] = f"{_fmt(mine)} / {theirs}"
         rows.append(row)
-    return to_markdown(pd.DataFrame(rows))
+    lines = [to_markdown(pd.DataFrame(rows))]
+    lines += ["", *(f"{mark} Not comparable: {reason}." for reason, mark in notes.items())] if notes else []
+    return "\n".join(lines)
 
 
 def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
@@ -187,32 +202,63 @@ class Comparison:
     metric: str
     result: PairedDifference | None
     note: str = ""
+    a_mean: float = float("nan")
+    b_mean: float = float("nan")
+
+
+class PairingError(ValueError):
+    """Two methods' runs that cannot be paired: different seeds or different test prompts."""
 
 
 def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str, a: str, b: str,
-            metric: str, shared_items: bool = False) -> Comparison:
-    """a minus b on the seeds both ran, over the same prompts; None (with the reason) where that is impossible.
+            metric: str, shared_items: bool = False, *, strict: bool = False,
+            sources: dict[tuple[str, str, int], Path] | None = None) -> Comparison:
+    """a minus b on the seeds both ran, over the same prompts: the one pairing of runs for every paired comparison.
 
     Test prompts must be identical across runs; with ``shared_items`` (judge scores, where an item the judge failed
-    on is missing from that run) the pairs are the items every run has."""
-    seeds = sorted(s for (t, m, s) in scores if t == task and m == a and (task, b, s) in scores)
-    if not seeds:
+    on is missing from that run) the pairs are the items every run has. Where pairing is impossible the result is
+    None with the reason, or, with ``strict``, a :class:`PairingError` (``strict`` also requires both methods
+    on the same seeds); ``sources`` (run -> its file) names the file in that error. A metric no run has (no sampled
+    generations) is None with a note in either mode."""
+    seeds = {m: sorted(s for (t, mm, s) in scores if t == task and mm == m) for m in (a, b)}
+    if strict and seeds[a] != seeds[b]:
+        raise PairingError(f"task {task}: {a} has seeds {seeds[a]} but {b} has {seeds[b]}; a paired comparison needs "
+                           "both methods on the same seeds")
+    shared = sorted(set(seeds[a]) & set(seeds[b]))
+    if not shared:
+        if strict:
+            raise PairingError(f"task {task}: {a} and {b} share no seed")
         return Comparison(task, a, b, metric, None, "not run on shared seeds")
-    rows_a = [scores[(task, a, s)].get(metric) for s in seeds]
-    rows_b = [scores[(task, b, s)].get(metric) for s in seeds]
-    if any(r is None for r in rows_a + rows_b):
+    keys = [(task, m, s) for m in (a, b) for s in shared]
+    rows = [scores[key].get(metric) for key in keys]
+    if all(r is None for r in rows):
         return Comparison(task, a, b, metric, None, f"no {metric}")
-    if shared_items:
-        common = rows_a[0].index
-        for r in rows_a + rows_b:
-            common = common.intersection(r.index)
-        rows_a, rows_b = [r.loc[common] for r in rows_a], [r.loc[common] for r in rows_b]
-        if common.empty:
-            return Comparison(task, a, b, metric, None, "no item scored in every run")
-    if not all(r.index.equals(rows_a[0].index) for r in rows_a + rows_b):
-        return Comparison(task, a, b, metric, None, "different test prompts")
-    return Comparison(task, a, b, metric, paired_bootstrap(np.stack([r.to_numpy() for r in rows_a]),
-                                                           np.stack([r.to_numpy() for r in rows_b])))
+    try:
+        if any(r is None for r in rows):
+            missing = next(key for key, r in zip(keys, rows, strict=True) if r is None)
+            raise PairingError(f"{(sources or {}).get(missing, missing)}: no {metric} where the other runs of task "
+                               f"{task} have it")
+        if shared_items:
+            common = rows[0].index
+            for r in rows:
+                common = common.intersection(r.index)
+            if common.empty:
+                raise PairingError("no item scored in every run")
+            rows = [r.loc[common] for r in rows]
+        for key, r in zip(keys, rows, strict=True):
+            if not r.index.equals(rows[0].index):
+                if sources is None:
+                    raise PairingError("different test prompts")
+                raise PairingError(f"{sources[key]}: its {metric.removeprefix('pass@1_')} scores are not on the same "
+                                   f"test prompts as the other runs of task {task} ({len(rows[0])} prompts)")
+    except PairingError as error:
+        if strict:
+            raise
+        return Comparison(task, a, b, metric, None, str(error))
+    matrix_a = np.stack([r.to_numpy(dtype=np.float64) for r in rows[:len(shared)]])
+    matrix_b = np.stack([r.to_numpy(dtype=np.float64) for r in rows[len(shared):]])
+    return Comparison(task, a, b, metric, paired_interval(matrix_a, matrix_b), a_mean=float(matrix_a.mean()),
+                      b_mean=float(matrix_b.mean()))
 
 
 def comparisons_section(comparisons: list[Comparison], value_name: str) -> str:
@@ -221,9 +267,16 @@ def comparisons_section(comparisons: list[Comparison], value_name: str) -> str:
         r = c.result
         rows.append({"Task": c.task, "Comparison": f"{_label(c.a)} − {_label(c.b)}", "Metric": value_name or c.metric,
                      "Difference [95% CI] (points)": r.format(scale=100) if r else f"– ({c.note})",
+                     "Interval method": r.method if r else "–",
                      "Seeds x prompts": f"{r.n_seeds} x {r.n_items}" if r else "–",
-                     "Interval": ("excludes 0" if r.excludes_zero else "includes 0") if r else "–"})
+                     "Interval": _interval_word(r)})
     return to_markdown(pd.DataFrame(rows))
+
+
+def _interval_word(result: PairedDifference | None) -> str:
+    if result is None or not result.has_interval:
+        return "–"
+    return "excludes 0" if result.excludes_zero else "includes 0"
 
 
 def allocation_shift(allocation: pd.DataFrame, a: str = "softmax_exact", b: str = "grpo_exact") -> list[dict]:
@@ -236,29 +289,28 @@ def allocation_shift(allocation: pd.DataFrame, a: str = "softmax_exact", b: str 
     for task in sorted(frame["task"].unique()):
         per = frame[frame["task"] == task].set_index(["method", "seed"])["hard"].dropna()
         seeds = sorted(s for (m, s) in per.index if m == a and (b, s) in per.index)
-        result = paired_seed_bootstrap([per[(a, s)] for s in seeds], [per[(b, s)] for s in seeds]) if seeds else None
+        result = paired_interval([per[(a, s)] for s in seeds], [per[(b, s)] for s in seeds]) if seeds else None
         out.append({"task": task, "a": a, "b": b, "result": result,
                     "a_share": float(np.mean([per[(a, s)] for s in seeds])) if seeds else None,
                     "b_share": float(np.mean([per[(b, s)] for s in seeds])) if seeds else None})
     return out
 
 
-def _verdict(result: PairedDifference | None, expect_positive: bool = True) -> str:
-    if result is None:
-        return "cannot test (not run)"
-    if result.excludes_zero:
-        return "reproduced" if (result.mean > 0) == expect_positive else "contradicted (interval on the other side)"
-    return "not reproduced (interval includes 0)"
-
-
 def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                 made: dict[str, Path], label: str, table1_reference: dict) -> str:
-    """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls;
-    the paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
-    rows = []
+                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS) -> str:
+    """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls
+    (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
+    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
+    rows: list[dict] = []
+    results: list[PairedDifference | None] = []
 
     def pick(items: list[Comparison], a: str, b: str, metric: str) -> list[Comparison]:
         return [c for c in items if c.a == a and c.b == b and c.metric == metric]
+
+    def add(claim: str, task: str, evidence: str, result: PairedDifference | None) -> None:
+        rows.append({"Claim": claim, "Task": task, "Evidence": evidence,
+                     "Seeds": str(result.n_seeds) if result else "–"})
+        results.append(result)
 
     for a, b, claim in (("grpo_exact", "sft", "RL with the verifier improves on its SFT start (Table 1)"),
                         ("softmax_exact", "sft", "SoftmaxGRPO-Exact improves on its SFT start (Table 1)"),
@@ -267,21 +319,18 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
                         ("softmax_sim", "grpo_sim", "SoftmaxGRPO-Sim > GRPO-Sim (Table 1; "
                          f"{paper_gaps(table1_reference, 'softmax_sim', 'grpo_sim')} points)")):
         for c in pick(verifiable, a, b, "pass@1_greedy"):
-            rows.append({"Claim": claim, "Task": c.task,
-                         "Evidence": f"greedy pass@1 {c.result.format(scale=100)} points" if c.result else c.note,
-                         "Verdict": _verdict(c.result)})
+            add(claim, c.task, f"greedy pass@1 {c.result.format(scale=100, with_method=True)} points"
+                if c.result else c.note, c.result)
     for shift in shifts:
         r = shift["result"]
-        rows.append({"Claim": "SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)",
-                     "Task": shift["task"],
-                     "Evidence": (f"share {100 * shift['b_share']:.1f}% -> "
-                                                          f"{100 * shift['a_share']:.1f}%: {r.format(scale=100)}")
-                     if r else "–", "Verdict": _verdict(r)})
+        add("SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)", shift["task"],
+            f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
+            f"{r.format(scale=100, with_method=True)}" if r else "–", r)
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
-        rows.append({"Claim": "SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", "Task": c.task,
-                     "Evidence": (f"judge score {c.result.format(scale=100)}"
-                                                          if c.result else c.note),
-                     "Verdict": _verdict(c.result)})
+        add("SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", c.task,
+            f"judge score {c.result.format(scale=100, with_method=True)}" if c.result else c.note, c.result)
+    for row, verdict in zip(rows, verdicts(results, min_seeds), strict=True):
+        row |= {"Holm-adjusted p": verdict.format_p(), "Verdict": verdict.text}
     scale_note = "made" if "scale" in made else "not run in this configuration"
     for claim, reason in (
             ("Gains grow with model scale (1.5B -> 3B)", f"one model size here ({scale_note})"),
@@ -289,20 +338,24 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
             ("The LLM judge agrees with humans", "programmatic judges and no human ratings in this run"),
             ("Small tau (0.1-0.5) beats large tau in the tau x M sweep",
              "one seed per cell in this run" if "ablation" in made else "ablation not run")):
-        rows.append({"Claim": claim, "Task": "–", "Evidence": reason,
-                     "Verdict": "cannot test" if label != "paper" or "not" in reason else "see its table"})
+        testable = label == "paper" and "not" not in reason
+        rows.append({"Claim": claim, "Task": "–", "Evidence": reason, "Seeds": "–", "Holm-adjusted p": "–",
+                     "Verdict": "no verdict: compare in its table (no paired interval)" if testable
+                     else "cannot test"})
     return to_markdown(pd.DataFrame(rows))
 
 
 def build_report(label: str, reference: dict, table1: pd.DataFrame | None, allocation: pd.DataFrame | None,
                  scores: dict | None = None, judge_items: dict | None = None,
                  made: dict[str, Path] | None = None, planted: dict | None = None,
-                 machines: pd.DataFrame | None = None, base_runs: dict | None = None) -> str:
+                 machines: pd.DataFrame | None = None, base_runs: dict | None = None, min_seeds: int = MIN_SEEDS,
+                 train_root: Path | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
     ``made`` the other tables this run made (name -> its markdown file), ``planted`` the tiny tasks' planted design
     (:func:`pipeline_lib.paper.miniature.load_planted`), ``machines`` the machines behind the runs
     (:func:`pipeline_lib.paper.machines.run_machines`), ``base_runs`` the base runs' ``DONE.json`` by run
-    (:func:`pipeline_lib.paper.captions.base_done_records`)."""
+    (:func:`pipeline_lib.paper.captions.base_done_records`), ``min_seeds`` the seeds a verdict needs,
+    ``train_root`` the training runs (their rollouts split the allocation shift)."""
     comparable = label == "paper"
     made = made or {}
     parts = [
@@ -315,6 +368,10 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                                       "Within-run differences between methods are paired and carry 95% intervals."),
         "",
         "No number below is copied from the paper into our columns.",
+        "",
+        INTERVAL_METHOD + " The tables of paired differences are descriptive (each interval at 95% on its own, "
+        "no adjustment for their number); verdicts are given only in the claims table, under the rules stated "
+        "there, with Holm's family-wise adjustment.",
         "",
     ]
     verifiable: list[Comparison] = []
@@ -329,7 +386,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                         comparison = compare(scores, task, a, b, metric)
                         if comparison.result is not None:
                             verifiable.append(comparison)
-            parts += ["### Paired differences (a − b, points; 95% bootstrap interval over seeds and test prompts)",
+            parts += ["### Paired differences (a − b, points; 95% t-interval, seed as the unit: see the method above)",
                       "", comparisons_section(verifiable, "") if verifiable else "No paired runs.", ""]
     else:
         parts += ["## Table 1", "", "Not reproduced in this run.", ""]
@@ -347,9 +404,18 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
             shifts = allocation_shift(allocation)
             rows = [{"Task": s["task"], "GRPO-Exact share (pass rate < 0.5)": _pct(s["b_share"]),
                      "SoftmaxGRPO-Exact share": _pct(s["a_share"]),
-                     "Shift [95% CI over seeds] (points)": s["result"].format(scale=100) if s["result"] else "–"}
+                     "Shift [95% CI] (points)": s["result"].format(scale=100, with_method=True)
+                     if s["result"] else "–"}
                     for s in shifts]
             parts += ["### Gradient-allocation shift, paired by seed", "", to_markdown(pd.DataFrame(rows)), ""]
+            if train_root is not None:
+                split = allocation_split(train_root, [s["task"] for s in shifts])
+                parts += ["### Where the shift comes from", "",
+                          "The shift above adds up from two parts, each paired by seed: the estimator's arithmetic "
+                          "(GRPO-Exact's own rollouts re-weighted with the softmax run's estimator through the "
+                          "advantage registry, against GRPO's weights on them: what the formula alone moves) and "
+                          "the change in what training visits (the softmax run's rollouts against GRPO-Exact's, both "
+                          "with the softmax weights).", "", split_section(split), ""]
     nonverifiable: list[Comparison] = []
     if judge_items:
         for task in sorted({t for t, _, _ in judge_items}):
@@ -368,11 +434,13 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
             if made[table].is_file():
                 parts += [made[table].read_text().strip(), ""]
             if table == "nonverifiable" and nonverifiable:
-                parts += ["Paired differences of the primary judge's score (points of 100; 95% interval over seeds "
-                          "and judged items):", "", comparisons_section(nonverifiable, "judge score"), ""]
+                parts += ["Paired differences of the primary judge's score (points of 100; 95% t-interval, seed as "
+                          "the unit, over seeds and judged items):", "", comparisons_section(nonverifiable,
+                                                                                               "judge score"), ""]
         else:
             parts += ["Not reproduced in this run (not part of this configuration).", ""]
-    parts += ["## Claims", "", claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"]), ""]
+    parts += ["## Claims", "", rules(min_seeds), "",
+              claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds), ""]
     parts += machines_section(machines if machines is not None else pd.DataFrame())
     return "\n".join(parts)
 
@@ -400,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allocation", type=Path, default=None)
     parser.add_argument("--eval-root", type=Path, default=None,
                         help="results/eval: per-prompt scores (generations.jsonl) of the Table 1 runs")
+    parser.add_argument("--train-root", type=Path, default=None,
+                        help="results/train: the GRPO- and SoftmaxGRPO-Exact runs' rollouts (the allocation split)")
     parser.add_argument("--judge-summaries", type=Path, nargs="*", default=[],
                         help="primary judge summary.json files (scores.jsonl beside each)")
     parser.add_argument("--made", nargs="*", default=[],
@@ -408,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-data", type=Path, nargs="*", default=[],
                         help="results/data/<task>/rl_test.parquet of the tiny tasks: their planted blind spot "
                              "(manifest.json beside each: the data spec)")
+    parser.add_argument("--min-seeds", type=int, default=MIN_SEEDS,
+                        help=f"seeds a verdict needs (config report.min_seeds, >= {MIN_SEEDS})")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
@@ -419,12 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     made = _made(args.made)
     eval_dirs = [args.eval_root / t / m / f"seed{seed}" for t, m, seed in scores or {}]
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
-                                      load_planted(args.test_data), run_machines(eval_dirs),
-                                      base_done_records(eval_dirs)))
+                                      planted=load_planted(args.test_data), machines=run_machines(eval_dirs),
+                                      base_runs=base_done_records(eval_dirs), min_seeds=args.min_seeds,
+                                      train_root=args.train_root))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
     inputs += [*args.judge_summaries, *made.values()]
-    write_provenance([args.out], step="paper_reproduction_report", inputs=inputs, params={"label": args.label},
-                     started_at=started)
+    write_provenance([args.out], step="paper_reproduction_report", inputs=inputs,
+                     params={"label": args.label, "min_seeds": args.min_seeds}, started_at=started)
     return 0
 
 

@@ -84,23 +84,43 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
 
 
 def allocation_data(rollout_paths: list[Path]) -> pd.DataFrame:
-    """Per (task, method): fraction of sum_i T_i |A_i| spent on groups in each pass-rate bin."""
-    rows = []
-    for path in rollout_paths:
-        identity = _run_identity(path)
-        totals = np.zeros(len(PASS_RATE_BINS))
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            group = np.asarray(record["group"])
-            weight = np.asarray(record["length"]) * np.abs(np.asarray(record["advantage"]))
-            correct = np.asarray(record["correct"], dtype=float)
-            n_groups = group.max() + 1
-            pass_rate = np.bincount(group, correct, n_groups) / np.bincount(group, minlength=n_groups)
-            per_group = np.bincount(group, weight, n_groups)
-            bins = np.digitize(pass_rate, [b[1] for b in PASS_RATE_BINS[:-1]])
-            totals += np.bincount(bins, per_group, len(PASS_RATE_BINS))
-        rows.append({**identity, **{f"bin{i}": t for i, t in enumerate(totals)}})
-    return pd.DataFrame(rows)
+    """Per run: sum_i T_i |A_i| spent on groups in each pass-rate bin, with the run's group size (0 when it varies)
+    and whether its rewards are its 0/1 correctness (then an all-correct or all-wrong group has no gradient)."""
+    return pd.DataFrame([{**_run_identity(path), **allocation_bins(path)} for path in rollout_paths])
+
+
+def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> dict[str, float]:
+    """One run's ``bin<i>`` totals of sum_i T_i |A_i|, ``group_size`` and ``binary_reward``; with ``advantage``
+    (registry name, parameters) the logged advantages are replaced by that estimator's on the same rewards (the
+    same rollouts, re-weighted: :func:`pipeline_lib.advantages.group_advantages`)."""
+    import torch
+
+    from pipeline_lib.advantages import group_advantages
+
+    totals = np.zeros(len(PASS_RATE_BINS))
+    sizes: set[int] = set()
+    binary = True
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        group = np.asarray(record["group"])
+        correct = np.asarray(record["correct"], dtype=float)
+        reward = np.asarray(record["reward"], dtype=float)
+        if advantage is None:
+            advantages = np.asarray(record["advantage"], dtype=float)
+        else:
+            advantages = group_advantages(advantage[0], torch.from_numpy(reward), torch.from_numpy(group),
+                                          **advantage[1]).numpy()
+        weight = np.asarray(record["length"]) * np.abs(advantages)
+        n_groups = group.max() + 1
+        counts = np.bincount(group, minlength=n_groups)
+        pass_rate = np.bincount(group, correct, n_groups) / counts
+        per_group = np.bincount(group, weight, n_groups)
+        bins = np.digitize(pass_rate, [b[1] for b in PASS_RATE_BINS[:-1]])
+        totals += np.bincount(bins, per_group, len(PASS_RATE_BINS))
+        sizes.update(int(c) for c in counts if c)
+        binary = binary and bool(np.array_equal(reward, correct))
+    return {**{f"bin{i}": t for i, t in enumerate(totals)}, "group_size": sizes.pop() if len(sizes) == 1 else 0,
+            "binary_reward": binary}
 
 
 def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:

@@ -254,6 +254,7 @@ rule paper_reproduction_report:
         code=code_digest("pipeline_lib.paper.reproduction"),
         label=config["label"],
         made=REPORT_INPUTS["made"],
+        min_seeds=config["report"]["min_seeds"],
     log:
         "logs/paper_reproduction_report.log",
     benchmark:
@@ -263,7 +264,9 @@ rule paper_reproduction_report:
     shell:
         "python -m pipeline_lib.paper.reproduction --reference {input.reference} --label {params.label}"
         " --table1 {input.table1} --allocation {input.allocation} --eval-root results/eval"
-        " --judge-summaries {input.summaries} --made {params.made} --test-data {input.test_data}"
+        " --train-root results/train"
+        " --judge-summaries {input.summaries} --made {params.made} --min-seeds {params.min_seeds}"
+        " --test-data {input.test_data}"
         " --out {output.report} > {log} 2>&1"
 
 
