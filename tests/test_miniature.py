@@ -128,5 +128,6 @@ def test_judged_task_gains_are_split_by_its_blind_spot_too(tmp_path):
     table = [line for line in section.splitlines() if line.startswith("|")]
     assert len(table) == 2 + 2 and len({line.count("|") for line in table}) == 1
     row = next(line for line in section.splitlines() if "SoftmaxGRPO-Sim − SFT" in line)
-    assert "| judge score |" in row and "20.0 -> 90.0 | +70.0 [+70.0, +70.0]" in row and "+0.0 [+0.0, +0.0]" in row
+    assert "| judge score |" in row and "20.0 -> 90.0 | +70.0 (1 seed: no interval)" in row  # one seed: an estimate
+    assert "50.0 -> 50.0 | +0.0 (1 seed: no interval)" in row
     assert f"| {int(blind[index].sum())} | 20.0 -> 90.0" in row and "swaps the vote count" in section
