@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -315,31 +314,9 @@ def _planned_outputs(result) -> list[str]:
 def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
     """A results tree whose metadata Snakemake recorded (``--touch`` over placeholder outputs, no real run), then
     dry runs with the default rerun triggers after an edit to the judge and to the RL trainer."""
-    import shutil
-    import subprocess
-    import sys
+    from .conftest import touched_workflow
 
-    from .conftest import REPO, WORKFLOW_PARTS
-
-    for part in (*WORKFLOW_PARTS, "pipeline_lib"):
-        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
-        kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / part).is_dir() else {}
-        copy(REPO / part, tmp_path / part, **kwargs)
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
-           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
-
-    def snakemake(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600)
-
-    summary = snakemake("--summary")
-    assert summary.returncode == 0, summary.stderr[-3000:]
-    for line in summary.stdout.splitlines()[1:]:
-        target = tmp_path / line.split("\t")[0]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch()
-    touched = snakemake("--touch", "--forceall", "--cores", "1")
-    assert touched.returncode == 0, touched.stderr[-3000:]
+    snakemake = touched_workflow(tmp_path)
     assert _planned(snakemake("-n")) == set()
 
     judge = tmp_path / "pipeline_lib/judge/parse.py"

@@ -454,32 +454,10 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
 def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_path):
     """As tests/test_bad_inputs.py's code-change test: placeholder outputs whose metadata Snakemake recorded
     (``--touch``), then a dry run after an edit to the judge's rubric prompt."""
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from .conftest import REPO, WORKFLOW_PARTS
+    from .conftest import touched_workflow
     from .test_bad_inputs import _planned
 
-    for part in (*WORKFLOW_PARTS, "pipeline_lib"):
-        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copy2
-        kwargs = {"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / part).is_dir() else {}
-        copy(REPO / part, tmp_path / part, **kwargs)
-    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
-           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
-
-    def snakemake(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
-                              text=True, timeout=600)
-
-    summary = snakemake("--summary")
-    assert summary.returncode == 0, summary.stderr[-3000:]
-    for line in summary.stdout.splitlines()[1:]:
-        target = tmp_path / line.split("\t")[0]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.touch()
-    assert snakemake("--touch", "--forceall", "--cores", "1").returncode == 0
+    snakemake = touched_workflow(tmp_path)
     assert _planned(snakemake("-n")) == set()
 
     prompt = tmp_path / "config/prompts/meetingbank.txt"
