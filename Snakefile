@@ -13,7 +13,7 @@ check_config_files(workflow.configfiles)
 validate_config(config, "workflow/schemas/config.schema.yaml")
 
 
-if "preflight" in config:  # config/preflight.yaml: only the verl preflight (workflow/rules/preflight.smk)
+if config.get("preflight"):  # config/preflight.yaml: only the verl preflight (workflow/rules/preflight.smk)
 
     include: "workflow/rules/preflight.smk"
 

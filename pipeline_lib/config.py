@@ -56,11 +56,14 @@ class _DuplicateKeyError(yaml.MarkedYAMLError):
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping with the same key twice."""
+    """``yaml.SafeLoader`` that refuses a mapping with the same key twice (a ``<<:`` merge may still be overridden,
+    as YAML intends: only the keys written in the mapping itself count)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 earlier = first_line.get(key)

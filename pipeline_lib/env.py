@@ -29,6 +29,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "MLFLOW_TRACKING_URI": (r"\S+", "an MLflow tracking URI"),
     "SWANLAB_LOG_DIR": (r"\S.*", "a directory path"),
     "SWANLAB_MODE": (r"cloud|local|offline|disabled", "cloud, local, offline or disabled"),
+    "PIPELINE_VERL_CPU": (r"[01]", "1 to run verl on CPU (the preflight sets it), or 0/unset for a GPU run"),
+    "DIST_INIT_METHOD": (r"\S+", "a torch.distributed init method (tcp://host:port, env://, file://...)"),
 }
 
 

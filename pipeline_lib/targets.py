@@ -191,8 +191,10 @@ def judge_rubric(config: Mapping[str, Any], task: str) -> str:
 
 
 def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
-    """The rubric prompt template of a judged task (``config/prompts/<rubric>.txt``): an input of its judge jobs."""
-    return str(RUBRICS[judge_rubric(config, task)].template_path)
+    """The rubric prompt template of a judged task, ``config/prompts/<rubric>.txt`` of the workflow's directory (the
+    checkout the judge reads it from; relative, so a package imported from elsewhere plans the same): an input of its
+    judge jobs."""
+    return f"config/prompts/{RUBRICS[judge_rubric(config, task)].template_path.name}"
 
 
 def validate_judges(config: Mapping[str, Any]) -> None:

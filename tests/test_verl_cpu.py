@@ -31,10 +31,15 @@ def test_cpu_support_only_when_asked():
     assert on.returncode == 0 and on.stdout.split() == ["True", "cpu"], on.stderr[-2000:]
 
 
-def test_bad_switch_value_is_named():
-    assert cpu_enabled({ENV: "0"}) is False and cpu_enabled({}) is False and cpu_enabled({ENV: "1"}) is True
-    with pytest.raises(ValueError, match=f"{ENV}='yes'"):
-        cpu_enabled({ENV: "yes"})
+def test_bad_switch_value_is_named(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert cpu_enabled() is False
+    for value, enabled in (("0", False), ("1", True)):
+        monkeypatch.setenv(ENV, value)
+        assert cpu_enabled() is enabled
+    monkeypatch.setenv(ENV, "yes")
+    with pytest.raises(ValueError, match=f"environment variable {ENV} must be 1 to run verl on CPU.*got 'yes'"):
+        cpu_enabled()
 
 
 def test_cpu_overrides_swap_only_device_settings():

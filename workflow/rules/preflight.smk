@@ -3,18 +3,16 @@
 # evaluated. The tiny task's data and the pipeline's tokenizer come from the tiny default's own data rules.
 import json
 
-import yaml
-
+from pipeline_lib.config import load_config_file
 from pipeline_lib.engines.verl.preflight import KINDS, eval_spec_for
 from pipeline_lib.plan.runs import TOKENIZER
 
 PREFLIGHT = dict(config["preflight"])
 PREFLIGHT_JSON = json.dumps(PREFLIGHT)
 # the data rules read the tiny default's data settings (config/config.yaml), which the preflight's config leaves out
-with open(PREFLIGHT.get("data_config", "config/config.yaml")) as _tiny:
-    for _key, _value in yaml.safe_load(_tiny).items():
-        if _key != "preflight":
-            config[_key] = _value
+for _key, _value in load_config_file(PREFLIGHT.get("data_config", "config/config.yaml")).items():
+    if _key != "preflight":
+        config[_key] = _value
 validate_config(config, "workflow/schemas/config.schema.yaml")
 PREFLIGHT_TRAIN = [kind for kind in PREFLIGHT["kinds"] if kind in KINDS]
 PREFLIGHT_RL = [kind for kind in PREFLIGHT_TRAIN if KINDS[kind][0] == "rl"]
@@ -40,6 +38,8 @@ rule preflight_model:
         code=code_digest("pipeline_lib.engines.verl.preflight"),
     log:
         "logs/preflight/model.log",
+    benchmark:
+        "results/benchmarks/preflight/model.tsv"
     conda:
         "../../envs/train-verl.yaml"
     shell:
@@ -87,6 +87,8 @@ rule preflight_eval:
         spec=json.dumps(eval_spec_for(PREFLIGHT)),
     log:
         "logs/preflight/eval.log",
+    benchmark:
+        "results/benchmarks/preflight/eval.tsv"
     conda:
         "../../envs/report.yaml"
     shell:

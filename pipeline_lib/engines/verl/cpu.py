@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from pipeline_lib.env import env, env_number
+
 __all__ = ["ENV", "ROLLOUT_NAME", "cpu_enabled", "cpu_overrides", "install"]
 
 #: The switch: "1" turns the CPU support on, unset or "0" leaves verl as it is; anything else is an error.
@@ -47,14 +49,15 @@ log = logging.getLogger("pipeline_lib.engines.verl.cpu")
 _installed = False
 
 
-def cpu_enabled(environ: dict[str, str] | None = None) -> bool:
-    """Whether ``PIPELINE_VERL_CPU`` asks for the CPU support (``1``); ``0`` or unset: no. Other values fail."""
-    value = (os.environ if environ is None else environ).get(ENV, "").strip()
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise ValueError(f"{ENV}={value!r}: set it to 1 to run verl on CPU (the preflight does), or 0/unset for a GPU run")
+def cpu_enabled() -> bool:
+    """Whether ``PIPELINE_VERL_CPU`` asks for the CPU support (``1``); ``0`` or unset: no. Other values fail,
+    naming the variable (:mod:`pipeline_lib.env`)."""
+    return env(ENV) == "1"
+
+
+def _rank(name: str) -> int:
+    """A torch.distributed rank variable (RANK, LOCAL_RANK: 0 when unset) or WORLD_SIZE (1 when unset)."""
+    return int(env_number(name, 1 if name == "WORLD_SIZE" else 0, integer=True, minimum=-1))
 
 
 def cpu_overrides(kind: str, gpus: int = 1) -> list[str]:
@@ -198,7 +201,7 @@ def _install_platform() -> None:
 
     if "cpu" not in PlatformRegistry.registered_names():
         PlatformRegistry.register(platform="cpu")(_platform_class())
-    os.environ["VERL_PLATFORM"] = "cpu"
+    os.environ.update(VERL_PLATFORM="cpu")
 
 
 # --- gloo process groups -----------------------------------------------------------------------------------------
@@ -212,16 +215,16 @@ def _install_gloo() -> None:
 
     def initialize_global_process_group(timeout_second: int = 36000) -> tuple[int, int, int]:
         torch.distributed.init_process_group(backend="gloo", timeout=timedelta(seconds=timeout_second),
-                                             init_method=os.environ.get("DIST_INIT_METHOD"))
-        return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+                                             init_method=env("DIST_INIT_METHOD"))
+        return _rank("LOCAL_RANK"), _rank("RANK"), _rank("WORLD_SIZE")
 
     def initialize_global_process_group_ray(timeout_second: int | None = None, backend: str | None = None) -> None:
         if torch.distributed.is_initialized():
             return
         torch.distributed.init_process_group(
-            backend="gloo", rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1)),
+            backend="gloo", rank=_rank("RANK"), world_size=_rank("WORLD_SIZE"),
             timeout=timedelta(seconds=timeout_second) if timeout_second is not None else None,
-            init_method=os.environ.get("DIST_INIT_METHOD"))
+            init_method=env("DIST_INIT_METHOD"))
 
     distributed.initialize_global_process_group = initialize_global_process_group
     distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
@@ -435,7 +438,7 @@ def _adapter_class() -> type:
                      **unused: Any) -> None:
             # ``replica_rank`` comes from a standalone replica's worker (OPD's teacher), else from the trainer rank
             super().__init__(config, model_config, device_mesh)
-            rank = int(os.environ.get("RANK", 0))
+            rank = _rank("RANK")
             world = config.tensor_model_parallel_size * config.data_parallel_size * \
                 config.pipeline_model_parallel_size
             self.replica_rank = replica_rank if replica_rank >= 0 else rank // world

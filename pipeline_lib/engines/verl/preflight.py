@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.config import load_config_file, validate_config
+
 __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
            "load_preflight_config", "main", "run_kind"]
 
@@ -55,10 +57,6 @@ class PreflightError(RuntimeError):
 
 def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(the preflight section, the paper config it checks)``, the paper config validated by the pipeline schema."""
-    import yaml
-
-    from pipeline_lib.config import validate_config
-
     section = dict(section)
     missing = [k for k in ("base", "task", "paper_task", "row", "sft", "model", "kinds", "seed", "val_prompts")
                if k not in section]
@@ -70,7 +68,7 @@ def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], d
     base_path = Path(section["base"])
     if not base_path.is_file():
         raise PreflightError(f"preflight.base: {base_path} does not exist (the paper config the preflight checks)")
-    base = yaml.safe_load(base_path.read_text())
+    base = load_config_file(base_path)
     validate_config(base, "workflow/schemas/config.schema.yaml")
     if section["paper_task"] not in base["train"]["verl"]["tasks"]:
         raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a task of {base_path} "
@@ -186,7 +184,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
     from pipeline_lib.engines.verl.train import run
     from pipeline_lib.engines.verl.translate import TrainPaths
 
-    os.environ[cpu.ENV] = "1"  # this process's verl and every process it starts (torchrun ranks, Ray workers)
+    os.environ.update({cpu.ENV: "1"})  # this process's verl and every process it starts (torchrun ranks, Ray workers)
     cpu.install()
     section, base = load_preflight_config(preflight)
     data = Path("results/data") / section["task"]
