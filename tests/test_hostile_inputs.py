@@ -201,10 +201,12 @@ def test_the_shipped_configs_and_a_complete_local_source_still_validate(tmp_path
     from .conftest import REPO
     from .test_bad_inputs import _tiny_config
 
-    _validate(_tiny_config(), REPO)
-    _validate(_with_source("gsm8k", None, None), tmp_path)  # the fixtures: directories with every split
+    assert _validate(_tiny_config(), REPO)["label"] == "tiny"  # valid, defaults filled
+    sources = _validate(_with_source("gsm8k", None, None), tmp_path)["data"]["datasets"]["gsm8k"]["sources"]
+    assert {"main", "demonstrations"} <= set(sources)  # the fixtures: directories with every split
     (tmp_path / "ratings.csv").write_text("item_id\n")
-    _validate(_ratings(["meeting_tiny"], str(tmp_path / "ratings.csv")), tmp_path)
+    ratings = _validate(_ratings(["meeting_tiny"], str(tmp_path / "ratings.csv")), tmp_path)
+    assert ratings["judge"]["calibration"]["ratings"] == {"meeting_tiny": str(tmp_path / "ratings.csv")}
 
 
 def test_schema_reward_names_are_the_registered_rewards():
