@@ -11,8 +11,8 @@ from typing import Any
 
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.env import env
-from pipeline_lib.judge.rubrics import RUBRICS
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
+from pipeline_lib.rubrics import RUBRICS
 from pipeline_lib.specs import eval_spec
 
 __all__ = [

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
-from pipeline_lib.judge.rubrics import RUBRICS
+from pipeline_lib.rubrics import RUBRICS
 
 POETRY = RUBRICS["poetry"]
 GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'

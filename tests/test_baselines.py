@@ -13,12 +13,12 @@ from pipeline_lib.engines.local import raro as raro_module
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.engines.local.base import make_base
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.local.model import build_model, pack, response_logprobs
 from pipeline_lib.engines.local.opd import OnPolicyDistillation, reverse_kl_per_token
 from pipeline_lib.engines.local.rationalization import train_rationalization
 from pipeline_lib.engines.local.rl import train_rl
 from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
 from pipeline_lib.losses import PolicyLossConfig
+from pipeline_lib.model import build_model, pack, response_logprobs
 
 from .test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
 
@@ -159,7 +159,7 @@ def test_raro_rewards_follow_the_outcome_table():
 
 
 def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_odds(tiny, tokenizer):  # noqa: F811
-    from pipeline_lib.engines.local.model import encode_prompts, load_model
+    from pipeline_lib.model import encode_prompts, load_model
 
     model = load_model(tiny / "init")
     prompts = encode_prompts(tokenizer, [raro_module.critic_messages("You are a critic.", f"q{i}", "a", "b")
@@ -181,7 +181,7 @@ def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_
 
 
 def sum_logprob(model, prompt, reply):
-    from pipeline_lib.engines.local.model import pack, response_logprobs
+    from pipeline_lib.model import pack, response_logprobs
 
     ids, attention, mask = pack([prompt], [reply], 0)
     with torch.no_grad():
@@ -219,7 +219,7 @@ def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):  # noqa: F
 def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_path):  # noqa: F811
     from transformers import AutoTokenizer
 
-    from pipeline_lib.engines.local.model import load_model, save_model_atomic
+    from pipeline_lib.model import load_model, save_model_atomic
 
     pretrained = tmp_path / "pretrained"
     save_model_atomic(load_model(tiny / "init").to(torch.bfloat16), AutoTokenizer.from_pretrained(tiny / "tok"),

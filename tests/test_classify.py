@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from pipeline_lib.checkpoint import ConfigMismatchError
 from pipeline_lib.classify import train as train_module
-from pipeline_lib.classify.data import validate_imagefolder
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
+from pipeline_lib.data.imagenet import validate_imagefolder
 from pipeline_lib.plan import plan_runs
 from pipeline_lib.specs import imagenet_run_spec
 

@@ -227,7 +227,7 @@ def test_tokenizer_survives_being_saved_next_to_a_qwen2_model(tmp_path):
     """transformers rebuilds a Qwen2 model directory's tokenizer as Qwen2Tokenizer: ids must not change."""
     from transformers import AutoTokenizer
 
-    from pipeline_lib.engines.local.model import build_model, save_model_atomic
+    from pipeline_lib.model import build_model, save_model_atomic
 
     build_tiny("countdown_tiny", TINY, 0, None, tmp_path / "data")
     build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 400, tmp_path / "tok")

@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from pipeline_lib.judge import calibration, cross, score
-from pipeline_lib.judge.rubrics import RUBRICS
+from pipeline_lib.rubrics import RUBRICS
 
 from .chat_server import ChatServer, meetingbank_verdict
 

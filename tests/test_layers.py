@@ -45,9 +45,12 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pipeline_lib.engines.verl.preflight", "pipeline_lib.model"):
         "the model code imports torch; preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.engines.verl.preflight", "pipeline_lib.engines.verl.train"):
-        "train imports torch (through the estimators); preflight.smk imports this module while the workflow parses",
+        "train imports torch (through the advantages); preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.engines.verl.train", "pipeline_lib.engines.verl.raro_loop"):
         "raro_loop imports verl's agent loop (Ray; seconds), which only a RaRO run's check needs",
+    ("pipeline_lib.engines.verl.train", "pipeline_lib.engines.verl.estimators"):
+        "estimators imports verl's core_algos and registers the estimators there (seconds, and a side effect the "
+        "launcher does not need: verl's own processes import it through the entry point)",
 }
 
 #: Imports that break the rules today and that the run-spec work of issue 30 removes in the same round (the plan

@@ -11,7 +11,6 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap, ToolListWrap
 
 from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.model import build_model, encode_prompts, pack, response_logprobs
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
 from pipeline_lib.engines.verl.translate import (
@@ -23,6 +22,7 @@ from pipeline_lib.engines.verl.translate import (
     slurm_resources,
 )
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
+from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_engine import paper_config

@@ -12,7 +12,6 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
-from pipeline_lib.engines.local.model import build_model, encode_prompts, pack, response_logprobs
 from pipeline_lib.engines.local.raro import VERDICTS, critic_messages, parse_verdict
 from pipeline_lib.engines.verl import raro_loop
 from pipeline_lib.engines.verl.raro_loop import (
@@ -29,6 +28,7 @@ from pipeline_lib.engines.verl.raro_loop import (
 )
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, raro_replay_dir, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
+from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_engine import paper_config
@@ -267,8 +267,8 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from pipeline_lib.engines.local.model import save_model_atomic
     from pipeline_lib.engines.verl.validate import compose
+    from pipeline_lib.model import save_model_atomic
 
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.model import build_model, save_model_atomic
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, rl_overrides, rl_spec
 from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
+from pipeline_lib.model import build_model, save_model_atomic
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_baselines import PATHS, paper_baselines

@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
-from pipeline_lib.classify.data import EpochSampler, SplitData, build_splits
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
+from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
 from pipeline_lib.provenance import config_digest, write_provenance
 

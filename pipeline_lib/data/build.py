@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.classify.data import validate_imagefolder
+from pipeline_lib.data.imagenet import validate_imagefolder
 from pipeline_lib.data.poetry import synthesize_instructions
 from pipeline_lib.data.real import BUILDERS, build_dataset
 from pipeline_lib.data.schema import DatasetWriter

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from pipeline_lib.judge.serve import served_endpoint
+from pipeline_lib.llm_client import ChatRequest, EndpointConfig, ResponseCache, run_chat_requests
+from pipeline_lib.model import encode_prompts, generate, load_model
+
 __all__ = ["Backend", "Generation", "open_backend", "vllm_sampling_params"]
 
 Messages = Sequence[dict[str, str]]
@@ -41,8 +45,6 @@ class HFBackend:
     def __init__(self, model_dir: Path, spec: dict[str, Any]) -> None:
         from transformers import AutoTokenizer
 
-        from pipeline_lib.engines.local.model import load_model
-
         if spec.get("top_p", 1.0) != 1.0:
             raise ValueError("eval.top_p != 1 is not supported by the hf backend (pure temperature sampling)")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -50,9 +52,6 @@ class HFBackend:
         self.spec = spec
 
     def generate(self, prompts: Sequence[Messages], *, samples: int, greedy: bool) -> list[list[Generation]]:
-        from pipeline_lib.engines.local.common import generate
-        from pipeline_lib.engines.local.model import encode_prompts
-
         prompt_ids = encode_prompts(self.tokenizer, [list(p) for p in prompts])
         expanded = [row for row in range(len(prompts)) for _ in range(samples)]
         out: list[list[Generation]] = [[] for _ in prompts]
@@ -99,8 +98,6 @@ class ServerBackend:
     """One chat request per (prompt, sample); sample k carries seed + k so the server's sampling is reproducible."""
 
     def __init__(self, endpoint: dict[str, Any], spec: dict[str, Any], seed: int, cache: Path) -> None:
-        from pipeline_lib.llm_client import EndpointConfig, ResponseCache
-
         self.endpoint = EndpointConfig.from_config(endpoint, "eval.backend 'server'")
         self.cache = ResponseCache(cache)
         self.spec, self.seed = spec, seed
@@ -109,8 +106,6 @@ class ServerBackend:
         import dataclasses
 
         from tqdm import tqdm
-
-        from pipeline_lib.llm_client import ChatRequest, run_chat_requests
 
         results: list[list[Generation]] = [[] for _ in prompts]
         for k in range(samples):
@@ -152,8 +147,6 @@ def open_backend(model_dir: Path, spec: dict[str, Any], seed: int, work_dir: Pat
     elif backend == "vllm":
         yield VLLMBackend(model_dir, spec, seed)
     elif backend == "server":
-        from pipeline_lib.judge.serve import served_endpoint
-
         server = spec["server"]
         cache = work_dir / f"generation_cache_{_weights_digest(model_dir)}.sqlite"
         with served_endpoint(server["endpoint"], server["serve"], work_dir / "server.log",

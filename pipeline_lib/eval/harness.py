@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json
 from pipeline_lib.provenance import write_provenance
 
@@ -67,8 +68,6 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
                 ) -> dict[str, Any]:
     """Generate answers to the AlpacaEval set with our backend, then run the ``alpaca_eval`` CLI on them."""
     import pandas as pd
-
-    from pipeline_lib.eval.backends import open_backend
 
     instructions = pd.read_json(spec["instructions"], lines=spec["instructions"].endswith(".jsonl"))
     if "instruction" not in instructions:

@@ -27,9 +27,9 @@ from typing import Any
 from scipy import stats
 
 from pipeline_lib.io import write_json, write_text
-from pipeline_lib.judge.rubrics import RUBRICS, Rubric
 from pipeline_lib.judge.score import prompt_row
 from pipeline_lib.provenance import write_provenance
+from pipeline_lib.rubrics import RUBRICS, Rubric
 
 __all__ = ["RatingsError", "agreement", "blind_sample", "export_calibration", "read_ratings", "render_page"]
 

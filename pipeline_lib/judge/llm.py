@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
-from pipeline_lib.judge.rubrics import Rubric
 from pipeline_lib.llm_client import ChatRequest, EndpointConfig, ResponseCache, run_chat_requests
+from pipeline_lib.rubrics import Rubric
 
 __all__ = ["judge_with_llm"]
 

@@ -22,9 +22,13 @@ from typing import Any
 import pandas as pd
 
 from pipeline_lib.io import write_json, write_text
-from pipeline_lib.judge.rubrics import RUBRICS, Rubric
+from pipeline_lib.judge.llm import judge_with_llm
+from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
+from pipeline_lib.judge.serve import served_endpoint
+from pipeline_lib.llm_client import EndpointConfig
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.rewards.extract import after_think
+from pipeline_lib.rubrics import RUBRICS, Rubric
 
 __all__ = ["describe_judge", "judge_items", "load_items", "prompt_row", "summarise"]
 
@@ -69,8 +73,6 @@ def _rubric_fields(rubric: Rubric, item: dict[str, Any]) -> dict[str, str]:
 
 
 def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
-
     if rubric.name != "meetingbank":
         raise ValueError(f"the programmatic judge scores the MeetingBank rubric of synthetic tasks, "
                          f"not {rubric.name!r}")
@@ -95,10 +97,6 @@ def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[st
 def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path, server_log: Path
          ) -> list[dict[str, Any]]:
     from tqdm import tqdm
-
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.judge.serve import served_endpoint
-    from pipeline_lib.llm_client import EndpointConfig
 
     with served_endpoint(judge.get("endpoint", {}), judge.get("serve", {}), server_log) as endpoint_section:
         endpoint = EndpointConfig.from_config(endpoint_section, f"judge {judge.get('label')!r}")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, allocation_bins
+from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.provenance import SIDECAR_SUFFIX
 from pipeline_lib.stats import PairedDifference, paired_interval
 
@@ -101,8 +102,6 @@ def allocation_split(train_root: Path, tasks: list[str], a: str = "softmax_exact
 
 def split_section(split: pd.DataFrame, a: str = "softmax_exact", b: str = "grpo_exact") -> str:
     """The split as a markdown table, each part with its interval and the interval's method."""
-    from pipeline_lib.paper.tables import to_markdown
-
     label_a, label_b = METHOD_LABELS.get(a, a), METHOD_LABELS.get(b, b)
     meaning = {"arithmetic": f"estimator's arithmetic: {label_b}'s own rollouts, {label_a}'s weights − its own",
                "visits": f"what training visits: {label_a}'s rollouts − {label_b}'s, both with {label_a}'s weights"}

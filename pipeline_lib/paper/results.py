@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.advantages import group_advantages
 from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
@@ -94,8 +95,6 @@ def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> di
     (registry name, parameters) the logged advantages are replaced by that estimator's on the same rewards (the
     same rollouts, re-weighted: :func:`pipeline_lib.advantages.group_advantages`)."""
     import torch
-
-    from pipeline_lib.advantages import group_advantages
 
     totals = np.zeros(len(PASS_RATE_BINS))
     sizes: set[int] = set()

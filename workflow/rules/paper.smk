@@ -86,9 +86,9 @@ rule paper_imagenet_data:
     conda:
         "../../envs/report.yaml"
     params:
-        code=code_digest("pipeline_lib.classify.report"),
+        code=code_digest("pipeline_lib.paper.imagenet"),
     shell:
-        "python -m pipeline_lib.classify.report collect --done {input.done} --curves {output.curves}"
+        "python -m pipeline_lib.paper.imagenet collect --done {input.done} --curves {output.curves}"
         " --summary {output.summary} > {log} 2>&1"
 
 
@@ -111,7 +111,7 @@ rule paper_imagenet:
         ),
         table_tex="results/paper/tables/imagenet_objectives.tex",
     params:
-        code=code_digest("pipeline_lib.classify.report"),
+        code=code_digest("pipeline_lib.paper.imagenet"),
         label=config["imagenet"]["label"],
         table_stem=lambda wildcards, output: output.table_csv.removesuffix(".csv"),
     log:
@@ -121,7 +121,7 @@ rule paper_imagenet:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.classify.report render --curves {input.curves} --summary {input.summary}"
+        "python -m pipeline_lib.paper.imagenet render --curves {input.curves} --summary {input.summary}"
         " --label {params.label:q} --png {output.png} --pdf {output.pdf} --table-stem {params.table_stem}"
         " > {log} 2>&1"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.checkpoint import MetricsLog, write_done
-from pipeline_lib.engines.local.model import build_model, load_model, save_model_atomic
+from pipeline_lib.model import build_model, load_model, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 

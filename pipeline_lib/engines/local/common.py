@@ -1,10 +1,10 @@
-"""Shared machinery of the local trainers: resumable checkpoints, RNG state, metrics, schedules, sampling."""
+"""Shared machinery of the local trainers: resumable checkpoints, RNG state, metrics, schedules (sampling is
+:func:`pipeline_lib.model.generate`, which evaluation shares)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import torch
 
 from pipeline_lib.checkpoint import ConfigMismatchError, load_torch_state
 
-__all__ = ["TrainingCheckpoint", "cosine_with_warmup", "generate"]
+__all__ = ["TrainingCheckpoint", "cosine_with_warmup"]
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
@@ -57,64 +57,3 @@ class TrainingCheckpoint:
             raise ConfigMismatchError(f"{self.dir} belongs to config {state.get('config_sha256')}, this run has "
                                       f"{self.config_sha256}; delete the run directory to start over")
         return state
-
-
-@torch.no_grad()
-def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, greedy: bool,
-             temperature: float, eos_id: int, pad_id: int) -> list[list[int]]:
-    """KV-cached batched sampling; each response is cut after its first EOS (kept).
-
-    The model's own forward with its KV cache, as ``model.generate`` runs it (left padding, positions counted over
-    real tokens), but a plain loop: pure temperature sampling draws by inverse CDF (one uniform per row, a
-    ``searchsorted`` over the cumulative softmax), which on CPU costs a twentieth of ``torch.multinomial`` over the
-    vocabulary, the largest cost of a decode step at the tiny default's size. Consecutive rows with the same prompt
-    (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. Rows that
-    have ended leave the batch (with their cache) once they are a quarter of it, so a step costs what the rows still
-    writing cost; the random draws stay one per row and step, as if every row were decoded to the end. It stops once
-    every row has ended.
-    """
-    from pipeline_lib.engines.local.model import prefill
-
-    n = len(prompt_ids)
-    if max_new_tokens < 1:
-        return [[] for _ in range(n)]
-    distinct: list[Sequence[int]] = []
-    group_of_row = []
-    for row, p in enumerate(prompt_ids):
-        if row == 0 or list(p) != list(prompt_ids[row - 1]):
-            distinct.append(p)
-        group_of_row.append(len(distinct) - 1)
-    was_training = model.training
-    model.eval()
-    logits, cache, mask = prefill(model, distinct, torch.tensor(group_of_row), pad_id)
-    position = mask.sum(1, keepdim=True) - 1
-    tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
-    rows = torch.arange(n)  # the rows still in the batch, in the cache's order
-    ended = torch.zeros(n, dtype=torch.bool)  # per row in the batch
-    for step in range(max_new_tokens):
-        logits = logits.float()
-        if greedy:
-            token = logits.argmax(-1)
-        else:
-            cdf = torch.softmax(logits / temperature, dim=-1).cumsum(-1)
-            draw = torch.rand(n, 1)[rows] * cdf[:, -1:]
-            token = torch.searchsorted(cdf, draw, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
-        token = token.masked_fill(ended, pad_id)
-        tokens[rows, step] = token
-        ended |= token == eos_id
-        if step + 1 == max_new_tokens or bool(ended.all()):
-            break
-        if 4 * int(ended.sum()) >= len(rows):
-            keep = (~ended).nonzero().squeeze(1)
-            cache.reorder_cache(keep)
-            rows, mask, position, token, ended = rows[keep], mask[keep], position[keep], token[keep], ended[keep]
-        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], dim=1)
-        position = position + 1
-        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
-                       use_cache=True).logits[:, -1]
-    model.train(was_training)
-    responses = []
-    for row in tokens.tolist():
-        cut = row.index(eos_id) + 1 if eos_id in row else len(row)
-        responses.append(row[:cut])
-    return responses

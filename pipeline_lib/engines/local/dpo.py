@@ -28,11 +28,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, read_json_state, write_done
-from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import expert_demonstrations
-from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
+from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from pipeline_lib.engines.local.model import load_model
 from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 from pipeline_lib.losses import PolicyLossConfig, aggregate
+from pipeline_lib.model import load_model
 
 __all__ = ["OnPolicyDistillation", "reverse_kl_per_token"]
 

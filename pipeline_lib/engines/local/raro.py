@@ -21,10 +21,9 @@ from typing import Any
 
 import torch
 
-from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import expert_demonstrations
-from pipeline_lib.engines.local.model import encode_prompts, pack, response_logprobs
 from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
+from pipeline_lib.model import encode_prompts, generate, pack, response_logprobs
 from pipeline_lib.rewards.extract import extract_answer
 
 __all__ = ["CRITIC_CHOICES", "VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict",

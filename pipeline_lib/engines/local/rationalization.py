@@ -27,11 +27,10 @@ import torch
 
 from pipeline_lib.checkpoint import read_json_state
 from pipeline_lib.data.schema import sft_row
-from pipeline_lib.engines.local.common import generate
 from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.model import encode_prompts, load_model
 from pipeline_lib.engines.local.sft import train_sft
 from pipeline_lib.io import atomic_path, write_json
+from pipeline_lib.model import encode_prompts, generate, load_model
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["assemble", "hinted_prompts", "rationalize", "rationalized_frame", "train_rationalization"]

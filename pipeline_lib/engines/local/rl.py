@@ -32,10 +32,10 @@ from tqdm import tqdm
 
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
-from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
-from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.engines.local.common import TrainingCheckpoint
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument

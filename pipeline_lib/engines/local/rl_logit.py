@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.local.model import pack, response_logprobs
 from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
+from pipeline_lib.model import pack, response_logprobs
 
 __all__ = ["VARIANTS", "RLLogit", "answer_logprob_rewards"]
 

@@ -26,7 +26,8 @@ from pipeline_lib.engines.local.common import (
     TrainingCheckpoint,
     cosine_with_warmup,
 )
-from pipeline_lib.engines.local.model import (
+from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
+from pipeline_lib.model import (
     build_model,
     encode_prompts,
     load_model,
@@ -34,7 +35,6 @@ from pipeline_lib.engines.local.model import (
     response_logprobs,
     save_model_atomic,
 )
-from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 

@@ -27,6 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.config import load_config_file, validate_config
+from pipeline_lib.engines.verl import cpu
+from pipeline_lib.engines.verl.cpu import cpu_overrides
+from pipeline_lib.engines.verl.translate import VERL_BASELINES, TrainPaths, baseline_rl_spec, rl_spec, sft_spec
+from pipeline_lib.io import atomic_path
+from pipeline_lib.specs import eval_spec
 
 __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
            "load_preflight_config", "main", "run_kind"]
@@ -81,7 +86,7 @@ def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[
     """A tiny random Qwen2 (the paper model's architecture) with the pipeline's tokenizer, as an HF directory."""
     from transformers import AutoTokenizer
 
-    from pipeline_lib.engines.local.model import build_model, save_model_atomic
+    from pipeline_lib.model import build_model, save_model_atomic
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     model = build_model(tokenizer, dict(model_spec), seed)
@@ -105,9 +110,6 @@ def _preflight_paper_config(section: Mapping[str, Any], base: Mapping[str, Any],
 def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> dict[str, Any]:
     """The run spec of one preflight kind, built by the real run's spec builder (:mod:`.translate`), plus the CPU
     overrides."""
-    from pipeline_lib.engines.verl.cpu import cpu_overrides
-    from pipeline_lib.engines.verl.translate import VERL_BASELINES, baseline_rl_spec, rl_spec, sft_spec
-
     trainer, method = KINDS[kind]
     config = _preflight_paper_config(section, base, model_dir)
     for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
@@ -132,8 +134,6 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
 def _small_validation(source: Path, rows: int, out: Path) -> Path:
     """The first ``rows`` prompts of the task's test split: validation before training stays seconds."""
     import pandas as pd
-
-    from pipeline_lib.io import atomic_path
 
     with atomic_path(out) as tmp:
         pd.read_parquet(source).head(rows).to_parquet(tmp)
@@ -180,9 +180,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
     ``DONE.json``."""
     import shutil
 
-    from pipeline_lib.engines.verl import cpu
     from pipeline_lib.engines.verl.train import run
-    from pipeline_lib.engines.verl.translate import TrainPaths
 
     os.environ.update({cpu.ENV: "1"})  # this process's verl and every process it starts (torchrun ranks, Ray workers)
     cpu.install()
@@ -206,8 +204,6 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
 def eval_spec_for(preflight: Mapping[str, Any]) -> dict[str, Any]:
     """The paper config's evaluation settings for a verl checkpoint with the CPU ones in place: the hf backend
     (vLLM is the GPU run's), ``preflight.eval`` (a few prompts, short generations)."""
-    from pipeline_lib.specs import eval_spec
-
     section, base = load_preflight_config(preflight)
     return {**eval_spec(base), "backend": "hf", **dict(section.get("eval") or {})}
 

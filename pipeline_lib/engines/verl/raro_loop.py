@@ -49,6 +49,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.ray_utils import auto_await
 
 from pipeline_lib.engines.local.raro import VERDICTS, critic_messages, outcome_rewards, parse_verdict
+from pipeline_lib.io import write_json
 
 __all__ = [
     "AGENT_LOOP_CONFIG",
@@ -315,8 +316,6 @@ class ReplayBuffer:
     def _save(self, step: int) -> None:
         if self.state_dir is None:
             return
-        from pipeline_lib.io import write_json
-
         write_json(self._path(step), {"step": step, "size": self.size, "pairs": self.pairs})
         # keep what a resume can need: the newest file and those of the last two checkpoint steps
         keep = {step}

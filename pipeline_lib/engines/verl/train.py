@@ -36,7 +36,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.advantages import group_advantages
+from pipeline_lib.checkpoint import write_done
 from pipeline_lib.engines.verl import check_verl_version
+from pipeline_lib.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.engines.verl.translate import (
     ESTIMATOR_MODULE,
     REWARD_HEALTH_ENV,
@@ -50,6 +53,10 @@ from pipeline_lib.engines.verl.translate import (
     sft_overrides,
     tracking_env,
 )
+from pipeline_lib.engines.verl.validate import validate_rl, validate_sft
+from pipeline_lib.io import sha256_file, write_json, write_text
+from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.rewards import compute_scores, health_counts
 from pipeline_lib.tracking import Tracker, add_tracking_argument
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
@@ -96,8 +103,6 @@ def finished_step(ckpt_dir: Path) -> int | None:
 def input_digests(paths: TrainPaths) -> dict[str, str]:
     """sha256 of what a run reads besides its config: the data files and the initial model's files (an SFT run that
     was redone with another result leaves the RL run's config unchanged, yet its checkpoints are another run's)."""
-    from pipeline_lib.io import sha256_file
-
     named = {"train": paths.train_files, "val": paths.val_files}
     if paths.init is not None:
         named |= {f"init/{p.relative_to(paths.init)}": p for p in sorted(paths.init.rglob("*")) if p.is_file()}
@@ -115,8 +120,6 @@ def claim_run_dir(run_dir: Path, digest: str, described: Mapping[str, Any] | Non
     ``stale/<old digest>/`` and is logged; a directory from before run.json existed counts as another run
     (``stale/unrecorded``).
     """
-    from pipeline_lib.io import write_json
-
     run_dir.mkdir(parents=True, exist_ok=True)
     identity = run_dir / RUN_IDENTITY
     previous = json.loads(identity.read_text()).get("run_sha256") if identity.is_file() else None
@@ -182,8 +185,6 @@ def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
 
 def collect_metrics(run_dir: Path, total_steps: int) -> Path:
     """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
-    from pipeline_lib.io import write_text
-
     by_step = _verl_records(run_dir, total_steps)
     health = _health_source(run_dir)
     lines = []
@@ -197,8 +198,6 @@ def collect_metrics(run_dir: Path, total_steps: int) -> Path:
 
 def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
     """The reward hook's timeout/failure records of this run, or None where it kept none (a run from before it)."""
-    from pipeline_lib.engines.verl.reward import read_health_records
-
     directory = reward_health_dir(run_dir)
     if not directory.is_dir():
         log.warning("%s: no reward health records (%s missing), so reward_timeouts/reward_failures are logged as "
@@ -211,9 +210,6 @@ def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
 def _reward_health(run_dir: Path, step: int, records: Mapping[str, Mapping[str, int]] | None) -> dict[str, int | None]:
     """Verifier items that timed out / failed in a step's training rollouts: from the dump where it carries the reward
     extras (the legacy trainer dumps them), else from the reward hook's records of the dumped rollouts, else null."""
-    from pipeline_lib.engines.verl.reward import dumped_health
-    from pipeline_lib.rewards import health_counts
-
     dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
     if not dump.exists():
         return {}
@@ -272,10 +268,7 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
     import torch
     from transformers import AutoTokenizer
 
-    from pipeline_lib.advantages import group_advantages
     from pipeline_lib.engines.verl.estimators import group_index
-    from pipeline_lib.io import write_text
-    from pipeline_lib.rewards import compute_scores
 
     dump = rollout_dump_dir(run_dir)
     files = sorted(dump.glob("*.jsonl"), key=lambda p: int(p.stem)) if dump.is_dir() else []
@@ -348,11 +341,6 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
 
 def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
     """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
-    from pipeline_lib.checkpoint import write_done
-    from pipeline_lib.engines.verl.validate import validate_rl, validate_sft
-    from pipeline_lib.io import write_text
-    from pipeline_lib.provenance import config_digest, write_provenance
-
     started = time.time()
     run_dir = paths.run_dir
     overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)

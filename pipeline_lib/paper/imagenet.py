@@ -21,7 +21,7 @@ from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.provenance import write_provenance
 
-log = logging.getLogger("pipeline_lib.classify.report")
+log = logging.getLogger("pipeline_lib.paper.imagenet")
 LABELS = {"ml": "ML (cross-entropy)", "reinforce": "REINFORCE", "grpo": "GRPO", "softmax": "SoftmaxGRPO"}
 STYLES = {"ml": ("black", "-"), "reinforce": ("0.5", ":"), "grpo": ("tab:red", "--"), "softmax": ("tab:blue", "-")}
 
@@ -99,7 +99,7 @@ def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pd
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.classify.report", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.imagenet", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect")

@@ -1,4 +1,5 @@
-"""Tiny causal LMs built from a ``transformers`` config, and text <-> tensor helpers shared by the trainers.
+"""Tiny causal LMs built from a ``transformers`` config, text <-> tensor helpers and batched sampling, shared by the
+local trainers and evaluation (so both stand on this module, not on each other).
 
 Checkpoints are plain ``save_pretrained`` directories, so evaluation, judging and export
 load them exactly like a real model.
@@ -15,8 +16,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["build_model", "encode_prompts", "load_model", "prefill", "response_logprobs", "save_model_atomic",
-           "use_grouped_sdpa"]
+__all__ = ["build_model", "encode_prompts", "generate", "load_model", "prefill", "response_logprobs",
+           "save_model_atomic", "use_grouped_sdpa"]
 
 
 def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -202,3 +203,62 @@ def _shared_prompt_logprobs(model: torch.nn.Module, ids: torch.Tensor, response:
     # columns past a row's response hold 0 and land beyond `width` or on its padding: every target is distinct
     out = torch.zeros(n, width + steps, dtype=token_logprobs.dtype).scatter(1, columns, token_logprobs)
     return out[:, :width] * response
+
+
+@torch.no_grad()
+def generate(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, greedy: bool,
+             temperature: float, eos_id: int, pad_id: int) -> list[list[int]]:
+    """KV-cached batched sampling; each response is cut after its first EOS (kept).
+
+    The model's own forward with its KV cache, as ``model.generate`` runs it (left padding, positions counted over
+    real tokens), but a plain loop: pure temperature sampling draws by inverse CDF (one uniform per row, a
+    ``searchsorted`` over the cumulative softmax), which on CPU costs a twentieth of ``torch.multinomial`` over the
+    vocabulary, the largest cost of a decode step at the tiny default's size. Consecutive rows with the same prompt
+    (a group's M rollouts) share one prefill: the prompt's cache is computed once and gathered to its rows. Rows that
+    have ended leave the batch (with their cache) once they are a quarter of it, so a step costs what the rows still
+    writing cost; the random draws stay one per row and step, as if every row were decoded to the end. It stops once
+    every row has ended.
+    """
+    n = len(prompt_ids)
+    if max_new_tokens < 1:
+        return [[] for _ in range(n)]
+    distinct: list[Sequence[int]] = []
+    group_of_row = []
+    for row, p in enumerate(prompt_ids):
+        if row == 0 or list(p) != list(prompt_ids[row - 1]):
+            distinct.append(p)
+        group_of_row.append(len(distinct) - 1)
+    was_training = model.training
+    model.eval()
+    logits, cache, mask = prefill(model, distinct, torch.tensor(group_of_row), pad_id)
+    position = mask.sum(1, keepdim=True) - 1
+    tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long)
+    rows = torch.arange(n)  # the rows still in the batch, in the cache's order
+    ended = torch.zeros(n, dtype=torch.bool)  # per row in the batch
+    for step in range(max_new_tokens):
+        logits = logits.float()
+        if greedy:
+            token = logits.argmax(-1)
+        else:
+            cdf = torch.softmax(logits / temperature, dim=-1).cumsum(-1)
+            draw = torch.rand(n, 1)[rows] * cdf[:, -1:]
+            token = torch.searchsorted(cdf, draw, right=True).squeeze(1).clamp_(max=cdf.shape[-1] - 1)
+        token = token.masked_fill(ended, pad_id)
+        tokens[rows, step] = token
+        ended |= token == eos_id
+        if step + 1 == max_new_tokens or bool(ended.all()):
+            break
+        if 4 * int(ended.sum()) >= len(rows):
+            keep = (~ended).nonzero().squeeze(1)
+            cache.reorder_cache(keep)
+            rows, mask, position, token, ended = rows[keep], mask[keep], position[keep], token[keep], ended[keep]
+        mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=mask.dtype)], dim=1)
+        position = position + 1
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
+                       use_cache=True).logits[:, -1]
+    model.train(was_training)
+    responses = []
+    for row in tokens.tolist():
+        cut = row.index(eos_id) + 1 if eos_id in row else len(row)
+        responses.append(row[:cut])
+    return responses

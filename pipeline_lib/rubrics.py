@@ -13,7 +13,7 @@ from pathlib import Path
 __all__ = ["RUBRICS", "Rubric"]
 
 # named as one "config/..." string so the code digest of every module importing this one covers the prompts
-PROMPTS = Path(__file__).resolve().parents[2] / "config/prompts"
+PROMPTS = Path(__file__).resolve().parents[1] / "config/prompts"
 
 
 @dataclass(frozen=True)
