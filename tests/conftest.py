@@ -54,7 +54,7 @@ def touched_workflow(tmp_path: Path) -> Callable[..., subprocess.CompletedProces
 #: Slurm, verl and browser tests stay in the full suite (`.ci/run`).
 FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", "test_theory_checks", "test_audit",
                 "test_provenance", "test_data", "test_llm_client", "test_reproduction", "test_batch", "test_miniature",
-                "test_captions", "test_hostile_inputs", "test_environment"}
+                "test_captions", "test_hostile_inputs", "test_environment", "test_layers"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
