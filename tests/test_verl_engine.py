@@ -15,14 +15,7 @@ from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
 from pipeline_lib.config import validate_config
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
 from pipeline_lib.engines.verl.estimators import group_index
-from pipeline_lib.engines.verl.translate import (
-    ESTIMATOR_MODULE,
-    VERL_ADVANTAGES,
-    TrainPaths,
-    rl_overrides,
-    rl_spec,
-    slurm_resources,
-)
+from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE, TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import (
     VerlOverrideError,
     compose,
@@ -30,7 +23,8 @@ from pipeline_lib.engines.verl.validate import (
     validate_planned_runs,
     validate_rl,
 )
-from pipeline_lib.plan import plan_runs
+from pipeline_lib.plan import ESTIMATORS, plan_runs
+from pipeline_lib.plan.settings import verl_rl_spec
 from pipeline_lib.rewards import compute_score
 from pipeline_lib.targets import runs_of
 
@@ -79,7 +73,7 @@ def test_the_installed_verl_is_the_pinned_one(monkeypatch):
                                            ("reinforce", {}), ("grpo", {}), ("dr_grpo", {}), ("rloo", {})])
 @pytest.mark.parametrize("binary", [True, False])
 def test_estimator_through_verls_compute_advantage_equals_group_advantages(method, params, binary):
-    estimator, extra = VERL_ADVANTAGES[method]
+    estimator, extra = ESTIMATORS[method].verl, ESTIMATORS[method].verl_overrides
     overrides = [f"algorithm.adv_estimator={estimator}", *(f"{k}={v}" for k, v in extra.items()),
                  *(f"+algorithm.{k}={v}" for k, v in params.items())]
     algorithm = compose("ppo_trainer", overrides).algorithm
@@ -263,7 +257,8 @@ def test_paper_settings_reach_verls_config(task, method, expected):
 
     config = paper_config()
     paths = TrainPaths(f"/r/{task}/{method}", "/d/train.parquet", "/d/test.parquet", "/r/sft/final")
-    verl_config = validate_rl(rl_overrides(rl_spec(config, task, method), paths, seed=0))
+    spec = verl_rl_spec(config, task, method)
+    verl_config = validate_rl(rl_overrides(spec, paths, seed=0))
     shared = {"actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
               "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.001,
               "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
@@ -276,7 +271,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
         assert OmegaConf.select(verl_config, key) == value, key
     nodes = expected.get("trainer.nnodes")
     if nodes:
-        assert slurm_resources(config, task, "rl") == {"nodes": nodes, "gres": "gpu:8"}
+        assert spec.resources == {"nodes": nodes, "gres": "gpu:8"}
 
 
 def test_a_typo_in_an_override_fails_with_the_run_and_key_named(tmp_path):
@@ -351,7 +346,7 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     from pipeline_lib.engines.verl.train import main
 
     config = paper_config()
-    spec = json.dumps(rl_spec(config, "deepmath", "softmax_exact"))
+    spec = verl_rl_spec(config, "deepmath", "softmax_exact").to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out
