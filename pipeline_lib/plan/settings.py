@@ -37,7 +37,6 @@ __all__ = [
     "local_sft_spec",
     "opd_teacher_spec",
     "reference_prompts",
-    "rl_train_data",
     "scale_config",
     "takes_tau",
     "tiny_task_spec",
@@ -70,13 +69,6 @@ def reference_prompts(task: str) -> str:
     """RL prompts that carry an expert answer (``extra_info.reference``)."""
     kind = "rl_sim_train" if task in PROMPTS_WITHOUT_REFERENCE else "rl_train"
     return f"results/data/{task}/{kind}.parquet"
-
-
-def rl_train_data(config: Mapping[str, Any], task: str, method: str) -> str:
-    """Similarity-reward runs need the expert answer of every prompt; verifier runs train on all prompts."""
-    if config["train"]["methods"][method]["reward"] == "similarity":
-        return reference_prompts(task)
-    return f"results/data/{task}/rl_train.parquet"
 
 
 def eval_spec(config: Mapping[str, Any]) -> dict[str, Any]:
