@@ -212,3 +212,18 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
     for path in (REPO / "workflow").rglob("*"):  # the copy's workflow/ is the repository's, unedited
         if path.is_file():
             assert (workflow / path.relative_to(REPO)).read_bytes() == path.read_bytes()
+
+
+def test_every_planned_spec_crosses_the_process_boundary_unchanged_and_a_bad_one_is_named():
+    from pipeline_lib.plan import Estimator, RunSpec
+
+    for name in ("config.yaml", "paper.yaml"):
+        for run in plan_runs(load(name), check_estimators=False).runs:
+            assert RunSpec.from_json(run.spec.to_json()) == run.spec, run.key
+            assert run.args[run.args.index("--spec") + 1] == run.spec.to_json()  # the command carries exactly it
+    with pytest.raises(PlanError, match=r"unknown field\(s\) \['advantage_params'\]"):
+        RunSpec.from_json('{"method": "grpo_exact", "task": "t", "engine": "local", "advantage_params": {}}')
+    with pytest.raises(PlanError, match="engine 'slurm' is not one of"):
+        RunSpec(method="grpo_exact", task="t", engine="slurm")
+    with pytest.raises(PlanError, match="non-finite"):
+        RunSpec(method="softmax_exact", task="t", engine="local", estimator=Estimator("softmax", {"tau": float("nan")}))

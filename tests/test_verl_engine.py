@@ -596,3 +596,24 @@ def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v
     records.rmdir()  # a run from before the hook kept records: unknown, not 0
     metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
     assert [(m["softmaxgrpo/reward_failures"], m["softmaxgrpo/reward_timeouts"]) for m in metrics] == [(None, None)] * 2
+
+
+def test_every_preflight_kind_builds_its_spec_with_the_real_runs_builder_and_translates(tmp_path, monkeypatch):
+    """The preflight's runs are the paper runs' specs (the registry's builders) on the tiny model: each kind's spec
+    keeps the paper row's estimator and tau and becomes overrides whose every key verl knows."""
+    from pipeline_lib.config import load_config_file
+    from pipeline_lib.engines.verl.preflight import KINDS, kind_spec, load_preflight_config
+    from pipeline_lib.engines.verl.translate import sft_overrides
+    from pipeline_lib.engines.verl.validate import check_override_keys
+
+    monkeypatch.chdir(REPO)
+    section, base = load_preflight_config(load_config_file(REPO / "config/preflight.yaml")["preflight"])
+    runs = []
+    for kind, (trainer, _) in KINDS.items():
+        spec = kind_spec(kind, section, base, "/m/tiny")
+        assert spec.task == section["task"] and spec.model == "/m/tiny" and spec.extra_overrides, kind
+        if kind == "softmax":
+            assert spec.tau == base["train"]["verl"]["tasks"][section["paper_task"]]["tau"]
+        paths = TrainPaths(tmp_path / kind, tmp_path / "train.parquet", tmp_path / "val.parquet", tmp_path / "init")
+        runs.append((kind, trainer, (sft_overrides if trainer == "sft" else rl_overrides)(spec, paths, 0)))
+    assert check_override_keys(runs, cache_dir=tmp_path)["composed"] == 2
