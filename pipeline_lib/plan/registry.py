@@ -1,13 +1,16 @@
 """The method registry: what each method *is*, in one entry, for every engine.
 
-An entry names the method's family, its advantage estimator and reward (for the group-RL methods), its table label,
-and for each value of ``train.engine`` the job that trains it: the Snakemake rule (``job``), the entry point, the
-command layout (which inputs and flags the entry point takes) and the spec builder; on verl also the override
-builder whose Hydra overrides are validated at parse time. :func:`pipeline_lib.plan.plan_runs` reads only this table
-to turn a config into runs, and the paper tables take their row labels from it.
+A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
+config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
+job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
+:class:`~pipeline_lib.plan.spec.RunSpec`). :data:`ESTIMATORS` says how verl runs each estimator (its verl name, extra
+algorithm overrides and the parameters ours read from verl's algorithm config). :func:`pipeline_lib.plan.plan_runs`
+reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
+take their row labels from here.
 
-Adding a group-RL method with an advantage already in :mod:`pipeline_lib.advantages` is one :class:`Method` entry
-here (``group_rl(...)``) plus its ``train.methods`` entry in the config.
+Adding an estimator is its function in :mod:`pipeline_lib.advantages`, one ``group_rl(...)`` entry here (with an
+:class:`EstimatorEntry` for a new estimator; or :func:`register` from elsewhere) and its ``train.methods`` entry in
+the config (``tests/test_new_estimator.py`` does exactly that).
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ class Method:
     demonstrations: bool = False
 
 
-def _of_method(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
+def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
     """A spec builder of the config and the task only (SFT, Iterative DPO on TRL): the method is fixed."""
     return lambda config, task, method: build(config, task)
 
@@ -139,7 +142,7 @@ _METHODS = (
              Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization", _named(verl_sft_spec),
                    "sft", prelude="annotate")),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo"),
-             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_method(trl_dpo_spec)),
+             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_task(trl_dpo_spec)),
              demonstrations=True),
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), VERL_BASELINE, demonstrations=True),
     baseline("raro", "RARO", _local("raro"), VERL_BASELINE, demonstrations=True),

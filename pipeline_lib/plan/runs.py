@@ -475,7 +475,7 @@ def baseline_tasks(config: Mapping[str, Any], name: str) -> list[str]:
     non-verifiable tasks (the non-verifiable table).
     """
     section = config["train"].get("baselines") or {}
-    own = (section.get(name) or {}).get("tasks")
+    own = (section.get(method(name).section or name) or {}).get("tasks")
     return list(section.get("tasks", []) if own is None else own)
 
 
@@ -521,8 +521,9 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimator
 
     ``check_estimators`` runs each group-RL method's estimator once with its parameters (importing torch); the
     workflow turns it off where Snakemake re-parses itself to run one job (a Slurm job), the submitting process
-    having checked the same config already."""
-    root = Path(root).resolve()
+    having checked the same config already. ``root`` is accepted for the callers' sake and unused: the plan holds
+    paths relative to the workflow; an engine makes them absolute at its edge (verl: ``translate.run_paths``)."""
+    del root
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
