@@ -23,7 +23,7 @@ from pipeline_lib.engines.verl.validate import (
     validate_planned_runs,
     validate_rl,
 )
-from pipeline_lib.plan import ESTIMATORS, plan_runs
+from pipeline_lib.plan import ESTIMATORS, Estimator, RunSpec, plan_runs
 from pipeline_lib.plan.settings import verl_rl_spec
 from pipeline_lib.rewards import compute_score
 from pipeline_lib.targets import runs_of
@@ -315,7 +315,8 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
         scores = [compute_score("tiny/countdown", o, g)["score"] for o, g in zip(outputs, gts, strict=True)]
         RayPPOTrainer._write_generations(["q"] * 8, outputs, gts, scores, {"uid": keys},
                                           str(run_dir / "rollout_dump"), step)
-    spec = {"advantage": "softmax", "tau": 0.1}
+    spec = RunSpec(method="softmax_exact", task="countdown_tiny", engine="verl",
+                   estimator=Estimator("softmax", {"tau": 0.1}))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -402,7 +403,8 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     trainer._shutdown_dump_executor()
     assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
 
-    spec = {"advantage": "grpo", "tau": None, "group_size": group_size}
+    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", settings={"group_size": group_size},
+                   estimator=Estimator("grpo"))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for record in records:
