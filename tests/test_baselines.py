@@ -366,7 +366,7 @@ def differing(a, b):
 
 def test_paired_methods_share_every_setting_but_the_advantage():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.settings import local_baseline_spec, local_rl_spec
+    from pipeline_lib.plan.settings import local_rl_baseline_spec, local_rl_spec
 
     config = validated()
     task = "countdown_tiny"
@@ -381,7 +381,7 @@ def test_paired_methods_share_every_setting_but_the_advantage():
     # the RL-style baselines keep every shared RL setting
     shared = config["train"]["rl"]
     for method in ("rl_logit", "raro", "opd"):
-        assert local_baseline_spec(config, task, method).settings == shared, method
+        assert local_rl_baseline_spec(config, task, method).settings == shared, method
     # the paper's configuration pairs its methods the same way
     paper = validated()
     paper["train"]["methods"] = {"a": {"advantage": "grpo", "reward": "verifier"},

@@ -21,7 +21,10 @@ from typing import Any
 
 from pipeline_lib.plan.settings import (
     baseline_rl_spec,
-    local_baseline_spec,
+    local_base_spec,
+    local_dpo_spec,
+    local_rationalization_spec,
+    local_rl_baseline_spec,
     local_rl_spec,
     local_sft_spec,
     trl_dpo_spec,
@@ -124,8 +127,8 @@ def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str
                   demonstrations=reward == "similarity")
 
 
-def _local(name: str, layout: str = "local_expert") -> Entry:
-    return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, local_baseline_spec)
+def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: str = "local_expert") -> Entry:
+    return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, spec)
 
 
 def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False) -> Method:
@@ -134,19 +137,20 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: b
 
 
 _METHODS = (
-    baseline("base", "Base", _local("base", "local_base"), _local("base", "local_base")),
+    baseline("base", "Base", *[_local("base", local_base_spec, "local_base")] * 2),  # on verl too: a copy
     Method("sft", "SFT", "sft", {
         "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", local_sft_spec),
         "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", verl_sft_spec, "sft")}),
-    baseline("rationalization", "Rationalization", _local("rationalization", "local_rationalization"),
+    baseline("rationalization", "Rationalization",
+             _local("rationalization", local_rationalization_spec, "local_rationalization"),
              Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization", _named(verl_sft_spec),
                    "sft", prelude="annotate")),
-    baseline("iterative_dpo", "Iterative DPO", _local("dpo"),
+    baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_task(trl_dpo_spec)),
              demonstrations=True),
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), VERL_BASELINE, demonstrations=True),
     baseline("raro", "RARO", _local("raro"), VERL_BASELINE, demonstrations=True),
-    baseline("opd", "OPD", _local("opd", "local_opd"), VERL_BASELINE),
+    baseline("opd", "OPD", _local("opd", layout="local_opd"), VERL_BASELINE),
     group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity"),
     group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
     group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True),

@@ -32,7 +32,10 @@ __all__ = [
     "eval_spec",
     "generation_spec",
     "imagenet_run_spec",
-    "local_baseline_spec",
+    "local_base_spec",
+    "local_dpo_spec",
+    "local_rationalization_spec",
+    "local_rl_baseline_spec",
     "local_rl_spec",
     "local_sft_spec",
     "opd_teacher_spec",
@@ -204,17 +207,27 @@ def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
                    reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]))
 
 
-def local_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """A baseline on the local engine: its own section plus the shared SFT / RL settings it builds on. An RL baseline
-    uses its section's ``advantage`` (OPD: GRPO's, only logged: its loss is the reverse KL)."""
+def local_base_spec(config: Mapping[str, Any], task: str, method: str = "base") -> RunSpec:
+    """Base: the untrained model of ``train.model`` (the local engine builds it; on verl it copies the hub model)."""
+    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]))
+
+
+def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str = "rationalization") -> RunSpec:
+    """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
+    the SFT settings it trains with."""
+    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
+                   settings=dict(config["train"]["sft"]), baseline=_own(config, method, ("tasks", "annotator")))
+
+
+def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
+    """Iterative DPO on the local engine: its own section is the whole of its settings."""
+    return RunSpec(method=method, task=task, engine="local", baseline=_own(config, method))
+
+
+def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
+    """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
+    (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
     own = _own(config, method)
-    if method == "base":
-        return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]))
-    if method == "rationalization":
-        return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                       settings=dict(config["train"]["sft"]), baseline=_own(config, method, ("tasks", "annotator")))
-    if method == "iterative_dpo":
-        return RunSpec(method=method, task=task, engine="local", baseline=own)
     return RunSpec(method=method, task=task, engine="local", settings=dict(config["train"]["rl"]),
                    estimator=Estimator(own.get("advantage", "grpo")), baseline=own)
 
