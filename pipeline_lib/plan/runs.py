@@ -3,8 +3,7 @@
 :func:`plan_runs` asks every study for the runs it reads (the main methods, the baselines, the tau x M ablation, the
 scale study, the judged and transfer runs, the ImageNet objectives), adds the runs those start from (SFT, the Base
 model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
-(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec, resources and, on verl, the
-Hydra overrides :mod:`pipeline_lib.engines.verl.validate` checks at parse time.
+(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec and resources.
 
 Each run's settings are one :class:`~pipeline_lib.plan.spec.RunSpec`, built by the registry entry's spec builder
 (:mod:`pipeline_lib.plan.settings`, where the parameter precedence and the rule of which tau wins are stated); the
