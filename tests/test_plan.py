@@ -199,7 +199,7 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
         # its own job on verl; on the local engine a step of its (task, seed)'s train_local_group batch
         command = next(line for line in result.stdout.splitlines() if "python -m" in line
                        and f"results/train/{task}/dr_grpo_exact/seed0" in line)
-        assert '"advantage": "dr_grpo"' in command.replace('\\"', '"')
+        assert '"estimator": {"name": "dr_grpo", "params": {}}' in command.replace('\\"', '"')
         assert ("pipeline_lib.engines.verl.train rl" if name == "paper.yaml" else "pipeline_lib.engines.local.rl") \
             in command
     listing = subprocess.run([sys.executable, "-m", "pipeline_lib", "plan", "--configfile", "new_config.yaml"],
