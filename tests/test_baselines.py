@@ -365,36 +365,39 @@ def differing(a, b):
 
 
 def test_paired_methods_share_every_setting_but_the_advantage():
-    from pipeline_lib.specs import ablation_run_spec, baseline_spec, rl_run_spec
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.settings import local_rl_baseline_spec, local_rl_spec
 
     config = validated()
+    task = "countdown_tiny"
     for grpo, softmax in (("grpo_exact", "softmax_exact"), ("grpo_sim", "softmax_sim")):
-        assert differing(rl_run_spec(config, grpo), rl_run_spec(config, softmax)) == {"advantage", "advantage_params"}
+        assert differing(local_rl_spec(config, task, grpo).to_dict(),
+                         local_rl_spec(config, task, softmax).to_dict()) == {"method", "estimator"}
     # an ablation cell is SoftmaxGRPO-Exact with another tau / M / step count, nothing else
-    cell = ablation_run_spec(config, 1.0, 4)
-    assert differing(cell, rl_run_spec(config, "softmax_exact")) <= {"advantage_params", "group_size", "steps"}
+    plan = plan_runs(config)
+    cell, main = (plan.get("train_local", f"{task}/{name}/seed0").spec for name in ("softmax_tau1_m4", "softmax_exact"))
+    assert differing(cell.to_dict(), main.to_dict()) <= {"estimator", "settings"}
+    assert differing(cell.settings, main.settings) <= {"group_size", "steps"} and cell.estimator.params == {"tau": 1.0}
     # the RL-style baselines keep every shared RL setting
     shared = config["train"]["rl"]
     for method in ("rl_logit", "raro", "opd"):
-        spec = baseline_spec(config, method)
-        assert {k: spec[k] for k in shared} == shared, method
+        assert local_rl_baseline_spec(config, task, method).settings == shared, method
     # the paper's configuration pairs its methods the same way
     paper = validated()
     paper["train"]["methods"] = {"a": {"advantage": "grpo", "reward": "verifier"},
                                  "b": {"advantage": "softmax", "tau": 0.3, "reward": "verifier"}}
-    assert differing(rl_run_spec(paper, "a"), rl_run_spec(paper, "b")) == {"advantage", "advantage_params"}
+    assert differing(local_rl_spec(paper, task, "a").to_dict(),
+                     local_rl_spec(paper, task, "b").to_dict()) == {"method", "estimator"}
 
 
 def test_baseline_and_ablation_targets_and_names():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.specs import ablation_method, ablation_tau
+    from pipeline_lib.plan.settings import ablation_method
     from pipeline_lib.targets import eval_targets, runs_of
 
     config = validated()
     plan = plan_runs(config)
     assert ablation_method(0.1, 4) == "softmax_tau0p1_m4" and ablation_method(10.0, 8) == "softmax_tau10_m8"
-    for tau in (0.1, 0.3, 0.5, 1.0, 1.3, 1.5, 10.0):
-        assert ablation_tau(ablation_method(tau, 4).split("_")[1].removeprefix("tau")) == tau
     assert "results/train/countdown_tiny/raro/seed0/DONE.json" in runs_of(plan, "baseline")
     assert len(runs_of(plan, "ablation")) == len(config["train"]["ablation"]["taus"]) * 2
     evals = eval_targets(plan)
@@ -406,7 +409,6 @@ def test_baseline_and_ablation_targets_and_names():
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.specs import baseline_spec
     from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
 
     from .test_verl_engine import paper_config
@@ -422,20 +424,21 @@ def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_ve
     assert sorted(table1_tasks(config)) == verifiable
     assert {p.split("/")[2] for p in table1_eval_targets(config, plan)} == set(verifiable)
     assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config, plan)
-    assert "tasks" not in baseline_spec(config, "iterative_dpo")  # where it runs is not part of the run's spec
+    # where it runs is not part of the run's spec
+    assert "tasks" not in plan.get("train_trl", "gsm8k/iterative_dpo/seed0").spec.baseline
     # the paper's critic writes its verdict; only the tiny default constrains it
     assert config["train"]["baselines"]["raro"]["critic_decoding"] == "free"
 
 
 def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
-    from pipeline_lib.specs import opd_teacher_spec
+    from pipeline_lib.plan.settings import opd_teacher_spec
 
     config = validated()
     config["train"]["baselines"]["opd"]["teacher"] |= {"init": "sft", "model": {"layers": 8}}
     with pytest.raises(ValueError, match="init: scratch"):
-        opd_teacher_spec(config)
+        opd_teacher_spec(config, "countdown_tiny")
     config["train"]["baselines"]["opd"]["teacher"]["init"] = "scratch"
-    assert opd_teacher_spec(config)["model"]["layers"] == 8
+    assert opd_teacher_spec(config, "countdown_tiny").model["layers"] == 8
 
 
 def test_table1_shows_a_dash_where_a_method_did_not_run(tmp_path):

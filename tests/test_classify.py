@@ -11,7 +11,7 @@ from pipeline_lib.classify import train as train_module
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import validate_imagefolder
 from pipeline_lib.plan import plan_runs
-from pipeline_lib.specs import imagenet_run_spec
+from pipeline_lib.plan.settings import imagenet_run_spec
 
 SPEC = {
     "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,

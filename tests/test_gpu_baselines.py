@@ -6,6 +6,7 @@ the local engine's transformers model, instead of vLLM) and the model is the tin
 
 import copy
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -13,13 +14,9 @@ import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.engines.trl import dpo as trl_dpo
-from pipeline_lib.engines.verl.rationalization import (
-    annotate,
-    annotation_spec,
-    rationalization_paths,
-    rationalization_sft_spec,
-)
+from pipeline_lib.engines.verl.rationalization import annotate, annotation_settings, rationalization_paths
 from pipeline_lib.eval.backends import open_backend
+from pipeline_lib.plan.settings import annotation_spec, trl_dpo_spec, verl_sft_spec
 
 from .test_local_engine import params, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_engine import paper_config
@@ -46,7 +43,7 @@ def regenerate(model_dir, generation, prompts, seed, greedy=False):
 
 def test_trl_iterative_dpo_pairs_expert_over_samples_raises_the_margin_picks_the_best_round_and_resumes(
         tiny, tmp_path, monkeypatch):  # noqa: F811
-    spec = trl_dpo.trl_dpo_spec({"train": {"baselines": {"iterative_dpo": DPO}}, "eval": EVAL})
+    spec = trl_dpo.dpo_settings(trl_dpo_spec({"train": {"baselines": {"iterative_dpo": DPO}}, "eval": EVAL}, "gsm8k"))
     assert "tasks" not in spec and spec["generation"]["batch_size"] == 8 and spec["generation"]["backend"] == "hf"
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
     straight = tmp_path / "straight"
@@ -125,11 +122,11 @@ def test_trl_batch_layout_and_launch_command():
 
 
 def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_validates(tiny, tmp_path):  # noqa: F811
-    from pipeline_lib.engines.verl.translate import sft_overrides, sft_spec
+    from pipeline_lib.engines.verl.translate import sft_overrides
     from pipeline_lib.engines.verl.validate import planned_runs, validate_sft
 
     config = paper_config()
-    spec = annotation_spec(config)
+    spec = annotation_settings(annotation_spec(config, "gsm8k"))
     assert spec["generation"]["backend"] == "vllm" and spec["generation"]["max_new_tokens"] == 1024
     assert spec["hint"] == config["train"]["baselines"]["rationalization"]["hint"]
 
@@ -151,7 +148,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
     assert all(extra["rationalized"] for extra in annotated["extra_info"])
 
     # the verl SFT run on it: the task's SFT settings, the annotated parquet, checked against verl's config
-    sft = rationalization_sft_spec(config, "gsm8k")
+    sft = verl_sft_spec(config, "gsm8k", "rationalization")
     paths = rationalization_paths("gsm8k", 0, tmp_path)
     overrides = sft_overrides(sft, paths, 0)
     composed = validate_sft(overrides, label="gsm8k/rationalization/seed0")
@@ -160,7 +157,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
     assert composed.model.path == config["train"]["verl"]["model"]
     assert "rationalization" in composed.trainer.experiment_name
     # = the task's SFT run, under the baseline's name (its DONE.json says kind "rationalization")
-    assert {k: v for k, v in sft.items() if k not in ("method", "baseline")} == sft_spec(config, "gsm8k")
+    assert replace(sft, method="sft") == verl_sft_spec(config, "gsm8k")
     planned = {label: (kind, o) for label, kind, o in planned_runs(config, tmp_path)}
     for task in ("gsm8k", "countdown", "deepmath"):
         kind, planned_overrides = planned[f"{task}/rationalization/seed0"]

@@ -5,7 +5,8 @@ import json
 import pandas as pd
 
 from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
-from pipeline_lib.specs import rl_run_spec, rl_train_data
+from pipeline_lib.plan import METHODS
+from pipeline_lib.plan.settings import local_rl_spec, reference_prompts
 
 
 def write_metrics(root, task, method, seed, value):
@@ -55,12 +56,12 @@ def test_paired_methods_differ_only_in_advantage_and_reward():
         "grpo_exact": {"advantage": "grpo", "reward": "verifier"},
         "softmax_exact": {"advantage": "softmax", "tau": 0.1, "reward": "verifier"},
         "softmax_sim": {"advantage": "softmax", "tau": 0.1, "reward": "similarity"}}}}
-    grpo, softmax = rl_run_spec(config, "grpo_exact"), rl_run_spec(config, "softmax_exact")
+    grpo, softmax = (local_rl_spec(config, "countdown", m).to_dict() for m in ("grpo_exact", "softmax_exact"))
     differing = {k for k in grpo if grpo[k] != softmax[k]}
-    assert differing == {"advantage", "advantage_params"}
-    assert rl_run_spec(config, "softmax_sim")["reward_weights"] == {"similarity": 1.0}
-    assert rl_train_data(config, "countdown", "softmax_sim").endswith("rl_sim_train.parquet")
-    assert rl_train_data(config, "countdown", "softmax_exact").endswith("rl_train.parquet")
+    assert differing == {"method", "estimator"}
+    assert local_rl_spec(config, "countdown", "softmax_sim").reward_weights == {"similarity": 1.0}
+    assert METHODS["softmax_sim"].demonstrations and not METHODS["softmax_exact"].demonstrations
+    assert reference_prompts("countdown").endswith("rl_sim_train.parquet")
 
 
 def test_reproduction_report_compares_only_paper_runs(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from pipeline_lib.config import validate_config
+from pipeline_lib.engines.verl.translate import plan_overrides, run_overrides
 from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
 from pipeline_lib.plan.table import main as plan_command
 from pipeline_lib.targets import stage_targets
@@ -47,12 +48,13 @@ def test_every_target_and_every_run_it_starts_from_is_planned_once(name):
 def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_config():
     plan = plan_runs(load("paper.yaml"))
     verl = plan.of(engine="verl", job="train_verl")
-    assert len(verl) == 74 and all(run.overrides and run.after for run in verl)  # 72 of the paper + 2 softmax_ess
+    assert len(verl) == 74 and all(run_overrides(run) and run.after for run in verl)  # 72 of the paper + 2 ESS
     spec = {run.key: run.spec for run in verl}
-    assert spec["gsm8k/softmax_exact/seed0"]["tau"] == 0.1 and spec["deepmath/softmax_exact/seed0"]["tau"] == 0.3
-    assert spec["poetry/softmax_sim/seed0"]["tau"] == 0.3 and spec["gsm8k/grpo_exact/seed0"]["tau"] is None
-    assert spec["countdown/softmax_tau1p3_m4/seed0"]["tau"] == 1.3
-    assert spec["countdown/softmax_tau1p3_m4/seed0"]["group_size"] == 4
+    assert spec["gsm8k/softmax_exact/seed0"].tau == 0.1 and spec["deepmath/softmax_exact/seed0"].tau == 0.3
+    assert spec["poetry/softmax_sim/seed0"].tau == 0.3 and spec["gsm8k/grpo_exact/seed0"].tau is None
+    assert spec["countdown/softmax_tau1p3_m4/seed0"].estimator.params == {"tau": 1.3}
+    assert spec["countdown/softmax_tau1p3_m4/seed0"].settings["group_size"] == 4
+    assert "+algorithm.tau=0.3" in run_overrides(plan.get("train_verl", "deepmath/softmax_exact/seed0"))
     assert "poetry/grpo_exact/seed0" not in spec  # the non-verifiable tasks train the -Sim pair only
     resources = {run.key: run.resources for run in verl}
     assert resources["deepmath/softmax_exact/seed0"] == {"nodes": 2, "gres": "gpu:8"}
@@ -69,12 +71,12 @@ def test_a_tau_set_by_both_the_task_and_the_method_is_an_error_not_a_silent_choi
         plan_runs(config)
     config["train"]["verl"]["tasks"]["deepmath"]["tau"] = 0.1  # agreeing values are fine
     plan = plan_runs(config)
-    assert {r.spec["tau"] for r in plan.runs if r.name == "softmax_exact"} == {0.1}
+    assert {r.spec.tau for r in plan.runs if r.name == "softmax_exact"} == {0.1}
 
 
 @pytest.mark.parametrize(("change", "message"), [
     (lambda m: m["grpo_exact"].update(tau=0.1), r"'grpo' .*unknown parameter\(s\) \['tau'\]"),
-    (lambda m: m["softmax_exact"].pop("tau"), r"'softmax' .*missing .*'tau'"),
+    (lambda m: m["softmax_exact"].pop("tau"), r"'softmax' estimator, which takes tau, but .*softmax_exact.tau"),
     (lambda m: m["grpo_exact"].update(advantage="rloo"), r"train.methods.grpo_exact.advantage is 'rloo'"),
     (lambda m: m.update(mystery={"advantage": "grpo", "reward": "verifier"}), r"'mystery' is not registered"),
 ])
@@ -153,7 +155,7 @@ def test_dry_run_names_the_run_whose_verl_override_key_is_misspelt(tmp_path):
 
     config = load("paper.yaml")
     config["train"]["verl"]["extra_overrides"]["rl"] = ["actor_rollout_ref.rollout.temperture=1.0"]
-    runs = [(run.key, run.verl_kind, list(run.overrides)) for run in plan_runs(config).runs if run.verl_kind]
+    runs = plan_overrides(plan_runs(config))
     with pytest.raises(VerlOverrideError, match=r"train run gsm8k/grpo_exact/seed0: .*temperture"):
         check_override_keys(runs, cache_dir=tmp_path)
     good = [(key, kind, [o for o in overrides if "temperture" not in o]) for key, kind, overrides in runs]
@@ -197,7 +199,7 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
         # its own job on verl; on the local engine a step of its (task, seed)'s train_local_group batch
         command = next(line for line in result.stdout.splitlines() if "python -m" in line
                        and f"results/train/{task}/dr_grpo_exact/seed0" in line)
-        assert '"advantage": "dr_grpo"' in command.replace('\\"', '"')
+        assert '"estimator": {"name": "dr_grpo", "params": {}}' in command.replace('\\"', '"')
         assert ("pipeline_lib.engines.verl.train rl" if name == "paper.yaml" else "pipeline_lib.engines.local.rl") \
             in command
     listing = subprocess.run([sys.executable, "-m", "pipeline_lib", "plan", "--configfile", "new_config.yaml"],
@@ -210,3 +212,18 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
     for path in (REPO / "workflow").rglob("*"):  # the copy's workflow/ is the repository's, unedited
         if path.is_file():
             assert (workflow / path.relative_to(REPO)).read_bytes() == path.read_bytes()
+
+
+def test_every_planned_spec_crosses_the_process_boundary_unchanged_and_a_bad_one_is_named():
+    from pipeline_lib.plan import Estimator, RunSpec
+
+    for name in ("config.yaml", "paper.yaml"):
+        for run in plan_runs(load(name), check_estimators=False).runs:
+            assert RunSpec.from_json(run.spec.to_json()) == run.spec, run.key
+            assert run.args[run.args.index("--spec") + 1] == run.spec.to_json()  # the command carries exactly it
+    with pytest.raises(PlanError, match=r"unknown field\(s\) \['advantage_params'\]"):
+        RunSpec.from_json('{"method": "grpo_exact", "task": "t", "engine": "local", "advantage_params": {}}')
+    with pytest.raises(PlanError, match="engine 'slurm' is not one of"):
+        RunSpec(method="grpo_exact", task="t", engine="slurm")
+    with pytest.raises(PlanError, match="non-finite"):
+        RunSpec(method="softmax_exact", task="t", engine="local", estimator=Estimator("softmax", {"tau": float("nan")}))

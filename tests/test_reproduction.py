@@ -199,3 +199,13 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
     assert held["visits"].mean == 0.0 and held["arithmetic"].mean == pytest.approx(split["arithmetic"].mean)
     report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), train_root=tmp_path)
     assert "estimator's arithmetic: GRPO-Exact's own rollouts" in report.split("### Where the shift comes from")[1]
+
+
+def test_the_advantage_of_a_verl_run_is_read_from_its_run_spec(tmp_path):
+    """A verl run's provenance records its RunSpec: the estimator and its parameters, tau among them."""
+    from pipeline_lib.paper.allocation_split import run_advantage
+    from pipeline_lib.plan import Estimator, RunSpec
+
+    spec = RunSpec(method="softmax_exact", task="gsm8k", engine="verl", estimator=Estimator("softmax", {"tau": 0.3}))
+    (tmp_path / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec.to_dict()}}))
+    assert run_advantage(tmp_path) == ("softmax", {"tau": 0.3})

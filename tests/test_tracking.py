@@ -14,6 +14,7 @@ import yaml
 from pipeline_lib.checkpoint import MetricsLog
 from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.engines.local import rl as rl_module
+from pipeline_lib.plan import Estimator, RunSpec
 from pipeline_lib.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
 from tests.test_local_engine import RL, tiny  # noqa: F401  (the module fixture: tiny data and an initial model)
 
@@ -66,11 +67,14 @@ def test_the_plan_passes_each_run_its_id_and_verl_its_logger():
 
     config = validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
     config["tracking"]["backends"] = ["console", "tensorboard"]
+    from pipeline_lib.engines.verl.translate import run_overrides
+
     runs = plan_runs(config, check_estimators=False).runs
     run = next(r for r in runs if r.job == "train_verl" and r.verl_kind == "rl")
+    overrides = run_overrides(run)
     assert {"trainer.logger=[console,file,tensorboard]", "trainer.project_name=softmaxgrpo",
-            f"trainer.experiment_name={run.key}"} <= set(run.overrides)
-    tensorboard_dir = next(o for o in run.overrides if "env_vars.TENSORBOARD_DIR=" in o).split("=", 1)[1]
+            f"trainer.experiment_name={run.key}"} <= set(overrides)
+    tensorboard_dir = next(o for o in overrides if "env_vars.TENSORBOARD_DIR=" in o).split("=", 1)[1]
     assert Path(tensorboard_dir) == (Path("results/tracking") / run.key).resolve()
     # a new dashboard reruns nothing: the rerun key (the command without --tracking) does not name it
     assert "--tracking" in run.command() and "--tracking" not in run.command(tracking=False)
@@ -179,7 +183,12 @@ def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny,
 def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):  # noqa: F811
     """A real job (the entry point in its own process): its curve can be read before it finishes."""
     tracking = settings(tmp_path)
-    command = [sys.executable, "-m", "pipeline_lib.engines.local.rl", "--spec", json.dumps(RL | {"steps": 40}),
+    own = ("advantage", "advantage_params", "reward_weights")  # the estimator's and the reward's, in the spec's fields
+    spec = RunSpec(method="softmax_sim", task="countdown_tiny", engine="local",
+                   settings={k: v for k, v in RL.items() if k not in own} | {"steps": 40},
+                   estimator=Estimator(RL["advantage"], RL["advantage_params"]), reward="similarity",
+                   reward_weights=RL["reward_weights"])
+    command = [sys.executable, "-m", "pipeline_lib.engines.local.rl", "--spec", spec.to_json(),
                "--data", str(tiny / "data/rl_train.parquet"), "--init", str(tiny / "init"),
                "--run-dir", str(tmp_path / "run"), "--seed", "0", "--tracking", tracking.to_json()]
     env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

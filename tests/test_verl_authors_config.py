@@ -17,7 +17,9 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides, rl_spec, task_methods
+from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
+from pipeline_lib.plan import trained_methods
+from pipeline_lib.plan.settings import verl_rl_spec
 from tests.test_verl_engine import paper_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,9 +77,9 @@ DIFFERENCES = {
 
 def _ours(task: str) -> tuple[str, list[str]]:
     config = paper_config()
-    method = "softmax_exact" if "softmax_exact" in task_methods(config, task) else "softmax_sim"
+    method = "softmax_exact" if "softmax_exact" in trained_methods(config, task) else "softmax_sim"
     paths = TrainPaths("RUN", "DATA/train.parquet", "DATA/val.parquet", "SFT_MODEL")
-    return method, rl_overrides(rl_spec(config, task, method), paths, 0)
+    return method, rl_overrides(verl_rl_spec(config, task, method), paths, 0)
 
 
 def _as_dict(overrides: list[str]) -> dict:

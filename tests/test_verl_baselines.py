@@ -13,16 +13,12 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigW
 from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
-from pipeline_lib.engines.verl.translate import (
-    VERL_BASELINES,
-    TrainPaths,
-    baseline_rl_spec,
-    rl_overrides,
-    rl_spec,
-    slurm_resources,
-)
+from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
 from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.plan import METHODS
+from pipeline_lib.plan.registry import VERL_BASELINE
+from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_engine import paper_config
@@ -151,6 +147,10 @@ def paper_baselines(methods=("opd", "rl_logit")):
     return config
 
 
+#: The baselines the registry trains as verl RL jobs.
+VERL_BASELINES = [name for name, entry in METHODS.items() if entry.engines.get("verl") is VERL_BASELINE]
+
+
 def baseline_runs(config):
     return {label: overrides for label, _, overrides in planned_runs(config) if label.split("/")[1] in VERL_BASELINES}
 
@@ -164,7 +164,8 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
     for label, overrides in runs.items():
         task, method, _ = label.split("/")
         verl_config = validate_rl(overrides, label=label)
-        grpo = validate_rl(rl_overrides(rl_spec(config, task, "grpo_sim"), PATHS, 0))
+        grpo_spec = verl_rl_spec(config, task, "grpo_sim")
+        grpo = validate_rl(rl_overrides(grpo_spec, PATHS, 0))
         for key in ("actor_rollout_ref.rollout.n", "data.train_batch_size", "trainer.total_training_steps",
                     "actor_rollout_ref.actor.ppo_mini_batch_size", "data.max_response_length", "trainer.nnodes",
                     "trainer.n_gpus_per_node", "actor_rollout_ref.actor.optim.lr"):  # the GRPO run's App. B row
@@ -183,12 +184,12 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
             assert distillation.nnodes == verl_config.trainer.nnodes == grpo.trainer.nnodes
             assert not verl_config.actor_rollout_ref.actor.use_kl_loss  # verl drops it with the policy loss
             assert agent.default_agent_loop == "single_turn_agent"
-            assert slurm_resources(config, task, "opd") == slurm_resources(config, task, "rl")
+            assert baseline_rl_spec(config, task, "opd").resources == grpo_spec.resources
         else:
             assert not distillation.enabled
             assert agent.default_agent_loop == "rl_logit_logprob"
             assert agent.agent_loop_config_path == str(AGENT_LOOP_CONFIG)
-            assert slurm_resources(config, task, "rl_logit") == slurm_resources(config, task, "rl")
+            assert baseline_rl_spec(config, task, "rl_logit").resources == grpo_spec.resources
     config["train"]["baselines"]["rl_logit"]["variant"] = "neg_perplexity"
     assert all(OmegaConf.select(validate_rl(o), "actor_rollout_ref.rollout.agent.default_agent_loop")
                == "rl_logit_neg_perplexity" for label, o in baseline_runs(config).items() if "rl_logit" in label)
@@ -234,14 +235,14 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
     verl_config = validate_rl(rl_overrides(baseline_rl_spec(config, "deepmath", "opd"), PATHS, 0))
     assert (verl_config.distillation.nnodes, verl_config.distillation.n_gpus_per_node) == (2, 4)
     assert (verl_config.trainer.nnodes, verl_config.trainer.n_gpus_per_node) == (2, 4)
-    assert slurm_resources(config, "deepmath", "opd") == {"nodes": 2, "gres": "gpu:8"}
+    assert baseline_rl_spec(config, "deepmath", "opd").resources == {"nodes": 2, "gres": "gpu:8"}
 
 
 @pytest.mark.parametrize("method", ["opd", "rl_logit"])
 def test_the_train_entry_point_dry_runs_a_verl_baseline(tmp_path, capsys, method):
     from pipeline_lib.engines.verl.train import main
 
-    spec = json.dumps(baseline_rl_spec(paper_baselines(), "countdown", method))
+    spec = baseline_rl_spec(paper_baselines(), "countdown", method).to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out

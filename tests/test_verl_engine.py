@@ -15,14 +15,7 @@ from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
 from pipeline_lib.config import validate_config
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
 from pipeline_lib.engines.verl.estimators import group_index
-from pipeline_lib.engines.verl.translate import (
-    ESTIMATOR_MODULE,
-    VERL_ADVANTAGES,
-    TrainPaths,
-    rl_overrides,
-    rl_spec,
-    slurm_resources,
-)
+from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE, TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import (
     VerlOverrideError,
     compose,
@@ -30,7 +23,8 @@ from pipeline_lib.engines.verl.validate import (
     validate_planned_runs,
     validate_rl,
 )
-from pipeline_lib.plan import plan_runs
+from pipeline_lib.plan import ESTIMATORS, Estimator, RunSpec, plan_runs
+from pipeline_lib.plan.settings import verl_rl_spec
 from pipeline_lib.rewards import compute_score
 from pipeline_lib.targets import runs_of
 
@@ -79,7 +73,7 @@ def test_the_installed_verl_is_the_pinned_one(monkeypatch):
                                            ("reinforce", {}), ("grpo", {}), ("dr_grpo", {}), ("rloo", {})])
 @pytest.mark.parametrize("binary", [True, False])
 def test_estimator_through_verls_compute_advantage_equals_group_advantages(method, params, binary):
-    estimator, extra = VERL_ADVANTAGES[method]
+    estimator, extra = ESTIMATORS[method].verl, ESTIMATORS[method].verl_overrides
     overrides = [f"algorithm.adv_estimator={estimator}", *(f"{k}={v}" for k, v in extra.items()),
                  *(f"+algorithm.{k}={v}" for k, v in params.items())]
     algorithm = compose("ppo_trainer", overrides).algorithm
@@ -263,7 +257,8 @@ def test_paper_settings_reach_verls_config(task, method, expected):
 
     config = paper_config()
     paths = TrainPaths(f"/r/{task}/{method}", "/d/train.parquet", "/d/test.parquet", "/r/sft/final")
-    verl_config = validate_rl(rl_overrides(rl_spec(config, task, method), paths, seed=0))
+    spec = verl_rl_spec(config, task, method)
+    verl_config = validate_rl(rl_overrides(spec, paths, seed=0))
     shared = {"actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
               "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.001,
               "actor_rollout_ref.actor.kl_loss_type": "low_var_kl",
@@ -276,7 +271,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
         assert OmegaConf.select(verl_config, key) == value, key
     nodes = expected.get("trainer.nnodes")
     if nodes:
-        assert slurm_resources(config, task, "rl") == {"nodes": nodes, "gres": "gpu:8"}
+        assert spec.resources == {"nodes": nodes, "gres": "gpu:8"}
 
 
 def test_a_typo_in_an_override_fails_with_the_run_and_key_named(tmp_path):
@@ -320,7 +315,8 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
         scores = [compute_score("tiny/countdown", o, g)["score"] for o, g in zip(outputs, gts, strict=True)]
         RayPPOTrainer._write_generations(["q"] * 8, outputs, gts, scores, {"uid": keys},
                                           str(run_dir / "rollout_dump"), step)
-    spec = {"advantage": "softmax", "tau": 0.1}
+    spec = RunSpec(method="softmax_exact", task="countdown_tiny", engine="verl",
+                   estimator=Estimator("softmax", {"tau": 0.1}))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2]
@@ -351,7 +347,7 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     from pipeline_lib.engines.verl.train import main
 
     config = paper_config()
-    spec = json.dumps(rl_spec(config, "deepmath", "softmax_exact"))
+    spec = verl_rl_spec(config, "deepmath", "softmax_exact").to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out
@@ -407,7 +403,8 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     trainer._shutdown_dump_executor()
     assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
 
-    spec = {"advantage": "grpo", "tau": None, "group_size": group_size}
+    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", settings={"group_size": group_size},
+                   estimator=Estimator("grpo"))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for record in records:
@@ -601,3 +598,24 @@ def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v
     records.rmdir()  # a run from before the hook kept records: unknown, not 0
     metrics = [json.loads(line) for line in collect_metrics(run_dir, 2).read_text().splitlines()]
     assert [(m["softmaxgrpo/reward_failures"], m["softmaxgrpo/reward_timeouts"]) for m in metrics] == [(None, None)] * 2
+
+
+def test_every_preflight_kind_builds_its_spec_with_the_real_runs_builder_and_translates(tmp_path, monkeypatch):
+    """The preflight's runs are the paper runs' specs (the registry's builders) on the tiny model: each kind's spec
+    keeps the paper row's estimator and tau and becomes overrides whose every key verl knows."""
+    from pipeline_lib.config import load_config_file
+    from pipeline_lib.engines.verl.preflight import KINDS, kind_spec, load_preflight_config
+    from pipeline_lib.engines.verl.translate import sft_overrides
+    from pipeline_lib.engines.verl.validate import check_override_keys
+
+    monkeypatch.chdir(REPO)
+    section, base = load_preflight_config(load_config_file(REPO / "config/preflight.yaml")["preflight"])
+    runs = []
+    for kind, (trainer, _) in KINDS.items():
+        spec = kind_spec(kind, section, base, "/m/tiny")
+        assert spec.task == section["task"] and spec.model == "/m/tiny" and spec.extra_overrides, kind
+        if kind == "softmax":
+            assert spec.tau == base["train"]["verl"]["tasks"][section["paper_task"]]["tau"]
+        paths = TrainPaths(tmp_path / kind, tmp_path / "train.parquet", tmp_path / "val.parquet", tmp_path / "init")
+        runs.append((kind, trainer, (sft_overrides if trainer == "sft" else rl_overrides)(spec, paths, 0)))
+    assert check_override_keys(runs, cache_dir=tmp_path)["composed"] == 2

@@ -7,6 +7,8 @@ GRPO / Dr.GRPO / RLOO agree to 1e-5 absolute and relative (the same formula summ
 1e-6 absolute and 1e-5 relative.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
@@ -15,9 +17,11 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
 from pipeline_lib.engines.verl.estimators import group_index
-from pipeline_lib.engines.verl.translate import VERL_ADVANTAGES, TrainPaths, rl_overrides, rl_spec
+from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import validate_rl
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.plan import ESTIMATORS, Estimator
+from pipeline_lib.plan.settings import verl_rl_spec
 
 from .test_verl_engine import paper_config, rollout_batch
 
@@ -29,18 +33,18 @@ SHARED_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"
 
 def verl_run_config(method: str, aggregation: str):
     """The composed verl config of a paper GSM8K run with this estimator and aggregation, as the trainer gets it."""
-    spec = rl_spec(paper_config(), "gsm8k", "grpo_exact")
-    params = PARAMS.get(method, {})
-    spec.update({"advantage": method, "tau": params.get("tau"), "loss_agg_mode": aggregation,
-                 "estimator_params": {k: v for k, v in params.items() if k != "tau"} or None})
+    base = verl_rl_spec(paper_config(), "gsm8k", "grpo_exact")
+    spec = replace(base, estimator=Estimator(method, dict(PARAMS.get(method, {}))),
+                   settings={**base.settings, "loss_agg_mode": aggregation})
     paths = TrainPaths("/r/run", "/r/train.parquet", "/r/test.parquet", "/r/sft/final")
     return spec, validate_rl(rl_overrides(spec, paths, seed=0), label=f"parity {method}")
 
 
 def local_loss_config(spec) -> PolicyLossConfig:
     """The local engine's loss settings for the same run (engines/local/rl.py builds it from these keys)."""
-    return PolicyLossConfig(clip_low=spec["clip_low"], clip_high=spec["clip_high"], beta=spec["kl_coef"],
-                            kl_estimator=spec["kl_loss_type"], aggregation=spec["loss_agg_mode"])
+    settings = spec.settings
+    return PolicyLossConfig(clip_low=settings["clip_low"], clip_high=settings["clip_high"], beta=settings["kl_coef"],
+                            kl_estimator=settings["kl_loss_type"], aggregation=settings["loss_agg_mode"])
 
 
 def log_probs(mask: torch.Tensor, seed: int, max_drift: float):
@@ -66,7 +70,7 @@ def verl_loss(verl_config, data, current, old, reference):
 
 
 @pytest.mark.parametrize("aggregation", SHARED_AGGREGATIONS)
-@pytest.mark.parametrize("method", sorted(VERL_ADVANTAGES))
+@pytest.mark.parametrize("method", sorted(ESTIMATORS))
 def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_batch(method, aggregation):
     spec, verl_config = verl_run_config(method, aggregation)
     algorithm = verl_config.algorithm
@@ -75,7 +79,7 @@ def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_b
                              num_repeat=6, norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
                              config=algorithm)
     local_advantages = group_advantages(method, scores, group_index(uids), **PARAMS.get(method, {}))
-    if VERL_ADVANTAGES[method][0] in ("grpo", "rloo"):  # verl's own estimators
+    if not ESTIMATORS[method].ours and ESTIMATORS[method].verl in ("grpo", "rloo"):  # verl's own estimators
         torch.testing.assert_close(data.batch["advantages"], broadcast_to_tokens(local_advantages, mask),
                                    rtol=1e-5, atol=1e-5)
     else:
@@ -84,8 +88,8 @@ def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_b
     current, old, reference = log_probs(mask, seed=len(method) + 1, max_drift=0.6)  # ratios 0.55..1.8: both clips
     expected, actor = verl_loss(verl_config, data, current, old, reference)
     ours = policy_loss(current, old, local_advantages, mask, local_loss_config(spec), ref_log_prob=reference)
-    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.kl_loss_coef) == (spec["clip_low"], spec["clip_high"],
-                                                                                  spec["kl_coef"])
+    assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.kl_loss_coef) == (
+        spec.settings["clip_low"], spec.settings["clip_high"], spec.settings["kl_coef"])
     assert ours.clip_fraction > 0  # the clipped branch is exercised
     torch.testing.assert_close(ours.loss, expected, rtol=1e-5, atol=1e-6)
 

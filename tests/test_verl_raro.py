@@ -3,6 +3,7 @@ real tiny model, the replay buffer, the batch layout, and the paper's RARO runs 
 
 import asyncio
 import json
+from dataclasses import replace
 
 import hydra
 import numpy as np
@@ -26,9 +27,10 @@ from pipeline_lib.engines.verl.raro_loop import (
     ReplayBuffer,
     check_training_data,
 )
-from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, raro_replay_dir, rl_overrides
+from pipeline_lib.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
 from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.plan.settings import baseline_rl_spec
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_engine import paper_config
@@ -272,10 +274,11 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
 
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")
-    spec = baseline_rl_spec(paper_config(), "countdown", "raro")
-    spec.update({"batch_size": 4, "mini_batch_per_device": 2, "gpus_per_node": 1, "nodes": 1, "group_size": 3,
-                 "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 3})
-    spec["baseline_settings"] = spec["baseline_settings"] | {"critic_prompts_per_step": 2, "replay_size": 6}
+    paper = baseline_rl_spec(paper_config(), "countdown", "raro")
+    spec = replace(paper, settings={**paper.settings, "batch_size": 4, "mini_batch_per_device": 2, "gpus_per_node": 1,
+                                    "nodes": 1, "group_size": 3, "max_prompt_tokens": 128, "max_response_tokens": 16,
+                                    "steps": 3},
+                   baseline={**paper.baseline, "critic_prompts_per_step": 2, "replay_size": 6})
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
     extra = ["actor_rollout_ref.rollout.agent.num_workers=2"]
@@ -284,7 +287,7 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     tables = {0: config.raro.rewards.policy, 1: config.raro.rewards.critic}
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        server = TinyRolloutServer(model.eval(), tokenizer.eos_token_id, spec["max_response_tokens"])
+        server = TinyRolloutServer(model.eval(), tokenizer.eos_token_id, spec.settings["max_response_tokens"])
         manager = raro_loop.RaroAgentLoopManager.create(config=config, llm_client=server)
         size, n = config.data.train_batch_size, config.actor_rollout_ref.rollout.n
         for step in (1, 2):
@@ -410,9 +413,9 @@ def test_a_broken_raro_setting_fails_validation_naming_the_run(tmp_path):
              else o for o in overrides]
     with pytest.raises(VerlOverrideError, match=r"RaroPolicyLop"):
         validate_rl(moved, label="countdown/raro/seed0")
-    uneven = spec | {"baseline_settings": spec["baseline_settings"] | {"critic_prompts_per_step": 9}}
+    uneven = replace(spec, baseline=spec.baseline | {"critic_prompts_per_step": 9})
     with pytest.raises(ValueError, match=r"73 prompts must split evenly over the 8 GPUs"):
         rl_overrides(uneven, paths, seed=0)
-    choice = spec | {"baseline_settings": spec["baseline_settings"] | {"critic_decoding": "choice"}}
+    choice = replace(spec, baseline=spec.baseline | {"critic_decoding": "choice"})
     with pytest.raises(ValueError, match=r"critic_decoding 'choice'"):
         rl_overrides(choice, paths, seed=0)

@@ -10,15 +10,17 @@ or manager of ours receives v1's ``TensorDict`` (the v1 rows below check that va
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
-from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, rl_overrides, rl_spec
+from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
 from pipeline_lib.model import build_model, save_model_atomic
+from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
 
 from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
 from .test_verl_baselines import PATHS, paper_baselines
@@ -31,7 +33,7 @@ TQ_MANAGER = "verl.trainer.ppo.v1.AgentLoopManagerTQ"
 
 @pytest.fixture(scope="module")
 def softmax_run():
-    return rl_overrides(rl_spec(paper_baselines(), "gsm8k", "softmax_exact"), PATHS, 0)
+    return rl_overrides(verl_rl_spec(paper_baselines(), "gsm8k", "softmax_exact"), PATHS, 0)
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -78,9 +80,10 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0).eval()
     save_model_atomic(model, tokenizer, tmp_path / "init")
-    spec = baseline_rl_spec(paper_config(), "countdown", "rl_logit")
-    spec.update({"batch_size": 2, "mini_batch_per_device": 2, "gpus_per_node": 1, "nodes": 1, "group_size": 2,
-                 "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 2})
+    paper = baseline_rl_spec(paper_config(), "countdown", "rl_logit")
+    spec = replace(paper, settings={**paper.settings, "batch_size": 2, "mini_batch_per_device": 2, "gpus_per_node": 1,
+                                    "nodes": 1, "group_size": 2, "max_prompt_tokens": 128, "max_response_tokens": 16,
+                                    "steps": 2})
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
     workers = "actor_rollout_ref.rollout.agent.num_workers=2"
@@ -95,7 +98,7 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     batch.meta_info["global_steps"] = 1
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        server = TinyRolloutServer(model, tokenizer.eos_token_id, spec["max_response_tokens"], seed=1)
+        server = TinyRolloutServer(model, tokenizer.eos_token_id, spec.settings["max_response_tokens"], seed=1)
         out = AgentLoopManager.create(config=config, llm_client=server).generate_sequences(batch)
     finally:
         ray.shutdown()

@@ -12,7 +12,6 @@ checkpoint and ends at the same step; a finished run's checkpoint is removed.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import random
@@ -31,6 +30,7 @@ from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 
 log = logging.getLogger("pipeline_lib.classify.train")
@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.classify.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of the config's `imagenet` section")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec): its settings "
+                        "are the config's `imagenet` section")
     parser.add_argument("--objective", required=True, choices=OBJECTIVES)
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
     parser.add_argument("--seed", type=int, required=True)
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train(json.loads(args.spec), args.objective, args.rollouts, args.seed, args.run_dir)
+    train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir)
     return 0
 
 

@@ -57,17 +57,17 @@ def unfillable_bins(group_size: int, binary_reward: bool) -> dict[int, str]:
 
 def run_advantage(run_dir: Path) -> tuple[str, dict]:
     """The advantage estimator (registry name, parameters) a finished RL run trained with, from the spec its
-    ``DONE.json`` provenance records (local engine: ``advantage_params``; verl: ``tau``)."""
+    ``DONE.json`` provenance records (local engine: the trainer's ``advantage`` / ``advantage_params``; verl: the
+    run spec's ``estimator``)."""
     sidecar = run_dir / ("DONE.json" + SIDECAR_SUFFIX)
     try:
         spec = json.loads(sidecar.read_text())["params"]["spec"]
-        name = spec["advantage"]
-    except (OSError, KeyError, json.JSONDecodeError) as error:
+        estimator = spec["estimator"] if "estimator" in spec else {"name": spec["advantage"],
+                                                                    "params": spec.get("advantage_params") or {}}
+        name = estimator["name"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as error:
         raise ValueError(f"{sidecar}: no advantage in its params.spec ({error!r}); cannot re-weight with it") from None
-    params = spec.get("advantage_params")
-    if params is None:
-        params = {"tau": spec["tau"]} if spec.get("tau") is not None else {}
-    return name, dict(params)
+    return name, dict(estimator["params"])
 
 
 def _hard_share(bins: dict[str, float]) -> float:

@@ -36,6 +36,12 @@ def _flat(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _settings(run: Any) -> dict[str, Any]:
+    """A run's settings as a caption names them: its trainer settings and its estimator's parameters (tau)."""
+    spec = run.spec
+    return {**spec.settings, **(spec.estimator.params if spec.estimator is not None else {})}
+
+
 def ablation_differences(plan: Plan) -> dict[str, list[Any]]:
     """Setting -> [the ablation cells' value, the main runs' value], for every run setting that is the same in all
     cells (the sweep's own settings, tau and M, vary between cells and are left out) and differs from the main
@@ -44,7 +50,7 @@ def ablation_differences(plan: Plan) -> dict[str, list[Any]]:
     if not cells:
         return {}
     main = {(run.task, run.seed): run for run in plan.runs if run.study == "main" and run.name == ABLATION_REFERENCE}
-    flat_cells = [_flat(run.spec) for run in cells]
+    flat_cells = [_flat(_settings(run)) for run in cells]
     constant = {key: flat_cells[0][key] for key in flat_cells[0]
                 if all(flat.get(key) == flat_cells[0][key] for flat in flat_cells)}
     out: dict[str, list[Any]] = {}
@@ -52,7 +58,7 @@ def ablation_differences(plan: Plan) -> dict[str, list[Any]]:
         reference = main.get((cell.task, cell.seed))
         if reference is None:
             continue
-        flat_main = _flat(reference.spec)
+        flat_main = _flat(_settings(reference))
         for key, value in constant.items():
             if key in flat_main and flat_main[key] != value and key not in ("task", "method"):
                 out[key] = [value, flat_main[key]]

@@ -1,11 +1,24 @@
-"""The run plan: a method registry and one function from a config to the list of runs.
+"""The run plan: a method registry, one typed run spec, and one function from a config to the list of runs.
 
 :func:`plan_runs` is the only place where runs are enumerated; the Snakemake rules, the verl parse-time validation,
-the target lists and ``python -m pipeline_lib plan`` all read its result. See :mod:`.registry` for what a method is
-and :mod:`.runs` for the parameter precedence.
+the target lists and ``python -m pipeline_lib plan`` all read its result. See :mod:`.registry` for what a method is,
+:mod:`.spec` for the :class:`RunSpec` every engine reads, and :mod:`.settings` for how the config becomes one (the
+parameter precedence, and which tau wins). The plan imports no engine: engines translate its specs at their edge.
 """
 
-from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER, METHODS, Entry, Method, PlanError, group_rl, method
+from pipeline_lib.plan.registry import (
+    ESTIMATORS,
+    METHOD_LABELS,
+    METHOD_ORDER,
+    METHODS,
+    Entry,
+    EstimatorEntry,
+    Method,
+    group_rl,
+    method,
+    register,
+    unregister,
+)
 from pipeline_lib.plan.runs import (
     JOBS,
     VERL_CHECKED,
@@ -17,27 +30,34 @@ from pipeline_lib.plan.runs import (
     plan_runs,
     softmax_exact_method,
     trained_methods,
-    verl_tasks,
 )
+from pipeline_lib.plan.settings import verl_tasks
+from pipeline_lib.plan.spec import Estimator, PlanError, RunSpec
 
 __all__ = [
+    "ESTIMATORS",
     "JOBS",
     "METHODS",
     "METHOD_LABELS",
     "METHOD_ORDER",
     "VERL_CHECKED",
     "Entry",
+    "Estimator",
+    "EstimatorEntry",
     "JobKind",
     "Method",
     "Plan",
     "PlanError",
     "Run",
+    "RunSpec",
     "baseline_tasks",
     "engine_of",
     "group_rl",
     "method",
     "plan_runs",
+    "register",
     "softmax_exact_method",
     "trained_methods",
+    "unregister",
     "verl_tasks",
 ]

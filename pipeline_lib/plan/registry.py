@@ -1,13 +1,16 @@
 """The method registry: what each method *is*, in one entry, for every engine.
 
-An entry names the method's family, its advantage estimator and reward (for the group-RL methods), its table label,
-and for each value of ``train.engine`` the job that trains it: the Snakemake rule (``job``), the entry point, the
-command layout (which inputs and flags the entry point takes) and the spec builder; on verl also the override
-builder whose Hydra overrides are validated at parse time. :func:`pipeline_lib.plan.plan_runs` reads only this table
-to turn a config into runs, and the paper tables take their row labels from it.
+A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
+config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
+job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
+:class:`~pipeline_lib.plan.spec.RunSpec`). :data:`ESTIMATORS` says how verl runs each estimator (its verl name, extra
+algorithm overrides and the parameters ours read from verl's algorithm config). :func:`pipeline_lib.plan.plan_runs`
+reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
+take their row labels from here.
 
-Adding a group-RL method with an advantage already in :mod:`pipeline_lib.advantages` is one :class:`Method` entry
-here (``group_rl(...)``) plus its ``train.methods`` entry in the config.
+Adding an estimator is its function in :mod:`pipeline_lib.advantages`, one ``group_rl(...)`` entry here (with an
+:class:`EstimatorEntry` for a new estimator; or :func:`register` from elsewhere) and its ``train.methods`` entry in
+the config (``tests/test_new_estimator.py`` does exactly that).
 """
 
 from __future__ import annotations
@@ -16,35 +19,65 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline_lib.engines.trl.dpo import trl_dpo_spec
-from pipeline_lib.engines.verl.rationalization import rationalization_sft_spec
-from pipeline_lib.engines.verl.translate import baseline_rl_spec, rl_overrides, rl_spec, sft_overrides, sft_spec
-from pipeline_lib.specs import baseline_spec, rl_run_spec, sft_run_spec
+from pipeline_lib.plan.settings import (
+    baseline_rl_spec,
+    local_base_spec,
+    local_dpo_spec,
+    local_rationalization_spec,
+    local_rl_baseline_spec,
+    local_rl_spec,
+    local_sft_spec,
+    trl_dpo_spec,
+    verl_rl_spec,
+    verl_sft_spec,
+)
+from pipeline_lib.plan.spec import ENGINES, PlanError, RunSpec
 
-__all__ = ["ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "Method", "PlanError", "group_rl", "method"]
+__all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
+           "PlanError", "group_rl", "method", "register", "unregister"]
 
-#: Values of ``train.engine``.
-ENGINES = ("local", "verl")
-
-SpecBuilder = Callable[[Mapping[str, Any], str, str], dict[str, Any]]  # (config, task, method) -> spec
+SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 
 
-class PlanError(ValueError):
-    """The config asks for a run the registry cannot build, or sets one parameter twice with different values."""
+@dataclass(frozen=True)
+class EstimatorEntry:
+    """An advantage estimator of :mod:`pipeline_lib.advantages` as verl runs it."""
+
+    name: str  # its name in pipeline_lib.advantages (and in a spec's Estimator)
+    verl: str  # verl's algorithm.adv_estimator
+    verl_overrides: Mapping[str, Any] = field(default_factory=dict)  # further algorithm overrides (Dr.GRPO's)
+    #: Registered with verl by pipeline_lib.engines.verl.estimators (under ``verl``), taking these algorithm-config
+    #: keys as its parameters; False: verl's own estimator (tests check it equals ours).
+    ours: bool = False
+    params: tuple[str, ...] = ()
+
+
+#: Every estimator verl can train with, by its pipeline_lib.advantages name. GRPO, Dr.GRPO and RLOO are verl's own;
+#: the rest are ours. SAGE is SoftmaxGRPO's estimator under its other name.
+ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
+    EstimatorEntry("grpo", "grpo"),
+    EstimatorEntry("dr_grpo", "grpo", {"algorithm.norm_adv_by_std_in_grpo": False}),
+    EstimatorEntry("rloo", "rloo"),
+    EstimatorEntry("softmax", "softmax", ours=True, params=("tau",)),
+    EstimatorEntry("sage", "softmax", params=("tau",)),
+    EstimatorEntry("softmax_ess", "softmax_ess", ours=True, params=("ess_fraction",)),
+    EstimatorEntry("maxrl", "maxrl", ours=True),
+    EstimatorEntry("reinforce", "reinforce", ours=True),
+)}
 
 
 @dataclass(frozen=True)
 class Entry:
-    """How one engine trains a method: ``job`` is the Snakemake rule, ``layout`` the command's shape
-    (see :data:`pipeline_lib.plan.runs.LAYOUTS`), ``spec`` the run spec and, on verl, ``overrides`` its
-    Hydra override builder (``(spec, paths, seed) -> list[str]``)."""
+    """How one engine trains a method: ``job`` is the Snakemake rule, ``entry_point`` the ``python -m`` module (and
+    subcommand), ``layout`` the command's shape (the inputs and flags the entry point takes:
+    :data:`pipeline_lib.plan.runs.LAYOUTS`), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
+    trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time."""
 
     job: str
     entry_point: str
     layout: str
     spec: SpecBuilder
-    overrides: Callable[..., list[str]] | None = None
-    verl_kind: str | None = None  # verl's trainer: "sft" or "rl"
+    verl_kind: str | None = None
     prelude: str | None = None  # a job that makes the training data first (pipeline_lib.plan.runs.PRELUDES)
 
 
@@ -56,64 +89,68 @@ class Method:
     label: str
     family: str  # "sft", "group_rl" or "baseline"
     engines: Mapping[str, Entry] = field(default_factory=dict)
-    advantage: str | None = None  # group_rl: the name in pipeline_lib.advantages
+    advantage: str | None = None  # group_rl: the estimator's name in pipeline_lib.advantages (an ESTIMATORS entry)
     reward: str | None = None  # group_rl: "verifier" or "similarity"
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
+    #: A baseline's config section (``train.baselines.<section>``), None for the main methods.
+    section: str | None = None
+    #: Trains on prompts that carry the expert answer (a similarity reward, or a baseline that prefers / scores the
+    #: demonstration): on Countdown the GOLD prompts (pipeline_lib.plan.settings.reference_prompts).
+    demonstrations: bool = False
 
 
-def _of_config(build: Callable[[Mapping[str, Any]], dict[str, Any]]) -> SpecBuilder:
-    """A spec builder that reads only the config (the local engine's shared sections)."""
-    return lambda config, task, method: build(config)
-
-
-def _of_task(build: Callable[[Mapping[str, Any], str], dict[str, Any]]) -> SpecBuilder:
-    """A spec builder of the config and the task (verl: the task's App. B row)."""
+def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
+    """A spec builder of the config and the task only (SFT, Iterative DPO on TRL): the method is fixed."""
     return lambda config, task, method: build(config, task)
 
 
-def _of_method(build: Callable[[Mapping[str, Any], str], dict[str, Any]]) -> SpecBuilder:
-    """A spec builder of the config and the method (its own section)."""
-    return lambda config, task, method: build(config, method)
+def _named(build: Callable[..., RunSpec]) -> SpecBuilder:
+    """A spec builder that takes the method's name as the run's (Rationalization's verl SFT)."""
+    return lambda config, task, method: build(config, task, method)
 
 
-LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", _of_method(rl_run_spec))
-VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", rl_spec, rl_overrides, "rl")
-VERL_BASELINE = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", baseline_rl_spec, rl_overrides,
-                      "rl")
-#: The group-RL methods' engines: they differ from each other only in advantage and reward.
+LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", local_rl_spec)
+VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", verl_rl_spec, "rl")
+#: Baselines that run as verl RL jobs (paper App. B): OPD through verl's ``distillation.*`` config, RL-Logit and RARO
+#: through the pipeline's agent loops; each keeps the task's App. B RL row, so only the method differs.
+VERL_BASELINE = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", baseline_rl_spec, "rl")
+#: The group-RL methods' engines: they differ from each other only in estimator and reward.
 GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
 
-def group_rl(name: str, label: str, advantage: str, reward: str, ours: bool = False) -> Method:
-    """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this advantage and reward."""
-    return Method(name, label, "group_rl", GROUP_RL, advantage=advantage, reward=reward, ours=ours)
+def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False) -> Method:
+    """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this estimator and reward. A new
+    estimator comes as its :class:`EstimatorEntry` (its verl name and parameters), which :func:`register` adds to
+    :data:`ESTIMATORS`."""
+    return Method(name, label, "group_rl", GROUP_RL,
+                  advantage=estimator if isinstance(estimator, str) else estimator.name, reward=reward, ours=ours,
+                  demonstrations=reward == "similarity")
 
 
-def _local_expert(name: str) -> Entry:
-    return Entry("train_local", f"pipeline_lib.engines.local.{name}", "local_expert", _of_method(baseline_spec))
+def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: str = "local_expert") -> Entry:
+    return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, spec)
+
+
+def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False) -> Method:
+    """A baseline: its local and verl jobs and its config section ``train.baselines.<name>``."""
+    return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, demonstrations=demonstrations)
 
 
 _METHODS = (
-    Method("base", "Base", "baseline", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _of_method(baseline_spec)),
-        "verl": Entry("train_local", "pipeline_lib.engines.local.base", "local_base", _of_method(baseline_spec))}),
+    baseline("base", "Base", *[_local("base", local_base_spec, "local_base")] * 2),  # on verl too: a copy
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", _of_config(sft_run_spec)),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", _of_task(sft_spec),
-                      sft_overrides, "sft")}),
-    Method("rationalization", "Rationalization", "baseline", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.rationalization", "local_rationalization",
-                       _of_method(baseline_spec)),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization",
-                      _of_task(rationalization_sft_spec), sft_overrides, "sft", prelude="annotate")}),
-    Method("iterative_dpo", "Iterative DPO", "baseline", {
-        "local": _local_expert("dpo"),
-        "verl": Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_config(trl_dpo_spec))}),
-    Method("rl_logit", "RL-Logit", "baseline", {"local": _local_expert("rl_logit"), "verl": VERL_BASELINE}),
-    Method("raro", "RARO", "baseline", {"local": _local_expert("raro"), "verl": VERL_BASELINE}),
-    Method("opd", "OPD", "baseline", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.opd", "local_opd", _of_method(baseline_spec)),
-        "verl": VERL_BASELINE}),
+        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", local_sft_spec),
+        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", verl_sft_spec, "sft")}),
+    baseline("rationalization", "Rationalization",
+             _local("rationalization", local_rationalization_spec, "local_rationalization"),
+             Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization", _named(verl_sft_spec),
+                   "sft", prelude="annotate")),
+    baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
+             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_task(trl_dpo_spec)),
+             demonstrations=True),
+    baseline("rl_logit", "RL-Logit", _local("rl_logit"), VERL_BASELINE, demonstrations=True),
+    baseline("raro", "RARO", _local("raro"), VERL_BASELINE, demonstrations=True),
+    baseline("opd", "OPD", _local("opd", layout="local_opd"), VERL_BASELINE),
     group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity"),
     group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
     group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True),
@@ -134,3 +171,35 @@ def method(name: str) -> Method:
         raise PlanError(f"method {name!r} is not registered; registered: {sorted(METHODS)} (add a Method entry to "
                         f"pipeline_lib/plan/registry.py)")
     return METHODS[name]
+
+
+def register(entry: Method, estimator: EstimatorEntry | None = None) -> Method:
+    """Add a method (and, for a new estimator, its :class:`EstimatorEntry`) to the registry, after the built-in ones.
+
+    The built-in methods are registered at import; this is how a method defined elsewhere (a test's toy estimator)
+    joins them, with exactly the same standing."""
+    if entry.name in METHODS:
+        raise PlanError(f"method {entry.name!r} is already registered")
+    if estimator is not None:
+        if estimator.name in ESTIMATORS:
+            raise PlanError(f"estimator {estimator.name!r} is already registered")
+        if entry.advantage != estimator.name:
+            raise PlanError(f"method {entry.name!r} uses estimator {entry.advantage!r}, not {estimator.name!r}")
+        ESTIMATORS[estimator.name] = estimator
+    if entry.family == "group_rl" and entry.advantage not in ESTIMATORS:
+        raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} has no ESTIMATORS entry; registered: "
+                        f"{sorted(ESTIMATORS)}")
+    METHODS[entry.name] = entry
+    METHOD_LABELS[entry.name] = entry.label
+    METHOD_ORDER.append(entry.name)
+    return entry
+
+
+def unregister(name: str, estimator: str | None = None) -> None:
+    """Remove a method registered with :func:`register` (and its estimator): a test cleans up after itself."""
+    METHODS.pop(name, None)
+    METHOD_LABELS.pop(name, None)
+    if name in METHOD_ORDER:
+        METHOD_ORDER.remove(name)
+    if estimator is not None:
+        ESTIMATORS.pop(estimator, None)

@@ -3,45 +3,41 @@
 :func:`plan_runs` asks every study for the runs it reads (the main methods, the baselines, the tau x M ablation, the
 scale study, the judged and transfer runs, the ImageNet objectives), adds the runs those start from (SFT, the Base
 model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
-(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec, resources and, on verl, the
-Hydra overrides :mod:`pipeline_lib.engines.verl.validate` checks at parse time.
+(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec and resources.
 
-Parameter precedence (stated once, here): a run's spec is the engine's shared section (``train.rl`` /
-``train.verl.rl``), then the task's row (``train.verl.tasks.<task>``, verl only), then the method's own keys
-(``train.methods.<m>``: advantage, its parameters, reward). The one parameter both a task row and a method may set
-is ``tau``; where both set it they must agree (:class:`~pipeline_lib.plan.registry.PlanError` otherwise), so no
-value is picked silently. A study that varies a parameter (an ablation cell's tau / M, a scale's base model)
-replaces it explicitly for its own runs only. Every group-RL method's advantage and parameters are checked against
-:mod:`pipeline_lib.advantages`, which knows each estimator's parameters.
+Each run's settings are one :class:`~pipeline_lib.plan.spec.RunSpec`, built by the registry entry's spec builder
+(:mod:`pipeline_lib.plan.settings`, where the parameter precedence and the rule of which tau wins are stated); the
+command passes it as ``--spec`` JSON and the engine translates it at its edge (verl: its Hydra overrides, which
+:mod:`pipeline_lib.engines.verl.validate` checks at parse time). Every group-RL method's estimator and parameters are
+checked against :mod:`pipeline_lib.advantages`, which knows each estimator's parameters.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.engines.verl.rationalization import annotation_spec
-from pipeline_lib.engines.verl.translate import TrainPaths, slurm_resources
-from pipeline_lib.plan.registry import ENGINES, METHODS, Entry, PlanError, method
-from pipeline_lib.specs import (
+from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
+from pipeline_lib.plan.settings import (
     ablation_method,
-    baseline_train_data,
+    annotation_spec,
+    check_estimator,
     imagenet_run_spec,
     opd_teacher_spec,
-    rl_train_data,
+    reference_prompts,
     scale_config,
+    verl_tasks,
 )
+from pipeline_lib.plan.spec import ENGINES, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
-           "softmax_exact_method", "trained_methods", "verl_tasks"]
+           "softmax_exact_method", "trained_methods"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
@@ -83,11 +79,10 @@ class Run:
     output: str
     inputs: dict[str, str]
     args: tuple[str, ...]
-    spec: dict[str, Any]
+    spec: RunSpec  # what it computes with: the --spec of its command
     resources: dict[str, Any] = field(default_factory=dict)
     threads: bool = True  # the entry point takes --threads (appended from the rule's threads)
-    verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides are validated
-    overrides: tuple[str, ...] = ()
+    verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides the verl engine validates
     study: str = "main"
     after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
     tracking: TrackingSettings | None = None  # live tracking (config `tracking`), on the local and verl trainers
@@ -114,13 +109,14 @@ class Run:
                 *(["--tracking", self.tracking.to_json()] if tracking and self.tracking is not None else [])]
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The settings a reviewer checks first (advantage and its parameters, M, steps, lr)."""
-        spec = self.spec["sft"] if isinstance(self.spec.get("sft"), dict) else self.spec  # local STaR: its SFT
-        params = dict(spec.get("advantage_params") or {})
-        params.update({"tau": spec["tau"]} if spec.get("tau") is not None else {})  # verl specs
-        params.update(spec.get("estimator_params") or {})
-        out = {"advantage": spec.get("advantage"), "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
-               "M": spec.get("group_size", spec.get("rollouts")), "steps": spec.get("steps"), "lr": spec.get("lr")}
+        """The settings a reviewer checks first (estimator and its parameters, M, steps, lr)."""
+        spec, estimator = self.spec, self.spec.estimator
+        settings = {**spec.baseline, **spec.settings}  # a baseline's own section (Iterative DPO's lr), ImageNet's M
+        params = estimator.params if estimator is not None else {k: settings[k] for k in ("tau",) if k in settings}
+        out = {"advantage": estimator.name if estimator is not None else None,
+               "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
+               "M": settings.get("group_size", settings.get("rollouts")), "steps": settings.get("steps"),
+               "lr": settings.get("lr")}
         return {k: v for k, v in out.items() if v not in (None, "")}
 
 
@@ -160,13 +156,6 @@ class Plan:
 
 # --- which task runs where ---------------------------------------------------------------------------------------
 
-def verl_tasks(config: Mapping[str, Any]) -> list[str]:
-    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.verl.tasks`` entry (App. B settings);
-    any other task of a verl config (a tiny analogue) stays on the local engine."""
-    train = config["train"]
-    return list(train.get("verl", {}).get("tasks", {})) if train.get("engine") == "verl" else []
-
-
 def engine_of(config: Mapping[str, Any], task: str) -> str:
     engine = config["train"].get("engine", "local")
     if engine not in ENGINES:
@@ -199,44 +188,8 @@ def softmax_exact_method(config: Mapping[str, Any]) -> str:
 
 # --- method parameters --------------------------------------------------------------------------------------------
 
-@cache
-def _advantage_error(advantage: str, params: str) -> str | None:
-    """Why the estimator rejects these parameters (run once on two groups), or None."""
-    import torch  # here, not at import: a Slurm job's own parse of the workflow skips these checks and torch
-
-    from pipeline_lib.advantages import available_methods, group_advantages
-
-    if advantage not in available_methods():
-        return f"advantage {advantage!r} is not in pipeline_lib.advantages; registered: {available_methods()}"
-    try:
-        group_advantages(advantage, torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]),
-                         **json.loads(params))
-    except TypeError as exc:
-        return f"advantage {advantage!r} with parameters {params}: {exc}"
-    return None
-
-
-def _check_advantage(advantage: str, params: Mapping[str, Any]) -> None:
-    error = _advantage_error(advantage, json.dumps(dict(params), sort_keys=True))
-    if error:
-        raise PlanError(error)
-
-
-def _takes_tau(advantage: str) -> bool:
-    from pipeline_lib.advantages import available_methods
-
-    return advantage in available_methods() and "unknown parameter" not in (
-        _advantage_error(advantage, json.dumps({"tau": 1.0})) or "")
-
-
-def _check_method(config: Mapping[str, Any], name: str, task: str | None = None, run_estimator: bool = True
-                  ) -> dict[str, Any]:
-    """The advantage parameters of method ``name`` (on ``task`` where given): its ``train.methods`` entry must agree
-    with the registry, and the estimator must take exactly these parameters.
-
-    On a verl task, the row's tau is the tau of the task's methods whose estimator takes one; a method that also
-    sets tau must agree with it (a conflict is an error, never resolved silently).
-    """
+def _check_method(config: Mapping[str, Any], name: str) -> None:
+    """Method ``name``'s ``train.methods`` entry agrees with its registry entry, and verl can train its estimator."""
     registered = method(name)
     entry = config["train"]["methods"][name]
     if registered.family != "group_rl":
@@ -245,16 +198,12 @@ def _check_method(config: Mapping[str, Any], name: str, task: str | None = None,
         if entry[key] != getattr(registered, key):
             raise PlanError(f"train.methods.{name}.{key} is {entry[key]!r} but the registry's {name!r} has "
                             f"{getattr(registered, key)!r}")
-    params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
-    row = config["train"]["verl"]["tasks"][task] if task in verl_tasks(config) else {}
-    if "tau" in row and _takes_tau(entry["advantage"]):
-        if "tau" in params and float(params["tau"]) != float(row["tau"]):
-            raise PlanError(f"tau set twice for {task}/{name}: train.methods.{name}.tau = {params['tau']} and "
-                            f"train.verl.tasks.{task}.tau = {row['tau']}; set it in one place")
-        params["tau"] = row["tau"]
-    if run_estimator:
-        _check_advantage(entry["advantage"], params)
-    return params
+
+
+def _check_verl_estimator(spec: RunSpec) -> None:
+    if spec.engine == "verl" and spec.estimator is not None and spec.estimator.name not in ESTIMATORS:
+        raise PlanError(f"{spec.task}/{spec.method}: estimator {spec.estimator.name!r} has no verl estimator (an "
+                        f"ESTIMATORS entry in pipeline_lib/plan/registry.py); available: {sorted(ESTIMATORS)}")
 
 
 # --- command layouts: the inputs and flags of each entry point ----------------------------------------------------
@@ -283,8 +232,8 @@ def _module(entry_point: str) -> list[str]:
     return ["python", "-m", *entry_point.split()]
 
 
-def _spec_json(spec: Mapping[str, Any]) -> str:
-    return json.dumps(spec)
+def _spec_json(spec: RunSpec) -> str:
+    return spec.to_json()
 
 
 @dataclass
@@ -300,27 +249,27 @@ class _Ctx:
     data: str  # the RL prompts it trains on
 
 
-def _local_sft(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_sft(c: _Ctx, spec: RunSpec) -> _Job:
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER}
     return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--tokenizer",
                          str(Path(TOKENIZER).parent), "--run-dir", _run_dir(c.task, c.name, c.seed),
                          "--seed", str(c.seed)])
 
 
-def _local_rl(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_rl(c: _Ctx, spec: RunSpec) -> _Job:
     inputs = {"data": c.data, "init": c.init}
     return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--init", _final(c.init),
                          "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
 
 
-def _local_base(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_base(c: _Ctx, spec: RunSpec) -> _Job:
     init = c.config["train"]["verl"]["model"] if engine_of(c.config, c.task) == "verl" else None
     return _Job({"tokenizer": TOKENIZER}, ["--spec", _spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
                                            "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed),
                                            *(["--init", init] if init else [])], threads=False)
 
 
-def _local_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_rationalization(c: _Ctx, spec: RunSpec) -> _Job:
     annotator = _done(c.task, c.config["train"]["baselines"]["rationalization"]["annotator"], c.seed)
     base = _done(c.task, "base", c.seed)
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, "annotator": annotator,
@@ -330,7 +279,7 @@ def _local_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
                          "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
 
 
-def _local_expert(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_expert(c: _Ctx, spec: RunSpec) -> _Job:
     inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
               "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
     return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--demonstrations",
@@ -338,7 +287,7 @@ def _local_expert(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
                          "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
 
 
-def _local_opd(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_opd(c: _Ctx, spec: RunSpec) -> _Job:
     hub = c.config["train"]["baselines"]["opd"]["teacher"].get("hub")
     teacher = hub or _done(c.task, "opd_teacher", c.seed)
     inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
@@ -348,7 +297,7 @@ def _local_opd(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
                          "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
 
 
-def _local_opd_teacher(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _local_opd_teacher(c: _Ctx, spec: RunSpec) -> _Job:
     from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
               **({"init": c.init} if from_sft else {})}
@@ -358,24 +307,24 @@ def _local_opd_teacher(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
                          "--kind", "opd_teacher"])
 
 
-def _verl_sft(c: _Ctx, spec: Mapping[str, Any], data: str | None = None) -> _Job:
+def _verl_sft(c: _Ctx, spec: RunSpec, data: str | None = None) -> _Job:
     data = data or f"results/data/{c.task}/sft_train.parquet"
     return _Job({"data": data}, ["--spec", _spec_json(spec), "--data", data,
                                  "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)], threads=False)
 
 
-def _verl_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _verl_rationalization(c: _Ctx, spec: RunSpec) -> _Job:
     return _verl_sft(c, spec, f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet")
 
 
-def _verl_rl(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _verl_rl(c: _Ctx, spec: RunSpec) -> _Job:
     inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
     return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--val-data", inputs["val"],
                          "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
                          "--seed", str(c.seed)], threads=False)
 
 
-def _trl_dpo(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
+def _trl_dpo(c: _Ctx, spec: RunSpec) -> _Job:
     inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
     return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
                          "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
@@ -386,21 +335,19 @@ def _annotate(c: _Ctx, study: str) -> Run:
     """Rationalization on GPU, step one: the base model writes the rationales through the eval backend (vLLM)."""
     out = f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
     data = f"results/data/{c.task}/sft_train.parquet"
-    spec = annotation_spec(c.config)
+    spec = annotation_spec(c.config, c.task)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job="annotate_rationales", output=out, inputs={"data": data},
                args=("python", "-m", "pipeline_lib.engines.verl.rationalization", "--spec", _spec_json(spec),
-                     "--data", data, "--model", c.config["train"]["verl"]["model"], "--out", out,
-                     "--seed", str(c.seed)),
-               spec=spec, threads=False, study=study,
-               resources={"gpu": c.config["eval"]["vllm"]["tensor_parallel_size"]})
+                     "--data", data, "--out", out, "--seed", str(c.seed)),
+               spec=spec, threads=False, study=study, resources=dict(spec.resources))
 
 
 #: Preparatory job name (registry ``Entry.prelude``) -> builder.
 PRELUDES: dict[str, Callable[[_Ctx, str], Run]] = {"annotate": _annotate}
 
 #: Command layout name (registry ``Entry.layout``) -> builder.
-LAYOUTS: dict[str, Callable[[_Ctx, Mapping[str, Any]], _Job]] = {
+LAYOUTS: dict[str, Callable[[_Ctx, RunSpec], _Job]] = {
     "local_sft": _local_sft, "local_rl": _local_rl, "local_base": _local_base,
     "local_rationalization": _local_rationalization, "local_expert": _local_expert, "local_opd": _local_opd,
     "local_opd_teacher": _local_opd_teacher, "verl_sft": _verl_sft, "verl_rationalization": _verl_rationalization,
@@ -409,27 +356,6 @@ LAYOUTS: dict[str, Callable[[_Ctx, Mapping[str, Any]], _Job]] = {
 
 
 # --- building runs -------------------------------------------------------------------------------------------------
-
-def _resources(config: Mapping[str, Any], entry: Entry, task: str, kind: str) -> dict[str, Any]:
-    if entry.job == "train_verl":
-        return dict(slurm_resources(config, task, kind))
-    if entry.job == "train_trl":
-        return {"gpu": config["train"]["baselines"]["iterative_dpo"]["num_processes"]}
-    return {}
-
-
-def _overrides(entry: Entry, spec: Mapping[str, Any], job: _Job, c: _Ctx, root: Path,
-               tracking: TrackingSettings | None) -> tuple[str, ...]:
-    if entry.overrides is None:
-        return ()
-    run_dir = root / _run_dir(c.task, c.name, c.seed)
-    if entry.verl_kind == "sft":
-        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"], tracking=tracking)
-    else:
-        paths = TrainPaths(run_dir=run_dir, train_files=root / job.inputs["data"],
-                           val_files=root / job.inputs["val"], init=root / _final(c.init), tracking=tracking)
-    return tuple(entry.overrides(spec, paths, c.seed))
-
 
 #: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's).
 TRACKED_JOBS = ("train_local", "train_verl")
@@ -441,39 +367,33 @@ def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
     return TrackingSettings.for_run(c.config, f"{c.task}/{c.name}/seed{c.seed}")
 
 
-def _make(c: _Ctx, entry: Entry, spec: dict[str, Any], resource_kind: str, study: str, root: Path) -> Run:
+def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
+    _check_verl_estimator(spec)
     job = LAYOUTS[entry.layout](c, spec)
-    tracking = _tracking(c, entry)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
-               args=(*_module(entry.entry_point), *job.args), spec=spec,
-               resources=_resources(c.config, entry, c.task, resource_kind), threads=job.threads,
-               verl_kind=entry.verl_kind, overrides=_overrides(entry, spec, job, c, root, tracking), study=study,
-               after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=tracking)
+               args=(*_module(entry.entry_point), *job.args), spec=spec, resources=dict(spec.resources),
+               threads=job.threads, verl_kind=entry.verl_kind, study=study,
+               after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=_tracking(c, entry))
 
 
-def _data(config: Mapping[str, Any], task: str, name: str) -> str:
-    """The RL prompts a method trains on (similarity reward and demonstration-using baselines: those with a
-    reference)."""
-    registered = method(name)
-    if registered.family == "group_rl":
-        return rl_train_data(config, task, name)
-    return baseline_train_data(task, name)
+def _data(task: str, name: str) -> str:
+    """The RL prompts a method trains on: those with the expert answer where the method uses it (registry
+    ``demonstrations``: the similarity reward, the baselines that prefer or score the demonstration), else all."""
+    return reference_prompts(task) if method(name).demonstrations else f"results/data/{task}/rl_train.parquet"
 
 
-def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str, root: Path) -> list[Run]:
+def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str) -> list[Run]:
     engine = engine_of(config, task)
     registered = method(name)
     if engine not in registered.engines:
         raise PlanError(f"method {name!r} has no {engine} entry in the registry (task {task!r})")
     entry = registered.engines[engine]
     if registered.family == "group_rl":
-        _check_method(config, name, task, run_estimator=False)  # the estimator runs once per method: plan_runs
+        _check_method(config, name)
     c = _Ctx(config, task, name, name, seed, _done(task, "sft", seed),
-             _data(config, task, name) if registered.family != "sft" else "")
-    spec = entry.spec(config, task, name)
-    kind = "sft" if entry.verl_kind == "sft" else ("rl" if registered.family == "group_rl" else name)
-    runs = [_make(c, entry, spec, kind, study, root)]
+             _data(task, name) if registered.family != "sft" else "")
+    runs = [_make(c, entry, entry.spec(config, task, name), study)]
     if entry.prelude:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
         runs.insert(0, PRELUDES[entry.prelude](c, study))
     return runs
@@ -495,54 +415,53 @@ def _ablation_config(config: Mapping[str, Any], task: str, tau: float, group: in
     return changed
 
 
-def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int],
-                  root: Path) -> Run:
+def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int]) -> Run:
     """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
     base = softmax_exact_method(config)
     entry = METHODS[base].engines[engine_of(config, task)]
     c = _Ctx(config, task, name, base, seed, _done(task, "sft", seed), f"results/data/{task}/rl_train.parquet")
-    return _make(c, entry, entry.spec(_ablation_config(config, task, *cell), task, base), "rl", "ablation", root)
+    return _make(c, entry, entry.spec(_ablation_config(config, task, *cell), task, base), "ablation")
 
 
-def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str,
-               root: Path) -> Run:
+def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str) -> Run:
     """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start)."""
     scaled = scale_config(config, scale)
     registered = method(base)
     entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
-        _check_method(config, base, task, run_estimator=False)
+        _check_method(config, base)
     c = _Ctx(config, task, name, base, seed, _done(task, f"sft_at_{scale}", seed),
-             "" if registered.family == "sft" else _data(config, task, base))
-    return _make(c, entry, entry.spec(scaled, task, base), "sft" if registered.family == "sft" else "rl", "scale",
-                 root)
+             "" if registered.family == "sft" else _data(task, base))
+    return _make(c, entry, entry.spec(scaled, task, base), "scale")
 
 
-def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int, root: Path) -> Run:
+def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     if engine_of(config, task) != "local":
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
     c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, "sft", seed), "")
-    entry = Entry("train_local", "pipeline_lib.engines.local.sft", "local_opd_teacher", lambda *a: {})
-    return _make(c, entry, opd_teacher_spec(config), "sft", "baseline", root)
+    entry = Entry("train_local", "pipeline_lib.engines.local.sft", "local_opd_teacher", opd_teacher_spec)
+    return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 
 
 def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
     section = config.get("imagenet") or {}
     if not section.get("enabled"):
         return []
-    spec = imagenet_run_spec(section)
+    settings = imagenet_run_spec(section)
     runs = []
     for objective in section["objectives"]:
         for rollouts in [0] if objective == "ml" else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
+                spec = RunSpec(method=objective, task="imagenet", engine="classify", settings=settings,
+                               baseline={"objective": objective, "rollouts": rollouts})
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
                                       "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
-                                spec={**spec, "objective": objective, "rollouts": rollouts}, study="imagenet"))
+                                spec=spec, study="imagenet"))
     return runs
 
 
@@ -555,7 +474,7 @@ def baseline_tasks(config: Mapping[str, Any], name: str) -> list[str]:
     non-verifiable tasks (the non-verifiable table).
     """
     section = config["train"].get("baselines") or {}
-    own = (section.get(name) or {}).get("tasks")
+    own = (section.get(method(name).section or name) or {}).get("tasks")
     return list(section.get("tasks", []) if own is None else own)
 
 
@@ -601,8 +520,9 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimator
 
     ``check_estimators`` runs each group-RL method's estimator once with its parameters (importing torch); the
     workflow turns it off where Snakemake re-parses itself to run one job (a Slurm job), the submitting process
-    having checked the same config already."""
-    root = Path(root).resolve()
+    having checked the same config already. ``root`` is accepted for the callers' sake and unused: the plan holds
+    paths relative to the workflow; an engine makes them absolute at its edge (verl: ``translate.run_paths``)."""
+    del root
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
@@ -617,13 +537,13 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimator
         if (task, name, seed) in built:
             return
         if name in cells:
-            runs = [_ablation_run(config, task, name, seed, cells[name], root)]
+            runs = [_ablation_run(config, task, name, seed, cells[name])]
         elif name in scales:
-            runs = [_scale_run(config, task, name, seed, *scales[name], root)]
+            runs = [_scale_run(config, task, name, seed, *scales[name])]
         elif name == "opd_teacher":
-            runs = [_opd_teacher_run(config, task, seed, root)]
+            runs = [_opd_teacher_run(config, task, seed)]
         else:
-            runs = _method_run(config, task, name, seed, study, root)
+            runs = _method_run(config, task, name, seed, study)
         built[task, name, seed] = runs
         for run in runs:
             for path in run.inputs.values():
@@ -639,9 +559,10 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimator
         if sentinel not in requests.setdefault(study, []):
             requests[study].append(sentinel)
     if check_estimators:
-        for task, name in dict.fromkeys((run.task, run.method) for runs in built.values() for run in runs
-                                        if run.method in METHODS and METHODS[run.method].family == "group_rl"):
-            _check_method(config, name, task)
+        for estimator in {run.spec.estimator.name + repr(sorted(run.spec.estimator.params.items())):
+                          run.spec.estimator for runs in built.values() for run in runs
+                          if run.spec.estimator is not None}.values():
+            check_estimator(estimator)
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [run.output for run in imagenet]

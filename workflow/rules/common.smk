@@ -49,7 +49,10 @@ REPORT_INPUTS = report_inputs(config, PLAN, TARGETS["paper"])
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
 # (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
-VERL_RUNS = [(run.key, run.verl_kind, list(run.overrides)) for run in PLAN.runs if run.verl_kind]
+# The verl engine translates each run's spec into its overrides (pipeline_lib.engines.verl.translate).
+from pipeline_lib.engines.verl.translate import plan_overrides
+
+VERL_RUNS = plan_overrides(PLAN)
 VERL_RUNS_DIGEST = hashlib.sha256(json.dumps(VERL_RUNS).encode()).hexdigest()
 if VERL_RUNS:
     from pipeline_lib.engines.verl.validate import check_override_keys

@@ -13,7 +13,6 @@ model directory, as on the GPU cluster) the base is that model, copied as it is.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 from pipeline_lib.checkpoint import MetricsLog, write_done
 from pipeline_lib.model import build_model, load_model, save_model_atomic
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
@@ -58,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.base", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of config `train.sft` merged with `train.model`")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="a pretrained HF model to use as the base")
     add_tracking_argument(parser)
     args = parser.parse_args(argv)
-    make_base(json.loads(args.spec), args.tokenizer, args.run_dir, args.seed, args.init, args.tracking)
+    make_base({"model": RunSpec.from_json(args.spec).model}, args.tokenizer, args.run_dir, args.seed, args.init,
+              args.tracking)
     return 0
 
 

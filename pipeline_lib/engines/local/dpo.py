@@ -15,7 +15,6 @@ after the last one.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -32,6 +31,7 @@ from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
 from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.dpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of config `train.baselines.iterative_dpo`")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--init", type=Path, required=True, help="the SFT model (round 0 and first reference)")
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_iterative_dpo(json.loads(args.spec), args.data, args.demonstrations, args.init, args.run_dir, args.seed,
+    settings = dict(RunSpec.from_json(args.spec).baseline)  # the method's own section is the whole of its settings
+    train_iterative_dpo(settings, args.data, args.demonstrations, args.init, args.run_dir, args.seed,
                         tracking=args.tracking)
     return 0
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 from pipeline_lib.losses import PolicyLossConfig, aggregate
 from pipeline_lib.model import load_model
+from pipeline_lib.plan.spec import RunSpec
 
 __all__ = ["OnPolicyDistillation", "reverse_kl_per_token"]
 
@@ -68,10 +69,17 @@ class OnPolicyDistillation(GroupRLMethod):
         return loss, {"actor/distillation/loss": float(loss.detach())}  # verl's OPD logs it under this name
 
 
+def opd_settings(spec: RunSpec) -> dict[str, Any]:
+    """The RL trainer's arguments (the estimator is only logged: the loss is the reverse KL to the teacher)."""
+    return {**spec.settings, "advantage": spec.estimator.name if spec.estimator else "grpo", "advantage_params": {},
+            "reward_weights": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.opd", description=__doc__, step_name="train_opd",
                        extra_input=("teacher", "HF directory of the teacher model"),
-                       make_method=OnPolicyDistillation, tracked_file="model.safetensors")
+                       make_method=OnPolicyDistillation, tracked_file="model.safetensors",
+                       settings=opd_settings)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ from typing import Any
 import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations
-from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
+from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main, rl_settings
 from pipeline_lib.model import encode_prompts, generate, pack, response_logprobs
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.rewards.extract import extract_answer
 
 __all__ = ["CRITIC_CHOICES", "VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict",
@@ -158,9 +159,16 @@ class Raro(GroupRLMethod):
         self.buffer = [tuple(pair) for pair in state.get("buffer", [])]
 
 
+def raro_settings(spec: RunSpec) -> dict[str, Any]:
+    """The RL trainer's arguments plus RARO's own section (``train.baselines.raro`` without its estimator)."""
+    return {**rl_settings(spec), "reward_weights": None,
+            "raro": {k: v for k, v in spec.baseline.items() if k != "advantage"}}
+
+
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.raro", description=__doc__, step_name="train_raro",
-                       extra_input=("demonstrations", "the task's sft_train.parquet"), make_method=Raro)
+                       extra_input=("demonstrations", "the task's sft_train.parquet"), make_method=Raro,
+                       settings=raro_settings)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ RARO, OPD) subclass :class:`GroupRLMethod` and reuse this loop, its checkpointin
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -36,6 +35,7 @@ from pipeline_lib.engines.local.common import TrainingCheckpoint
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
@@ -270,9 +270,18 @@ def chosen_summary(chosen: dict[str, list[float | None]], group_ids: torch.Tenso
     return {"softmaxgrpo/tau/median": float(torch.tensor(taus).median())} if taus else {}
 
 
+def rl_settings(spec: RunSpec) -> dict[str, Any]:
+    """The local RL trainer's arguments from a run spec: its settings, the estimator (name and parameters, tau among
+    them) and the reward weights."""
+    if spec.estimator is None:
+        raise ValueError(f"run spec {spec.task}/{spec.method} has no estimator; a local RL run needs one")
+    return {**spec.settings, "advantage": spec.estimator.name, "advantage_params": dict(spec.estimator.params),
+            "reward_weights": spec.reward_weights}
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every group-RL entry point takes (this one, RL-Logit, RARO, OPD)."""
-    parser.add_argument("--spec", required=True, help="JSON run spec (config `train.rl` + the method's settings)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--init", type=Path, required=True, help="starting (and reference) HF model")
     parser.add_argument("--run-dir", type=Path, required=True)
@@ -284,11 +293,13 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 def method_main(argv: list[str] | None, *, module: str, description: str | None, step_name: str,
                 extra_input: tuple[str, str], make_method: Callable[[dict[str, Any], Path], GroupRLMethod],
-                tracked_file: str | None = None) -> int:
+                tracked_file: str | None = None,
+                settings: Callable[[RunSpec], dict[str, Any]] = rl_settings) -> int:
     """The entry point of an RL-style baseline: the common arguments plus one extra input path.
 
-    ``extra_input`` is (flag name, help); ``make_method(spec, path)`` builds the method; the path (or
-    ``path / tracked_file``) is recorded as an input in the provenance.
+    ``extra_input`` is (flag name, help); ``make_method(settings, path)`` builds the method; the path (or
+    ``path / tracked_file``) is recorded as an input in the provenance. ``settings`` translates the run spec into
+    the trainer's arguments (the method's own keys beside :func:`rl_settings`').
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description,
@@ -298,7 +309,7 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
     parser.add_argument(f"--{flag}", type=Path, required=True, help=help_text)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    spec = json.loads(args.spec)
+    spec = settings(RunSpec.from_json(args.spec))
     extra = getattr(args, flag)
     train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=make_method(spec, extra),
              step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,),
@@ -314,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_rl(json.loads(args.spec), args.data, args.init, args.run_dir, args.seed, tracking=args.tracking)
+    train_rl(rl_settings(RunSpec.from_json(args.spec)), args.data, args.init, args.run_dir, args.seed,
+             tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0
 

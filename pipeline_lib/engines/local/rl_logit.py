@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
+from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main, rl_settings
 from pipeline_lib.model import pack, response_logprobs
+from pipeline_lib.plan.spec import RunSpec
 
 __all__ = ["VARIANTS", "RLLogit", "answer_logprob_rewards"]
 
@@ -64,10 +65,15 @@ class RLLogit(GroupRLMethod):
         return rewards, {"expert_answer_logprob": float(logprob.mean())}
 
 
+def rl_logit_settings(spec: RunSpec) -> dict[str, Any]:
+    """The RL trainer's arguments plus the RL-Logit reward's variant (``train.baselines.rl_logit.variant``)."""
+    return {**rl_settings(spec), "reward_weights": None, "variant": spec.baseline["variant"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.rl_logit", description=__doc__,
                        step_name="train_rl_logit", extra_input=("demonstrations", "the task's sft_train.parquet"),
-                       make_method=RLLogit)
+                       make_method=RLLogit, settings=rl_logit_settings)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ the final model is ``final/`` and ``DONE.json`` marks completion.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -35,6 +34,7 @@ from pipeline_lib.model import (
     response_logprobs,
     save_model_atomic,
 )
+from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
@@ -117,11 +117,16 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     return done
 
 
+def sft_settings(spec: RunSpec) -> dict[str, Any]:
+    """The SFT trainer's arguments from a run spec: its settings and the model's architecture."""
+    return {**spec.settings, "model": spec.model}
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.sft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of config `train.sft` merged with `train.model`")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--run-dir", type=Path, required=True)
@@ -133,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     add_eval_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_sft(json.loads(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init, kind=args.kind,
-              step_name=f"train_{args.kind}", tracking=args.tracking)
+    train_sft(sft_settings(RunSpec.from_json(args.spec)), args.data, args.tokenizer, args.run_dir, args.seed, args.init,
+              kind=args.kind, step_name=f"train_{args.kind}", tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0
 

@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.specs import generation_spec
+from pipeline_lib.plan.spec import RunSpec
 
-__all__ = ["REQUIRED_TRL", "train_command", "train_iterative_dpo", "train_round", "trl_dpo_spec"]
+__all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
 
 log = logging.getLogger("pipeline_lib.engines.trl.dpo")
 
@@ -46,11 +46,10 @@ REQUIRED_TRL = "1.12.0"
 MODULE = "pipeline_lib.engines.trl.dpo"
 
 
-def trl_dpo_spec(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``train.baselines.iterative_dpo`` plus the generation settings of its sampling and validation: ``eval``'s
-    backend and engine settings with the method's own length, temperature and batch (``backend`` overrides)."""
-    own = {k: v for k, v in config["train"]["baselines"]["iterative_dpo"].items() if k != "tasks"}  # planning only
-    return {**own, "generation": generation_spec(config, "iterative_dpo", "batch_size_generate")}
+def dpo_settings(spec: RunSpec) -> dict[str, Any]:
+    """The trainer's arguments from its run spec: ``train.baselines.iterative_dpo`` as the plan read it, with the
+    generation settings of its sampling and validation."""
+    return {**spec.baseline, "generation": dict(spec.generation or {})}
 
 
 def gradient_accumulation(spec: Mapping[str, Any]) -> int:
@@ -286,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="every round (resumable), best round -> final/")
-    run.add_argument("--spec", required=True, help="JSON of trl_dpo_spec(config)")
+    run.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     run.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     run.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     run.add_argument("--init", type=Path, required=True, help="the SFT model (round 1's start and reference)")
@@ -308,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         absolute = {k: getattr(args, k).resolve() for k in ("data", "demonstrations", "init", "run_dir")}
-        train_iterative_dpo(json.loads(args.spec), seed=args.seed, **absolute)
+        train_iterative_dpo(dpo_settings(RunSpec.from_json(args.spec)), seed=args.seed, **absolute)
     elif args.command == "generate":
         generate_file(args.model, json.loads(args.spec), args.prompts, args.out, args.seed, args.greedy)
     else:

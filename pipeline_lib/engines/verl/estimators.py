@@ -27,16 +27,14 @@ check_verl_version()  # before touching verl's API (the pin: pipeline_lib.engine
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est  # noqa: E402
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
+from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED  # noqa: E402
 
 __all__ = ["ESTIMATORS", "group_index", "register"]
 
-#: verl estimator name -> (our registry's method, algorithm-config keys passed as its parameters).
+#: verl estimator name -> (our registry's estimator, algorithm-config keys passed as its parameters): every estimator
+#: the method registry marks as ours (pipeline_lib.plan.registry.ESTIMATORS).
 ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "softmax": ("softmax", ("tau",)),
-    "softmax_ess": ("softmax_ess", ("ess_fraction",)),
-    "maxrl": ("maxrl", ()),
-    "reinforce": ("reinforce", ()),
-}
+    entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours}
 
 
 def group_index(index: Any) -> torch.Tensor:
@@ -79,7 +77,9 @@ def _make(name: str, method: str, keys: tuple[str, ...]) -> Callable[..., tuple[
 
 
 def register() -> None:
-    """Register every estimator once (idempotent: a second import must not trip verl's duplicate check)."""
+    """Register every estimator once (idempotent: a second import must not trip verl's duplicate check); one the
+    method registry gained since (a test's toy estimator) is registered by a second call."""
+    ESTIMATORS.update({entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours})
     for name, (method, keys) in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))

@@ -23,15 +23,17 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.engines.verl import cpu
 from pipeline_lib.engines.verl.cpu import cpu_overrides
-from pipeline_lib.engines.verl.translate import VERL_BASELINES, TrainPaths, baseline_rl_spec, rl_spec, sft_spec
+from pipeline_lib.engines.verl.translate import TrainPaths
 from pipeline_lib.io import atomic_path
-from pipeline_lib.specs import eval_spec
+from pipeline_lib.plan import METHODS, RunSpec
+from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
            "load_preflight_config", "main", "run_kind"]
@@ -107,28 +109,25 @@ def _preflight_paper_config(section: Mapping[str, Any], base: Mapping[str, Any],
     return config
 
 
-def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> dict[str, Any]:
-    """The run spec of one preflight kind, built by the real run's spec builder (:mod:`.translate`), plus the CPU
-    overrides."""
+def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> RunSpec:
+    """The run spec of one preflight kind, built by the real run's spec builder (the registry entry's, over the
+    preflight's paper config), plus the CPU overrides."""
     trainer, method = KINDS[kind]
     config = _preflight_paper_config(section, base, model_dir)
     for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
         config["train"]["baselines"][baseline] = {**config["train"]["baselines"][baseline], **settings}
     task = section["task"]
     if trainer == "sft":
-        spec = sft_spec(config, task)
-    elif method in VERL_BASELINES:
-        if method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on one
-            # trainer "GPU" of its own beside the student's, as on a GPU node
-            opd = config["train"]["baselines"]["opd"]
-            opd["teacher"] = {"hub": model_dir}
-            opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
-            config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
-        spec = baseline_rl_spec(config, task, method)
-    else:
-        spec = rl_spec(config, task, method)
-    spec["extra_overrides"] = [*spec["extra_overrides"], *cpu_overrides(trainer, spec["gpus_per_node"])]
-    return spec
+        method = "sft"
+    elif method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on one
+        # trainer "GPU" of its own beside the student's, as on a GPU node
+        opd = config["train"]["baselines"]["opd"]
+        opd["teacher"] = {"hub": model_dir}
+        opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
+        config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
+    spec = METHODS[method].engines["verl"].spec(config, task, method)
+    return replace(spec, extra_overrides=(*spec.extra_overrides,
+                                          *cpu_overrides(trainer, spec.settings["gpus_per_node"])))
 
 
 def _small_validation(source: Path, rows: int, out: Path) -> Path:
@@ -194,9 +193,9 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
                                 out.parent / f"{kind}_val.parquet")
         paths = TrainPaths(out, data / "rl_train.parquet", val, init)
     shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
-    print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {json.dumps(spec)})", flush=True)
+    print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {spec.to_json()})", flush=True)
     done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
-    rows = check_run(kind, out, int(spec["steps"]))
+    rows = check_run(kind, out, int(spec.settings["steps"]))
     _print_steps(kind, rows)
     return done
 

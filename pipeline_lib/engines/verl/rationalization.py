@@ -9,14 +9,13 @@ hint and samples one response through the evaluation generation backends
 assembly are the local engine's (:mod:`pipeline_lib.engines.local.rationalization`), so both engines
 build the same (question, rationale, expert answer) demonstrations. The parquet is in the SFT schema;
 rule ``train_verl_rationalization`` then runs ``python -m pipeline_lib.engines.verl.train sft`` on it
-with the task's SFT settings (:func:`rationalization_sft_spec`), so Rationalization and SFT differ only
+with the task's SFT settings (``pipeline_lib.plan.settings.verl_sft_spec``), so Rationalization and SFT differ only
 in the demonstrations.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -24,25 +23,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.engines.verl.translate import TrainPaths, sft_spec
-from pipeline_lib.specs import generation_spec
+from pipeline_lib.engines.verl.translate import TrainPaths
+from pipeline_lib.plan.spec import RunSpec
 
-__all__ = ["annotate", "annotation_spec", "rationalization_paths", "rationalization_sft_spec"]
+__all__ = ["annotate", "annotation_settings", "rationalization_paths"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.rationalization")
 
 METHOD = "rationalization"
 
 
-def annotation_spec(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Generation settings of the annotator: ``eval``'s backend and engine settings with the method's own length,
-    temperature, batch and (optionally) backend from ``train.baselines.rationalization``, plus the hint."""
-    return {"hint": config["train"]["baselines"][METHOD]["hint"], "generation": generation_spec(config, METHOD)}
-
-
-def rationalization_sft_spec(config: Mapping[str, Any], task: str) -> dict[str, Any]:
-    """The task's SFT run (same settings, same base model) under the run name ``rationalization``."""
-    return {**sft_spec(config, task), "method": METHOD, "baseline": METHOD}
+def annotation_settings(spec: RunSpec) -> dict[str, Any]:
+    """The annotator's arguments from its run spec: the hint and the generation settings."""
+    return {"hint": spec.baseline["hint"], "generation": dict(spec.generation or {})}
 
 
 def rationalization_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:
@@ -86,13 +79,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.verl.rationalization", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of annotation_spec(config)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
-    parser.add_argument("--model", required=True, help="the annotator: HF directory or hub name (the base model)")
+    parser.add_argument("--model", help="the annotator: HF directory or hub name (default: the spec's model)")
     parser.add_argument("--out", type=Path, required=True, help="rationalized_sft.parquet to write")
     parser.add_argument("--seed", type=int, required=True)
     args = parser.parse_args(argv)
-    annotate(json.loads(args.spec), args.data, args.model, args.out, args.seed)
+    spec = RunSpec.from_json(args.spec)
+    annotate(annotation_settings(spec), args.data, args.model or spec.model, args.out, args.seed)
     return 0
 
 

@@ -43,7 +43,6 @@ from pipeline_lib.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.engines.verl.translate import (
     ESTIMATOR_MODULE,
     REWARD_HEALTH_ENV,
-    VERL_ADVANTAGES,
     TrainPaths,
     checkpoint_dir,
     metrics_log_path,
@@ -55,6 +54,7 @@ from pipeline_lib.engines.verl.translate import (
 )
 from pipeline_lib.engines.verl.validate import validate_rl, validate_sft
 from pipeline_lib.io import sha256_file, write_json, write_text
+from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, health_counts
 from pipeline_lib.tracking import Tracker, add_tracking_argument
@@ -78,15 +78,15 @@ class VerlRunError(RuntimeError):
     """verl failed or stopped short; the message says which and where its output is."""
 
 
-def build_command(kind: str, overrides: Sequence[str], spec: Mapping[str, Any]) -> list[str]:
+def build_command(kind: str, overrides: Sequence[str], spec: RunSpec) -> list[str]:
     """The command that runs verl for this run (RL behind the launcher, SFT under torchrun on one node)."""
     if kind == "sft":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc_per_node={spec['gpus_per_node']}", "-m", "verl.trainer.sft_trainer", *overrides]
+                f"--nproc_per_node={spec.settings['gpus_per_node']}", "-m", "verl.trainer.sft_trainer", *overrides]
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     if importlib.util.find_spec(LAUNCHER) is None:  # the launcher is part of this package; kept swappable here
         return command
-    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec["gpus_per_node"]), "--", *command]
+    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec.settings["gpus_per_node"]), "--", *command]
 
 
 def finished_step(ckpt_dir: Path) -> int | None:
@@ -255,7 +255,7 @@ def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: in
     return keys
 
 
-def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path, data_source: str,
+def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_source: str,
                      total_steps: int) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
 
@@ -277,18 +277,18 @@ def collect_rollouts(run_dir: Path, spec: Mapping[str, Any], tokenizer_dir: Path
         missing = sorted(set(range(1, total_steps + 1)) - set(steps))[:10]
         raise VerlRunError(f"{dump}: rollout dumps missing for steps {missing} (of {total_steps})")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    params = {"tau": spec["tau"]} if VERL_ADVANTAGES[spec["advantage"]][0] == "softmax" else {}
-    params.update(spec.get("estimator_params") or {})
+    if spec.estimator is None:
+        raise VerlRunError(f"{run_dir}: an RL run spec without an estimator")
     lines = []
     for path in files:
         step = int(path.stem)
         if step > total_steps:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        uids = rollout_groups(rows, path, spec.get("group_size"))
+        uids = rollout_groups(rows, path, spec.settings.get("group_size"))
         groups = group_index(uids)
         rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
-        advantages = group_advantages(spec["advantage"], rewards, groups, **params)
+        advantages = group_advantages(spec.estimator.name, rewards, groups, **spec.estimator.params)
         outputs = [row["output"] for row in rows]
         lengths = [len(ids) for ids in tokenizer(outputs, add_special_tokens=False)["input_ids"]]
         verifier = compute_scores([data_source] * len(rows), outputs, [row["gts"] for row in rows],
@@ -339,7 +339,7 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
             f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
-def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
+def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
     """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
     started = time.time()
     run_dir = paths.run_dir
@@ -352,11 +352,11 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         return None
     if kind != "sft":
         require_installed_project()
-    if spec.get("baseline") == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
+    if spec.method == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)
-    digest = config_digest({"kind": kind, "spec": dict(spec), "seed": seed})
+    digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
     inputs_read = input_digests(paths)
     claim_run_dir(run_dir, config_digest({"config_sha256": digest, "inputs": inputs_read}),
                   {"config_sha256": digest, "inputs": inputs_read})
@@ -367,7 +367,7 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
                         "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
                         REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
-    total = int(spec["steps"])
+    total = int(spec.settings["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
         log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
@@ -390,9 +390,10 @@ def run(kind: str, spec: Mapping[str, Any], paths: TrainPaths, seed: int, dry_ru
         inputs += [paths.val_files, paths.init / "config.json"]
     # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
-                      kind=spec.get("baseline") or kind, engine="verl", advantage=spec.get("advantage"), seed=seed)
+                      kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
+                      advantage=spec.estimator.name if spec.estimator else None, seed=seed)
     write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
-                     params={"spec": dict(spec), "overrides": overrides}, config_sha256=digest,
+                     params={"spec": spec.to_dict(), "overrides": overrides}, config_sha256=digest,
                      seeds={"run": seed}, started_at=started)
     return done
 
@@ -401,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["sft", "rl"])
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.engines.verl.translate)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="training parquet")
     parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
     parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")
@@ -415,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
-    run(args.kind, json.loads(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+    run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
         dry_run=args.dry_run)
     return 0
 

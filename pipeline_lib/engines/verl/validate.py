@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.engines.verl.translate import plan_overrides
 from pipeline_lib.io import write_json
 from pipeline_lib.plan import Plan, plan_runs
 
@@ -344,8 +345,7 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".", plan: Plan |
                  ) -> list[tuple[str, str, list[str]]]:
     """(label, kind, overrides) of every verl run of the plan (:func:`pipeline_lib.plan.plan_runs`): the main SFT/RL
     runs, the baselines, the tau x M ablation cells and the model-scale runs on verl tasks."""
-    plan = plan or plan_runs(config, root)
-    return [(run.key, run.verl_kind, list(run.overrides)) for run in plan.runs if run.verl_kind]
+    return plan_overrides(plan or plan_runs(config, root), root)
 
 
 def _code_digest() -> str:

@@ -1,0 +1,323 @@
+"""Config -> settings: every :class:`~pipeline_lib.plan.spec.RunSpec` of a training run, and the JSON settings of
+the other jobs (data, evaluation, generation backends).
+
+The only place that reads a run's settings from the config: the engines read the spec these functions make, never
+the config. Parameter precedence (stated once, here): a run's settings are the engine's shared section
+(``train.rl`` / ``train.sft`` locally; ``train.verl.rl`` / ``train.verl.sft`` on verl), then, on verl, the task's
+App. B row (``train.verl.tasks.<task>``), then the method's own keys (``train.methods.<m>``: its estimator, the
+estimator's parameters, its reward). The one parameter both a task row and a method may set is ``tau``
+(:func:`estimator_params`): where both set it they must agree (:class:`PlanError` otherwise), so no value is picked
+silently. A study that varies a parameter (an ablation cell's tau / M, a scale's base model) replaces it in its own
+copy of the config. Which runs exist is decided in :mod:`pipeline_lib.plan.runs`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from pipeline_lib.plan.spec import Estimator, PlanError, RunSpec
+
+__all__ = [
+    "IMAGENET_SWEEP_KEYS",
+    "PROMPTS_WITHOUT_REFERENCE",
+    "ablation_method",
+    "annotation_spec",
+    "baseline_rl_spec",
+    "check_estimator",
+    "estimator_params",
+    "eval_spec",
+    "generation_spec",
+    "imagenet_run_spec",
+    "local_base_spec",
+    "local_dpo_spec",
+    "local_rationalization_spec",
+    "local_rl_baseline_spec",
+    "local_rl_spec",
+    "local_sft_spec",
+    "opd_teacher_spec",
+    "reference_prompts",
+    "scale_config",
+    "takes_tau",
+    "tiny_task_spec",
+    "trl_dpo_spec",
+    "verl_resources",
+    "verl_rl_spec",
+    "verl_sft_spec",
+    "verl_tasks",
+]
+
+#: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
+#: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
+IMAGENET_SWEEP_KEYS = ("enabled", "label", "objectives", "rollouts", "seeds", "one_job_per_seed")
+
+#: Datasets whose RL prompts carry no expert answer; their prompts with one are ``rl_sim_train`` (Countdown: the
+#: GOLD prompts, which have reference solutions).
+PROMPTS_WITHOUT_REFERENCE = ("countdown",)
+
+
+def imagenet_run_spec(section: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in section.items() if key not in IMAGENET_SWEEP_KEYS}
+
+
+def tiny_task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What generates one tiny task: the ``data.tiny`` section minus the task list and reward weights."""
+    return {k: v for k, v in config["data"]["tiny"].items() if k not in ("tasks", "reward_weights")}
+
+
+def reference_prompts(task: str) -> str:
+    """RL prompts that carry an expert answer (``extra_info.reference``)."""
+    kind = "rl_sim_train" if task in PROMPTS_WITHOUT_REFERENCE else "rl_train"
+    return f"results/data/{task}/{kind}.parquet"
+
+
+def eval_spec(config: Mapping[str, Any]) -> dict[str, Any]:
+    """How a checkpoint is evaluated, without the transfer-benchmark keys (changing those reruns no evaluation)."""
+    return {key: value for key, value in config["eval"].items() if key != "transfer"}
+
+
+def generation_spec(config: Mapping[str, Any], method: str, batch_key: str = "batch_size") -> dict[str, Any]:
+    """How a baseline generates on its GPU path: the evaluation backend and engine settings (:func:`eval_spec`)
+    with the method's own length, temperature, batch (``batch_key``) and, where set, backend."""
+    own = config["train"]["baselines"][method]
+    return {**eval_spec(config), "backend": own.get("backend") or config["eval"]["backend"],
+            "max_new_tokens": own["max_new_tokens"], "temperature": own["temperature"], "batch_size": own[batch_key]}
+
+
+def ablation_method(tau: float, group_size: int) -> str:
+    """Run name of one ablation cell, e.g. ``softmax_tau0p1_m4`` (tau 0.1, M 4)."""
+    return f"softmax_tau{tau:g}_m{group_size}".replace(".", "p")
+
+
+def scale_config(config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The config with one scale's base model: ``train.model`` overridden (local), ``train.verl.model`` (verl)."""
+    models = config["train"]["scale"]["models"]
+    if name not in models:
+        raise ValueError(f"unknown scale {name!r}; train.scale.models: {sorted(models)}")
+    changed = copy.deepcopy(dict(config))
+    changed["train"]["model"] = {**changed["train"]["model"], **models[name].get("model", {})}
+    if "verl" in changed["train"] and models[name].get("hub"):
+        changed["train"]["verl"]["model"] = models[name]["hub"]
+    return changed
+
+
+# --- which task trains where --------------------------------------------------------------------------------------
+
+def verl_tasks(config: Mapping[str, Any]) -> list[str]:
+    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.verl.tasks`` entry (App. B settings);
+    any other task of a verl config (a tiny analogue) stays on the local engine."""
+    train = config["train"]
+    return list(train.get("verl", {}).get("tasks", {})) if train.get("engine") == "verl" else []
+
+
+def _verl_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
+    tasks = config["train"]["verl"]["tasks"]
+    if task not in tasks:
+        raise PlanError(f"train.tasks has {task!r} but train.verl.tasks has no entry for it (App. B settings: "
+                        f"group_size, batch_size, steps, lengths, GPUs); configured: {sorted(tasks)}")
+    return tasks[task]
+
+
+# --- estimators: the parameters each takes, and which tau wins ------------------------------------------------------
+
+@cache
+def _estimator_error(name: str, params: str) -> str | None:
+    """Why :mod:`pipeline_lib.advantages` rejects ``name`` with these parameters (run once on two groups), or None."""
+    import torch  # here, not at import: a Slurm job's own parse of the workflow skips these checks and torch
+
+    from pipeline_lib.advantages import available_methods, group_advantages
+
+    if name not in available_methods():
+        return f"advantage {name!r} is not in pipeline_lib.advantages; registered: {available_methods()}"
+    try:
+        group_advantages(name, torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]), **json.loads(params))
+    except TypeError as exc:
+        return f"advantage {name!r} with parameters {params}: {exc}"
+    return None
+
+
+def check_estimator(estimator: Estimator) -> None:
+    """The estimator exists and takes exactly these parameters (runs it once; imports torch)."""
+    error = _estimator_error(estimator.name, json.dumps(estimator.params, sort_keys=True))
+    if error:
+        raise PlanError(error)
+
+
+def takes_tau(name: str) -> bool:
+    """Whether estimator ``name`` of :mod:`pipeline_lib.advantages` has a ``tau`` parameter."""
+    from pipeline_lib.advantages import available_methods
+
+    return name in available_methods() and "unknown parameter" not in (
+        _estimator_error(name, json.dumps({"tau": 1.0})) or "")
+
+
+def estimator_params(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
+    """The parameters of method ``method``'s estimator on ``task``: its ``train.methods`` keys besides ``advantage``
+    and ``reward``, with, on a verl task, the row's ``tau`` for an estimator that takes one. The rule of which tau
+    wins, written once: a task row's tau is its methods' tau; a method that also sets one must agree with it (a
+    conflict is a :class:`PlanError`, never resolved silently); an estimator that takes tau must get one."""
+    entry = config["train"]["methods"][method]
+    params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
+    row = _verl_row(config, task) if task in verl_tasks(config) else {}
+    if "tau" in row and takes_tau(entry["advantage"]):
+        if "tau" in params and float(params["tau"]) != float(row["tau"]):
+            raise PlanError(f"tau set twice for {task}/{method}: train.methods.{method}.tau = {params['tau']} and "
+                            f"train.verl.tasks.{task}.tau = {row['tau']}; set it in one place")
+        params["tau"] = row["tau"]
+    if "tau" not in params and takes_tau(entry["advantage"]):
+        where = f"train.methods.{method}.tau" + (f" nor train.verl.tasks.{task}.tau" if row else "")
+        raise PlanError(f"method {method!r} on task {task!r} uses the {entry['advantage']!r} estimator, which takes "
+                        f"tau, but neither {where} is set")
+    return params
+
+
+def _similarity_weights(config: Mapping[str, Any], task: str, reward: str) -> dict[str, float] | None:
+    """A similarity-reward run's reward weights (the verl row's ``similarity_weights``, else similarity alone)."""
+    if reward != "similarity":
+        return None
+    row = _verl_row(config, task) if task in verl_tasks(config) else {}
+    return dict(row.get("similarity_weights") or {"similarity": 1.0})
+
+
+def _own(config: Mapping[str, Any], method: str, drop: tuple[str, ...] = ("tasks",)) -> dict[str, Any]:
+    """A baseline's own section ``train.baselines.<method>`` without the keys that only plan (``tasks``)."""
+    section = (config["train"].get("baselines") or {}).get(method) or {}
+    return {k: v for k, v in section.items() if k not in drop}
+
+
+# --- the local engine -------------------------------------------------------------------------------------------------
+
+def local_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
+    """SFT on the local engine: ``train.sft`` and the architecture ``train.model``."""
+    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
+                   settings=dict(config["train"]["sft"]))
+
+
+def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
+    """A group-RL run on the local engine: ``train.rl`` plus the method's estimator and reward (paired methods differ
+    in nothing else)."""
+    if method not in config["train"]["methods"]:
+        raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
+    entry = config["train"]["methods"][method]
+    return RunSpec(method=method, task=task, engine="local", settings=dict(config["train"]["rl"]),
+                   estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
+                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]))
+
+
+def local_base_spec(config: Mapping[str, Any], task: str, method: str = "base") -> RunSpec:
+    """Base: the untrained model of ``train.model`` (the local engine builds it; on verl it copies the hub model)."""
+    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]))
+
+
+def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str = "rationalization") -> RunSpec:
+    """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
+    the SFT settings it trains with."""
+    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
+                   settings=dict(config["train"]["sft"]), baseline=_own(config, method, ("tasks", "annotator")))
+
+
+def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
+    """Iterative DPO on the local engine: its own section is the whole of its settings."""
+    return RunSpec(method=method, task=task, engine="local", baseline=_own(config, method))
+
+
+def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
+    """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
+    (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
+    own = _own(config, method)
+    return RunSpec(method=method, task=task, engine="local", settings=dict(config["train"]["rl"]),
+                   estimator=Estimator(own.get("advantage", "grpo")), baseline=own)
+
+
+def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
+    """SFT settings with the teacher's steps and lr; a ``scratch`` teacher may also be larger (``model``)."""
+    teacher = config["train"]["baselines"]["opd"]["teacher"]
+    if teacher["init"] == "sft" and teacher.get("model"):
+        raise PlanError("train.baselines.opd.teacher.model overrides need init: scratch (an SFT-initialised teacher "
+                        "has the SFT model's shape)")
+    sft = config["train"]["sft"]
+    return RunSpec(method="opd_teacher", task=task, engine="local",
+                   model={**config["train"]["model"], **teacher.get("model", {})},
+                   settings={**sft, "steps": teacher["steps"], "lr": teacher["lr"],
+                             "warmup_steps": min(sft["warmup_steps"], teacher["steps"] - 1)})
+
+
+# --- verl -------------------------------------------------------------------------------------------------------------
+
+#: Keys of a verl task row that are not run settings: which methods run, the similarity reward's weights (the spec's
+#: ``reward_weights``), the task's SFT settings (its SFT run's), and tau (the estimator's, :func:`estimator_params`).
+_ROW_PLANNING = ("methods", "similarity_weights", "sft", "tau")
+
+
+def verl_resources(config: Mapping[str, Any], task: str, trainer: str) -> dict[str, Any]:
+    """Nodes and per-node GPUs of a verl job (``trainer``: sft or rl), from the same settings that become
+    trainer.nnodes / n_gpus_per_node: the App. B compute setup is part of the experiment; the site-specific rest
+    (CPUs, memory, runtime, partition) lives in profiles/slurm."""
+    verl = config["train"]["verl"]
+    row = _verl_row(config, task)
+    if trainer == "sft":
+        return {"nodes": 1, "gres": f"gpu:{row.get('sft', {}).get('gpus_per_node', verl['sft']['gpus_per_node'])}"}
+    merged = {**verl["rl"], **row}
+    return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
+
+
+def verl_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
+    """The verl SFT run of ``task`` (the start of its RL runs; Rationalization's with its own demonstrations): shared
+    ``train.verl.sft`` plus the task's ``sft``."""
+    verl = config["train"]["verl"]
+    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
+                   settings={**verl["sft"], **_verl_row(config, task).get("sft", {})},
+                   resources=verl_resources(config, task, "sft"),
+                   extra_overrides=tuple(verl["extra_overrides"]["sft"]))
+
+
+def _verl_rl_settings(config: Mapping[str, Any], task: str) -> dict[str, Any]:
+    row = _verl_row(config, task)
+    return {**config["train"]["verl"]["rl"], **{k: v for k, v in row.items() if k not in _ROW_PLANNING}}
+
+
+def verl_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
+    """One verl RL run: shared ``train.verl.rl``, the task's App. B row, the method's estimator and reward. Paired
+    methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
+    if method not in config["train"]["methods"]:
+        raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
+    verl, entry = config["train"]["verl"], config["train"]["methods"][method]
+    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
+                   settings=_verl_rl_settings(config, task),
+                   estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
+                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]),
+                   resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
+
+
+def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
+    """One verl baseline run: the task's App. B RL row (so only the method differs from the GRPO runs it is compared
+    with), the baseline's estimator (default GRPO; a tau-free one) and its section ``train.baselines.<method>``."""
+    verl = config["train"]["verl"]
+    settings = dict((config["train"].get("baselines") or {}).get(method) or {})
+    advantage = settings.get("advantage", "grpo")
+    if takes_tau(advantage):
+        raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
+    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
+                   settings=_verl_rl_settings(config, task), estimator=Estimator(advantage), baseline=settings,
+                   resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
+
+
+def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
+    """Rationalization's annotation on GPU: the base model (``train.verl.model``) writing rationales with the hint,
+    through the evaluation backend with the method's own generation settings."""
+    return RunSpec(method="rationalization", task=task, engine="verl", model=config["train"]["verl"]["model"],
+                   baseline={"hint": config["train"]["baselines"]["rationalization"]["hint"]},
+                   generation=generation_spec(config, "rationalization"),
+                   resources={"gpu": config["eval"]["vllm"]["tensor_parallel_size"]})
+
+
+def trl_dpo_spec(config: Mapping[str, Any], task: str) -> RunSpec:
+    """Iterative DPO on GPU: ``train.baselines.iterative_dpo`` plus the generation settings of its sampling and
+    validation (``eval``'s backend with the method's own length, temperature and batch)."""
+    own = _own(config, "iterative_dpo")
+    return RunSpec(method="iterative_dpo", task=task, engine="trl", baseline=own,
+                   generation=generation_spec(config, "iterative_dpo", "batch_size_generate"),
+                   resources={"gpu": own["num_processes"]})
