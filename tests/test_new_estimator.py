@@ -5,11 +5,11 @@ import copy
 
 import pytest
 import torch
-from pipeline_lib.model import build_model, save_model_atomic
 
 from pipeline_lib import advantages
 from pipeline_lib.data.build import build_tiny, build_tokenizer
 from pipeline_lib.engines.local.rl import main as rl_main
+from pipeline_lib.model import build_model, save_model_atomic
 from pipeline_lib.plan import Estimator, EstimatorEntry, group_rl, plan_runs, register, unregister
 from pipeline_lib.plan.table import load_config
 
