@@ -481,10 +481,10 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
     import yaml
 
+    from pipeline_lib.config import validate_config
+
     from .conftest import REPO
     from .test_workflow import SMALL_THEORY, snakemake
-
-    from pipeline_lib.config import validate_config
 
     config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
                              REPO / "workflow/schemas/config.schema.yaml")  # the tiny config with every key

@@ -101,7 +101,8 @@ def test_schema_defaults_are_the_papers_settings():
         task_row = {**defaults["train"]["verl"]["rl"], **defaults["train"]["verl"]["tasks"][task]}
         assert tuple(task_row[key] for key in APP_B_ROW) == row, task
     assert all(defaults["data"]["datasets"][name]["enabled"] for name in APP_B_TASKS)
-    assert defaults["imagenet"]["dataset"]["kind"] == "imagefolder" and defaults["imagenet"]["model"]["kind"] == "resnet50"
+    imagenet = defaults["imagenet"]
+    assert (imagenet["dataset"]["kind"], imagenet["model"]["kind"]) == ("imagefolder", "resnet50")
     # an almost empty config (config/paper.yaml: the two site paths) is the paper's resolved config
     assert {**defaults, "imagenet": None, "eval": None} == {**_snapshot("paper"), "imagenet": None, "eval": None}
 
