@@ -553,7 +553,7 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
         assert path in plan, path
     assert "results/train/gsm8k/raro/seed0/DONE.json" not in plan  # Table 1 has no RARO entry for GSM8K
     assert "--init Qwen/Qwen2.5-1.5B" in plan
-    assert '"teacher": {"hub": "Qwen/Qwen3-8B"' in plan  # OPD's verl run distils from the paper's teacher
+    assert '"hub": "Qwen/Qwen3-8B"' in plan  # OPD's verl run distils from the paper's teacher (train.baselines.opd)
 
 
 def test_scale_table_groups_runs_by_base_model(tmp_path):
