@@ -20,7 +20,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from pipeline_lib.config import load_config_file
+from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.model import build_model, pack, response_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,8 @@ def default_model_and_group_rows(n_prompts: int, group_size: int, prompt_tokens:
     """The tiny default's config and model (random weights, one thread), a seeded generator, and one RL step's rows:
     ``n_prompts`` random prompts of about ``prompt_tokens`` tokens, each repeated ``group_size`` times."""
     torch.set_num_threads(1)
-    config = load_config_file(REPO / "config/config.yaml")
+    config = dict(validate_config(load_config_file(REPO / "config/config.yaml"),  # with the schema defaults
+                                  REPO / "workflow/schemas/config.schema.yaml"))
     vocab = config["data"]["tokenizer"]["vocab_size"]
     model = build_model(ShapesOnlyTokenizer(vocab), config["train"]["model"], 0)
     generator = torch.Generator().manual_seed(0)

@@ -549,8 +549,9 @@ def test_failed_snakemake_build_leaves_no_partial_outputs(workflow_copy):
 
     rows = [_deepmath_row(i) for i in range(30)]
     source = _write_jsonl(workflow_copy / "deepmath.jsonl", rows)
-    config = {"data": {"datasets": {"deepmath": {"enabled": True, "holdout_fraction": 0.5, "sources": {
-        "main": {"hub": "zwhe99/DeepMath-103K", "local": "deepmath.jsonl"}}}}}}
+    config = _tiny_config()  # the tiny default with one real dataset built
+    config["data"]["datasets"]["deepmath"] = {"enabled": True, "holdout_fraction": 0.5, "sources": {
+        "main": {"hub": "zwhe99/DeepMath-103K", "local": "deepmath.jsonl"}}}
     (workflow_copy / "data.yaml").write_text(yaml.safe_dump(config))
 
     def snakemake(*args: str) -> subprocess.CompletedProcess:

@@ -118,7 +118,7 @@ def _with_source(dataset, role, local, enabled=True, extra_roles=None):
     if role is not None:
         sources[role] = {**sources.get(role, {"hub": "x"}), "local": local}
     sources.update(extra_roles or {})
-    config["data"]["datasets"] = {dataset: {"enabled": enabled, "sources": sources}}
+    config["data"]["datasets"][dataset] = {"enabled": enabled, "sources": sources}  # the others stay off
     return config
 
 
@@ -126,7 +126,7 @@ def _ratings(tasks, path):
     from .test_bad_inputs import _tiny_config
 
     config = _tiny_config()
-    config["judge"]["calibration"]["ratings"] = dict.fromkeys(tasks, path)
+    config["judge"].setdefault("calibration", {})["ratings"] = dict.fromkeys(tasks, path)
     return config
 
 
@@ -283,11 +283,11 @@ def test_snakemake_refuses_a_config_file_with_a_duplicate_key(workflow_copy):
     from .test_workflow import repo_env
 
     tiny = (workflow_copy / "config/config.yaml").read_text()
-    (workflow_copy / "dup.yaml").write_text(tiny + "seed: 7\n")  # `seed: 0` is already at the top
+    (workflow_copy / "dup.yaml").write_text(tiny + "label: test\n")  # `label: tiny` is already at the top
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--configfile", "dup.yaml"], cwd=workflow_copy,
                             capture_output=True, text=True, timeout=300, env=repo_env())
     assert result.returncode != 0
-    assert "dup.yaml" in result.stdout + result.stderr and "duplicate key 'seed'" in result.stdout + result.stderr
+    assert "dup.yaml" in result.stdout + result.stderr and "duplicate key 'label'" in result.stdout + result.stderr
     assert "Job stats" not in result.stdout
 
 

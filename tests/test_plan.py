@@ -187,7 +187,7 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
         (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, workflow / part)
     env = repo_env() | {"PYTHONPATH": str(package)}
     for name in ("config.yaml", "paper.yaml"):
-        config = yaml.safe_load((REPO / "config" / name).read_text())
+        config = load(name)  # with the schema's defaults: paper.yaml takes train.methods from them
         config["train"]["methods"]["dr_grpo_exact"] = {"advantage": "dr_grpo", "reward": "verifier"}
         (workflow / f"new_{name}").write_text(yaml.safe_dump(config))
         result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", f"new_{name}"],

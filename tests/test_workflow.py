@@ -76,7 +76,7 @@ def test_validation_fills_defaults():
     config = {"label": "test", "seed": 1, "theory": {"group_size": 4, "taus": [1.0], "p_grid_points": 3,
                                                        "mc_groups": 100}}
     validate_config(config, SCHEMA)
-    assert config["theory"]["verification_mc_groups"] == 200_000
+    assert config["theory"]["verification_mc_groups"] == 1_000_000
 
 
 def test_targets_cover_the_theory_outputs():
@@ -140,7 +140,7 @@ def test_paper_theory_runs_end_to_end(workflow_copy):
 def test_empty_config_gets_every_default():
     config: dict = {}
     validate_config(config, SCHEMA)
-    assert config["theory"]["group_size"] == 8 and config["label"] == "tiny"
+    assert config["theory"]["group_size"] == 8 and config["label"] == "paper"
     assert load_schema(SCHEMA)["properties"]["theory"]["default"] == {}  # the schema itself is not mutated
 
 
@@ -170,7 +170,7 @@ def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_co
     from .chat_server import ChatServer
     from .test_data import real_spec
 
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)  # every key
     config["data"]["tiny"] |= {"n_train": 80, "n_test": 20}
     config["data"]["tokenizer"]["vocab_size"] = 400
     config["theory"] = SMALL_THEORY
@@ -192,7 +192,7 @@ def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_co
 
 def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     """data -> tokenizer -> SFT -> RL (five methods) -> eval -> Table 1, allocation and adaptive-tau tables, curves."""
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)  # every key
     config["theory"] = SMALL_THEORY
     config["imagenet"]["enabled"] = False
     config["data"]["tiny"] |= {"tasks": ["countdown_tiny"], "n_train": 64, "n_test": 8}
