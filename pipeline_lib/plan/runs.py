@@ -148,6 +148,10 @@ class Plan:
         keys = sorted({run.key for run in self.runs if run.job == job}, key=lambda k: (-len(k), k))
         return "|".join(re.escape(k) for k in keys) or "(?!)"
 
+    def verl_runs(self) -> list[tuple[str, str, list[str]]]:
+        """(run key, verl trainer, overrides) of every verl run: what the override checks read."""
+        return [(run.key, run.verl_kind, list(run.overrides)) for run in self.runs if run.verl_kind]
+
     def of(self, engine: str | None = None, job: str | None = None) -> list[Run]:
         return [r for r in self.runs if (engine is None or r.engine == engine) and (job is None or r.job == job)]
 
@@ -314,10 +318,14 @@ def _local_rl(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
 
 
 def _local_base(c: _Ctx, spec: Mapping[str, Any]) -> _Job:
-    init = c.config["train"]["verl"]["model"] if engine_of(c.config, c.task) == "verl" else None
+    """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
+    model built from scratch on the pipeline's tokenizer."""
+    if engine_of(c.config, c.task) == "verl":
+        return _Job({}, ["--spec", _spec_json(spec), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed), "--init", c.config["train"]["verl"]["model"]], threads=False)
     return _Job({"tokenizer": TOKENIZER}, ["--spec", _spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
-                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed),
-                                           *(["--init", init] if init else [])], threads=False)
+                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)],
+                threads=False)
 
 
 def _local_rationalization(c: _Ctx, spec: Mapping[str, Any]) -> _Job:

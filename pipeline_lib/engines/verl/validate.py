@@ -344,8 +344,7 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".", plan: Plan |
                  ) -> list[tuple[str, str, list[str]]]:
     """(label, kind, overrides) of every verl run of the plan (:func:`pipeline_lib.plan.plan_runs`): the main SFT/RL
     runs, the baselines, the tau x M ablation cells and the model-scale runs on verl tasks."""
-    plan = plan or plan_runs(config, root)
-    return [(run.key, run.verl_kind, list(run.overrides)) for run in plan.runs if run.verl_kind]
+    return (plan or plan_runs(config, root)).verl_runs()
 
 
 def _code_digest() -> str:
