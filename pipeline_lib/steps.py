@@ -101,8 +101,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         "render --group-size {params.group_size} --curves {input.curves} --weights {input.weights}"
         " --weight-view {input.weight_view} --fig1a-png {output.fig1a_png} --fig1a-pdf {output.fig1a_pdf}"
         " --fig1b-png {output.fig1b_png} --fig1b-pdf {output.fig1b_pdf} --table-stem {params.table_stem}",
-        {"fig1a_png": f"{figures}/fig1a_advantage_magnitude.png", "fig1a_pdf": f"{figures}/fig1a_advantage_magnitude.pdf",
-         "fig1b_png": f"{figures}/fig1b_weight_functions.png", "fig1b_pdf": f"{figures}/fig1b_weight_functions.pdf",
+        {**{f"fig1a_{ext}": f"{figures}/fig1a_advantage_magnitude.{ext}" for ext in ("png", "pdf")},
+         **{f"fig1b_{ext}": f"{figures}/fig1b_weight_functions.{ext}" for ext in ("png", "pdf")},
          **{f"table_{ext}": path for ext, path in _table(f"{tables}/weight_view").items()}},
         {key: theory.outputs[key] for key in ("curves", "weights", "weight_view")},
         {"group_size": config["theory"]["group_size"], "table_stem": f"{tables}/weight_view"},
@@ -131,7 +131,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
              {"csv": f"{data}/table1.csv"}, {"metrics": table1_eval_targets(config, plan)}),
         _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
-        Step("paper_gradient_allocation_data", results, "allocation-data --rollouts {params.rollouts} --out {output.csv}",
+        Step("paper_gradient_allocation_data", results,
+             "allocation-data --rollouts {params.rollouts} --out {output.csv}",
              {"csv": f"{data}/gradient_allocation.csv"}, {"done": paired},
              {"rollouts": _beside(paired, "rollouts.jsonl")}),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",

@@ -33,7 +33,7 @@ from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.specs import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
-           "imagenet_groups", "pattern", "train_group_command", "train_group_inputs"]
+           "imagenet_groups", "pattern", "train_group_command", "train_group_inputs", "train_groups"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,12 @@ def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
     ``train_imagenet_group``); otherwise none (one job per run)."""
     runs = plan.of(job="train_imagenet") if (config.get("imagenet") or {}).get("one_job_per_seed") else []
     return _every_pair(runs, "train_imagenet", "ImageNet study")
+
+
+def train_groups(config: Mapping[str, Any], plan: Plan) -> dict[str, Groups]:
+    """Every group rule (``train_local_group``, ``train_ablation_group``, ``train_imagenet_group``) and its groups."""
+    return {"train_local_group": groups(plan), "train_ablation_group": ablation_groups(plan),
+            "train_imagenet_group": imagenet_groups(config, plan)}
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:

@@ -7,7 +7,7 @@ import sys
 
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
-from pipeline_lib.plan.groups import ablation_groups, eval_batches, groups, imagenet_groups, pattern
+from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.steps import data_params, dataset_pattern, judge_params, paper_steps
@@ -31,8 +31,7 @@ TARGETS = stage_targets(config, PLAN)
 # Runs sharing a process (pipeline_lib.plan.groups): the main study's of one (task, seed) (train_local_group), the
 # ablation's cells (train_ablation_group), the ImageNet study's of one seed (train_imagenet_group); and every
 # evaluation of one (task, seed) of local-engine checkpoints (eval.smk).
-TRAIN_GROUPS = {"train_local_group": groups(PLAN), "train_ablation_group": ablation_groups(PLAN),
-                "train_imagenet_group": imagenet_groups(config, PLAN)}
+TRAIN_GROUPS = train_groups(config, PLAN)
 EVAL_BATCHES = eval_batches(PLAN, TARGETS["eval"])
 PAPER_STEPS = paper_steps(config, PLAN, TARGETS["paper"])
 
