@@ -4,7 +4,8 @@ task.
 * :func:`paper_steps`: every paper table and figure (and the data each is computed from) as one :class:`Step`, a
   rule of ``workflow/rules/paper.smk`` that runs one ``python -m pipeline_lib...`` command; each output is made by
   exactly one step.
-* :func:`data_params`, :func:`judge_params`: the parameters of the data and judge rule families, per wildcard.
+* :func:`data_params`, :func:`judge_params`, :func:`judge_inputs`: the parameters (and the judge rules' inputs) of
+  the data and judge rule families, per wildcard.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pipeline_lib.provenance import config_digest
 from pipeline_lib.specs import PROMPTS_WITHOUT_REFERENCE, tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
+    JUDGES,
     ablation_eval_targets,
     adaptive_comparison,
     judge_methods,
     judge_ours,
     judge_rubric,
+    judge_score_files,
     judge_spec,
     judge_summaries,
     judge_tasks,
@@ -39,7 +42,7 @@ from pipeline_lib.targets import (
     transfer_targets,
 )
 
-__all__ = ["Step", "data_params", "dataset_pattern", "judge_params", "paper_steps"]
+__all__ = ["Step", "data_params", "dataset_pattern", "judge_inputs", "judge_params", "paper_steps"]
 
 
 @dataclass(frozen=True)
@@ -70,15 +73,22 @@ def _table(stem: str) -> dict[str, str]:
     return {"tex": f"{stem}.tex", "md": f"{stem}.md", "csv": f"{stem}.csv"}
 
 
-def _beside(paths: list[str], filename: str) -> list[str]:
-    return [os.path.join(os.path.dirname(path), filename) for path in paths]
+def _beside(filename: str) -> Callable[..., list[str]]:
+    """A parameter of the files ``filename`` beside each run sentinel of input ``done`` (derived from the input, so
+    it is not compared for reruns: the input is)."""
+    return lambda wildcards, input: [os.path.join(os.path.dirname(path), filename) for path in input.done]
+
+
+def _stem(key: str) -> Callable[..., str]:
+    """A table's stem parameter, from its .csv output (as Snakemake asks: a path prefix derived from the output)."""
+    return lambda wildcards, output: output[key].removesuffix(".csv")
 
 
 def _table_step(name: str, module: str, args: str, stem: str, caption: str, inputs: dict[str, Any],
                 params: dict[str, Any] | None = None, after: str = "") -> Step:
     """A step writing one table as .tex/.md/.csv under ``results/paper/tables/<stem>`` (``--stem``, then ``after``)."""
     return Step(name, module, f"{args} --stem {{params.stem}}{after}", _table(f"results/paper/tables/{stem}"), inputs,
-                {**(params or {}), "stem": f"results/paper/tables/{stem}"}, {"md": (f"{caption}.rst", "Results")})
+                {**(params or {}), "stem": _stem("csv")}, {"md": (f"{caption}.rst", "Results")})
 
 
 def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> list[Step]:
@@ -105,7 +115,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
          **{f"fig1b_{ext}": f"{figures}/fig1b_weight_functions.{ext}" for ext in ("png", "pdf")},
          **{f"table_{ext}": path for ext, path in _table(f"{tables}/weight_view").items()}},
         {key: theory.outputs[key] for key in ("curves", "weights", "weight_view")},
-        {"group_size": config["theory"]["group_size"], "table_stem": f"{tables}/weight_view"},
+        {"group_size": config["theory"]["group_size"], "table_stem": _stem("table_csv")},
         {"fig1a_png": ("fig1a.rst", "Theory"), "fig1b_png": ("fig1b.rst", "Theory"),
          "table_md": ("weight_view.rst", "Theory")})]
 
@@ -119,7 +129,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
              " --pdf {output.pdf} --table-stem {params.table_stem}",
              {"png": f"{figures}/imagenet_objectives.png", "pdf": f"{figures}/imagenet_objectives.pdf",
               **{f"table_{ext}": path for ext, path in _table(f"{tables}/imagenet_objectives").items()}},
-             imagenet, {"label": config["imagenet"]["label"], "table_stem": f"{tables}/imagenet_objectives"},
+             imagenet, {"label": config["imagenet"]["label"], "table_stem": _stem("table_csv")},
              {"png": ("imagenet.rst", "ImageNet objective study"),
               "table_md": ("imagenet_table.rst", "ImageNet objective study")}),
     ]
@@ -134,14 +144,14 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         Step("paper_gradient_allocation_data", results,
              "allocation-data --rollouts {params.rollouts} --out {output.csv}",
              {"csv": f"{data}/gradient_allocation.csv"}, {"done": paired},
-             {"rollouts": _beside(paired, "rollouts.jsonl")}),
+             {"rollouts": _beside("rollouts.jsonl")}),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
                     "gradient_allocation", "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),
         Step("paper_training_curves", results,
              "curves --metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": f"{figures}/training_curves.png", "pdf": f"{figures}/training_curves.pdf"},
-             {"done": rl_runs(plan)}, {"metrics": _beside(rl_runs(plan), "metrics.jsonl"), "label": label},
+             {"done": rl_runs(plan)}, {"metrics": _beside("metrics.jsonl"), "label": label},
              {"png": ("training_curves.rst", "Results")}),
     ]
 
@@ -215,11 +225,11 @@ def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
              tables, {"done": compared, "evals": [p.replace("DONE.json", "generations.jsonl").replace(
                  "results/train/", "results/eval/") for p in compared]},
              {"ours": adaptive["ours"], "baselines": adaptive["baselines"], "label": config["label"],
-              "rollouts": _beside(compared, "rollouts.jsonl")}),
+              "rollouts": _beside("rollouts.jsonl")}),
         Step("paper_adaptive_tau_data", module,
              "tau-data --rollouts {params.rollouts} --ess-fraction {params.ess_fraction} --out {output.csv}",
              {"csv": "results/paper/data/adaptive_tau.csv"}, {"done": ours},
-             {"ess_fraction": adaptive["ess_fraction"], "rollouts": _beside(ours, "rollouts.jsonl")}),
+             {"ess_fraction": adaptive["ess_fraction"], "rollouts": _beside("rollouts.jsonl")}),
         Step("paper_adaptive_tau_figure", module,
              "tau-figure --data {input.csv} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": "results/paper/figures/adaptive_tau.png", "pdf": "results/paper/figures/adaptive_tau.pdf"},
@@ -252,6 +262,16 @@ def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     if family == "imagenet":
         return {"spec": json.dumps(config["imagenet"]), **out_dir}
     raise ValueError(f"unknown data rule family {family!r}")
+
+
+def judge_inputs(plan: Plan, family: str) -> dict[str, Callable[[Any], list[str]]]:
+    """Input functions of a judge rule of one task (``cross``, ``calibration``): the judged runs' files, read off the
+    plan's judge study."""
+    if family == "cross":
+        return {judge: lambda wildcards, judge=judge: judge_summaries(plan, judge, wildcards.task) for judge in JUDGES}
+    if family == "calibration":
+        return {"scores": lambda wildcards: judge_score_files(plan, wildcards.task)}
+    raise ValueError(f"unknown judge rule family {family!r}")
 
 
 def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str, Any]:

@@ -10,8 +10,8 @@ from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
-from pipeline_lib.steps import data_params, dataset_pattern, judge_params, paper_steps
-from pipeline_lib.targets import judge_score_files, judge_summaries, stage_targets, tokenizer_inputs
+from pipeline_lib.steps import data_params, dataset_pattern, judge_inputs, judge_params, paper_steps
+from pipeline_lib.targets import stage_targets, tokenizer_inputs
 
 CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest; provenance sidecars record it.
@@ -50,11 +50,3 @@ wildcard_constraints:
     method="[a-z0-9_]+",
     seed="[0-9]+",
 
-
-# Input functions: the judged runs of a task (the plan's judge study), per judge.
-def judged_summaries(judge):
-    return lambda wildcards: judge_summaries(PLAN, judge, wildcards.task)
-
-
-def judged_scores(wildcards):
-    return judge_score_files(PLAN, wildcards.task)

@@ -38,8 +38,7 @@ rule judge_score:
 
 rule judge_cross:
     input:
-        primary=judged_summaries("primary"),
-        second=judged_summaries("second"),
+        **judge_inputs(PLAN, "cross"),
     output:
         "results/judge/cross/{task}.json",
     params:
@@ -58,7 +57,7 @@ rule judge_cross:
 
 rule judge_calibration_export:
     input:
-        scores=judged_scores,
+        **judge_inputs(PLAN, "calibration"),
         data="results/data/{task}/rl_test.parquet",
     output:
         sheet="results/judge/calibration/{task}/items.csv",
@@ -82,7 +81,7 @@ rule judge_calibration_export:
 rule judge_calibration_import:
     input:
         key=rules.judge_calibration_export.output.key,
-        scores=judged_scores,
+        **judge_inputs(PLAN, "calibration"),
         ratings=lambda wildcards: calibration_ratings(config, wildcards.task),
     output:
         "results/judge/calibration/{task}/agreement.json",
