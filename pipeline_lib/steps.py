@@ -84,11 +84,12 @@ def _stem(key: str) -> Callable[..., str]:
     return lambda wildcards, output: output[key].removesuffix(".csv")
 
 
-def _table_step(name: str, module: str, args: str, stem: str, caption: str, inputs: dict[str, Any],
+def _table_step(name: str, module: str, args: str, stem: str, inputs: dict[str, Any],
                 params: dict[str, Any] | None = None, after: str = "") -> Step:
-    """A step writing one table as .tex/.md/.csv under ``results/paper/tables/<stem>`` (``--stem``, then ``after``)."""
+    """A step writing one table as .tex/.md/.csv under ``results/paper/tables/<stem>`` (``--stem``, then ``after``),
+    its markdown captioned by ``workflow/report/<stem>.rst``."""
     return Step(name, module, f"{args} --stem {{params.stem}}{after}", _table(f"results/paper/tables/{stem}"), inputs,
-                {**(params or {}), "stem": _stem("csv")}, {"md": (f"{caption}.rst", "Results")})
+                {**(params or {}), "stem": _stem("csv")}, {"md": (f"{stem}.rst", "Results")})
 
 
 def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> list[Step]:
@@ -139,14 +140,14 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     steps += [
         Step("paper_table1_data", results, "table1-data --metrics {input.metrics} --out {output.csv}",
              {"csv": f"{data}/table1.csv"}, {"metrics": table1_eval_targets(config, plan)}),
-        _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1", "table1",
+        _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
         Step("paper_gradient_allocation_data", results,
              "allocation-data --rollouts {params.rollouts} --out {output.csv}",
              {"csv": f"{data}/gradient_allocation.csv"}, {"done": paired},
              {"rollouts": _beside("rollouts.jsonl")}),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
-                    "gradient_allocation", "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
+                    "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),
         Step("paper_training_curves", results,
              "curves --metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
@@ -178,13 +179,13 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     steps += [
         _table_step("paper_nonverifiable", judging,
                     "nonverifiable --summaries {input.summaries} --methods {params.methods} --transfer {input.transfer}"
-                    " --label {params.label}", "nonverifiable", "nonverifiable",
+                    " --label {params.label}", "nonverifiable",
                     {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
                      "transfer": transfer_targets(config, plan)},
                     {"methods": judge_methods(plan), "label": label}),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
-                    " --label {params.label}", "judge_validation", "judge_validation",
+                    " --label {params.label}", "judge_validation",
                     {"cross": [f"results/judge/cross/{task}.json" for task in tasks],
                      "agreement": [f"results/judge/calibration/{task}/agreement.json" for task in tasks]},
                     {"ours": judge_ours(plan) if tasks else "", "label": label}),
@@ -195,7 +196,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         Step("paper_ablation_data", "pipeline_lib.paper.ablation", "data --metrics {input.metrics} --out {output.csv}",
              {"csv": f"{data}/ablation.csv"}, {"metrics": ablation_eval_targets(plan)}),
         _table_step("paper_ablation", "pipeline_lib.paper.ablation",
-                    "table --data {input.csv} --label {params.label}", "ablation", "ablation",
+                    "table --data {input.csv} --label {params.label}", "ablation",
                     {"csv": f"{data}/ablation.csv"}, {"label": label, "differences": json.dumps(
                         ablation_differences(plan))}, " --differences {params.differences:q}"),
         Step("paper_scale_data", "pipeline_lib.paper.scale",
@@ -204,7 +205,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
              {"main_label": scale["label"],
               "labels": json.dumps({name: spec.get("label", name) for name, spec in scale["models"].items()})}),
         _table_step("paper_scale", "pipeline_lib.paper.scale", "table --data {input.csv} --label {params.label}",
-                    "scale", "scale", {"csv": f"{data}/scale.csv"}, {"label": label}),
+                    "scale", {"csv": f"{data}/scale.csv"}, {"label": label}),
     ]
     return steps + _adaptive_steps(config, plan)
 

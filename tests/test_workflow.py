@@ -136,6 +136,26 @@ def test_the_paper_plan_reads_nothing_tiny():
     assert TOKENIZER in next(run for run in default.runs if run.method == "base").inputs.values()
 
 
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
+def test_every_paper_output_is_made_by_exactly_one_step_of_one_command(configfile):
+    """paper.smk is one rule per step of pipeline_lib.steps.paper_steps: each paper target is one step's output, no
+    output is two steps', and each step runs one ``python -m pipeline_lib...`` command that writes its log."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.table import load_config
+    from pipeline_lib.steps import paper_steps
+
+    config = load_config([REPO / configfile])
+    plan = plan_runs(config, check_estimators=False)
+    paper = stage_targets(config, plan)["paper"]
+    steps = paper_steps(config, plan, paper)
+    outputs = [path for step in steps for path in step.outputs.values()]
+    assert len(outputs) == len(set(outputs)) and set(paper) <= set(outputs), sorted(set(paper) - set(outputs))
+    assert len({step.name for step in steps}) == len(steps)
+    for step in steps:
+        assert step.shell.startswith("python -m pipeline_lib") and step.shell.count("python -m") == 1, step.name
+        assert step.shell.endswith("> {log} 2>&1") and all(key in step.outputs for key in step.reports), step.name
+
+
 #: The rules' size budget (issue 30): the rules are wiring; what they read comes from the plan and the library.
 RULE_LINES = 750
 
