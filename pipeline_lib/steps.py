@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from pipeline_lib.paper.captions import ablation_differences
@@ -60,13 +63,37 @@ class Step:
     reports: dict[str, tuple[str, str]] = field(default_factory=dict)
     code: str = ""  # the module whose code digest reruns the step (default: ``module``)
 
-    @property
-    def shell(self) -> str:
-        return f"python -m {self.module} {self.args} > {{log}} 2>&1"
+    def command(self) -> Callable[..., str]:
+        """The rule's ``command`` parameter: the step's command with its inputs, outputs and parameters filled in as
+        Snakemake's shell formatting would (``:q`` quotes; a list is its items, space-separated). A parameter, not the
+        rule's ``shell:`` string, because Snakemake evaluates that string again when the job runs, after the loop
+        that defines the rules has moved on to the last step."""
+
+        def fill(wildcards: Any, input: Any, output: Any) -> str:
+            params = SimpleNamespace(**{key: value(wildcards, input, output) if callable(value) else value
+                                        for key, value in self.params.items()})
+            return _SHELL_FORMAT.format(f"python -m {self.module} {self.args}", input=input, output=output,
+                                        params=params)
+
+        return fill
 
     @property
     def code_module(self) -> str:
         return self.code or self.module
+
+
+class _ShellFormatter(string.Formatter):
+    """Snakemake's shell formatting of a value: a list is its items joined by spaces; ``:q`` quotes each for the
+    shell."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        items = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        if format_spec not in ("", "q"):
+            raise ValueError(f"unsupported format {format_spec!r} in a step's command")
+        return " ".join(shlex.quote(item) if format_spec == "q" else item for item in items)
+
+
+_SHELL_FORMAT = _ShellFormatter()
 
 
 def _table(stem: str) -> dict[str, str]:
@@ -76,12 +103,12 @@ def _table(stem: str) -> dict[str, str]:
 def _beside(filename: str) -> Callable[..., list[str]]:
     """A parameter of the files ``filename`` beside each run sentinel of input ``done`` (derived from the input, so
     it is not compared for reruns: the input is)."""
-    return lambda wildcards, input: [os.path.join(os.path.dirname(path), filename) for path in input.done]
+    return lambda wildcards, input, output: [os.path.join(os.path.dirname(path), filename) for path in input.done]
 
 
 def _stem(key: str) -> Callable[..., str]:
     """A table's stem parameter, from its .csv output (as Snakemake asks: a path prefix derived from the output)."""
-    return lambda wildcards, output: output[key].removesuffix(".csv")
+    return lambda wildcards, input, output: output[key].removesuffix(".csv")
 
 
 def _table_step(name: str, module: str, args: str, stem: str, inputs: dict[str, Any],

@@ -13,6 +13,7 @@ for step in PAPER_STEPS:
                if key in step.reports else path for key, path in step.outputs.items()},
         params:
             code=code_digest(step.code_module),
+            command=step.command(),
             **step.params,
         log:
             f"logs/{step.name}.log",
@@ -21,4 +22,4 @@ for step in PAPER_STEPS:
         conda:
             "../../envs/report.yaml"
         shell:
-            step.shell
+            "{params.command} > {log} 2>&1"
