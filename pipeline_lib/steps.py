@@ -4,8 +4,8 @@ task.
 * :func:`paper_steps`: every paper table and figure (and the data each is computed from) as one :class:`Step`, a
   rule of ``workflow/rules/paper.smk`` that runs one ``python -m pipeline_lib...`` command; each output is made by
   exactly one step.
-* :func:`data_params`, :func:`judge_params`, :func:`judge_inputs`: the parameters (and the judge rules' inputs) of
-  the data and judge rule families, per wildcard.
+* :func:`data_params`, :func:`eval_params`, :func:`judge_params`, :func:`judge_inputs`: the parameters (and the
+  judge rules' inputs) of the data, evaluation and judge rule families, per wildcard.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import Plan
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.provenance import config_digest
-from pipeline_lib.specs import PROMPTS_WITHOUT_REFERENCE, tiny_task_spec
+from pipeline_lib.specs import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
     JUDGES,
@@ -45,7 +45,7 @@ from pipeline_lib.targets import (
     transfer_targets,
 )
 
-__all__ = ["Step", "data_params", "dataset_pattern", "judge_inputs", "judge_params", "paper_steps"]
+__all__ = ["Step", "data_params", "dataset_pattern", "eval_params", "judge_inputs", "judge_params", "paper_steps"]
 
 
 @dataclass(frozen=True)
@@ -290,6 +290,18 @@ def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     if family == "imagenet":
         return {"spec": json.dumps(config["imagenet"]), **out_dir}
     raise ValueError(f"unknown data rule family {family!r}")
+
+
+def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """Parameters of an evaluation rule of one checkpoint (``checkpoint``, ``lm_eval``, ``alpaca_eval``)."""
+    model = {"model": lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final")}
+    if family == "checkpoint":
+        return {"spec": json.dumps(eval_spec(config)), **model,
+                "out_dir": lambda wildcards, output: os.path.dirname(output.metrics)}
+    if family in ("lm_eval", "alpaca_eval"):
+        spec = {"spec": json.dumps(config["eval"]["transfer"][family])}
+        return {**spec, **({"eval_spec": json.dumps(eval_spec(config))} if family == "alpaca_eval" else {}), **model}
+    raise ValueError(f"unknown evaluation rule family {family!r}")
 
 
 def judge_inputs(plan: Plan, family: str) -> dict[str, Callable[[Any], list[str]]]:

@@ -10,7 +10,7 @@ from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
 from pipeline_lib.provenance import code_digest, config_digest
 from pipeline_lib.run_info import write_run_info
-from pipeline_lib.steps import data_params, dataset_pattern, judge_inputs, judge_params, paper_steps
+from pipeline_lib.steps import data_params, dataset_pattern, eval_params, judge_inputs, judge_params, paper_steps
 from pipeline_lib.targets import stage_targets, tokenizer_inputs
 
 CONFIG_SHA256 = config_digest(config)
