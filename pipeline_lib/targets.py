@@ -13,6 +13,7 @@ from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.env import env
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
 from pipeline_lib.rubrics import RUBRICS
+from pipeline_lib.plan.runs import TOKENIZER
 from pipeline_lib.specs import eval_spec
 
 __all__ = [
@@ -33,22 +34,25 @@ __all__ = [
     "eval_targets",
     "judge_concurrency",
     "judge_eval_targets",
+    "judge_methods",
     "judge_ours",
     "judge_rubric",
     "judge_rubric_prompt",
     "judge_score_files",
-    "judge_seeds",
     "judge_spec",
     "judge_summaries",
     "judge_targets",
+    "judge_tasks",
+    "paired_runs",
+    "reads_tokenizer",
     "report_inputs",
     "rl_runs",
     "runs_of",
     "scale_eval_targets",
     "stage_targets",
     "table1_eval_targets",
-    "table1_methods",
     "table1_tasks",
+    "tokenizer_inputs",
     "transfer_targets",
     "validate_judges",
 ]
@@ -104,10 +108,25 @@ def adaptive_comparison(config: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"ours": ours[0], "baselines": baselines, "ess_fraction": methods[ours[0]]["ess_fraction"]}
 
 
-def data_targets(config: Mapping[str, Any]) -> list[str]:
+def reads_tokenizer(plan: Plan) -> bool:
+    """Whether some run of the plan reads the pipeline's own tokenizer (a local-engine model built from scratch); a
+    plan of pretrained models only (the paper's verl tasks) builds neither it nor the tiny tasks it is trained on."""
+    return any(path == TOKENIZER for run in plan.runs for path in run.inputs.values())
+
+
+def tokenizer_inputs(config: Mapping[str, Any]) -> list[str]:
+    """What the tokenizer is trained on: every tiny task's SFT and RL prompts."""
+    return [f"results/data/{task}/{split}.parquet" for split in ("sft_train", "rl_train")
+            for task in config["data"]["tiny"]["tasks"]]
+
+
+def data_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The tiny tasks and the tokenizer (where the plan reads it), the enabled paper datasets and ImageNet's."""
     data = config["data"]
-    targets = [f"results/data/{task}/manifest.json" for task in data["tiny"]["tasks"]]
-    targets.append("results/data/tokenizer/manifest.json")
+    targets = []
+    if reads_tokenizer(plan):
+        targets += [f"results/data/{task}/manifest.json" for task in data["tiny"]["tasks"]]
+        targets.append("results/data/tokenizer/manifest.json")
     targets += [f"results/data/{name}/manifest.json" for name, spec in data["datasets"].items() if spec.get("enabled")]
     imagenet = config.get("imagenet", {})
     if imagenet.get("enabled") and imagenet.get("dataset", {}).get("kind") == "imagefolder":
@@ -130,8 +149,13 @@ def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
     return [p for p in runs_of(plan, "main", methods) if p.split("/")[3] != "sft"]
 
 
-def table1_methods(config: Mapping[str, Any]) -> list[str]:
-    return ["sft", *config["train"]["methods"]]
+def paired_runs(plan: Plan) -> list[str]:
+    """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
+    reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
+    ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
+    pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
+        m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
+    return [path for path in rl_runs(plan) if path.split("/")[3] in pair]
 
 
 def baseline_eval_targets(plan: Plan) -> list[str]:
@@ -166,14 +190,24 @@ JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverif
                      for ext in ("tex", "md", "csv"))
 
 
-def judge_seeds(config: Mapping[str, Any]) -> list[int]:
-    return list(config["judge"]["seeds"] or config["train"]["seeds"])
+def _judged(plan: Plan) -> list[tuple[str, str, str]]:
+    """(task, method, seed) of every judged run, in the order the judge study lists them (task, method, seed)."""
+    return [tuple(path.split("/")[2:5]) for path in runs_of(plan, "judge")]
 
 
-def judge_summaries(config: Mapping[str, Any], judge: str, task: str) -> list[str]:
-    """Every judged run's summary under one judge, in table order (method, then seed)."""
-    return [f"results/judge/{judge}/{task}/{method}/seed{seed}/summary.json"
-            for method in config["judge"]["methods"] for seed in judge_seeds(config)]
+def judge_tasks(plan: Plan) -> list[str]:
+    return list(dict.fromkeys(task for task, _, _ in _judged(plan)))
+
+
+def judge_methods(plan: Plan) -> list[str]:
+    """The judged methods in table order: the non-verifiable table's rows."""
+    return list(dict.fromkeys(method for _, method, _ in _judged(plan)))
+
+
+def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
+    """Every judged run's summary of ``task`` under one judge, in table order (method, then seed)."""
+    return [f"results/judge/{judge}/{task}/{method}/{seed}/summary.json" for judged, method, seed in _judged(plan)
+            if judged == task]
 
 
 def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
@@ -221,9 +255,9 @@ def validate_judges(config: Mapping[str, Any]) -> None:
         raise ValueError("invalid judge config:\n  - " + "\n  - ".join(problems))
 
 
-def judge_ours(config: Mapping[str, Any]) -> str:
+def judge_ours(plan: Plan) -> str:
     """The method the validation table reports judge scores for: the first judged method of ours (SoftmaxGRPO)."""
-    methods = config["judge"]["methods"]
+    methods = judge_methods(plan)
     return next((m for m in methods if m in METHODS and METHODS[m].ours), methods[-1])
 
 
@@ -233,20 +267,18 @@ def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
     return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
 
 
-def transfer_targets(config: Mapping[str, Any]) -> list[str]:
-    """lm-eval / AlpacaEval results of the transfer run's checkpoints (paper: the OpenThoughts run)."""
+def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """lm-eval / AlpacaEval results of the transfer study's checkpoints (paper: the OpenThoughts run), per enabled
+    benchmark."""
     transfer = config["eval"].get("transfer") or {}
-    if not transfer.get("task"):
-        return []
-    benchmarks = [name for name, key in (("lm_eval", "lm_eval"), ("alpaca_eval", "alpaca_eval"))
-                  if transfer.get(key, {}).get("enabled")]
-    return [f"results/eval/transfer/{transfer['task']}/{method}/seed{seed}/{benchmark}.json"
-            for benchmark in benchmarks for method in transfer["methods"] for seed in config["train"]["seeds"]]
+    benchmarks = [name for name in ("lm_eval", "alpaca_eval") if transfer.get(name, {}).get("enabled")]
+    return [path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json")
+            for benchmark in benchmarks for path in runs_of(plan, "transfer")]
 
 
-def judge_score_files(config: Mapping[str, Any], task: str) -> list[str]:
+def judge_score_files(plan: Plan, task: str) -> list[str]:
     """The primary judge's per-item scores of every judged run (what calibration samples and correlates)."""
-    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(config, "primary", task)]
+    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(plan, "primary", task)]
 
 
 def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
@@ -256,19 +288,18 @@ def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
     return [path] if path else []
 
 
-def judge_targets(config: Mapping[str, Any]) -> list[str]:
+def judge_targets(plan: Plan) -> list[str]:
     targets = []
-    for task in config["judge"]["tasks"]:
+    for task in judge_tasks(plan):
         for judge in JUDGES:
-            targets += judge_summaries(config, judge, task)
+            targets += judge_summaries(plan, judge, task)
         targets += [f"results/judge/cross/{task}.json", f"results/judge/calibration/{task}/rate.html",
                     f"results/judge/calibration/{task}/agreement.json"]
     return targets
 
 
-def judge_eval_targets(config: Mapping[str, Any]) -> list[str]:
-    return [f"results/eval/{task}/{method}/seed{seed}/metrics.json" for task in config["judge"]["tasks"]
-            for method in config["judge"]["methods"] for seed in judge_seeds(config)]
+def judge_eval_targets(plan: Plan) -> list[str]:
+    return _evaluations(runs_of(plan, "judge"))
 
 
 ABLATION_OUTPUTS = tuple(f"results/paper/tables/ablation.{ext}" for ext in ("tex", "md", "csv"))
@@ -298,7 +329,7 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
     """Final outputs per stage, plus ``all`` = every stage's targets in order."""
     plan = plan or plan_runs(config)
     targets: dict[str, list[str]] = {stage: [] for stage in STAGES}
-    targets["data"] += data_targets(config)
+    targets["data"] += data_targets(config, plan)
     targets["paper"] += THEORY_OUTPUTS
     targets["train"] += plan.train_targets
     if config.get("train", {}).get("tasks"):
@@ -312,11 +343,11 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
     if plan.requests.get("scale"):
         targets["eval"] += scale_eval_targets(plan)
         targets["paper"] += SCALE_OUTPUTS
-    if config.get("judge", {}).get("tasks"):
-        targets["eval"] += judge_eval_targets(config)
-        targets["judge"] += judge_targets(config)
+    if plan.requests.get("judge"):
+        targets["eval"] += judge_eval_targets(plan)
+        targets["judge"] += judge_targets(plan)
         targets["paper"] += JUDGE_TABLES
-    targets["eval"] += transfer_targets(config)
+    targets["eval"] += transfer_targets(config, plan)
     if plan.requests.get("imagenet"):
         targets["paper"] += IMAGENET_OUTPUTS
     targets["all"] = [path for stage in STAGES for path in targets[stage]]
@@ -334,8 +365,7 @@ def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str
     tiny tasks' test splits (``test_data``: the planted blind spot the report splits gains by)."""
     generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_eval_targets(config, plan)] \
         if config.get("train", {}).get("tasks") else []
-    summaries = [path for task in config.get("judge", {}).get("tasks") or [] if config["judge"].get("methods")
-                 for path in judge_summaries(config, "primary", task)]
+    summaries = [path for task in judge_tasks(plan) for path in judge_summaries(plan, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
             if f"results/paper/tables/{name}.md" in paper_targets]
     # the tiny tasks' test splits: each row says whether it is on the expert's planted blind spot

@@ -224,7 +224,7 @@ def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_pat
     pretrained = tmp_path / "pretrained"
     save_model_atomic(load_model(tiny / "init").to(torch.bfloat16), AutoTokenizer.from_pretrained(tiny / "tok"),
                       pretrained)
-    make_base({"model": MODEL}, tiny / "tok", tmp_path / "run", 0, init=pretrained)
+    make_base({"model": MODEL}, None, tmp_path / "run", 0, init=pretrained)  # a hub model: its own tokenizer
     assert done(tmp_path / "run")["pretrained"] is True
     from safetensors.torch import load_file
 

@@ -87,11 +87,99 @@ def test_targets_cover_the_theory_outputs():
     assert targets["all"] == [p for stage in ("data", "train", "eval", "judge", "paper") for p in targets[stage]]
 
 
+def job_counts(stdout: str) -> dict[str, int]:
+    """Rule -> planned jobs, from the "Job stats" table of ``snakemake -n`` (the first one printed)."""
+    lines = stdout.splitlines()
+    start = lines.index("Job stats:") + 3  # skip the "job count" header and its rule
+    counts = {}
+    for line in lines[start:]:
+        name, count = line.split()
+        if name == "total":
+            return counts
+        counts[name] = int(count)
+    raise AssertionError("no total row in the Job stats table")
+
+
+#: Jobs of the tiny data (the synthetic tasks and the tokenizer trained on them) per config: the tiny default builds
+#: its three tasks and tokenizer; the paper plan (pretrained hub models with their own tokenizers) builds none.
+TINY_DATA_JOBS = {"config/config.yaml": {"data_tiny": 3, "data_tokenizer": 1}, "config/paper.yaml": {}}
+
+
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
 def test_dry_run_plans_the_dag(workflow_copy, configfile):
     result = snakemake(workflow_copy, "-n", "--configfile", configfile)
     assert result.returncode == 0, result.stderr
     assert "paper_theory_data" in result.stdout and "paper_theory" in result.stdout
+    counts = job_counts(result.stdout)
+    tiny = {rule: counts[rule] for rule in ("data_tiny", "data_tokenizer") if rule in counts}
+    assert tiny == TINY_DATA_JOBS[configfile], tiny
+
+
+def test_the_paper_plan_reads_nothing_tiny():
+    """No run of the paper plan reads the pipeline's tokenizer or a tiny task (a verl task's Base is the hub model,
+    with its own tokenizer), so its data targets are the paper's datasets only; the tiny default's Base reads it."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.runs import TOKENIZER
+    from pipeline_lib.plan.table import load_config
+
+    paper = load_config([REPO / "config/paper.yaml"])
+    plan = plan_runs(paper, check_estimators=False)
+    tiny = set(paper["data"]["tiny"]["tasks"]) | {"tokenizer"}
+    read = {path for run in plan.runs for path in run.inputs.values()}
+    assert TOKENIZER not in read
+    assert not {path.split("/")[2] for path in read if path.startswith("results/data/")} & tiny
+    assert not {path.split("/")[2] for path in stage_targets(paper, plan)["data"]} & tiny
+    base = next(run for run in plan.runs if run.method == "base")
+    assert "--tokenizer" not in base.args
+    assert base.args[base.args.index("--init") + 1] == paper["train"]["verl"]["model"]
+    default = plan_runs(load_config([REPO / "config/config.yaml"]), check_estimators=False)
+    assert TOKENIZER in next(run for run in default.runs if run.method == "base").inputs.values()
+
+
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
+def test_every_paper_output_is_made_by_exactly_one_step_of_one_command(configfile):
+    """paper.smk is one rule per step of pipeline_lib.steps.paper_steps: each paper target is one step's output, no
+    output is two steps', and each step runs one ``python -m pipeline_lib...`` command that writes its log."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.table import load_config
+    from pipeline_lib.steps import paper_steps
+
+    config = load_config([REPO / configfile])
+    plan = plan_runs(config, check_estimators=False)
+    paper = stage_targets(config, plan)["paper"]
+    steps = paper_steps(config, plan, paper)
+    outputs = [path for step in steps for path in step.outputs.values()]
+    assert len(outputs) == len(set(outputs)) and set(paper) <= set(outputs), sorted(set(paper) - set(outputs))
+    assert len({step.name for step in steps}) == len(steps)
+    for step in steps:
+        assert step.module.startswith("pipeline_lib") and "python -m" not in step.args, step.name
+        assert all(key in step.outputs for key in step.reports), step.name
+
+
+#: The rules' size budget (issue 30): the rules are wiring; what they read comes from the plan and the library.
+RULE_LINES = 750
+
+
+def test_rules_are_short_and_name_no_method_or_task():
+    """Which methods and tasks exist is the registry's and the config's business: a rule file that names one (a
+    wildcard constraint listing tasks, an input listing methods) goes stale when either changes."""
+    from pipeline_lib.plan import METHODS
+    from pipeline_lib.plan.table import load_config
+
+    rules = {path.name: path.read_text() for path in sorted((REPO / "workflow" / "rules").glob("*.smk"))}
+    lines = sum(text.count("\n") for text in rules.values())
+    assert lines <= RULE_LINES, f"workflow/rules/*.smk: {lines} lines, over the budget of {RULE_LINES}"
+    tasks = set()
+    for configfile in ("config/config.yaml", "config/paper.yaml"):
+        config = load_config([REPO / configfile])
+        train, data = config["train"], config["data"]
+        tasks |= {*train["tasks"], *config["judge"]["tasks"], *data["tiny"]["tasks"], *data["datasets"],
+                  *train["verl"]["tasks"], *train["ablation"]["tasks"], *train["scale"]["tasks"],
+                  *train["baselines"]["tasks"], *filter(None, [config["eval"]["transfer"]["task"]])}
+    assert {"countdown_tiny", "gsm8k", "poetry"} <= tasks and {"grpo_exact", "softmax_exact"} <= set(METHODS)
+    named = sorted({(name, word) for name, text in rules.items() for word in {*METHODS, *tasks}
+                    if re.search(rf"(?<![\w.]){re.escape(word)}(?!\w)", text)})
+    assert not named, f"rule files name methods or tasks (ask the plan through common.smk instead): {named}"
 
 
 def test_unknown_config_key_fails_at_parse_time(workflow_copy):

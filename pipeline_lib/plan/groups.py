@@ -28,12 +28,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_lib.plan.registry import PlanError
-from pipeline_lib.plan.runs import Plan, Run, engine_of
+from pipeline_lib.plan.registry import METHODS, PlanError
+from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.specs import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
-           "imagenet_groups", "train_group_command", "train_group_inputs"]
+           "imagenet_groups", "pattern", "train_group_command", "train_group_inputs", "train_groups"]
 
 
 @dataclass(frozen=True)
@@ -50,19 +50,23 @@ class Groups:
         """The members of the (task, seed) group, in ``methods`` order."""
         return [plan.get(self.job, f"{task}/{method}/seed{seed}") for method in self.methods]
 
-    @staticmethod
-    def pattern(values: Iterable[Any]) -> str:
-        """A wildcard constraint matching exactly ``values`` (none: a pattern that matches nothing)."""
-        return "|".join(re.escape(str(v)) for v in values) or "(?!)"
+
+def pattern(values: Iterable[Any]) -> str:
+    """A wildcard constraint matching exactly ``values`` (none: a pattern that matches nothing)."""
+    return "|".join(re.escape(str(v)) for v in values) or "(?!)"
 
 
-def groups(config: Mapping[str, Any]) -> Groups:
-    """Every ``train.methods`` run on each local-engine task of ``train.tasks``, per seed of ``train.seeds``."""
-    train = config.get("train") or {}
-    tasks = tuple(task for task in train.get("tasks", []) if engine_of(config, task) == "local")
-    if not tasks:
-        return Groups((), (), ())
-    return Groups(tasks, tuple(train["seeds"]), tuple(train["methods"]))
+def _study_runs(plan: Plan, study: str, job: str) -> list[Run]:
+    """The runs of rule ``job`` that ``study`` reads, in its order."""
+    by_output = {run.output: run for run in plan.of(job=job)}
+    return [by_output[path] for path in plan.requests.get(study, []) if path in by_output]
+
+
+def groups(plan: Plan) -> Groups:
+    """The main study's RL runs on the local engine (every ``train.methods`` run of each local-engine task and
+    seed), each (task, seed) from that seed's SFT model."""
+    return _every_pair([run for run in _study_runs(plan, "main", "train_local")
+                        if METHODS[run.method].family == "group_rl"], "train_local", "main study")
 
 
 def _every_pair(runs: list[Run], job: str, study: str) -> Groups:
@@ -76,8 +80,7 @@ def _every_pair(runs: list[Run], job: str, study: str) -> Groups:
 def ablation_groups(plan: Plan) -> Groups:
     """The tau x M ablation's cells of each local-engine (task, seed), trained one after another in one process (rule
     ``train_ablation_group``); every cell starts from the same SFT model."""
-    wanted = set(plan.requests.get("ablation", []))
-    return _every_pair([run for run in plan.of(job="train_local") if run.output in wanted], "train_local", "ablation")
+    return _every_pair(_study_runs(plan, "ablation", "train_local"), "train_local", "ablation")
 
 
 def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
@@ -85,6 +88,12 @@ def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
     ``train_imagenet_group``); otherwise none (one job per run)."""
     runs = plan.of(job="train_imagenet") if (config.get("imagenet") or {}).get("one_job_per_seed") else []
     return _every_pair(runs, "train_imagenet", "ImageNet study")
+
+
+def train_groups(config: Mapping[str, Any], plan: Plan) -> dict[str, Groups]:
+    """Every group rule (``train_local_group``, ``train_ablation_group``, ``train_imagenet_group``) and its groups."""
+    return {"train_local_group": groups(plan), "train_ablation_group": ablation_groups(plan),
+            "train_imagenet_group": imagenet_groups(config, plan)}
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
@@ -134,14 +143,15 @@ class EvalBatch:
 _EVALUATION = re.compile(r"results/eval/(?P<task>[^/]+)/(?P<method>[^/]+)/seed(?P<seed>[0-9]+)/metrics\.json")
 
 
-def eval_batches(config: Mapping[str, Any], evaluations: Iterable[str]) -> list[EvalBatch]:
-    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.targets.stage_targets`'s ``eval``) of local-engine
-    tasks, one batch per (task, seed), members in their first-listed order. Other paths (verl tasks, transfer
-    benchmarks) are left to their own rules."""
+def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
+    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.targets.stage_targets`'s ``eval``) of checkpoints the
+    plan trains on the local engine, one batch per (task, seed), members in their first-listed order. Other paths
+    (verl-trained checkpoints, transfer benchmarks) are left to their own rules."""
+    local = {run.key for run in plan.of(engine="local")}
     members: dict[tuple[str, int], list[str]] = {}
     for path in evaluations:
         match = _EVALUATION.fullmatch(path)
-        if match is None or engine_of(config, match["task"]) != "local":
+        if match is None or f"{match['task']}/{match['method']}/seed{match['seed']}" not in local:
             continue
         methods = members.setdefault((match["task"], int(match["seed"])), [])
         if match["method"] not in methods:

@@ -263,10 +263,14 @@ def _local_rl(c: _Ctx, spec: RunSpec) -> _Job:
 
 
 def _local_base(c: _Ctx, spec: RunSpec) -> _Job:
-    init = c.config["train"]["verl"]["model"] if engine_of(c.config, c.task) == "verl" else None
+    """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
+    model built from scratch on the pipeline's tokenizer."""
+    if engine_of(c.config, c.task) == "verl":
+        return _Job({}, ["--spec", _spec_json(spec), "--run-dir", _run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed), "--init", c.config["train"]["verl"]["model"]], threads=False)
     return _Job({"tokenizer": TOKENIZER}, ["--spec", _spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
-                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed),
-                                           *(["--init", init] if init else [])], threads=False)
+                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)],
+                threads=False)
 
 
 def _local_rationalization(c: _Ctx, spec: RunSpec) -> _Job:

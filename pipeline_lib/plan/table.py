@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config, validate_config
-from pipeline_lib.plan.groups import ablation_groups, groups, imagenet_groups
+from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs
 
 __all__ = ["gpu_hours", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
@@ -69,8 +69,7 @@ def slurm_jobs(config: Mapping[str, Any], plan: Plan) -> dict[tuple[str, str], t
     """(rule, run key) -> (the rule whose Slurm job runs it, how many runs share that job): a run of a group
     (:mod:`pipeline_lib.plan.groups`) runs inside its group's job, as the workflow's group rules take it over."""
     out = {(run.job, run.key): (run.job, 1) for run in plan.runs}
-    for rule, group in (("train_local_group", groups(config)), ("train_ablation_group", ablation_groups(plan)),
-                        ("train_imagenet_group", imagenet_groups(config, plan))):
+    for rule, group in train_groups(config, plan).items():
         for task in group.tasks:
             for seed in group.seeds:
                 for run in group.runs(plan, task, seed):

@@ -1,4 +1,5 @@
-# Stage "data": tiny synthetic tasks, the pipeline's tokenizer, the paper's datasets, ImageNet validation.
+# Stage "data": tiny synthetic tasks, the pipeline's tokenizer, the paper's datasets, ImageNet validation. Which tasks
+# and datasets exist (wildcard constraints) and each one's parameters: pipeline_lib.steps / pipeline_lib.targets.
 
 
 rule data_tiny:
@@ -9,12 +10,9 @@ rule data_tiny:
         manifest="results/data/{task}/manifest.json",
     params:
         code=code_digest("pipeline_lib.data.build"),
-        spec=json.dumps(tiny_task_spec(config)),
-        weights=lambda wildcards: json.dumps(config["data"]["tiny"]["reward_weights"].get(wildcards.task)),
-        seed=config["seed"],
-        out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
+        **data_params(config, "tiny"),
     wildcard_constraints:
-        task="countdown_tiny|arith_tiny|meeting_tiny",
+        task=pattern(TINY_TASKS),
     log:
         "logs/data_tiny/{task}.log",
     benchmark:
@@ -28,16 +26,14 @@ rule data_tiny:
 
 rule data_tokenizer:
     input:
-        expand("results/data/{task}/sft_train.parquet", task=config["data"]["tiny"]["tasks"]),
-        expand("results/data/{task}/rl_train.parquet", task=config["data"]["tiny"]["tasks"]),
+        tokenizer_inputs(config),
     output:
         tokenizer="results/data/tokenizer/tokenizer.json",
         config="results/data/tokenizer/tokenizer_config.json",
         manifest="results/data/tokenizer/manifest.json",
     params:
         code=code_digest("pipeline_lib.data.build"),
-        vocab_size=config["data"]["tokenizer"]["vocab_size"],
-        out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
+        **data_params(config, "tokenizer"),
     log:
         "logs/data_tokenizer.log",
     benchmark:
@@ -49,49 +45,31 @@ rule data_tokenizer:
         " --out-dir {params.out_dir} > {log} 2>&1"
 
 
-rule data_build:
-    output:
-        rl_train="results/data/{dataset}/rl_train.parquet",
-        rl_test="results/data/{dataset}/rl_test.parquet",
-        sft_train="results/data/{dataset}/sft_train.parquet",
-        manifest="results/data/{dataset}/manifest.json",
-    params:
-        code=code_digest("pipeline_lib.data.build"),
-        spec=lambda wildcards: json.dumps(config["data"]["datasets"][wildcards.dataset]),
-        out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
-    wildcard_constraints:
-        dataset="gsm8k|deepmath|poetry|meetingbank|openthoughts",
-    log:
-        "logs/data_build/{dataset}.log",
-    benchmark:
-        "results/benchmarks/data_build/{dataset}.tsv"
-    conda:
-        "../../envs/report.yaml"
-    shell:
-        DATA_BUILD_COMMAND
+# A paper dataset: data_build_reference also writes rl_sim_train (the prompts with an expert answer, where the RL
+# prompts have none: Countdown).
+for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_train": "rl_sim_train.parquet"}}.items():
 
-
-rule data_build_countdown:
-    output:
-        rl_train="results/data/{dataset}/rl_train.parquet",
-        rl_test="results/data/{dataset}/rl_test.parquet",
-        sft_train="results/data/{dataset}/sft_train.parquet",
-        rl_sim_train="results/data/{dataset}/rl_sim_train.parquet",
-        manifest="results/data/{dataset}/manifest.json",
-    params:
-        code=code_digest("pipeline_lib.data.build"),
-        spec=lambda wildcards: json.dumps(config["data"]["datasets"][wildcards.dataset]),
-        out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
-    wildcard_constraints:
-        dataset="countdown",
-    log:
-        "logs/data_build/{dataset}.log",
-    benchmark:
-        "results/benchmarks/data_build/{dataset}.tsv"
-    conda:
-        "../../envs/report.yaml"
-    shell:
-        DATA_BUILD_COMMAND
+    rule:
+        name:
+            data_rule
+        output:
+            **{name: f"results/data/{{dataset}}/{name}.parquet" for name in ("rl_train", "rl_test", "sft_train")},
+            **{name: f"results/data/{{dataset}}/{path}" for name, path in extra.items()},
+            manifest="results/data/{dataset}/manifest.json",
+        params:
+            code=code_digest("pipeline_lib.data.build"),
+            **data_params(config, "build"),
+        wildcard_constraints:
+            dataset=dataset_pattern(config, with_reference_prompts=bool(extra)),
+        log:
+            "logs/data_build/{dataset}.log",
+        benchmark:
+            "results/benchmarks/data_build/{dataset}.tsv"
+        conda:
+            "../../envs/report.yaml"
+        shell:
+            "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec:q}"
+            " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule data_imagenet:
@@ -99,8 +77,7 @@ rule data_imagenet:
         manifest="results/data/imagenet/manifest.json",
     params:
         code=code_digest("pipeline_lib.data.build"),
-        spec=json.dumps(config["imagenet"]),
-        out_dir=lambda wildcards, output: os.path.dirname(output.manifest),
+        **data_params(config, "imagenet"),
     log:
         "logs/data_imagenet.log",
     benchmark:

@@ -44,9 +44,7 @@ rule eval_checkpoint:
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
     params:
         code=code_digest("pipeline_lib.eval.evaluate"),
-        spec=json.dumps(eval_spec(config)),
-        model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
-        out_dir=lambda wildcards, output: os.path.dirname(output.metrics),
+        **eval_params(config, "checkpoint"),
     log:
         "logs/eval_checkpoint/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -67,8 +65,7 @@ rule eval_lm_eval:
         "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
     params:
         code=code_digest("pipeline_lib.eval.harness"),
-        spec=json.dumps(config["eval"]["transfer"]["lm_eval"]),
-        model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
+        **eval_params(config, "lm_eval"),
     log:
         "logs/eval_lm_eval/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -87,9 +84,7 @@ rule eval_alpaca_eval:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:
         code=code_digest("pipeline_lib.eval.harness"),
-        spec=json.dumps(config["eval"]["transfer"]["alpaca_eval"]),
-        eval_spec=json.dumps(eval_spec(config)),
-        model=lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final"),
+        **eval_params(config, "alpaca_eval"),
     log:
         "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
     benchmark:

@@ -1,23 +1,11 @@
 # Stage "judge": the non-verifiable tasks' held-out generations scored by a primary and a second judge,
 # cross-judge agreement, and the blind human calibration (export a rating page; import completed ratings).
 # LLM judges hold `judge_requests` (their request concurrency) of the global resource the profiles cap,
-# so parallel scoring jobs share one endpoint's budget.
+# so parallel scoring jobs share one endpoint's budget. The judged runs: the plan's judge study (common.smk).
 
-from pipeline_lib.targets import (
-    JUDGES,
-    calibration_ratings,
-    judge_concurrency,
-    judge_ours,
-    judge_rubric,
-    judge_rubric_prompt,
-    judge_score_files,
-    judge_spec,
-    judge_summaries,
-    transfer_targets,
-    validate_judges,
-)
+from pipeline_lib.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
 
-if config["judge"]["tasks"]:
+if PLAN.requests.get("judge"):
     validate_judges(config)
 
 
@@ -31,13 +19,9 @@ rule judge_score:
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
     params:
         code=code_digest("pipeline_lib.judge.score"),
-        judge=lambda wildcards: json.dumps(judge_spec(config, wildcards.judge)),
-        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
-        mode=config["judge"]["mode"],
-        cache=lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
-        out_dir=lambda wildcards, output: os.path.dirname(output.summary),
+        **judge_params(config, PLAN, "score"),
     wildcard_constraints:
-        judge="|".join(JUDGES),
+        judge=pattern(JUDGES),
     resources:
         judge_requests=lambda wildcards: judge_concurrency(config, wildcards.judge),
     log:
@@ -54,13 +38,12 @@ rule judge_score:
 
 rule judge_cross:
     input:
-        primary=lambda wildcards: judge_summaries(config, "primary", wildcards.task),
-        second=lambda wildcards: judge_summaries(config, "second", wildcards.task),
+        **judge_inputs(PLAN, "cross"),
     output:
         "results/judge/cross/{task}.json",
     params:
         code=code_digest("pipeline_lib.judge.cross"),
-        methods=config["judge"]["methods"],
+        **judge_params(config, PLAN, "cross"),
     log:
         "logs/judge_cross/{task}.log",
     benchmark:
@@ -74,7 +57,7 @@ rule judge_cross:
 
 rule judge_calibration_export:
     input:
-        scores=lambda wildcards: judge_score_files(config, wildcards.task),
+        **judge_inputs(PLAN, "calibration"),
         data="results/data/{task}/rl_test.parquet",
     output:
         sheet="results/judge/calibration/{task}/items.csv",
@@ -82,10 +65,7 @@ rule judge_calibration_export:
         key="results/judge/calibration/{task}/key/key.csv",
     params:
         code=code_digest("pipeline_lib.judge.calibration"),
-        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
-        size=config["judge"]["calibration"]["items_per_task"],
-        seed=config["judge"]["calibration"]["seed"],
-        out_dir=lambda wildcards, output: os.path.dirname(output.sheet),
+        **judge_params(config, PLAN, "export"),
     log:
         "logs/judge_calibration_export/{task}.log",
     benchmark:
@@ -101,14 +81,13 @@ rule judge_calibration_export:
 rule judge_calibration_import:
     input:
         key=rules.judge_calibration_export.output.key,
-        scores=lambda wildcards: judge_score_files(config, wildcards.task),
+        **judge_inputs(PLAN, "calibration"),
         ratings=lambda wildcards: calibration_ratings(config, wildcards.task),
     output:
         "results/judge/calibration/{task}/agreement.json",
     params:
         code=code_digest("pipeline_lib.judge.calibration"),
-        rubric=lambda wildcards: judge_rubric(config, wildcards.task),
-        ratings=lambda wildcards: config["judge"]["calibration"]["ratings"].get(wildcards.task) or "",
+        **judge_params(config, PLAN, "import"),
     log:
         "logs/judge_calibration_import/{task}.log",
     benchmark:

@@ -47,17 +47,22 @@ rule preflight_model:
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
-# SFT from the tiny model; every RL kind from the SFT run's merged model, as the real RL runs start from theirs.
+# SFT (the kind that reproduces no method) from the tiny model; every RL kind from the SFT run's merged model, as the
+# real RL runs start from theirs.
+SFT_KIND = next(kind for kind, (_, method) in KINDS.items() if method is None)
+
+
 rule preflight_train:
     input:
         PREFLIGHT_DATA,
-        init=lambda wildcards: "results/preflight/model/config.json" if wildcards.kind == "sft"
-        else "results/preflight/sft/DONE.json",
+        init=lambda wildcards: "results/preflight/model/config.json" if wildcards.kind == SFT_KIND
+        else f"results/preflight/{SFT_KIND}/DONE.json",
     output:
         "results/preflight/{kind}/DONE.json",
     params:
         preflight=PREFLIGHT_JSON,
-        init=lambda wildcards: "results/preflight/model" if wildcards.kind == "sft" else "results/preflight/sft/final",
+        init=lambda wildcards: "results/preflight/model" if wildcards.kind == SFT_KIND
+        else f"results/preflight/{SFT_KIND}/final",
         code=code_digest("pipeline_lib.engines.verl.preflight"),
     wildcard_constraints:
         kind="|".join(PREFLIGHT_TRAIN),

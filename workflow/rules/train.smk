@@ -44,8 +44,7 @@ for job, kind in JOBS.items():
 # train_ablation_group, the tau x M ablation's cells; train_imagenet_group (imagenet.one_job_per_seed), the ImageNet
 # study's runs of one seed. The same runs, commands and outputs as their own jobs (train_local, train_imagenet),
 # which these rules take over (ruleorder). A change to one of them reruns its group.
-for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": ABLATION_GROUPS,
-                          "train_imagenet_group": IMAGENET_GROUPS}.items():
+for group_rule, group in TRAIN_GROUPS.items():
 
     rule:
         name:
@@ -62,8 +61,8 @@ for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": A
             code=lambda wildcards, group=group: " ".join(dict.fromkeys(
                 code_digest(run.entry_module) for run in group.runs(PLAN, wildcards.task, wildcards.seed))),
         wildcard_constraints:
-            task=group.pattern(group.tasks),
-            seed=group.pattern(group.seeds),
+            task=pattern(group.tasks),
+            seed=pattern(group.seeds),
         log:
             f"logs/{group_rule}/{{task}}_seed{{seed}}.log",
         benchmark:

@@ -30,13 +30,15 @@ __all__ = ["make_base"]
 log = logging.getLogger("pipeline_lib.engines.local.base")
 
 
-def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: int, init: Path | None = None,
+def make_base(spec: dict[str, Any], tokenizer_dir: Path | None, run_dir: Path, seed: int, init: Path | None = None,
               tracking: TrackingSettings | None = None) -> Path:
     """Write ``final/``, a one-line ``metrics.jsonl`` (parameter count) and ``DONE.json`` (0 steps)."""
     from transformers import AutoTokenizer
 
     started = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
+    if init is None and tokenizer_dir is None:
+        raise ValueError("a Base model built from scratch needs --tokenizer (a pretrained --init brings its own)")
     digest = config_digest({"spec": spec, "seed": seed, "init": str(init)})
     tokenizer = AutoTokenizer.from_pretrained(init or tokenizer_dir)
     # A pretrained base keeps its own precision (a bf16 1.5B model copied at fp32 would double its size on disk).
@@ -49,7 +51,8 @@ def make_base(spec: dict[str, Any], tokenizer_dir: Path, run_dir: Path, seed: in
                       pretrained=init is not None)
     weights = sorted(final.glob("*.safetensors"))  # large pretrained models are saved in shards
     write_provenance([done, run_dir / "metrics.jsonl", final / "config.json", *weights],
-                     step="train_base", inputs=[tokenizer_dir / "tokenizer.json"], params={"spec": spec},
+                     step="train_base", inputs=[tokenizer_dir / "tokenizer.json"] if init is None else [],
+                     params={"spec": spec},
                      config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done
 
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.base", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
-    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--tokenizer", type=Path, default=None, help="the tokenizer of a Base built from scratch")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="a pretrained HF model to use as the base")
