@@ -22,8 +22,8 @@ from typing import Any
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import Plan
 from pipeline_lib.plan.groups import pattern
+from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.provenance import config_digest
-from pipeline_lib.specs import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
     JUDGES,

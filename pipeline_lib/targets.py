@@ -12,9 +12,9 @@ from typing import Any
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.env import env
 from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
-from pipeline_lib.rubrics import RUBRICS
 from pipeline_lib.plan.runs import TOKENIZER
-from pipeline_lib.specs import eval_spec
+from pipeline_lib.plan.settings import eval_spec
+from pipeline_lib.rubrics import RUBRICS
 
 __all__ = [
     "ABLATION_OUTPUTS",

@@ -30,7 +30,7 @@ from typing import Any
 
 from pipeline_lib.plan.registry import METHODS, PlanError
 from pipeline_lib.plan.runs import Plan, Run
-from pipeline_lib.specs import eval_spec
+from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
            "imagenet_groups", "pattern", "train_group_command", "train_group_inputs", "train_groups"]

@@ -1,7 +1,7 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
 from pipeline_lib.plan.groups import eval_batch_command
-from pipeline_lib.specs import eval_spec
+from pipeline_lib.plan.settings import eval_spec
 
 
 # Every evaluation of one (task, seed) of a local-engine task in one process (one start-up instead of one per
