@@ -33,7 +33,7 @@ from pipeline_lib.plan.runs import Plan, Run, engine_of
 from pipeline_lib.specs import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
-           "imagenet_groups", "train_group_command", "train_group_inputs"]
+           "imagenet_groups", "job_priority", "train_group_command", "train_group_inputs"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,23 @@ def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
     ``train_imagenet_group``); otherwise none (one job per run)."""
     runs = plan.of(job="train_imagenet") if (config.get("imagenet") or {}).get("one_job_per_seed") else []
     return _every_pair(runs, "train_imagenet", "ImageNet study")
+
+
+def job_priority(rule: str, run_name: str | None = None) -> int:
+    """The job's Snakemake ``priority`` (higher starts first when more jobs are ready than cores are free).
+
+    On 2 cores a run is only as short as its last jobs leave no core idle: SFT first (every method, baseline and
+    evaluation of its task and seed waits on it), then the other training runs, then evaluations; the studies no other
+    job waits on (the ImageNet objective study, the theory's Monte Carlo) last, filling a core beside the final
+    evaluations and tables. The order changes, no job's inputs or outputs (``benchmarks/schedule.py``).
+    """
+    if rule in ("train_imagenet", "train_imagenet_group", "paper_theory_data"):
+        return -10
+    if rule.startswith("eval_checkpoint"):
+        return 20
+    if rule.startswith("train") or rule == "annotate_rationales":
+        return 40 if run_name == "sft" else 30
+    return 0
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:

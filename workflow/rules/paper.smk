@@ -1,6 +1,8 @@
 # Paper assembly: every table and figure is made by exactly one rule, and
 # computation (Monte Carlo, aggregation) is separate from plotting.
 
+from pipeline_lib.plan.groups import job_priority
+
 
 rule paper_theory_data:
     output:
@@ -22,6 +24,7 @@ rule paper_theory_data:
         "logs/paper_theory_data.log",
     benchmark:
         "results/benchmarks/paper_theory_data.tsv"
+    priority: job_priority("paper_theory_data")
     conda:
         "../../envs/report.yaml"
     shell:
