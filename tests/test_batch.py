@@ -173,3 +173,24 @@ def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
         assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
     section["one_job_per_seed"] = False
     assert imagenet_groups(config, plan_runs(config)).seeds == ()
+
+
+def test_job_priorities_start_what_unlocks_the_most_work_first():
+    """On 2 cores the order decides the tail: every SFT run outranks the runs started from it, training outranks
+    the evaluations, and the ImageNet study (nothing but its own table waits on it) ranks below every job of the
+    main study, so it fills a core at the end instead of holding one at the start."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.groups import imagenet_groups, job_priority
+
+    config = _default_config()
+    plan = plan_runs(config)
+    sft = {job_priority(run.job, run.name) for run in plan.runs if run.name == "sft"}
+    started_from_sft = {job_priority(run.job, run.name) for run in plan.runs
+                        if any("/sft/" in path for path in run.inputs.values()) and run.job != "train_imagenet"}
+    assert sft and started_from_sft and min(sft) > max(started_from_sft)
+    evaluation = job_priority("eval_checkpoints_countdown_tiny_seed0")
+    assert min(started_from_sft) > evaluation > job_priority("paper_table1")
+    imagenet = imagenet_groups(config, plan)
+    assert imagenet.seeds  # the tiny default runs the study
+    filler = {job_priority("train_imagenet_group"), job_priority("paper_theory_data")}
+    assert max(filler) < min(evaluation, job_priority("paper_table1"), job_priority("judge_score"))

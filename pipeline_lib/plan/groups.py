@@ -33,7 +33,7 @@ from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batch_command", "eval_batches", "groups",
-           "imagenet_groups", "pattern", "train_group_command", "train_group_inputs", "train_groups"]
+           "imagenet_groups", "job_priority", "pattern", "train_group_command", "train_group_inputs", "train_groups"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,23 @@ def train_groups(config: Mapping[str, Any], plan: Plan) -> dict[str, Groups]:
     """Every group rule (``train_local_group``, ``train_ablation_group``, ``train_imagenet_group``) and its groups."""
     return {"train_local_group": groups(plan), "train_ablation_group": ablation_groups(plan),
             "train_imagenet_group": imagenet_groups(config, plan)}
+
+
+def job_priority(rule: str, run_name: str | None = None) -> int:
+    """The job's Snakemake ``priority`` (higher starts first when more jobs are ready than cores are free).
+
+    On 2 cores a run is only as short as its last jobs leave no core idle: SFT first (every method, baseline and
+    evaluation of its task and seed waits on it), then the other training runs, then evaluations; the studies no other
+    job waits on (the ImageNet objective study, the theory's Monte Carlo) last, filling a core beside the final
+    evaluations and tables. The order changes, no job's inputs or outputs (``benchmarks/schedule.py``).
+    """
+    if rule in ("train_imagenet", "train_imagenet_group", "paper_theory_data"):
+        return -10
+    if rule.startswith("eval_checkpoint"):
+        return 20
+    if rule.startswith("train") or rule == "annotate_rationales":
+        return 40 if run_name == "sft" else 30
+    return 0
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:

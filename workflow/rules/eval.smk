@@ -1,6 +1,6 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
-from pipeline_lib.plan.groups import eval_batch_command
+from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
 
 
@@ -26,6 +26,7 @@ for batch in EVAL_BATCHES:
             f"logs/eval_checkpoints/{batch.name}.log",
         benchmark:
             f"results/benchmarks/eval_checkpoints/{batch.name}.tsv"
+        priority: job_priority("eval_checkpoints")
         threads: 1
         conda:
             "../../envs/report.yaml"
@@ -49,6 +50,7 @@ rule eval_checkpoint:
         "logs/eval_checkpoint/{task}_{method}_seed{seed}.log",
     benchmark:
         "results/benchmarks/eval_checkpoint/{task}_{method}_seed{seed}.tsv"
+    priority: job_priority("eval_checkpoint")
     threads: 1
     conda:
         "../../envs/report.yaml"

@@ -1,6 +1,9 @@
 # Paper assembly: every table and figure, and the data each is computed from (computation separate from plotting),
 # is one step of pipeline_lib.steps.paper_steps: one rule running one command, each output made by exactly one rule.
 
+from pipeline_lib.plan.groups import job_priority
+
+
 for step in PAPER_STEPS:
 
     rule:
@@ -19,6 +22,7 @@ for step in PAPER_STEPS:
             f"logs/{step.name}.log",
         benchmark:
             f"results/benchmarks/{step.name}.tsv"
+        priority: job_priority(step.name)
         conda:
             "../../envs/report.yaml"
         shell:

@@ -4,7 +4,7 @@
 # a rule matches exactly its own runs (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
-from pipeline_lib.plan.groups import train_group_command, train_group_inputs
+from pipeline_lib.plan.groups import job_priority, train_group_command, train_group_inputs
 
 for job, kind in JOBS.items():
 
@@ -32,6 +32,7 @@ for job, kind in JOBS.items():
             f"logs/{job}/{{run}}.log",
         benchmark:
             f"results/benchmarks/{job}/{{run}}.tsv"
+        priority: lambda wildcards, job=job: job_priority(job, PLAN.get(job, wildcards.run).name)
         threads: 1
         conda:
             f"../../envs/{kind.conda}"
@@ -67,6 +68,7 @@ for group_rule, group in TRAIN_GROUPS.items():
             f"logs/{group_rule}/{{task}}_seed{{seed}}.log",
         benchmark:
             f"results/benchmarks/{group_rule}/{{task}}_seed{{seed}}.tsv"
+        priority: job_priority(group_rule)
         threads: 1
         conda:
             "../../envs/report.yaml"

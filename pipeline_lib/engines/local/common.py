@@ -13,7 +13,7 @@ import torch
 
 from pipeline_lib.checkpoint import ConfigMismatchError, load_torch_state
 
-__all__ = ["TrainingCheckpoint", "cosine_with_warmup"]
+__all__ = ["LazyPromptIds", "TrainingCheckpoint", "cosine_with_warmup"]
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
@@ -21,6 +21,29 @@ def cosine_with_warmup(step: int, warmup: int, total: int) -> float:
         return (step + 1) / max(1, warmup)
     progress = (step - warmup) / max(1, total - warmup)
     return 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(1.0, progress)))
+
+
+class LazyPromptIds(Sequence[list[int]]):
+    """The chat-template token ids of ``prompts`` (one message list per row), each row encoded when first read.
+
+    A tiny RL run reads 320 of its 2,000 training prompts (20 steps of 16), and the template costs about a tenth of a
+    millisecond per prompt: encoding them all was 0.2-0.5 CPU seconds per run. Each row gets exactly what encoding the
+    whole list gives it (the template sees one prompt at a time).
+    """
+
+    def __init__(self, tokenizer: Any, prompts: Sequence[Sequence[dict[str, str]]]) -> None:
+        self._tokenizer, self._prompts = tokenizer, prompts
+        self._ids: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._prompts)
+
+    def __getitem__(self, row: int) -> list[int]:  # type: ignore[override]  (rows only, no slices)
+        if row not in self._ids:
+            from pipeline_lib.engines.local.model import encode_prompts
+
+            self._ids[row] = encode_prompts(self._tokenizer, [[dict(m) for m in self._prompts[row]]])[0]
+        return self._ids[row]
 
 
 class TrainingCheckpoint:

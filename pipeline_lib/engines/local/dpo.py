@@ -18,6 +18,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,11 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, read_json_state, write_done
+from pipeline_lib.engines.local.common import LazyPromptIds
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
-from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.model import generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
@@ -54,7 +56,7 @@ def _sequence_logprobs(model: torch.nn.Module, prompts: list[list[int]], respons
 
 
 @torch.no_grad()
-def greedy_accuracy(model: torch.nn.Module, tokenizer: Any, frame: pd.DataFrame, prompt_ids: list[list[int]],
+def greedy_accuracy(model: torch.nn.Module, tokenizer: Any, frame: pd.DataFrame, prompt_ids: Sequence[list[int]],
                     rows: list[int], spec: dict[str, Any]) -> float:
     """Mean verifier correctness of greedy answers on ``rows`` (the held-out validation prompts)."""
     correct = []
@@ -79,7 +81,7 @@ def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, 
     if len(frame) <= spec["validation_prompts"]:
         raise ValueError(f"{data}: {len(frame)} prompts, need more than validation_prompts="
                          f"{spec['validation_prompts']}")
-    prompt_ids = encode_prompts(tokenizer, [[dict(m) for m in p] for p in frame["prompt"]])
+    prompt_ids = LazyPromptIds(tokenizer, list(frame["prompt"]))  # 3 x 128 pairs and 100 validation rows are read
     eos = tokenizer.eos_token_id
     chosen_ids = [[*tokenizer(d, add_special_tokens=False)["input_ids"][:spec["max_response_tokens"]], eos]
                   for d in expert_demonstrations(frame, demonstrations)]

@@ -20,7 +20,7 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +31,10 @@ from tqdm import tqdm
 
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
-from pipeline_lib.engines.local.common import TrainingCheckpoint
+from pipeline_lib.engines.local.common import LazyPromptIds, TrainingCheckpoint
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
-from pipeline_lib.model import encode_prompts, generate, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.model import generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
@@ -65,7 +65,7 @@ class StepContext:
     model: torch.nn.Module
     tokenizer: Any
     frame: pd.DataFrame
-    prompt_ids: list[list[int]]
+    prompt_ids: Sequence[list[int]]  # per row of ``frame``, encoded on first use (LazyPromptIds)
     seed: int
     step: int = 0
 
@@ -167,8 +167,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     loss_config = PolicyLossConfig(clip_low=spec["clip_low"], clip_high=spec["clip_high"], beta=spec["beta"],
                                    kl_estimator=spec["kl_estimator"], aggregation=spec["aggregation"])
     frame = pd.read_parquet(data)
-    prompt_ids = encode_prompts(tokenizer, [[dict(m) for m in p] for p in frame["prompt"]])
-    ctx = StepContext(spec, model, tokenizer, frame, prompt_ids, seed)
+    ctx = StepContext(spec, model, tokenizer, frame, LazyPromptIds(tokenizer, list(frame["prompt"])), seed)
     method.prepare(ctx)
     torch.manual_seed(seed)
     step = 0
