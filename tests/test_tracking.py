@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 import yaml
 
 from pipeline_lib.checkpoint import MetricsLog
@@ -130,6 +132,8 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
               "response_length/mean", "timing_s/step", "softmaxgrpo/pass_rate"}
     assert all(shared <= set(m) for m in metrics)
     assert any("softmaxgrpo/tau/median" in m for m in metrics)  # softmax_ess's per-group tau, summarised
+    shares = [[m[key] for key in m if key.startswith("softmaxgrpo/allocation/")] for m in metrics]
+    assert all(len(s) == 5 and sum(s) == pytest.approx(1.0) for s in shares if s) and any(shares)
     store = event_scalars(tmp_path / "tracking/countdown_tiny/softmax_exact/seed0")
     for key in shared:
         assert store[key] == [(m["step"], pytest.approx(m[key], rel=1e-6)) for m in metrics]
@@ -196,3 +200,75 @@ def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):  # noqa: F811
         if job.poll() is None:
             job.kill()
         job.wait()
+
+
+def verl_step_batch(seed: int = 3):
+    """A verl batch as ``RayPPOTrainer.fit`` holds it before ``compute_advantage``: rewards, scores, the reward's
+    ``acc``, group uids and the prompt/response layout ``compute_data_metrics`` reads."""
+    from tests.test_verl_engine import rollout_batch
+
+    data, scores, uids, mask = rollout_batch(seed=seed, binary=True)
+    n, length = mask.shape
+    data.batch["token_level_scores"] = data.batch["token_level_rewards"].clone()
+    data.batch["prompts"] = torch.ones(n, 4, dtype=torch.long)
+    data.batch["responses"] = torch.ones(n, length, dtype=torch.long)
+    data.batch["attention_mask"] = torch.cat([torch.ones(n, 4), mask], dim=1).long()
+    data.non_tensor_batch["acc"] = scores.numpy().astype(np.float64)
+    return data, scores, uids, mask
+
+
+def test_verls_trainer_logs_the_softmaxgrpo_curves_live(tmp_path):
+    """verl's own compute_advantage and compute_data_metrics, as fit calls them (module globals of its trainer),
+    give the step's metrics dict the local engine's softmaxgrpo/* numbers for the same rollouts."""
+    import verl.trainer.ppo.ray_trainer as trainer
+    from omegaconf import OmegaConf
+
+    from pipeline_lib.advantages import advantage_diagnostics, group_advantages
+    from pipeline_lib.engines.verl import step_metrics
+    from pipeline_lib.engines.verl.estimators import group_index
+    from pipeline_lib.group_metrics import PASS_RATE_BINS, allocation_key, group_step_metrics
+    from pipeline_lib.paper.results import allocation_bins
+
+    step_metrics.install_on_import()  # what the estimators' plugin does in every process
+    assert {"compute_advantage", "compute_data_metrics"} <= set(trainer.RayPPOTrainer.fit.__code__.co_names)
+    config = OmegaConf.create({"adv_estimator": "softmax_ess", "ess_fraction": 0.5, "gamma": 1.0, "lam": 1.0})
+    data, scores, uids, mask = verl_step_batch()
+    data = trainer.compute_advantage(data, adv_estimator="softmax_ess", num_repeat=6, config=config)
+    metrics = trainer.compute_data_metrics(batch=data, use_critic=False)
+
+    groups, lengths = group_index(uids), mask.sum(-1)
+    advantages = group_advantages("softmax_ess", scores, groups, ess_fraction=0.5)
+    expected = group_step_metrics(scores, advantages.abs(), lengths, groups,
+                                  advantage_diagnostics("softmax_ess", scores, groups, ess_fraction=0.5))
+    assert "softmaxgrpo/tau/median" in expected and allocation_key(0.0, 0.2) in expected
+    assert {k: metrics[k] for k in expected} == pytest.approx(expected, rel=1e-6)
+    assert metrics["critic/score/mean"] == pytest.approx(float(scores.mean()))  # verl's own keys are kept
+    # the allocation shares are the paper's allocation table (pipeline_lib.paper.results), per step
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text(json.dumps({"group": groups.tolist(), "reward": scores.tolist(), "correct": scores.tolist(),
+                                    "advantage": advantages.tolist(), "length": lengths.int().tolist()}) + "\n")
+    bins = allocation_bins(rollouts)
+    total = sum(bins[f"bin{i}"] for i in range(len(PASS_RATE_BINS)))
+    assert [metrics[allocation_key(*b)] for b in PASS_RATE_BINS] == pytest.approx(
+        [bins[f"bin{i}"] / total for i in range(len(PASS_RATE_BINS))], rel=1e-6)  # float32 token means
+
+    grpo, *_ = verl_step_batch()  # verl's own estimator: the group curves, no tau
+    grpo = trainer.compute_advantage(grpo, adv_estimator="grpo", num_repeat=6, config=config)
+    grpo_metrics = trainer.compute_data_metrics(batch=grpo, use_critic=False)
+    assert "softmaxgrpo/pass_rate" in grpo_metrics and "softmaxgrpo/tau/median" not in grpo_metrics
+
+
+def test_every_verl_process_gets_the_curves_from_the_plugin():
+    """``import verl`` loads the estimators' plugin (as in each Ray actor); importing verl's trainer afterwards
+    (what main_ppo's TaskRunner does) finds its two functions wrapped, and a second install is a no-op."""
+    code = ("import verl, sys\n"
+            "assert 'verl.trainer.ppo.ray_trainer' not in sys.modules\n"
+            "import verl.trainer.ppo.ray_trainer as t\n"
+            "from pipeline_lib.engines.verl import step_metrics\n"
+            "before = (t.compute_advantage, t.compute_data_metrics)\n"
+            "step_metrics.install(t)\n"
+            "assert before == (t.compute_advantage, t.compute_data_metrics)\n"
+            "print(all(hasattr(f, '__softmaxgrpo_wrapped__') for f in before))\n")
+    env = os.environ | {"PYTHONPATH": str(REPO), "VERL_USE_EXTERNAL_PLUGINS": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
