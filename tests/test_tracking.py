@@ -129,7 +129,7 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
                        tracking=settings(tmp_path))
     metrics = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     shared = {"critic/score/mean", "actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/pg_clipfrac",
-              "response_length/mean", "timing_s/step", "softmaxgrpo/pass_rate"}
+              "actor/entropy", "response_length/mean", "timing_s/step", "softmaxgrpo/pass_rate"}
     assert all(shared <= set(m) for m in metrics)
     assert any("softmaxgrpo/tau/median" in m for m in metrics)  # softmax_ess's per-group tau, summarised
     shares = [[m[key] for key in m if key.startswith("softmaxgrpo/allocation/")] for m in metrics]
@@ -272,3 +272,29 @@ def test_every_verl_process_gets_the_curves_from_the_plugin():
     env = os.environ | {"PYTHONPATH": str(REPO), "VERL_USE_EXTERNAL_PLUGINS": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
+
+
+def test_actor_entropy_is_verls_entropy_of_the_old_policy_over_response_tokens(tiny):  # noqa: F811
+    """The entropy the local engine logs comes from the log-prob pass's own logits, on both of its paths (a group
+    sharing its prompt, and rows on their own); it equals verl's entropy_from_logits of a plain forward pass."""
+    from transformers import AutoTokenizer
+    from verl.utils.torch_functional import entropy_from_logits
+
+    from pipeline_lib.engines.local.model import load_model, pack, response_logprobs, response_logprobs_and_entropy
+
+    tokenizer, model = AutoTokenizer.from_pretrained(tiny / "init"), load_model(tiny / "init").eval()
+    generator = torch.Generator().manual_seed(1)
+    prompts = [tokenizer.encode(t) for t in ["Use [1, 2, 3] and + - * to make 6", "make 7"]]
+    rows = [p for p in prompts for _ in range(3)]
+    responses = [torch.randint(5, 300, (int(torch.randint(1, 9, (1,), generator=generator)),),
+                               generator=generator).tolist() for _ in rows]
+    ids, attention, response = pack(rows, responses, tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention).logits.float()
+        expected = torch.zeros_like(response)
+        expected[:, 1:] = entropy_from_logits(logits[:, :-1]) * response[:, 1:]  # position t-1 predicts token t
+        for batch in (slice(None), slice(0, 1)):  # the shared-prompt path, and a single row's plain path
+            logprobs, entropy = response_logprobs_and_entropy(model, ids[batch], attention[batch], response[batch])
+            assert torch.equal(logprobs, response_logprobs(model, ids[batch], attention[batch], response[batch]))
+            torch.testing.assert_close(entropy, expected[batch], atol=1e-4, rtol=1e-4)
+    assert float(expected.sum()) > 0

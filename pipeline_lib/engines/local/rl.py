@@ -33,7 +33,14 @@ from tqdm import tqdm
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import TrainingCheckpoint, generate
-from pipeline_lib.engines.local.model import encode_prompts, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.engines.local.model import (
+    encode_prompts,
+    load_model,
+    pack,
+    response_logprobs,
+    response_logprobs_and_entropy,
+    save_model_atomic,
+)
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.group_metrics import group_step_metrics
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
@@ -199,7 +206,8 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         chosen = advantage_diagnostics(spec["advantage"], rewards, group_ids, **adv_params)  # e.g. softmax_ess's tau
         ids, attention, response_mask = pack(batch.prompt_ids, batch.responses, tokenizer.pad_token_id)
         with torch.no_grad():
-            old_logprobs = response_logprobs(model, ids, attention, response_mask)
+            # the old policy's entropy, from the same logits: verl's actor/entropy (computed with its old log-probs)
+            old_logprobs, old_entropy = response_logprobs_and_entropy(model, ids, attention, response_mask)
             ref_logprobs = response_logprobs(reference, ids, attention, response_mask) if reference else None
         t1 = time.perf_counter()
         n_groups = int(group_ids.max()) + 1
@@ -228,6 +236,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
             "step": step, "critic/score/mean": float(rewards[policy].mean()),
             "response_length/mean": float(lengths.mean()),
             **{key: sum(values) / len(values) for key, values in update.items()},  # mean over minibatch updates
+            "actor/entropy": float(old_entropy.sum() / response_mask.sum()),  # token mean over the update batch
             "timing_s/step": t2 - t0, "timing_s/update_actor": t2 - t1,
             **group_step_metrics(correct[policy], advantages[policy].abs(), lengths, group_ids[policy], chosen),
             **batch.metrics,
