@@ -20,6 +20,7 @@ import importlib.util
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
@@ -166,6 +167,12 @@ class _Wandb:
         self.run.finish()
 
 
+def mlflow_key(key: str) -> str:
+    r"""A metric name as MLflow accepts it, by verl's rule (``_MlflowLoggingAdapter``): ``@`` -> ``_at_``, repeated
+    slashes -> one, any other character outside ``[/\w.\- :]`` -> ``_`` (``val_pass@1`` -> ``val_pass_at_1``)."""
+    return re.sub(r"[^/\w.\- :]", "_", re.sub(r"/+", "/", key.replace("@", "_at_")))
+
+
 class _Mlflow:
     """verl's settings: ``MLFLOW_TRACKING_URI`` (default ``sqlite:////tmp/mlruns.db``, a local file), project =
     experiment. Writes through an explicit client and run id (no process-global active run)."""
@@ -183,7 +190,7 @@ class _Mlflow:
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, v, stamp, step) for k, v in data.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_key(k), v, stamp, step) for k, v in data.items()])
 
     def close(self) -> None:
         self.client.set_terminated(self.run_id)

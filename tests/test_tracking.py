@@ -374,3 +374,61 @@ def test_each_backend_writes_its_local_store_with_verls_names(backend, tmp_path,
     assert store["actor/entropy"] == [(1, 1.5)]
     assert store["softmaxgrpo/allocation/pass_0-0.2"] == [(2, 0.5), (3, 0.5)]
     assert "note" not in store
+
+
+def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
+    """The objective study (synthetic data) writes each metrics.jsonl record to the run's store, under the names
+    of metrics.jsonl; the plan gives each ImageNet run its tracking settings."""
+    from pipeline_lib.classify import train as classify_train
+    from pipeline_lib.plan import plan_runs
+    from tests.test_classify import SPEC
+
+    tracking = TrackingSettings(("tensorboard",), str(tmp_path / "tracking"), "softmaxgrpo",
+                                "imagenet/softmax/m8/seed0")
+    classify_train.train(SPEC, "softmax", 8, 0, tmp_path / "run", progress=False, tracking=tracking)
+    records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    store = event_scalars(tracking.run_dir())
+    for key in ("val_top1", "val_pass@4", "loss", "train_reward"):  # TensorBoard's tags: "@" -> "_"
+        assert store[key.replace("@", "_")] == [(r["step"], pytest.approx(r[key], rel=1e-6)) for r in records
+                                                if key in r]
+
+    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)
+    config["imagenet"]["enabled"] = True
+    run = next(r for r in plan_runs(config, check_estimators=False).runs if r.job == "train_imagenet")
+    assert run.tracking == TrackingSettings.for_run(config, f"imagenet/{run.name}/seed{run.seed}")
+    assert "--tracking" in run.command() and "--tracking" not in run.command(tracking=False)
+
+
+def test_iterative_dpo_logs_each_finished_round_once(tmp_path, capsys):
+    """TRL's Iterative DPO (its GPU training is not run here): each finished round's TRL log lines, at the run's
+    global step, and its validation accuracy reach the store; a resumed run rebuilds it with every step once."""
+    from pipeline_lib.engines.trl import dpo
+
+    spec = {"steps_per_round": 2, "rounds": 2}
+    summaries = []
+    for r in (1, 2):
+        model = tmp_path / "run/rounds" / f"round{r}" / "model"
+        model.mkdir(parents=True)
+        (model / "train_log.jsonl").write_text("".join(json.dumps(
+            {"step": s, "loss": 0.7 - 0.1 * (2 * r + s), "rewards/margins": 0.1 * s}) + "\n" for s in (1, 2)))
+        summaries.append({"round": r, "validation_pass@1_greedy": 0.25 * r})
+    tracking = settings(tmp_path)
+    for attempt in (summaries[:1], summaries):  # killed after round 1, then resumed: round 1 replayed, round 2 new
+        tracker = dpo.Tracker(tracking)
+        for summary in attempt:
+            dpo._track_round(tracker, tmp_path / "run", spec, summary)
+        tracker.close()
+    store = event_scalars(tracking.run_dir())
+    assert store["loss"] == [(1, pytest.approx(0.4)), (2, pytest.approx(0.3)), (3, pytest.approx(0.2)),
+                             (4, pytest.approx(0.1))]
+    assert store["val/pass_at_1_greedy"] == [(2, 0.25), (4, 0.5)]
+    assert [r["step"] for r in dpo.round_records(tmp_path / "run", spec, 2)] == [3, 4]
+
+    from pipeline_lib.plan import plan_runs
+
+    config = validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
+    runs = [r for r in plan_runs(config, check_estimators=False).runs if r.job == "train_trl"]
+    assert runs and all("--tracking" in r.command() for r in runs)
+    with pytest.raises(SystemExit):
+        dpo.main(["run", "--help"])
+    assert "--tracking" in capsys.readouterr().out

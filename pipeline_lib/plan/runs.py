@@ -431,8 +431,9 @@ def _overrides(entry: Entry, spec: Mapping[str, Any], job: _Job, c: _Ctx, root: 
     return tuple(entry.overrides(spec, paths, c.seed))
 
 
-#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's).
-TRACKED_JOBS = ("train_local", "train_verl")
+#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's, TRL's Iterative
+#: DPO; the ImageNet study's runs get theirs in _imagenet_runs).
+TRACKED_JOBS = ("train_local", "train_verl", "train_trl")
 
 
 def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
@@ -542,7 +543,9 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
                                 args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
                                       "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
-                                spec={**spec, "objective": objective, "rollouts": rollouts}, study="imagenet"))
+                                spec={**spec, "objective": objective, "rollouts": rollouts}, study="imagenet",
+                                tracking=TrackingSettings.for_run(config, f"imagenet/{name}/seed{seed}")
+                                if "tracking" in config else None))
     return runs
 
 
