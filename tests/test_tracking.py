@@ -367,13 +367,15 @@ def test_each_backend_writes_its_local_store_with_verls_names(backend, tmp_path,
     tracker = Tracker(tracking, history=[{"step": 1, "critic/score/mean": 0.25, "actor/entropy": 1.5}])
     for step in (2, 3):
         tracker.log({"step": step, "critic/score/mean": 0.25 * step, "softmaxgrpo/allocation/pass_0-0.2": 0.5,
-                     "note": "not a curve"})
+                     "val_pass@4": 0.1 * step, "note": "not a curve"})
     tracker.close()
     store = read(tmp_path, tracking)
     assert store["critic/score/mean"] == [(1, 0.25), (2, 0.5), (3, 0.75)]
     assert store["actor/entropy"] == [(1, 1.5)]
     assert store["softmaxgrpo/allocation/pass_0-0.2"] == [(2, 0.5), (3, 0.5)]
     assert "note" not in store
+    at = "val_pass_at_4" if backend == "mlflow" else "val_pass@4"  # MLflow's names by verl's rule (mlflow_key)
+    assert store[at] == [(2, pytest.approx(0.2)), (3, pytest.approx(0.3))]
 
 
 def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
