@@ -259,8 +259,8 @@ def test_verls_trainer_logs_the_softmaxgrpo_curves_live(tmp_path):
 
 
 def test_every_verl_process_gets_the_curves_from_the_plugin():
-    """``import verl`` loads the estimators' plugin (as in each Ray actor); importing verl's trainer afterwards
-    (what main_ppo's TaskRunner does) finds its two functions wrapped, and a second install is a no-op."""
+    """``import verl`` loads the estimators' plugin (as in each Ray actor); importing verl's trainers afterwards
+    (what main_ppo's TaskRunner does) finds their functions wrapped, and a second install is a no-op."""
     code = ("import verl, sys\n"
             "assert 'verl.trainer.ppo.ray_trainer' not in sys.modules\n"
             "import verl.trainer.ppo.ray_trainer as t\n"
@@ -268,7 +268,8 @@ def test_every_verl_process_gets_the_curves_from_the_plugin():
             "before = (t.compute_advantage, t.compute_data_metrics)\n"
             "step_metrics.install(t)\n"
             "assert before == (t.compute_advantage, t.compute_data_metrics)\n"
-            "print(all(hasattr(f, '__softmaxgrpo_wrapped__') for f in before))\n")
+            "import verl.trainer.ppo.v1.trainer_base as v1\n"
+            "print(all(hasattr(f, '__softmaxgrpo_wrapped__') for f in (*before, v1.PPOTrainer._compute_advantage)))\n")
     env = os.environ | {"PYTHONPATH": str(REPO), "VERL_USE_EXTERNAL_PLUGINS": "auto"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
@@ -434,3 +435,71 @@ def test_iterative_dpo_logs_each_finished_round_once(tmp_path, capsys):
     with pytest.raises(SystemExit):
         dpo.main(["run", "--help"])
     assert "--tracking" in capsys.readouterr().out
+
+
+class _TransferQueueStandIn:
+    """TransferQueue's kv_batch_get / kv_batch_put over a dict: the Ray-backed store the v1 trainer reads its batch
+    from needs a Ray cluster, which the CPU tests do not start; verl's own _compute_advantage runs around it."""
+
+    def __init__(self, fields: dict[str, torch.Tensor], uids) -> None:
+        self.fields, self.uids = fields, uids
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        from tensordict import NonTensorStack, TensorDict
+
+        data = TensorDict({k: v for k, v in self.fields.items() if k in select_fields}, batch_size=[len(keys)])
+        data["uid"] = NonTensorStack(*self.uids.tolist())
+        return data
+
+    def kv_batch_put(self, keys, partition_id, fields):
+        self.fields.update(fields.items())
+        return self.batch
+
+
+def test_verls_v1_trainer_gets_the_softmaxgrpo_curves_in_its_step_metrics(monkeypatch):
+    """verl's v1 trainer (GRPO / SoftmaxGRPO runs) hands its step's metrics dict to _compute_advantage; the curves
+    land in that dict, equal to the local engine's, and no later call writes to it."""
+    from omegaconf import OmegaConf
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.trainer.ppo.v1 import trainer_base
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from pipeline_lib.advantages import advantage_diagnostics, group_advantages
+    from pipeline_lib.engines.verl import step_metrics
+    from pipeline_lib.engines.verl.estimators import group_index
+    from pipeline_lib.group_metrics import group_step_metrics
+
+    step_metrics.install_on_import()
+    data, scores, uids, mask = verl_step_batch()
+    lengths = mask.sum(-1).long()
+
+    def nested(tensor):  # TransferQueue's layout: one row per response, its own length
+        return torch.nested.as_nested_tensor([tensor[i, :lengths[i]] for i in range(len(tensor))],
+                                             layout=torch.jagged)
+
+    store = _TransferQueueStandIn({"response_mask": nested(mask.long()),
+                                   "rm_scores": nested(data.batch["token_level_rewards"])}, uids)
+    store.batch = KVBatchMeta(keys=[f"{u}_{i}_0" for i, u in enumerate(uids)], tags=[{} for _ in uids],
+                              partition_id="train")
+    monkeypatch.setattr(trainer_base, "tq", store)
+    trainer = object.__new__(PPOTrainerSync)  # only the config is read on this path
+    trainer.config = OmegaConf.create({"algorithm": {
+        "adv_estimator": "softmax_ess", "ess_fraction": 0.5, "gamma": 1.0, "lam": 1.0, "use_kl_in_reward": False},
+        "actor_rollout_ref": {"rollout": {"n": 6}}})
+    metrics = {"actor/entropy": 0.5}
+    trainer._compute_advantage(store.batch, metrics=metrics)
+
+    groups = group_index(uids)
+    advantages = group_advantages("softmax_ess", scores, groups, ess_fraction=0.5)
+    expected = group_step_metrics(scores, advantages.abs(), lengths.float(), groups,
+                                  advantage_diagnostics("softmax_ess", scores, groups, ess_fraction=0.5))
+    assert set(metrics) == {"actor/entropy", *expected}
+    assert {k: metrics[k] for k in expected} == pytest.approx(expected, rel=1e-6)
+    torch.testing.assert_close(store.fields["advantages"].to_padded_tensor(0.0),
+                               (advantages[:, None] * mask)[:, :int(lengths.max())])
+    import verl.trainer.ppo.ray_trainer as trainer_module
+
+    before = dict(metrics)
+    trainer_module.compute_advantage(verl_step_batch()[0], adv_estimator="softmax_ess",
+                                     config=trainer.config.algorithm)
+    assert metrics == before  # the dict was the step's only while its _compute_advantage ran

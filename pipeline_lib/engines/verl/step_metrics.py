@@ -1,24 +1,30 @@
 """The ``softmaxgrpo/*`` curves on the verl engine, live, in the step's own metrics dict (``docs/tracking.md``).
 
-verl's trainer (``RayPPOTrainer.fit``, the legacy trainer the translator selects) computes advantages with
-``compute_advantage`` and collects the step's curves with ``compute_data_metrics``, both looked up as globals of
-``verl.trainer.ppo.ray_trainer`` when called. verl gives an estimator no way to return metrics, so
-:func:`install` wraps those two functions once per process:
+verl gives an advantage estimator no way to return metrics, so :func:`install` wraps, once per process, the verl
+functions around it. Both of verl 0.9.1's PPO trainers call ``compute_advantage`` of
+``verl.trainer.ppo.ray_trainer`` (the v1 trainer through ``verl.trainer.ppo.v1.utils``, which imports it from
+there); after it, the batch holds rewards, group uids, response masks and advantages, and
+:func:`verl_group_metrics` (the local engine's :func:`pipeline_lib.group_metrics.group_step_metrics`) gives the
+step's pass rate, groups with no signal, mean |advantage|, median tau and gradient allocation. They reach the step's
+metrics dict by the route each trainer has:
 
-- after ``compute_advantage``, an estimator's per-rollout choices (softmax_ess's tau,
-  :func:`pipeline_lib.advantages.advantage_diagnostics`) are stored in the batch itself, as the per-rollout array
-  ``non_tensor_batch["softmaxgrpo_tau"]``;
-- ``compute_data_metrics`` adds :func:`pipeline_lib.group_metrics.group_step_metrics` of the batch (the local
-  engine's function): pass rate, groups with no signal, mean |advantage|, median tau and the gradient allocation.
+- v1 (``trainer.use_v1``, verl's default: GRPO, SoftmaxGRPO, OPD): ``PPOTrainer._compute_advantage(batch,
+  metrics)`` receives the step's dict; its wrapper hands that dict to the ``compute_advantage`` calls it makes,
+  through a context variable (per thread and per asyncio task, reset when it returns);
+- legacy (``RayPPOTrainer.fit``: RARO, RL-Logit): ``compute_advantage`` stores the estimator's per-rollout choices
+  (softmax_ess's tau) in the batch itself, as ``non_tensor_batch["softmaxgrpo_tau"]``, and the wrapped
+  ``compute_data_metrics`` (a global of ``ray_trainer``, looked up by ``fit`` at each call) adds the group metrics.
 
-No state outlives a call: each step's numbers travel in that step's batch, so concurrent runs, threads or Ray
-actors never share them. The wrappers are installed under a lock, at most once per process; the estimators' plugin
-(:mod:`.estimators`, loaded by ``import verl`` in every process) arms :func:`install_on_import`, which installs them
-when verl's trainer module is first imported (importing it from the plugin would cost every Ray worker seconds).
+Each step's numbers travel with that step's batch or call, so concurrent runs, threads and Ray actors share
+nothing. The wrappers are installed under a lock, at most once per module; the estimators' plugin (:mod:`.estimators`,
+loaded by ``import verl`` in every process) arms :func:`install_on_import`, which installs them when verl's trainer
+modules are first imported (importing them from the plugin would cost every Ray worker seconds).
 """
 
 from __future__ import annotations
 
+import contextvars
+import importlib
 import importlib.abc
 import importlib.machinery
 import sys
@@ -33,13 +39,17 @@ import torch
 from pipeline_lib.advantages import advantage_diagnostics
 from pipeline_lib.group_metrics import group_step_metrics
 
-__all__ = ["TAU_KEY", "TRAINER_MODULE", "install", "install_on_import", "verl_group_metrics"]
+__all__ = ["TAU_KEY", "TRAINER_MODULE", "V1_TRAINER_MODULE", "install", "install_on_import", "verl_group_metrics"]
 
 TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
+V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 #: The per-rollout array of the estimator's chosen temperature (NaN where a group has none) in ``non_tensor_batch``.
 TAU_KEY = "softmaxgrpo_tau"
 _WRAPPED = "__softmaxgrpo_wrapped__"
 _lock = threading.Lock()
+#: The metrics dict of the v1 trainer step whose ``_compute_advantage`` is running in this thread / task.
+_step_metrics: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("softmaxgrpo_step_metrics",
+                                                                                     default=None)
 
 
 def _estimator_choices(data: Any, adv_estimator: Any, config: Mapping[str, Any] | None) -> np.ndarray | None:
@@ -88,6 +98,9 @@ def _wrap_compute_advantage(original: Any) -> Any:
         tau = _estimator_choices(data, adv_estimator, config)
         if tau is not None:
             data.non_tensor_batch[TAU_KEY] = tau
+        step_metrics = _step_metrics.get()
+        if step_metrics is not None:  # inside the v1 trainer's _compute_advantage
+            step_metrics.update(verl_group_metrics(data))
         return data
 
     setattr(compute_advantage, _WRAPPED, original)
@@ -104,15 +117,40 @@ def _wrap_compute_data_metrics(original: Any) -> Any:
     return compute_data_metrics
 
 
-def install(trainer_module: ModuleType | None = None) -> None:
-    """Wrap the trainer module's ``compute_advantage`` and ``compute_data_metrics`` (idempotent, thread-safe)."""
-    module = trainer_module or importlib.import_module(TRAINER_MODULE)
+def _wrap_v1_compute_advantage(original: Any) -> Any:
+    def _compute_advantage(self: Any, batch: Any, metrics: dict[str, Any]) -> Any:
+        token = _step_metrics.set(metrics)
+        try:
+            return original(self, batch, metrics=metrics)
+        finally:
+            _step_metrics.reset(token)
+
+    setattr(_compute_advantage, _WRAPPED, original)
+    _compute_advantage.__doc__ = original.__doc__
+    return _compute_advantage
+
+
+def _install(module: ModuleType) -> None:
     with _lock:
-        for name, wrap in (("compute_advantage", _wrap_compute_advantage),
-                           ("compute_data_metrics", _wrap_compute_data_metrics)):
-            current = getattr(module, name)
+        if module.__name__ == V1_TRAINER_MODULE:
+            targets = ((module.PPOTrainer, "_compute_advantage", _wrap_v1_compute_advantage),)
+        else:
+            targets = ((module, "compute_advantage", _wrap_compute_advantage),
+                       (module, "compute_data_metrics", _wrap_compute_data_metrics))
+        for owner, name, wrap in targets:
+            current = getattr(owner, name)
             if not hasattr(current, _WRAPPED):
-                setattr(module, name, wrap(current))
+                setattr(owner, name, wrap(current))
+
+
+def install(trainer_module: ModuleType | None = None) -> None:
+    """Wrap verl's functions (idempotent, thread-safe): those of ``trainer_module`` (``ray_trainer`` or v1's
+    ``trainer_base``), or, without one, of both (importing them)."""
+    if trainer_module is not None:
+        _install(trainer_module)
+        return
+    for name in (TRAINER_MODULE, V1_TRAINER_MODULE):  # ray_trainer first: v1's utils bind its compute_advantage
+        _install(importlib.import_module(name))
 
 
 class _InstallingLoader(importlib.abc.Loader):
@@ -134,7 +172,7 @@ class _InstallingLoader(importlib.abc.Loader):
 
 class _TrainerImportHook(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TRAINER_MODULE:
+        if fullname not in (TRAINER_MODULE, V1_TRAINER_MODULE):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
@@ -144,10 +182,11 @@ class _TrainerImportHook(importlib.abc.MetaPathFinder):
 
 
 def install_on_import() -> None:
-    """Install now if verl's trainer module is loaded, else when it is first imported (once per process)."""
+    """Install into verl's trainer modules already loaded, and into the others when they are first imported."""
     with _lock:
-        if TRAINER_MODULE not in sys.modules:
-            if not any(isinstance(finder, _TrainerImportHook) for finder in sys.meta_path):
-                sys.meta_path.insert(0, _TrainerImportHook())
-            return
-    install(sys.modules[TRAINER_MODULE])
+        if not any(isinstance(finder, _TrainerImportHook) for finder in sys.meta_path):
+            sys.meta_path.insert(0, _TrainerImportHook())
+    for name in (TRAINER_MODULE, V1_TRAINER_MODULE):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "PPOTrainer" if name == V1_TRAINER_MODULE else "compute_advantage"):
+            _install(module)
