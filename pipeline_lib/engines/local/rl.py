@@ -236,7 +236,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
             "step": step, "critic/score/mean": float(rewards[policy].mean()),
             "response_length/mean": float(lengths.mean()),
             **{key: sum(values) / len(values) for key, values in update.items()},  # mean over minibatch updates
-            "actor/entropy": float(old_entropy.sum() / response_mask.sum()),  # token mean over the update batch
+            "actor/entropy": float(old_entropy.sum() / response_mask.sum().clamp(min=1)),  # token mean, update batch
             "timing_s/step": t2 - t0, "timing_s/update_actor": t2 - t1,
             **group_step_metrics(correct[policy], advantages[policy].abs(), lengths, group_ids[policy], chosen),
             **batch.metrics,
