@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 import yaml
-from pipeline_lib.engines.local.model import encode_prompts
+from pipeline_lib.model import encode_prompts
 
 from pipeline_lib.engines.local.common import LazyPromptIds
 

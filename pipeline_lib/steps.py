@@ -270,7 +270,7 @@ def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
 
 def dataset_pattern(config: Mapping[str, Any], with_reference_prompts: bool) -> str:
     """The configured paper datasets whose build writes ``rl_sim_train`` (prompts with an expert answer, where the RL
-    prompts have none: :data:`~pipeline_lib.specs.PROMPTS_WITHOUT_REFERENCE`), or those that do not."""
+    prompts have none: :data:`~pipeline_lib.plan.settings.PROMPTS_WITHOUT_REFERENCE`), or those that do not."""
     return pattern(name for name in config["data"]["datasets"]
                    if (name in PROMPTS_WITHOUT_REFERENCE) == with_reference_prompts)
 

@@ -20,6 +20,8 @@ import importlib.util
 import json
 import logging
 import math
+import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -165,29 +167,38 @@ class _Wandb:
         self.run.finish()
 
 
+def mlflow_key(key: str) -> str:
+    r"""A metric name as MLflow accepts it, by verl's rule (``_MlflowLoggingAdapter``): ``@`` -> ``_at_``, repeated
+    slashes -> one, any other character outside ``[/\w.\- :]`` -> ``_`` (``val_pass@1`` -> ``val_pass_at_1``)."""
+    return re.sub(r"[^/\w.\- :]", "_", re.sub(r"/+", "/", key.replace("@", "_at_")))
+
+
 class _Mlflow:
-    """verl's settings: ``MLFLOW_TRACKING_URI`` (default ``sqlite:////tmp/mlruns.db``), project = experiment."""
+    """verl's settings: ``MLFLOW_TRACKING_URI`` (default ``sqlite:////tmp/mlruns.db``, a local file), project =
+    experiment. Writes through an explicit client and run id (no process-global active run)."""
 
     def __init__(self, settings: TrackingSettings) -> None:
-        import mlflow
+        from mlflow.tracking import MlflowClient
 
-        mlflow.set_tracking_uri(env("MLFLOW_TRACKING_URI") or "sqlite:////tmp/mlruns.db")
-        experiment = mlflow.set_experiment(settings.project)
-        mlflow.start_run(experiment_id=experiment.experiment_id, run_name=settings.experiment)
+        self.client = MlflowClient(env("MLFLOW_TRACKING_URI") or "sqlite:////tmp/mlruns.db")
+        experiment = self.client.get_experiment_by_name(settings.project)
+        experiment_id = (experiment.experiment_id if experiment is not None
+                         else self.client.create_experiment(settings.project))
+        self.run_id = self.client.create_run(experiment_id, run_name=settings.experiment).info.run_id
 
     def log(self, data: dict[str, float], step: int) -> None:
-        import mlflow
+        from mlflow.entities import Metric
 
-        mlflow.log_metrics(data, step=step)
+        stamp = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(mlflow_key(k), v, stamp, step) for k, v in data.items()])
 
     def close(self) -> None:
-        import mlflow
-
-        mlflow.end_run()
+        self.client.set_terminated(self.run_id)
 
 
 class _Swanlab:
-    """verl's settings: ``SWANLAB_LOG_DIR`` (default ``swanlog``), ``SWANLAB_MODE`` (default ``cloud``)."""
+    """verl's settings and call: ``SWANLAB_LOG_DIR`` (default ``swanlog``), ``SWANLAB_MODE`` (default ``cloud``,
+    which needs an account; ``offline`` writes only the local log directory, ``swanlab sync`` uploads it)."""
 
     def __init__(self, settings: TrackingSettings) -> None:
         import swanlab
@@ -204,6 +215,9 @@ class _Swanlab:
 
 
 class _Trackio:
+    """verl's call: a local SQLite store per project under ``TRACKIO_DIR`` (default
+    ``~/.cache/huggingface/trackio``); ``trackio show`` opens it."""
+
     def __init__(self, settings: TrackingSettings) -> None:
         import trackio
 

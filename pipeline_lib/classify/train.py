@@ -6,7 +6,8 @@
 Writes ``metrics.jsonl`` (one line per evaluation), ``checkpoint.pt`` every
 ``checkpoint_every`` steps (model, optimizer, scheduler, RNG, step), and at the final step
 ``final.pt`` (the model's state dict) and ``DONE.json``. A killed run restarts from its
-checkpoint and ends at the same step; a finished run's checkpoint is removed.
+checkpoint and ends at the same step; a finished run's checkpoint is removed. With ``--tracking`` every
+``metrics.jsonl`` record also goes to the run's tracking backends as it is written (``docs/tracking.md``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
 from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 log = logging.getLogger("pipeline_lib.classify.train")
 
@@ -81,7 +83,8 @@ def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
     generator.set_state(state["rollouts"])
 
 
-def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_dir: Path, progress: bool = True) -> Path:
+def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_dir: Path, progress: bool = True,
+          tracking: TrackingSettings | None = None) -> Path:
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed}
@@ -118,7 +121,7 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
                file=sys.stderr)
     started = time.time()
     # cut back to the checkpoint, so a resumed log matches (a fresh start, which writes step 0, keeps nothing)
-    metrics_file = MetricsLog(metrics_path, step if state is not None else -1)
+    metrics_file = MetricsLog(metrics_path, step if state is not None else -1, tracking)  # + live tracking
     try:
         if step == 0:
             metrics_file.write({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)})
@@ -177,9 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir)
+    train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir,
+          tracking=args.tracking)
     return 0
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.advantages import group_advantages
+from pipeline_lib.group_metrics import PASS_RATE_BINS
 from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
@@ -29,8 +30,6 @@ from pipeline_lib.provenance import write_provenance
 log = logging.getLogger("pipeline_lib.paper.results")
 
 # Row labels and order come from the method registry (pipeline_lib.plan.registry): one entry per method.
-#: Pass-rate bins of the paper's gradient-allocation table.
-PASS_RATE_BINS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.0))
 
 
 def _run_identity(path: Path) -> dict[str, object]:

@@ -361,8 +361,9 @@ LAYOUTS: dict[str, Callable[[_Ctx, RunSpec], _Job]] = {
 
 # --- building runs -------------------------------------------------------------------------------------------------
 
-#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's).
-TRACKED_JOBS = ("train_local", "train_verl")
+#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's, TRL's Iterative
+#: DPO; the ImageNet study's runs get theirs in _imagenet_runs).
+TRACKED_JOBS = ("train_local", "train_verl", "train_trl")
 
 
 def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
@@ -465,7 +466,9 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
                                 args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
                                       "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
-                                spec=spec, study="imagenet"))
+                                spec=spec, study="imagenet",
+                                tracking=TrackingSettings.for_run(config, f"imagenet/{name}/seed{seed}")
+                                if "tracking" in config else None))
     return runs
 
 

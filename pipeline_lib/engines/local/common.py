@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import numpy as np
 import torch
 
 from pipeline_lib.checkpoint import ConfigMismatchError, load_torch_state
+from pipeline_lib.model import encode_prompts
 
 __all__ = ["LazyPromptIds", "TrainingCheckpoint", "cosine_with_warmup"]
 
@@ -40,8 +42,6 @@ class LazyPromptIds(Sequence[list[int]]):
 
     def __getitem__(self, row: int) -> list[int]:  # type: ignore[override]  (rows only, no slices)
         if row not in self._ids:
-            from pipeline_lib.engines.local.model import encode_prompts
-
             self._ids[row] = encode_prompts(self._tokenizer, [[dict(m) for m in self._prompts[row]]])[0]
         return self._ids[row]
 

@@ -33,14 +33,22 @@ from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import LazyPromptIds, TrainingCheckpoint
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
+from pipeline_lib.group_metrics import group_step_metrics
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
-from pipeline_lib.model import generate, load_model, pack, response_logprobs, save_model_atomic
+from pipeline_lib.model import (
+    generate,
+    load_model,
+    pack,
+    response_logprobs,
+    response_logprobs_and_entropy,
+    save_model_atomic,
+)
 from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
-__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "chosen_summary", "rollout_rewards", "train_rl"]
+__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
 
 log = logging.getLogger("pipeline_lib.engines.local.rl")
 
@@ -179,7 +187,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         log.info("resuming RL from step %d", step)
     metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
     rollouts = MetricsLog(run_dir / "rollouts.jsonl", step)
-    group_size, batch_prompts = spec["group_size"], spec["prompts_per_step"]
+    batch_prompts = spec["prompts_per_step"]
     adv_params = spec.get("advantage_params", {})
     started = time.time()
     bar = tqdm(total=spec["steps"], initial=step, desc=f"{method.kind} {spec['advantage']} {data.parent.name} "
@@ -197,7 +205,8 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         chosen = advantage_diagnostics(spec["advantage"], rewards, group_ids, **adv_params)  # e.g. softmax_ess's tau
         ids, attention, response_mask = pack(batch.prompt_ids, batch.responses, tokenizer.pad_token_id)
         with torch.no_grad():
-            old_logprobs = response_logprobs(model, ids, attention, response_mask)
+            # the old policy's entropy, from the same logits: verl's actor/entropy (computed with its old log-probs)
+            old_logprobs, old_entropy = response_logprobs_and_entropy(model, ids, attention, response_mask)
             ref_logprobs = response_logprobs(reference, ids, attention, response_mask) if reference else None
         t1 = time.perf_counter()
         n_groups = int(group_ids.max()) + 1
@@ -221,18 +230,15 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         bar.update(1)
         policy = slice(0, batch.n_policy)
         lengths = response_mask[policy].sum(-1)
-        pass_rate = correct[policy].view(batch_prompts, group_size).mean(1)
         # verl's names where verl logs the same quantity, ours under softmaxgrpo/ (docs/tracking.md)
         metrics.write({
             "step": step, "critic/score/mean": float(rewards[policy].mean()),
             "response_length/mean": float(lengths.mean()),
             **{key: sum(values) / len(values) for key, values in update.items()},  # mean over minibatch updates
+            "actor/entropy": float(old_entropy.sum() / response_mask.sum().clamp(min=1)),  # token mean, update batch
             "timing_s/step": t2 - t0, "timing_s/update_actor": t2 - t1,
-            "softmaxgrpo/pass_rate": float(correct[policy].mean()),
-            "softmaxgrpo/groups_all_correct": float((pass_rate == 1).float().mean()),
-            "softmaxgrpo/groups_all_wrong": float((pass_rate == 0).float().mean()),
-            "softmaxgrpo/abs_advantage_mean": float(advantages[policy].abs().mean()),
-            **chosen_summary(chosen, group_ids[policy]), **batch.metrics,
+            **group_step_metrics(correct[policy], advantages[policy].abs(), lengths, group_ids[policy], chosen),
+            **batch.metrics,
             # verifier items that timed out / failed this step (scored 0, never silently as wrong answers)
             **{f"softmaxgrpo/reward_{kind}": count - health[kind] for kind, count in reward_health().items()},
         })
@@ -257,16 +263,6 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
                      inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
                      params={"spec": spec}, config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done
-
-
-def chosen_summary(chosen: dict[str, list[float | None]], group_ids: torch.Tensor) -> dict[str, float]:
-    """A step's summary of what the estimator chose per group (softmax_ess's tau, ``rollouts.jsonl`` has each):
-    ``softmaxgrpo/tau/median``, the median over the groups that have one (equal rewards: none)."""
-    per_group: dict[int, float | None] = {}
-    for group, tau in zip(group_ids.tolist(), chosen.get("tau", []), strict=False):  # policy rollouts come first
-        per_group.setdefault(group, tau)
-    taus = [tau for tau in per_group.values() if tau is not None]
-    return {"softmaxgrpo/tau/median": float(torch.tensor(taus).median())} if taus else {}
 
 
 def rl_settings(spec: RunSpec) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.plan.spec import RunSpec
+from pipeline_lib.tracking import Tracker, TrackingSettings, add_tracking_argument
 
 __all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
 
@@ -197,8 +198,29 @@ def _publish_copy(source: Path, target: Path) -> Path:
     return target
 
 
+def round_records(run_dir: Path, spec: Mapping[str, Any], r: int) -> list[dict[str, Any]]:
+    """Round ``r``'s ``metrics.jsonl`` records: TRL's log lines (``loss``, ``rewards/margins``...) at the run's
+    global step, with ``round``, ``margin`` and ``accuracy``."""
+    train_log = run_dir / "rounds" / f"round{r}" / "model" / "train_log.jsonl"
+    return [{**entry, "step": (r - 1) * spec["steps_per_round"] + int(entry["step"]), "round": r,
+             "margin": entry.get("rewards/margins"), "accuracy": entry.get("rewards/accuracies")}
+            for entry in (json.loads(line) for line in train_log.read_text().splitlines() if line.strip())]
+
+
+def _track_round(tracker: Tracker | None, run_dir: Path, spec: Mapping[str, Any], summary: Mapping[str, Any]) -> None:
+    """A finished round's curve to the tracking backends: its training steps, then its validation accuracy at its
+    last step (``val/pass_at_1_greedy``: a name every backend keeps as it is)."""
+    if tracker is None:
+        return
+    records = round_records(run_dir, spec, summary["round"])
+    for record in records:
+        tracker.log(record)
+    tracker.log({"step": summary["round"] * spec["steps_per_round"],
+                 "val/pass_at_1_greedy": summary["validation_pass@1_greedy"]})
+
+
 def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Path, init: Path, run_dir: Path,
-                        seed: int) -> Path:
+                        seed: int, tracking: TrackingSettings | None = None) -> Path:
     """Run (or resume) every round, pick the best on the validation prompts, publish ``final/`` and ``DONE.json``."""
     import pandas as pd
     import torch
@@ -227,12 +249,15 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
     n_train = len(frame) - spec["validation_prompts"]
     validation = list(range(n_train, len(frame)))
     summaries: list[dict[str, Any]] = []
+    # rounds are the unit of resume: the store is rebuilt from the finished rounds, then grows a round at a time
+    tracker = Tracker(tracking) if tracking is not None else None
     for r in range(1, spec["rounds"] + 1):
         round_dir = run_dir / "rounds" / f"round{r}"
         summary_path = round_dir / "round.json"
         summary = read_json_state(summary_path)  # an unreadable one is set aside: the round's last part reruns
         if isinstance(summary, dict):
             summaries.append(summary)
+            _track_round(tracker, run_dir, spec, summary)
             continue
         round_dir.mkdir(parents=True, exist_ok=True)
         start = run_dir / "rounds" / f"round{r - 1}" / "model" if r > 1 else init
@@ -256,13 +281,10 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
         write_json(summary_path, summary)
         log.info("round %d: validation pass@1 %.3f (%s)", r, accuracy, summary_path)
         summaries.append(summary)
-    lines = []
-    for r in range(1, spec["rounds"] + 1):
-        train_log = run_dir / "rounds" / f"round{r}" / "model" / "train_log.jsonl"
-        for entry in (json.loads(line) for line in train_log.read_text().splitlines() if line.strip()):
-            lines.append(json.dumps({**entry, "step": (r - 1) * spec["steps_per_round"] + int(entry["step"]),
-                                     "round": r, "margin": entry.get("rewards/margins"),
-                                     "accuracy": entry.get("rewards/accuracies")}))
+        _track_round(tracker, run_dir, spec, summary)
+    if tracker is not None:
+        tracker.close()
+    lines = [json.dumps(record) for r in range(1, spec["rounds"] + 1) for record in round_records(run_dir, spec, r)]
     metrics = run_dir / "metrics.jsonl"
     write_text(metrics, "".join(line + "\n" for line in lines))
     best = max(summaries, key=lambda s: (s["validation_pass@1_greedy"], -s["round"]))
@@ -291,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--init", type=Path, required=True, help="the SFT model (round 1's start and reference)")
     run.add_argument("--run-dir", type=Path, required=True)
     run.add_argument("--seed", type=int, required=True)
+    add_tracking_argument(run)
     generate = commands.add_parser("generate", help="child step: one generation per prompt")
     generate.add_argument("--model", type=Path, required=True)
     generate.add_argument("--spec", required=True, help="JSON generation settings (eval backend spec)")
@@ -307,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         absolute = {k: getattr(args, k).resolve() for k in ("data", "demonstrations", "init", "run_dir")}
-        train_iterative_dpo(dpo_settings(RunSpec.from_json(args.spec)), seed=args.seed, **absolute)
+        train_iterative_dpo(dpo_settings(RunSpec.from_json(args.spec)), seed=args.seed, tracking=args.tracking,
+                            **absolute)
     elif args.command == "generate":
         generate_file(args.model, json.loads(args.spec), args.prompts, args.out, args.seed, args.greedy)
     else:

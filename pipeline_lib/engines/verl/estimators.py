@@ -27,6 +27,7 @@ check_verl_version()  # before touching verl's API (the pin: pipeline_lib.engine
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est  # noqa: E402
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
+from pipeline_lib.engines.verl.step_metrics import install_on_import  # noqa: E402
 from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED  # noqa: E402
 
 __all__ = ["ESTIMATORS", "group_index", "register"]
@@ -80,9 +81,12 @@ def register() -> None:
     """Register every estimator once (idempotent: a second import must not trip verl's duplicate check); one the
     method registry gained since (a test's toy estimator) is registered by a second call."""
     ESTIMATORS.update({entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours})
+    """Register every estimator once (idempotent: a second import must not trip verl's duplicate check), and arm
+    the trainer's live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) in this process."""
     for name, (method, keys) in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))
+    install_on_import()
 
 
 register()
