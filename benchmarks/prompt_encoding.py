@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 import yaml
-from pipeline_lib.model import encode_prompts
 
 from pipeline_lib.engines.local.common import LazyPromptIds
+from pipeline_lib.model import encode_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import torch
-from pipeline_lib.model import _token_entropy
 
 from pipeline_lib.advantages import advantage_diagnostics
 from pipeline_lib.checkpoint import MetricsLog
 from pipeline_lib.group_metrics import group_step_metrics
+from pipeline_lib.model import _token_entropy
 from pipeline_lib.tracking import TrackingSettings
 
 RECORD = {"critic/score/mean": 0.4, "response_length/mean": 12.0, "actor/pg_loss": 0.01, "actor/kl_loss": 0.002,

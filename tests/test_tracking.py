@@ -287,9 +287,10 @@ def test_every_verl_process_gets_the_curves_from_the_plugin():
 def test_actor_entropy_is_verls_entropy_of_the_old_policy_over_response_tokens(tiny):  # noqa: F811
     """The entropy the local engine logs comes from the log-prob pass's own logits, on both of its paths (a group
     sharing its prompt, and rows on their own); it equals verl's entropy_from_logits of a plain forward pass."""
-    from pipeline_lib.model import load_model, pack, response_logprobs, response_logprobs_and_entropy
     from transformers import AutoTokenizer
     from verl.utils.torch_functional import entropy_from_logits
+
+    from pipeline_lib.model import load_model, pack, response_logprobs, response_logprobs_and_entropy
 
     tokenizer, model = AutoTokenizer.from_pretrained(tiny / "init"), load_model(tiny / "init").eval()
     generator = torch.Generator().manual_seed(1)

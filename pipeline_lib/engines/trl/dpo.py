@@ -34,7 +34,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
+from pipeline_lib.engines.local.expert import expert_demonstrations
+from pipeline_lib.engines.local.rl import rollout_rewards
+from pipeline_lib.eval.backends import open_backend
+from pipeline_lib.io import write_json, write_text
 from pipeline_lib.plan.spec import RunSpec
+from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.tracking import Tracker, TrackingSettings, add_tracking_argument
 
 __all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
@@ -81,8 +87,6 @@ def generate_file(model: Path, generation: Mapping[str, Any], prompts: Path, out
     """One generation per prompt of ``prompts`` (JSONL of chat messages) -> ``out`` (JSONL text + tokens)."""
     import torch
 
-    from pipeline_lib.eval.backends import open_backend
-    from pipeline_lib.io import write_text
 
     messages = [json.loads(line) for line in prompts.read_text().splitlines() if line.strip()]
     with open_backend(model, dict(generation), seed, out.parent) as backend:
@@ -156,7 +160,6 @@ def _run(command: Sequence[str], label: str) -> None:
 
 def _generate(model: Path, spec: Mapping[str, Any], prompts: list[list[dict[str, str]]], out: Path, seed: int,
               greedy: bool, label: str) -> list[dict[str, Any]]:
-    from pipeline_lib.io import write_text
 
     if out.is_file():  # a resumed round: reuse its generations, or set an unreadable file aside and generate again
         lines = _read_generations(out, len(prompts), set_aside_if_bad=True)
@@ -174,7 +177,6 @@ def _generate(model: Path, spec: Mapping[str, Any], prompts: list[list[dict[str,
 
 def _read_generations(out: Path, expected: int, set_aside_if_bad: bool) -> list[dict[str, Any]] | None:
     """The generations of ``out``, one per prompt; an unreadable or short file is set aside (None) or an error."""
-    from pipeline_lib.checkpoint import set_aside
 
     try:
         lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -225,11 +227,6 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
     import pandas as pd
     import torch
 
-    from pipeline_lib.checkpoint import ConfigMismatchError, read_json_state, write_done
-    from pipeline_lib.engines.local.expert import expert_demonstrations
-    from pipeline_lib.engines.local.rl import rollout_rewards
-    from pipeline_lib.io import write_json, write_text
-    from pipeline_lib.provenance import config_digest, write_provenance
 
     started = time.time()
     gradient_accumulation(spec)  # fail before any generation on an impossible batch layout

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
 from pipeline_lib.engines.verl import check_verl_version
@@ -27,7 +26,7 @@ check_verl_version()  # before touching verl's API (the pin: pipeline_lib.engine
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est  # noqa: E402
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
-from pipeline_lib.engines.verl.step_metrics import install_on_import  # noqa: E402
+from pipeline_lib.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
 from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED  # noqa: E402
 
 __all__ = ["ESTIMATORS", "group_index", "register"]
@@ -36,12 +35,6 @@ __all__ = ["ESTIMATORS", "group_index", "register"]
 #: the method registry marks as ours (pipeline_lib.plan.registry.ESTIMATORS).
 ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
     entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours}
-
-
-def group_index(index: Any) -> torch.Tensor:
-    """verl's per-rollout prompt ``uid`` array (strings) -> contiguous integer group ids, vectorised."""
-    _, inverse = np.unique(np.asarray(index), return_inverse=True)
-    return torch.from_numpy(inverse.reshape(-1).astype(np.int64))
 
 
 def _params(name: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
@@ -79,10 +72,9 @@ def _make(name: str, method: str, keys: tuple[str, ...]) -> Callable[..., tuple[
 
 def register() -> None:
     """Register every estimator once (idempotent: a second import must not trip verl's duplicate check); one the
-    method registry gained since (a test's toy estimator) is registered by a second call."""
+    method registry gained since (a test's toy estimator) is registered by a second call. Also arms the trainer's
+    live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) in this process."""
     ESTIMATORS.update({entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours})
-    """Register every estimator once (idempotent: a second import must not trip verl's duplicate check), and arm
-    the trainer's live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) in this process."""
     for name, (method, keys) in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))

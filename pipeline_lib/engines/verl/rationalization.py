@@ -23,8 +23,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.engines.local.rationalization import assemble, hinted_prompts, rationalized_frame
 from pipeline_lib.engines.verl.translate import TrainPaths
+from pipeline_lib.eval.backends import open_backend
+from pipeline_lib.io import atomic_path
 from pipeline_lib.plan.spec import RunSpec
+from pipeline_lib.provenance import config_digest, write_provenance
 
 __all__ = ["annotate", "annotation_settings", "rationalization_paths"]
 
@@ -49,10 +53,6 @@ def annotate(spec: Mapping[str, Any], data: Path, model: str | Path, out: Path, 
     import pandas as pd
     import torch
 
-    from pipeline_lib.engines.local.rationalization import assemble, hinted_prompts, rationalized_frame
-    from pipeline_lib.eval.backends import open_backend
-    from pipeline_lib.io import atomic_path
-    from pipeline_lib.provenance import config_digest, write_provenance
 
     started = time.time()
     frame = pd.read_parquet(data)

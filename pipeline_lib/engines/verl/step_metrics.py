@@ -38,14 +38,22 @@ import torch
 
 from pipeline_lib.advantages import advantage_diagnostics
 from pipeline_lib.group_metrics import group_step_metrics
+from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED
 
-__all__ = ["TAU_KEY", "TRAINER_MODULE", "V1_TRAINER_MODULE", "install", "install_on_import", "verl_group_metrics"]
+__all__ = ["TAU_KEY", "TRAINER_MODULE", "V1_TRAINER_MODULE", "group_index", "install", "install_on_import",
+           "verl_group_metrics"]
 
 TRAINER_MODULE = "verl.trainer.ppo.ray_trainer"
 V1_TRAINER_MODULE = "verl.trainer.ppo.v1.trainer_base"
 #: The per-rollout array of the estimator's chosen temperature (NaN where a group has none) in ``non_tensor_batch``.
 TAU_KEY = "softmaxgrpo_tau"
 _WRAPPED = "__softmaxgrpo_wrapped__"
+
+
+def group_index(index: Any) -> torch.Tensor:
+    """verl's per-rollout prompt ``uid`` array (strings) -> contiguous integer group ids, vectorised."""
+    _, inverse = np.unique(np.asarray(index), return_inverse=True)
+    return torch.from_numpy(inverse.reshape(-1).astype(np.int64))
 _lock = threading.Lock()
 #: The metrics dict of the v1 trainer step whose ``_compute_advantage`` is running in this thread / task.
 _step_metrics: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("softmaxgrpo_step_metrics",
@@ -54,12 +62,11 @@ _step_metrics: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Conte
 
 def _estimator_choices(data: Any, adv_estimator: Any, config: Mapping[str, Any] | None) -> np.ndarray | None:
     """Per-rollout tau of one of our estimators that chooses it (None for every other estimator)."""
-    from pipeline_lib.engines.verl.estimators import ESTIMATORS, group_index
-
     name = getattr(adv_estimator, "value", adv_estimator)
-    if name not in ESTIMATORS or "uid" not in data.non_tensor_batch or config is None:
+    ours = {entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours}
+    if name not in ours or "uid" not in data.non_tensor_batch or config is None:
         return None
-    method, keys = ESTIMATORS[name]
+    method, keys = ours[name]
     params = {key: float(config.get(key)) for key in keys}  # present: the estimator itself has just read them
     rewards = data.batch["token_level_rewards"].sum(dim=-1)
     chosen = advantage_diagnostics(method, rewards, group_index(data.non_tensor_batch["uid"]), **params)
@@ -74,8 +81,6 @@ def verl_group_metrics(data: Any) -> dict[str, float]:
     Correctness is the reward's ``acc`` where it returned one (verl stores it in ``non_tensor_batch``), else
     score >= 1, as on the local engine; |A_i| is the mean |advantage| over the rollout's response tokens.
     """
-    from pipeline_lib.engines.verl.estimators import group_index
-
     if "uid" not in data.non_tensor_batch or "advantages" not in data.batch.keys():  # noqa: SIM118 (TensorDict)
         return {}
     mask = data.batch["response_mask"].to(torch.float32)

@@ -33,9 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.engines.verl.cpu import ROLLOUT_NAME, cpu_enabled
 from pipeline_lib.engines.verl.translate import plan_overrides
 from pipeline_lib.io import write_json
 from pipeline_lib.plan import Plan, plan_runs
+from pipeline_lib.rewards import available_rewards
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -102,7 +104,6 @@ def _check_estimator(config: Any) -> None:
 def _check_reward(config: Any) -> None:
     from verl.utils.import_utils import load_extern_object
 
-    from pipeline_lib.rewards import available_rewards
 
     section = config.reward.custom_reward_function
     fn = load_extern_object(module_path=section.path, object_name=section.name)
@@ -171,7 +172,6 @@ def _check_distillation(config: Any) -> None:
                          f"({section.nnodes}) must be > 0: the teacher needs its own resource pool")
     built = omega_conf_to_dataclass(section)
     engine = config.actor_rollout_ref.rollout.name
-    from pipeline_lib.engines.verl.cpu import ROLLOUT_NAME, cpu_enabled
 
     engines = ("vllm", "sglang", *((ROLLOUT_NAME,) if cpu_enabled() else ()))  # the preflight's CPU rollout too
     for key, teacher in built.teacher_models.items():
