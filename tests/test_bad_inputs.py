@@ -232,7 +232,8 @@ def package_copy(tmp_path):
         "import pandas as pd\n"
         "from pipeline_lib.provenance import write_provenance\n"
         "pd.DataFrame({'x': [1]}).to_parquet('features.parquet')\n"
-        "write_provenance(['features.parquet'], step='features', inputs=['raw.csv'], entry='pipeline_lib.theory')\n"
+        "write_provenance(['features.parquet'], step='features', inputs=['raw.csv'],"
+        " entry='pipeline_lib.theory.formulas')\n"
         "Path('table.tex').write_text('table')\n"
         "write_provenance(['table.tex'], step='table', inputs=['features.parquet'])\n"  # whole-package digest
     )
@@ -249,13 +250,14 @@ def package_copy(tmp_path):
 def test_audit_flags_outputs_made_with_older_code(package_copy):
     package, _work, audit = package_copy
     assert audit().returncode == 0, audit().stdout
-    with open(package / "theory.py", "a") as handle:
+    with open(package / "theory" / "formulas.py", "a") as handle:
         handle.write("\nEDITED = True\n")
     result = audit()
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if "made with older code" in line]
-    # both steps imported theory.py: the features step (entry pipeline_lib.theory) and the table (whole package)
-    assert len(problems) == 2 and all("changed pipeline_lib/theory.py" in line for line in problems), result.stdout
+    # both steps imported theory/formulas.py: the features step (its entry) and the table (whole package)
+    changed = "changed pipeline_lib/theory/formulas.py"
+    assert len(problems) == 2 and all(changed in line for line in problems), result.stdout
 
 
 def test_audit_flags_an_untracked_new_module(package_copy):
@@ -263,7 +265,7 @@ def test_audit_flags_an_untracked_new_module(package_copy):
     (package / "helpers_new.py").write_text("VALUE = 1\n")
     result = audit()
     assert result.returncode == 1 and "new pipeline_lib/helpers_new.py" in result.stdout, result.stdout
-    # only the whole-package step is stale: pipeline_lib.theory does not import the new module
+    # only the whole-package step is stale: pipeline_lib.theory.formulas does not import the new module
     assert sum("made with older code" in line for line in result.stdout.splitlines()) == 1
 
 

@@ -440,7 +440,7 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
 
     prompts = {"config/prompts/meetingbank.txt", "config/prompts/poetry.txt"}
     assert prompts <= set(code_modules("pipeline_lib.judge.score"))
-    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory"))
+    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory.formulas"))
 
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "pipeline_lib", root / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
@@ -451,7 +451,7 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
               "Path('scores.jsonl').write_text('{}\\n')\n"
               "write_provenance(['scores.jsonl'], step='judge_score', entry='pipeline_lib.judge.score')\n"
               "Path('theory.csv').write_text('x\\n')\n"
-              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory')\n")
+              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory.formulas')\n")
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", script], cwd=work, env=env, check=True, timeout=120)
 

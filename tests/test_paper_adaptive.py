@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib import theory
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.paper import adaptive
 from pipeline_lib.stats import paired_interval
+from pipeline_lib.theory import formulas
 
 TASK = "countdown_tiny"
 METHODS = {"softmax_ess": ("softmax_ess", {"ess_fraction": 0.5}), "softmax_exact": ("softmax", {"tau": 0.1}),
@@ -120,7 +120,7 @@ def test_allocation_shares_by_hand(tmp_path):
     frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"])
     # softmax_ess, f = 0.5: k = 1 solves ESS = 2 with c from App. A, sum |A| = 2 (4c / (c + 3) - 1);
     # k = 3 is unreachable (nu = 2 <= 3): MaxRL, sum |A| = 2. GRPO's z-scores are symmetric: 50/50.
-    c = math.exp(1 / theory.adaptive_tau(1, 4, 2.0))
+    c = math.exp(1 / formulas.adaptive_tau(1, 4, 2.0))
     hard = 2 * (4 * c / (c + 3) - 1)
     ours = frame[frame["row"] == "softmax_ess"].iloc[0]
     assert ours["bin1_mean"] == pytest.approx(hard / (hard + 2)) and ours["bin3_mean"] == pytest.approx(2 / (hard + 2))
@@ -142,7 +142,7 @@ def test_tau_data_reads_the_logged_tau_or_recomputes_it(runs, tmp_path):
     assert (logged.loc[edge, "state"] == "no signal").all()
     assert (logged.loc[~edge & (logged["pass_rate"] >= 0.5), "state"] == "limit").all()
     solved = logged[logged["state"] == "solved"]
-    expected = [theory.adaptive_tau(round(p * M), M, 2.0) for p in solved["pass_rate"]]
+    expected = [formulas.adaptive_tau(round(p * M), M, 2.0) for p in solved["pass_rate"]]
     np.testing.assert_allclose(solved["tau"], expected, rtol=1e-12)
     stripped = tmp_path / "results/train" / TASK / "softmax_ess_verl" / "seed0" / "rollouts.jsonl"
     stripped.parent.mkdir(parents=True)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from pipeline_lib import theory, theory_checks
 from pipeline_lib.advantages import group_advantages
-from pipeline_lib.theory_checks import CHECKS, VerificationSpec
+from pipeline_lib.theory import checks, formulas
+from pipeline_lib.theory.checks import CHECKS, VerificationSpec
 
 SPEC = VerificationSpec(group_size=8, mc_groups=50_000, seed=0)
 
@@ -38,34 +38,34 @@ def ess_registry(fraction_scale=1.0, scale=1.0):
 
 # check name -> (object to patch, attribute, replacement)
 BREAKAGES = {
-    "check_weights_centred": (theory_checks, "group_advantages", softmax_registry(scale=1.001)),
-    "check_exact_weight_mc": (theory, "omega_exact", scaled(theory.omega_exact, 1.05)),
-    "check_delta_gap": (theory, "delta_gap", scaled(theory.delta_gap, 1 + 1e-6)),
-    "check_bernstein_mc": (theory, "omega_exact", scaled(theory.omega_exact, 1.05)),
-    "check_h_derivative": (theory, "h_exact", scaled(theory.h_exact, 1.01)),
-    "check_easy_endpoint": (theory, "omega_exact", scaled(theory.omega_exact, 1.001)),
-    "check_maxrl_limit": (theory, "omega_maxrl", lambda T, p: theory_omega_maxrl(T + 1, p)),
-    "check_maxrl_estimator": (theory, "omega_maxrl", lambda T, p: theory_omega_maxrl(T + 1, p)),
-    "check_mean_field": (theory, "omega_mean_field", scaled(theory.omega_mean_field, 1.01)),
-    "check_high_temperature": (theory_checks, "group_advantages", softmax_registry(scale=1.01)),
-    "check_general_objective": (theory_checks, "group_advantages", softmax_registry(tau_scale=2.0)),
-    "check_nonconservative": (theory, "nonconservative_cross_partials",
+    "check_weights_centred": (checks, "group_advantages", softmax_registry(scale=1.001)),
+    "check_exact_weight_mc": (formulas, "omega_exact", scaled(formulas.omega_exact, 1.05)),
+    "check_delta_gap": (formulas, "delta_gap", scaled(formulas.delta_gap, 1 + 1e-6)),
+    "check_bernstein_mc": (formulas, "omega_exact", scaled(formulas.omega_exact, 1.05)),
+    "check_h_derivative": (formulas, "h_exact", scaled(formulas.h_exact, 1.01)),
+    "check_easy_endpoint": (formulas, "omega_exact", scaled(formulas.omega_exact, 1.001)),
+    "check_maxrl_limit": (formulas, "omega_maxrl", lambda T, p: theory_omega_maxrl(T + 1, p)),
+    "check_maxrl_estimator": (formulas, "omega_maxrl", lambda T, p: theory_omega_maxrl(T + 1, p)),
+    "check_mean_field": (formulas, "omega_mean_field", scaled(formulas.omega_mean_field, 1.01)),
+    "check_high_temperature": (checks, "group_advantages", softmax_registry(scale=1.01)),
+    "check_general_objective": (checks, "group_advantages", softmax_registry(tau_scale=2.0)),
+    "check_nonconservative": (formulas, "nonconservative_cross_partials",
                               lambda t: tuple(1.01 * v for v in theory_cross_partials(t))),
-    "check_variational": (theory_checks, "group_advantages", softmax_registry(tau_scale=1.1)),
-    "check_gaussian": (theory, "gaussian_log_partition", lambda *a: theory_gaussian(*a) + 0.01),
-    "check_noisy_envelope": (theory_checks, "group_advantages", softmax_registry(tau_scale=0.5)),
-    "check_noisy_omega": (theory, "omega_exact", scaled(theory.omega_exact, 1.5)),
-    "check_ess": (theory, "ess", scaled(theory.ess, 1.001)),
-    "check_ess_estimator_binary": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.001)),
-    "check_ess_estimator_scalar": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.001)),
-    "check_ess_reinforce_limit": (theory_checks, "group_advantages", ess_registry(scale=1.01)),
-    "check_ess_maxrl_limit": (theory_checks, "group_advantages", ess_registry(fraction_scale=1.01)),
-    "check_population_shapes": (theory, "omega_grpo", lambda p: theory_omega_grpo(p) ** 2),
+    "check_variational": (checks, "group_advantages", softmax_registry(tau_scale=1.1)),
+    "check_gaussian": (formulas, "gaussian_log_partition", lambda *a: theory_gaussian(*a) + 0.01),
+    "check_noisy_envelope": (checks, "group_advantages", softmax_registry(tau_scale=0.5)),
+    "check_noisy_omega": (formulas, "omega_exact", scaled(formulas.omega_exact, 1.5)),
+    "check_ess": (formulas, "ess", scaled(formulas.ess, 1.001)),
+    "check_ess_estimator_binary": (checks, "group_advantages", ess_registry(fraction_scale=1.001)),
+    "check_ess_estimator_scalar": (checks, "group_advantages", ess_registry(fraction_scale=1.001)),
+    "check_ess_reinforce_limit": (checks, "group_advantages", ess_registry(scale=1.01)),
+    "check_ess_maxrl_limit": (checks, "group_advantages", ess_registry(fraction_scale=1.01)),
+    "check_population_shapes": (formulas, "omega_grpo", lambda p: theory_omega_grpo(p) ** 2),
 }
-theory_omega_maxrl = theory.omega_maxrl
-theory_cross_partials = theory.nonconservative_cross_partials
-theory_gaussian = theory.gaussian_log_partition
-theory_omega_grpo = theory.omega_grpo
+theory_omega_maxrl = formulas.omega_maxrl
+theory_cross_partials = formulas.nonconservative_cross_partials
+theory_gaussian = formulas.gaussian_log_partition
+theory_omega_grpo = formulas.omega_grpo
 
 
 def test_every_check_has_a_breakage():

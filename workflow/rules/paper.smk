@@ -14,7 +14,7 @@ rule paper_theory_data:
             category="Theory",
         ),
     params:
-        code=code_digest("pipeline_lib.paper.theory"),
+        code=code_digest("pipeline_lib.theory.compute"),
         spec=json.dumps(config["theory"]),
         seed=config["seed"],
         config_sha256=CONFIG_SHA256,
@@ -25,7 +25,7 @@ rule paper_theory_data:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.paper.theory compute --spec {params.spec:q} --seed {params.seed}"
+        "python -m pipeline_lib.theory.compute --spec {params.spec:q} --seed {params.seed}"
         " --config-sha256 {params.config_sha256} --curves {output.curves} --weights {output.weights}"
         " --weight-view {output.weight_view} --verification-json {output.verification_json}"
         " --verification-md {output.verification_md} > {log} 2>&1"
@@ -67,7 +67,7 @@ rule paper_theory:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.paper.theory render --group-size {params.group_size}"
+        "python -m pipeline_lib.paper.theory --group-size {params.group_size}"
         " --curves {input.curves} --weights {input.weights} --weight-view {input.weight_view}"
         " --fig1a-png {output.fig1a_png} --fig1a-pdf {output.fig1a_pdf} --fig1b-png {output.fig1b_png}"
         " --fig1b-pdf {output.fig1b_pdf} --table-stem {params.table_stem} > {log} 2>&1"

@@ -1,7 +1,7 @@
 """Numerical verification of every equation of paper Sec. 3 and App. A.
 
 Each check compares two independently computed quantities: a closed form from
-:mod:`pipeline_lib.theory` against a Monte Carlo estimate, a finite difference,
+:mod:`pipeline_lib.formulas.formulas` against a Monte Carlo estimate, a finite difference,
 the advantage registry, or a brute-force search. Tolerances are stated per
 check (Monte Carlo ones as a multiple of the standard error plus any known
 finite-M bias), so every row can fail if either side is wrong.
@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from pipeline_lib import theory
 from pipeline_lib.advantages import ess_group_tau, group_advantages
+from pipeline_lib.theory import formulas
 
 __all__ = ["CHECKS", "CheckResult", "VerificationSpec", "run_checks"]
 
@@ -88,7 +88,7 @@ def check_delta_gap(spec: VerificationSpec) -> CheckResult:
             with_failure = torch.tensor([1.0] * s + [0.0] * (M - s), dtype=torch.float64)
             b_s = _softmax_adv(with_success[None], tau)[0, 0]
             a_s = _softmax_adv(with_failure[None], tau)[0, -1]
-            worst = max(worst, abs(float(b_s - a_s) - float(theory.delta_gap(M, tau, s))))
+            worst = max(worst, abs(float(b_s - a_s) - float(formulas.delta_gap(M, tau, s))))
     return _result("eq:app_sage_delta", "Delta_s = b_s - a_s in closed form",
                    "advantages of a success/failure in explicit groups via the registry", worst, 1e-12)
 
@@ -108,7 +108,7 @@ def check_exact_weight_mc(spec: VerificationSpec) -> CheckResult:
     onehot_weight = torch.zeros(spec.mc_groups, len(logits), dtype=torch.float64).scatter_add_(1, actions, adv) / M
     per_group = onehot_weight - (adv.sum(1, keepdim=True) / M) * probs
     grad_p = probs * (correct.to(torch.float64) - p)
-    expected = float(theory.omega_exact(M, tau, p)) * grad_p
+    expected = float(formulas.omega_exact(M, tau, p)) * grad_p
     z = (per_group.mean(0) - expected).abs() / (per_group.std(0) / math.sqrt(spec.mc_groups))
     return _result("eq:sage_exact_weight", "E[grad J_uc] = omega_{M,tau}(p) grad p",
                    f"score-function Monte Carlo, categorical policy, {spec.mc_groups} groups (max |z| over logits)",
@@ -119,8 +119,8 @@ def check_bernstein_mc(spec: VerificationSpec) -> CheckResult:
     worst = 0.0
     for tau in (0.1, 1.0):
         for p in (0.1, 0.5, 0.9):
-            mc = theory.omega_monte_carlo("softmax", spec.group_size, p, spec.mc_groups, spec.seed + 2, tau=tau)
-            worst = max(worst, _z(mc["omega"] - float(theory.omega_exact(spec.group_size, tau, p)), mc["omega_se"]))
+            mc = formulas.omega_monte_carlo("softmax", spec.group_size, p, spec.mc_groups, spec.seed + 2, tau=tau)
+            worst = max(worst, _z(mc["omega"] - float(formulas.omega_exact(spec.group_size, tau, p)), mc["omega_se"]))
     return _result("eq:app_sage_bernstein", "omega_{M,tau} is the Bernstein polynomial of the gaps",
                    "binary-group Monte Carlo covariance estimator (max |z|, tau in {0.1,1}, p in {.1,.5,.9})",
                    worst, Z_LIMIT)
@@ -131,16 +131,16 @@ def check_h_derivative(spec: VerificationSpec) -> CheckResult:
     step = 1e-5
     worst, M = 0.0, spec.group_size
     for tau in (0.1, 0.3, 1.0, 10.0):
-        fd = (theory.h_exact(M, tau, p + step) - theory.h_exact(M, tau, p - step)) / (2 * step)
-        worst = max(worst, float(np.max(np.abs(fd - theory.omega_exact(M, tau, p)))))
-        worst = max(worst, abs(float(theory.h_exact(M, tau, 0.0))))
+        fd = (formulas.h_exact(M, tau, p + step) - formulas.h_exact(M, tau, p - step)) / (2 * step)
+        worst = max(worst, float(np.max(np.abs(fd - formulas.omega_exact(M, tau, p)))))
+        worst = max(worst, abs(float(formulas.h_exact(M, tau, 0.0))))
     return _result("eq:app_sage_h_closed_form", "h'_{M,tau} = omega_{M,tau} and h(0) = 0",
                    "central finite differences of the incomplete-beta closed form", worst, 1e-6)
 
 
 def check_easy_endpoint(spec: VerificationSpec) -> CheckResult:
     M = spec.group_size
-    worst = max(abs(float(theory.omega_exact(M, tau, 1.0)) - (1 - M / (1 + (M - 1) * math.exp(1 / tau))))
+    worst = max(abs(float(formulas.omega_exact(M, tau, 1.0)) - (1 - M / (1 + (M - 1) * math.exp(1 / tau))))
                 for tau in (0.1, 0.3, 1.0, 10.0))
     return _result("eq:app_sage_easy_endpoint", "omega_{M,tau}(1) = 1 - M/(1 + (M-1)e^{1/tau}), finite",
                    "Bernstein form at p = 1 vs the endpoint formula", worst, 1e-12)
@@ -149,7 +149,7 @@ def check_easy_endpoint(spec: VerificationSpec) -> CheckResult:
 def check_maxrl_limit(spec: VerificationSpec) -> CheckResult:
     p = np.linspace(0.0, 1.0, 101)
     M = spec.group_size
-    error = float(np.max(np.abs(theory.omega_exact(M, 1e-3, p) - theory.omega_maxrl(M - 1, p))))
+    error = float(np.max(np.abs(formulas.omega_exact(M, 1e-3, p) - formulas.omega_maxrl(M - 1, p))))
     return _result("eq:sage_maxrl", "tau -> 0 gives MaxRL weighting with T = M - 1",
                    "omega_exact at tau = 1e-3 vs (1 - (1-p)^{M-1})/p on 101 points", error, 1e-9)
 
@@ -157,8 +157,8 @@ def check_maxrl_limit(spec: VerificationSpec) -> CheckResult:
 def check_maxrl_estimator(spec: VerificationSpec) -> CheckResult:
     worst = 0.0
     for p in (0.1, 0.5, 0.9):
-        mc = theory.omega_monte_carlo("maxrl", spec.group_size, p, spec.mc_groups, spec.seed + 3)
-        worst = max(worst, _z(mc["omega"] - float(theory.omega_maxrl(spec.group_size - 1, p)), mc["omega_se"]))
+        mc = formulas.omega_monte_carlo("maxrl", spec.group_size, p, spec.mc_groups, spec.seed + 3)
+        worst = max(worst, _z(mc["omega"] - float(formulas.omega_maxrl(spec.group_size - 1, p)), mc["omega_se"]))
     return _result("tab:weight_view (MaxRL row)", "the MaxRL estimator with M rollouts has weight MaxRL(T = M - 1)",
                    "Monte Carlo of the registry's maxrl advantages (max |z|)", worst, Z_LIMIT)
 
@@ -168,7 +168,7 @@ def check_mean_field(spec: VerificationSpec) -> CheckResult:
     p = np.linspace(0.1, 1.0, 46)
 
     def gap(M: int) -> float:
-        return max(float(np.max(np.abs(theory.omega_exact(M, tau, p) / theory.omega_mean_field(tau, p) - 1)))
+        return max(float(np.max(np.abs(formulas.omega_exact(M, tau, p) / formulas.omega_mean_field(tau, p) - 1)))
                    for tau in (0.1, 0.3, 1.0))
 
     coarse, fine = gap(1024), gap(4096)
@@ -184,7 +184,7 @@ def check_high_temperature(spec: VerificationSpec) -> CheckResult:
     tau = 1e4
     adv_error = (tau * _softmax_adv(rewards, tau) - (rewards - rewards.mean(1, keepdim=True))).abs().max().item()
     M = spec.group_size
-    omega_error = float(np.max(np.abs(tau * theory.omega_exact(M, tau, np.linspace(0, 1, 11)) - (M - 1) / M)))
+    omega_error = float(np.max(np.abs(tau * formulas.omega_exact(M, tau, np.linspace(0, 1, 11)) - (M - 1) / M)))
     return _result("eq:app_sage_hitemp", "tau A_i -> R_i - mean(R) and tau omega -> (M-1)/M as tau -> inf",
                    f"registry and Bernstein form at tau = {tau:g} (error is O(1/tau))",
                    max(adv_error, omega_error), 10.0 / tau)
@@ -233,7 +233,7 @@ def check_general_objective(spec: VerificationSpec) -> CheckResult:
 
 def check_nonconservative(spec: VerificationSpec) -> CheckResult:
     t = np.array([1.0, 2.0, 4.0])
-    d13, d23 = theory.nonconservative_cross_partials(t)
+    d13, d23 = formulas.nonconservative_cross_partials(t)
     step = 1e-6
     base = np.array([0.3, 0.3, 0.4])
 
@@ -243,7 +243,7 @@ def check_nonconservative(spec: VerificationSpec) -> CheckResult:
         up[2] -= step
         down[j] -= step
         down[2] += step
-        m_up, m_down = theory.m_coefficients(t, up), theory.m_coefficients(t, down)
+        m_up, m_down = formulas.m_coefficients(t, up), formulas.m_coefficients(t, down)
         return ((m_up[k] - m_up[2]) - (m_down[k] - m_down[2])) / (2 * step)
 
     error = max(abs(d13 + 1 / 15), abs(d23 - 1 / 15), abs(diff(0, 1) - d13), abs(diff(1, 0) - d23))
@@ -279,8 +279,8 @@ def check_gaussian(spec: VerificationSpec) -> CheckResult:
     log_z_se = (x.std() / x.mean()).item() / math.sqrt(len(x))
     ess_ratio = (x.mean().square() / x.square().mean()).item()
     ess_se = 2 * (x.square().std() / x.square().mean()).item() / math.sqrt(len(x))  # delta-method bound
-    z = max(abs(log_z - theory.gaussian_log_partition(mu, sigma, tau)) / log_z_se,
-            abs(ess_ratio - theory.gaussian_ess_ratio(sigma, tau)) / ess_se)
+    z = max(abs(log_z - formulas.gaussian_log_partition(mu, sigma, tau)) / log_z_se,
+            abs(ess_ratio - formulas.gaussian_ess_ratio(sigma, tau)) / ess_se)
     return _result("eq:app_gaussian_objective / eq:app_gaussian_ess",
                    "log Z = mu/tau + sigma^2/(2 tau^2) and ESS/M -> exp(-sigma^2/tau^2)",
                    "Monte Carlo over Gaussian rewards (max |z|)", z, Z_LIMIT)
@@ -311,7 +311,7 @@ def check_noisy_omega(spec: VerificationSpec) -> CheckResult:
     # |A_noisy - A_clean| <= M w0 (e^{2 delta/tau} - 1), which bounds |omega_noisy - omega| as below.
     w_clean = (_softmax_adv(clean, tau) + 1) / M
     bound = ((M * w_clean * (math.exp(2 * delta / tau) - 1) * (clean - p).abs()).mean(1) / (p * (1 - p))).mean().item()
-    gap = abs(omega_noisy - float(theory.omega_exact(M, tau, p)))
+    gap = abs(omega_noisy - float(formulas.omega_exact(M, tau, p)))
     return _result("eq:app_noisy_omega", "noisy binary weight stays within O(delta/tau) of omega_{M,tau}",
                    f"Monte Carlo gap {gap:.4g} vs envelope bound {bound:.4g} + {Z_LIMIT:g} SE",
                    gap, bound + Z_LIMIT * se)
@@ -323,9 +323,9 @@ def check_ess(spec: VerificationSpec) -> CheckResult:
         for tau in (0.1, 0.5, 2.0):
             rewards = torch.tensor([1.0] * k + [0.0] * (M - k), dtype=torch.float64)
             w = (_softmax_adv(rewards[None], tau)[0] + 1) / M
-            worst = max(worst, abs(theory.ess(k, M, tau) - 1 / w.square().sum().item()))
+            worst = max(worst, abs(formulas.ess(k, M, tau) - 1 / w.square().sum().item()))
         for nu in np.linspace(k + 0.05, M - 0.05, 7):
-            worst = max(worst, abs(theory.ess(k, M, theory.adaptive_tau(k, M, float(nu))) - nu))
+            worst = max(worst, abs(formulas.ess(k, M, formulas.adaptive_tau(k, M, float(nu))) - nu))
     return _result("app:tau_kl (adaptive tau)", "ESS(k, c) formula and its closed-form inverse hit the target ESS",
                    "1/sum w^2 from registry weights; ESS at adaptive_tau(k, M, nu) vs nu", worst, 1e-9)
 
@@ -354,7 +354,7 @@ def check_ess_estimator_binary(spec: VerificationSpec) -> CheckResult:
         reachable = (k > 0) & (fraction * M > k)
         checked += int(reachable.sum())
         worst = max(worst, (_weights_ess(adv[reachable]) - fraction * M).abs().max().item())
-        closed = torch.tensor([theory.adaptive_tau(int(kk), M, fraction * M) for kk in k[reachable].tolist()],
+        closed = torch.tensor([formulas.adaptive_tau(int(kk), M, fraction * M) for kk in k[reachable].tolist()],
                               dtype=torch.float64)
         worst = max(worst, ((tau[reachable] - closed).abs() / closed).max().item())
     return _result("app:tau_kl (softmax_ess, binary)",
@@ -411,13 +411,13 @@ def check_population_shapes(spec: VerificationSpec) -> CheckResult:
     """REINFORCE is flat, ML is 1/p and large-M GRPO is proportional to 1/sqrt(p(1-p))."""
     M, worst = spec.group_size, 0.0
     for p in (0.2, 0.5, 0.8):
-        reinforce = theory.omega_monte_carlo("reinforce", M, p, spec.mc_groups, spec.seed + 10)
-        ml = theory.omega_monte_carlo("ml", M, p, spec.mc_groups, spec.seed + 11)
+        reinforce = formulas.omega_monte_carlo("reinforce", M, p, spec.mc_groups, spec.seed + 10)
+        ml = formulas.omega_monte_carlo("ml", M, p, spec.mc_groups, spec.seed + 11)
         worst = max(worst, _z(reinforce["omega"] - (M - 1) / M, reinforce["omega_se"]),
-                    _z(ml["omega"] - float(theory.omega_ml(p)), ml["omega_se"]))
+                    _z(ml["omega"] - float(formulas.omega_ml(p)), ml["omega_se"]))
     big = 256
-    ratios = [theory.omega_monte_carlo("grpo", big, p, max(2000, spec.mc_groups // 32), spec.seed + 12)["omega"]
-              / float(theory.omega_grpo(p)) for p in (0.2, 0.35, 0.5, 0.65, 0.8)]
+    ratios = [formulas.omega_monte_carlo("grpo", big, p, max(2000, spec.mc_groups // 32), spec.seed + 12)["omega"]
+              / float(formulas.omega_grpo(p)) for p in (0.2, 0.35, 0.5, 0.65, 0.8)]
     spread = (max(ratios) - min(ratios)) / float(np.mean(ratios))
     return _result("tab:weight_view", "REINFORCE weight (M-1)/M, ML weight 1/p, GRPO shape [p(1-p)]^{-1/2}",
                    f"Monte Carlo |z| for REINFORCE/ML (max {worst:.2f} <= {Z_LIMIT:g}); GRPO ratio spread at M={big}",
