@@ -101,14 +101,14 @@ def test_gaussian_forms():
     assert formulas.gaussian_ess_ratio(0.1, 0.1) == pytest.approx(math.exp(-1))
 
 
-@pytest.mark.parametrize("method", formulas.MC_METHODS)
-def test_monte_carlo_matches_closed_forms(method):
+@pytest.mark.parametrize("objective", formulas.MC_OBJECTIVES)
+def test_monte_carlo_matches_closed_forms(objective):
     M, p, tau = 8, 0.35, 0.3
     closed = {"ml": formulas.omega_ml(p), "reinforce": (M - 1) / M, "maxrl": formulas.omega_maxrl(M - 1, p),
               "softmax": formulas.omega_exact(M, tau, p)}
-    mc = formulas.omega_monte_carlo(method, M, p, 100_000, seed=3, tau=tau)
-    if method in closed:
-        assert abs(mc["omega"] - float(closed[method])) < 5 * mc["omega_se"] + 1e-12
+    mc = formulas.omega_monte_carlo(objective, M, p, 100_000, seed=3, tau=tau)
+    if objective in closed:
+        assert abs(mc["omega"] - float(closed[objective])) < 5 * mc["omega_se"] + 1e-12
     assert mc["mean_abs_advantage"] > 0
 
 
@@ -125,5 +125,5 @@ def test_invalid_inputs_are_clear_errors():
         formulas.adaptive_tau(3, 8, 2)
     with pytest.raises(ValueError, match="0 < p < 1"):
         formulas.omega_monte_carlo("grpo", 8, 1.0, 100, 0)
-    with pytest.raises(ValueError, match="unknown method"):
+    with pytest.raises(ValueError, match="unknown objective"):
         formulas.omega_monte_carlo("ppo", 8, 0.5, 100, 0)

@@ -45,19 +45,19 @@ GEOMETRY = {
 }
 
 
-def _style(method: str, tau: float | None, taus: list[float]) -> dict[str, Any]:
+def _style(objective: str, tau: float | None, taus: list[float]) -> dict[str, Any]:
     """Baselines in greys/red with distinct dashes; SoftmaxGRPO temperatures along a colour map."""
-    if method == "softmax":
+    if objective == "softmax":
         import matplotlib
 
         shade = taus.index(tau) / max(1, len(taus) - 1)
         return {"label": f"SoftmaxGRPO (tau={tau:g})", "color": matplotlib.colormaps["viridis"](0.85 * shade),
                 "linewidth": 1.8}
     styles = {"reinforce": ("0.45", ":"), "ml": ("black", "-"), "grpo": ("tab:red", "--"), "maxrl": ("black", "-.")}
-    color, dash = styles[method]
+    color, dash = styles[objective]
     # MaxRL(T = M-1) coincides with low-tau SoftmaxGRPO, so it is drawn on top.
-    return {"label": LABELS[method], "color": color, "linestyle": dash, "linewidth": 1.4,
-            "zorder": 5 if method == "maxrl" else 2}
+    return {"label": LABELS[objective], "color": color, "linestyle": dash, "linewidth": 1.4,
+            "zorder": 5 if objective == "maxrl" else 2}
 
 
 def render(args: argparse.Namespace) -> int:
@@ -74,8 +74,8 @@ def render(args: argparse.Namespace) -> int:
 
     taus = sorted(float(t) for t in curves["tau"].dropna().unique())
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (method, tau), frame in curves.groupby(["method", "tau"], dropna=False, sort=False):
-        style = _style(method, tau, taus)
+    for (objective, tau), frame in curves.groupby(["method", "tau"], dropna=False, sort=False):
+        style = _style(objective, tau, taus)
         ax.plot(frame["p"], frame["mean_abs_advantage"], **style)
         ax.fill_between(frame["p"], frame["mean_abs_advantage"] - 2 * frame["mean_abs_advantage_se"],
                         frame["mean_abs_advantage"] + 2 * frame["mean_abs_advantage_se"],
@@ -86,10 +86,10 @@ def render(args: argparse.Namespace) -> int:
     save_figure(fig, args.fig1a_png, args.fig1a_pdf, dpi=160)
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (method, tau), frame in weights.groupby(["method", "tau"], dropna=False, sort=False):
+    for (objective, tau), frame in weights.groupby(["method", "tau"], dropna=False, sort=False):
         at_half = float(np.interp(0.5, frame["p"], frame["omega"]))
         finite = np.isfinite(frame["omega"])
-        ax.plot(frame["p"][finite], frame["omega"][finite] / at_half, **_style(method, tau, taus))
+        ax.plot(frame["p"][finite], frame["omega"][finite] / at_half, **_style(objective, tau, taus))
     ax.set(xlabel="pass rate p", ylabel="w(p) / w(0.5)", yscale="log", ylim=(0.3, 30),
            title=f"(b) Population prompt weights, M = {group_size}")
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -102,11 +102,11 @@ def render(args: argparse.Namespace) -> int:
 
     rows = []
     for _, row in view.iterrows():
-        method = row["method"]
-        name = LABELS[method] + (f" (tau={row['tau']:g})" if method == "softmax" else "")
-        name += f" (T={group_size - 1})" if method == "maxrl" else ""
-        rows.append({"Objective": name, "Weight w(p)": FORMULAS_TEXT[method],
-                     **{c: fmt(float(row[c])) for c in value_columns}, "Geometry": GEOMETRY[method]})
+        objective = row["method"]
+        name = LABELS[objective] + (f" (tau={row['tau']:g})" if objective == "softmax" else "")
+        name += f" (T={group_size - 1})" if objective == "maxrl" else ""
+        rows.append({"Objective": name, "Weight w(p)": FORMULAS_TEXT[objective],
+                     **{c: fmt(float(row[c])) for c in value_columns}, "Geometry": GEOMETRY[objective]})
     table = pd.DataFrame(rows)
     latex = table.copy()
     latex["Weight w(p)"] = [FORMULAS[m] for m in view["method"]]

@@ -25,7 +25,8 @@ from pipeline_lib.theory.checks import VerificationSpec, run_checks
 
 log = logging.getLogger("pipeline_lib.theory.compute")
 
-#: Objectives of Fig. 1 and the weight-view table, in the paper's order.
+#: Objectives of Fig. 1 and the weight-view table, in the paper's order (the CSVs' column ``method``, a kept
+#: output name, holds them).
 OBJECTIVES = ("reinforce", "ml", "grpo", "maxrl", "softmax")
 VIEW_POINTS = (0.05, 0.2, 0.8, 0.95, 1.0)
 

@@ -22,7 +22,7 @@ from scipy.stats import binom
 from pipeline_lib.advantages import group_advantages
 
 __all__ = [
-    "MC_METHODS",
+    "MC_OBJECTIVES",
     "adaptive_tau",
     "delta_gap",
     "ess",
@@ -138,14 +138,14 @@ def omega_ml(p: ArrayLike) -> FloatArray:
         return 1.0 / p_arr
 
 
-#: Methods the Monte Carlo estimator understands. ``ml`` uses the oracle advantage
+#: Objectives the Monte Carlo estimator understands. ``ml`` uses the oracle advantage
 #: R/p - 1 with the true p (available only in simulation); the others go through
 #: :func:`pipeline_lib.advantages.group_advantages` exactly as in training.
-MC_METHODS = ("ml", "grpo", "reinforce", "maxrl", "softmax")
+MC_OBJECTIVES = ("ml", "grpo", "reinforce", "maxrl", "softmax")
 
 
 def omega_monte_carlo(
-    method: str,
+    objective: str,
     M: int,
     p: float,
     n_groups: int,
@@ -159,20 +159,20 @@ def omega_monte_carlo(
     omega(p) = E[A_i (R_i - p)] / (p (1 - p)); that sample covariance is the
     unbiased estimator reported here, with its standard error.
     """
-    if method not in MC_METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {MC_METHODS}")
+    if objective not in MC_OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose from {MC_OBJECTIVES}")
     if not 0 < p < 1:
         raise ValueError(f"Monte Carlo weight needs 0 < p < 1, got {p}")
     generator = torch.Generator().manual_seed(int(seed))
     rewards = (torch.rand((n_groups, M), generator=generator, dtype=torch.float64) < p).to(torch.float64)
-    if method == "ml":
+    if objective == "ml":
         advantages = rewards / p - 1.0
     else:
-        params = {"tau": tau} if method == "softmax" else {}
-        if method == "softmax" and tau is None:
-            raise ValueError("method 'softmax' needs tau")
+        params = {"tau": tau} if objective == "softmax" else {}
+        if objective == "softmax" and tau is None:
+            raise ValueError("objective 'softmax' needs tau")
         group_ids = torch.arange(n_groups).repeat_interleave(M)
-        advantages = group_advantages(method, rewards.flatten(), group_ids, **params).view(n_groups, M)
+        advantages = group_advantages(objective, rewards.flatten(), group_ids, **params).view(n_groups, M)
     # One covariance sample per group (the mean over its members) keeps samples independent.
     per_group = (advantages * (rewards - p)).mean(dim=1) / (p * (1.0 - p))
     abs_per_group = advantages.abs().mean(dim=1)
