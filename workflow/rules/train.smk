@@ -70,7 +70,7 @@ for group_rule, group in {"train_local_group": GROUPS, "train_ablation_group": A
             f"results/benchmarks/{group_rule}/{{task}}_seed{{seed}}.tsv"
         threads: 1
         conda:
-            "../../envs/report.yaml"
+            "../../envs/train-local.yaml"
         shell:
             "{params.command} > {log} 2>&1"
 
