@@ -156,7 +156,7 @@ def test_snakemake_dry_run_fails_at_parse_time_naming_each_key(workflow_copy):
 def _reference_metrics(prediction: str, reference: str) -> tuple[float, float]:
     from rouge_score.rouge_scorer import RougeScorer
 
-    from .test_rewards import official_squad_f1
+    from tests.rewards.test_rewards import official_squad_f1
 
     return official_squad_f1(prediction, reference), RougeScorer(["rougeL"]).score(reference, prediction)[
         "rougeL"].fmeasure
@@ -361,8 +361,7 @@ def _write_jsonl(path, rows, blank_lines_at=()):
 
 def _build(name, source, tmp_path, **sources):
     from pipeline_lib.data.build import build_real
-
-    from .test_data import real_spec
+    from tests.data.test_data import real_spec
 
     spec = real_spec(name, holdout_fraction=0.5)
     spec["sources"]["main"]["local"] = str(source)
@@ -464,8 +463,7 @@ COUNTDOWN_BAD = [
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD, ids=[str(i) for i in range(len(COUNTDOWN_BAD))])
 def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, message):
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES
+    from tests.data.test_data import FIXTURES
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
     main.insert(6, json.dumps(row))
@@ -477,8 +475,7 @@ def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, mess
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD[:3], ids=["float", "float_integral", "string"])
 def test_bad_countdown_gold_task_is_an_error_naming_file_and_line(tmp_path, row, message):
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES
+    from tests.data.test_data import FIXTURES
 
     gold = (FIXTURES / "countdown/gold/train.jsonl").read_text().splitlines()
     gold[2] = json.dumps(json.loads(gold[2]) | row)
@@ -515,7 +512,8 @@ def test_failed_python_m_build_leaves_no_partial_outputs(tmp_path):
     import subprocess
     import sys
 
-    from .test_data import real_spec
+    from tests.data.test_data import real_spec
+
     from .test_workflow import repo_env
 
     rows = [_deepmath_row(i) for i in range(30)]
@@ -585,8 +583,7 @@ def test_missing_or_mistyped_field_in_other_datasets_names_file_and_line(tmp_pat
 
     from pipeline_lib.data.build import build_real
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES, real_spec
+    from tests.data.test_data import FIXTURES, real_spec
 
     spec = real_spec(name)
     source = FIXTURES / relative

@@ -17,8 +17,7 @@ from pipeline_lib.checkpoint import MetricsLog
 
 def _kill_after_step_10(monkeypatch, run_dir):
     from pipeline_lib.classify import train as train_module
-
-    from .test_classify import SPEC
+    from tests.classify.test_classify import SPEC
 
     real_save = train_module.save_checkpoint
 
@@ -36,8 +35,7 @@ def _kill_after_step_10(monkeypatch, run_dir):
 @pytest.mark.parametrize("damage", ["torn_metrics_line", "truncated_checkpoint", "binary_metrics_tail"])
 def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_run(tmp_path, monkeypatch, damage):
     from pipeline_lib.classify import train as train_module
-
-    from .test_classify import SPEC, final_parameters
+    from tests.classify.test_classify import SPEC, final_parameters
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     train_module.train(SPEC, "softmax", 8, 0, straight, progress=False)
@@ -110,8 +108,9 @@ def _validate(config, base_dir):
 
 
 def _with_source(dataset, role, local, enabled=True, extra_roles=None):
+    from tests.data.test_data import real_spec
+
     from .test_bad_inputs import _tiny_config
-    from .test_data import real_spec
 
     config = _tiny_config()
     sources = {r: {k: v for k, v in s.items()} for r, s in real_spec(dataset)["sources"].items()}
@@ -296,8 +295,7 @@ def test_snakemake_refuses_a_config_file_with_a_duplicate_key(workflow_copy):
 @pytest.mark.parametrize("gold", ["NaN", "nan", "inf", "-Infinity", "1e400", "1_000"])
 def test_gsm8k_non_finite_golds_are_counted_out_never_golds(tmp_path, gold):
     from pipeline_lib.data.build import build_real
-
-    from .test_data import FIXTURES, real_spec
+    from tests.data.test_data import FIXTURES, real_spec
 
     main = tmp_path / "main"
     main.mkdir()
@@ -386,9 +384,9 @@ def test_csv_in_latin1_names_file_and_line(tmp_path):
                                                                        "ten_to_30"])
 def test_countdown_integers_beyond_int64_name_file_and_line(tmp_path, value):
     from pipeline_lib.data.schema import DataError
+    from tests.data.test_data import FIXTURES
 
     from .test_bad_inputs import _build
-    from .test_data import FIXTURES
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
     main.insert(6, json.dumps({"target": value, "nums": [1, 2, 4]}))
@@ -411,9 +409,9 @@ def test_deepmath_difficulty_beyond_float_range_names_file_and_line(tmp_path):
 
 def test_a_null_in_a_parquet_integer_column_is_blamed_on_its_own_row(tmp_path):
     from pipeline_lib.data.schema import DataError
+    from tests.data.test_data import FIXTURES
 
     from .test_bad_inputs import _build
-    from .test_data import FIXTURES
 
     rows = [json.loads(line) for line in (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()]
     targets = pd.array([r["target"] for r in rows], dtype="Int64")
@@ -487,8 +485,7 @@ def test_the_configs_source_roles_and_suffixes_are_the_builders_and_readers():
     from pipeline_lib.config import DATA_SUFFIXES, DATASET_SOURCES
     from pipeline_lib.data.real import BUILDERS
     from pipeline_lib.data.sources import _READERS
-
-    from .test_data import real_spec
+    from tests.data.test_data import real_spec
 
     assert set(DATA_SUFFIXES) == set(_READERS)
     assert set(DATASET_SOURCES) == set(BUILDERS)

@@ -15,7 +15,7 @@ from pipeline_lib.checkpoint import MetricsLog
 from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
-from tests.test_local_engine import RL, tiny  # noqa: F401  (the module fixture: tiny data and an initial model)
+from tests.engines.local.test_local_engine import RL, tiny  # noqa: F401  (the module fixture: tiny data and an initial model)
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"

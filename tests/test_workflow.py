@@ -167,8 +167,9 @@ def test_imagenet_study_runs_end_to_end(workflow_copy):
 
 
 def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_copy):
+    from tests.data.test_data import real_spec
+
     from .chat_server import ChatServer
-    from .test_data import real_spec
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["data"]["tiny"] |= {"n_train": 80, "n_test": 20}

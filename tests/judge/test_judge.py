@@ -51,8 +51,7 @@ def test_normalisation_to_the_papers_scale():
 def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
     from pipeline_lib.judge.llm import judge_with_llm
     from pipeline_lib.llm_client import EndpointConfig
-
-    from .chat_server import ChatServer
+    from tests.chat_server import ChatServer
 
     def content(body):
         poem = body["messages"][-1]["content"]
@@ -163,8 +162,7 @@ def test_a_prompt_index_outside_the_data_is_an_error_naming_the_line(tmp_path, i
 def test_cached_unparseable_verdicts_do_not_keep_items_failed_after_the_server_is_fixed(tmp_path):
     from pipeline_lib.judge.llm import judge_with_llm
     from pipeline_lib.llm_client import EndpointConfig
-
-    from .chat_server import ChatServer
+    from tests.chat_server import ChatServer
 
     items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
 
@@ -200,8 +198,8 @@ def test_judge_job_on_a_full_disk_exits_non_zero_and_a_rerun_keeps_what_was_stor
 
     import pandas as pd
 
-    from .chat_server import ChatServer
-    from .conftest import REPO
+    from tests.chat_server import ChatServer
+    from tests.conftest import REPO
 
     n = 20
     data, generations = tmp_path / "data.parquet", tmp_path / "generations.jsonl"
@@ -235,8 +233,7 @@ def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_t
     import time
 
     from pipeline_lib.judge.serve import ServerStartError, served_endpoint
-
-    from .conftest import REPO
+    from tests.conftest import REPO
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -254,8 +251,7 @@ def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tm
     the first rerun against the fixed server scores every item, not a second one."""
     from pipeline_lib.judge.llm import _request, judge_with_llm
     from pipeline_lib.llm_client import EndpointConfig, ResponseCache
-
-    from .chat_server import ChatServer
+    from tests.chat_server import ChatServer
 
     items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
     with ChatServer(content=lambda request: "Scores: " + GOOD) as fixed:

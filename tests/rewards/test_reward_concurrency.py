@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tokenizer():
@@ -186,8 +186,8 @@ def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_an
     from pipeline_lib.rewards import health_counts, mathverify, reward_health, score_batch
     from pipeline_lib.rewards.pool import TimeoutPool
 
-    for target, error in (("tests.test_reward_concurrency:die_with", "worker died"),
-                          ("tests.test_reward_concurrency:raise_with", "MemoryError")):
+    for target, error in (("tests.rewards.test_reward_concurrency:die_with", "worker died"),
+                          ("tests.rewards.test_reward_concurrency:raise_with", "MemoryError")):
         pool = TimeoutPool(target, processes=1, timeout=5.0)
         try:
             results = pool.map([("a", "b"), ("c", "d")])
@@ -196,7 +196,7 @@ def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_an
         finally:
             pool.close()
     saved = mathverify._pool
-    mathverify._pool = TimeoutPool("tests.test_reward_concurrency:die_with", processes=1, timeout=5.0)
+    mathverify._pool = TimeoutPool("tests.rewards.test_reward_concurrency:die_with", processes=1, timeout=5.0)
     try:
         before = reward_health()
         results = score_batch("math", ["\\boxed{1.5}", "\\boxed{2.5}"], ["1.5", "2.5"])

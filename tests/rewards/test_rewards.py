@@ -386,7 +386,7 @@ def test_math_environment_variables_are_checked_and_named(variable, value):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), variable: value}
     done = subprocess.run([sys.executable, "-c", "import pipeline_lib.rewards"], capture_output=True, text=True,
                           env=env, timeout=120)

@@ -11,9 +11,9 @@ import pytest
 from pipeline_lib.engines.verl.train import VerlRunError, require_installed_project
 from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE
 from pipeline_lib.engines.verl.validate import validate_rl
-from tests.test_verl_baselines import PATHS, paper_baselines
+from tests.engines.verl.test_verl_baselines import PATHS, paper_baselines
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_each_run_names_the_trainer_its_agent_loops_were_written_for():
@@ -54,7 +54,7 @@ def test_an_environment_without_the_project_fails_at_start_naming_the_fix():
 
 def test_verl_metrics_carry_each_steps_verifier_timeouts_and_failures(tmp_path):
     """The legacy trainer (RARO, RL-Logit) dumps each rollout's reward extras: the counts come from its dump (v1's
-    dump has none: tests/test_verl_engine.py counts those from the reward hook's records)."""
+    dump has none: tests/engines/verl/test_verl_engine.py counts those from the reward hook's records)."""
     import json
 
     from pipeline_lib.engines.verl.train import collect_metrics

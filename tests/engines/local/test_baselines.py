@@ -19,8 +19,7 @@ from pipeline_lib.engines.local.rationalization import train_rationalization
 from pipeline_lib.engines.local.rl import train_rl
 from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
 from pipeline_lib.losses import PolicyLossConfig
-
-from .test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.engines.local.test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
 
 RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
         "critic_prompts_per_step": 2,
@@ -351,8 +350,7 @@ def validated(**train):
     import yaml
 
     from pipeline_lib.config import validate_config
-
-    from .conftest import REPO
+    from tests.conftest import REPO
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["train"] |= train
@@ -408,8 +406,7 @@ def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_ve
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.specs import baseline_spec
     from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
-
-    from .test_verl_engine import paper_config
+    from tests.engines.verl.test_verl_engine import paper_config
 
     config = paper_config()
     plan = plan_runs(config)
@@ -481,8 +478,8 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
     import yaml
 
-    from .conftest import REPO
-    from .test_workflow import SMALL_THEORY, snakemake
+    from tests.conftest import REPO
+    from tests.test_workflow import SMALL_THEORY, snakemake
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["theory"] = SMALL_THEORY
@@ -525,7 +522,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
 
 
 def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(workflow_copy):
-    from .test_workflow import snakemake
+    from tests.test_workflow import snakemake
 
     result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -16,7 +16,7 @@ from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted
 from pipeline_lib.paper.reproduction import build_report, load_scores
 from pipeline_lib.provenance import hardware, write_provenance
 
-REFERENCE = yaml.safe_load((Path(__file__).parents[1] / "config/paper_reference.yaml").read_text())
+REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
 SPEC = {"n_train": 40, "n_val": 0, "n_test": 120, "imperfect_fraction": 0.1, "blind_spot_slip": 0.7,
         "numbers_per_task": [3], "max_number": 9, "max_target": 100}
 

@@ -29,10 +29,9 @@ from pipeline_lib.engines.verl.raro_loop import (
 )
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, raro_replay_dir, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
-
-from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from .test_verl_engine import paper_config
-from .tiny_rollout_server import TinyRolloutServer
+from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.engines.verl.test_verl_engine import paper_config
+from tests.tiny_rollout_server import TinyRolloutServer
 
 QUESTION = [{"role": "user", "content": "Using the numbers [9, 5, 5], make 19."}]
 EXPERT = "<answer>(9 + 5) + 5</answer>"

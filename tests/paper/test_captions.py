@@ -13,7 +13,7 @@ from pipeline_lib.paper.reproduction import build_report, load_scores
 from pipeline_lib.plan import plan_runs
 from pipeline_lib.provenance import write_provenance
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE = yaml.safe_load((REPO / "config/paper_reference.yaml").read_text())
 
 

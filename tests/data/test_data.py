@@ -11,10 +11,9 @@ from pipeline_lib.data.schema import DataError
 from pipeline_lib.data.tiny import TASKS, generate_task, solve_countdown
 from pipeline_lib.io import sha256_file
 from pipeline_lib.rewards import score
+from tests.chat_server import ChatServer
 
-from .chat_server import ChatServer
-
-FIXTURES = Path(__file__).parent / "fixtures" / "data"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "data"
 TINY = {"n_train": 60, "n_test": 20, "imperfect_fraction": 0.3, "numbers_per_task": [3, 4], "max_number": 9,
         "max_target": 100}
 RL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]

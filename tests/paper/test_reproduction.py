@@ -16,7 +16,7 @@ from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
 from pipeline_lib.stats import paired_interval
 
-REFERENCE = yaml.safe_load((Path(__file__).parents[1] / "config/paper_reference.yaml").read_text())
+REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
 
 
 def _write_generations(path: Path, greedy: list[float], sampled: list[list[float]]) -> None:

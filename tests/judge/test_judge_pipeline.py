@@ -19,11 +19,10 @@ from scipy import stats
 
 from pipeline_lib.judge import calibration, cross, score
 from pipeline_lib.judge.rubrics import RUBRICS
-
-from .chat_server import ChatServer, meetingbank_verdict
+from tests.chat_server import ChatServer, meetingbank_verdict
 
 MEETING = RUBRICS["meetingbank"]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,10 @@ from pipeline_lib.engines.local.model import build_model, save_model_atomic
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, rl_overrides, rl_spec
 from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
-
-from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from .test_verl_baselines import PATHS, paper_baselines
-from .test_verl_engine import paper_config
-from .tiny_rollout_server import TinyRolloutServer
+from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.engines.verl.test_verl_baselines import PATHS, paper_baselines
+from tests.engines.verl.test_verl_engine import paper_config
+from tests.tiny_rollout_server import TinyRolloutServer
 
 RARO_MANAGER = "pipeline_lib.engines.verl.raro_loop.RaroAgentLoopManager"
 TQ_MANAGER = "verl.trainer.ppo.v1.AgentLoopManagerTQ"

@@ -23,10 +23,9 @@ from pipeline_lib.engines.verl.translate import (
     slurm_resources,
 )
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
-
-from .test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from .test_verl_engine import paper_config
-from .tiny_rollout_server import TinyRolloutServer
+from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.engines.verl.test_verl_engine import paper_config
+from tests.tiny_rollout_server import TinyRolloutServer
 
 MESSAGES = [{"role": "user", "content": "Using the numbers [9, 5, 5], make 19."}]
 GOOD, BAD = "<think>9 + 5 = 14\n14 + 5 = 19</think>", "<think>5 * 5 = 25</think>"

@@ -33,9 +33,8 @@ from pipeline_lib.engines.verl.validate import (
 from pipeline_lib.plan import plan_runs
 from pipeline_lib.rewards import compute_score
 from pipeline_lib.targets import runs_of
-
-from .conftest import REPO
-from .test_workflow import snakemake
+from tests.conftest import REPO
+from tests.test_workflow import snakemake
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -557,8 +556,9 @@ def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v
     manager = NaiveRewardManager(config, tokenizer, compute_score=get_custom_reward_fn(config))
     truth = {"ground_truth": "3"}
     # step 1: two rollouts whose verifier worker dies, two whose verifier hangs; step 2: all verified
-    verifiers = {1: ["tests.test_reward_concurrency:die_with"] * 2 + ["tests.test_verl_engine:hanging_verifier"] * 2,
-                 2: ["tests.test_verl_engine:agreeing_verifier"] * 4}
+    verifiers = {1: ["tests.rewards.test_reward_concurrency:die_with"] * 2
+                    + ["tests.engines.verl.test_verl_engine:hanging_verifier"] * 2,
+                 2: ["tests.engines.verl.test_verl_engine:agreeing_verifier"] * 4}
     saved = mathverify._pool
     try:
         for step, targets in verifiers.items():

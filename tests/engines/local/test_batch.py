@@ -76,8 +76,7 @@ def _default_config():
     import yaml
 
     from pipeline_lib.config import validate_config
-
-    from .conftest import REPO
+    from tests.conftest import REPO
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     return validate_config(config, REPO / "workflow/schemas/config.schema.yaml")

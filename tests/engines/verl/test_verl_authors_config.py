@@ -18,9 +18,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides, rl_spec, task_methods
-from tests.test_verl_engine import paper_config
+from tests.engines.verl.test_verl_engine import paper_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 PINNED = REPO / "tests/fixtures/verl_overrides"
 VERL_DEFAULTS = Path(__import__("verl").__file__).parent / "trainer/config/_generated_ppo_trainer.yaml"
 

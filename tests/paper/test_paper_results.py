@@ -70,7 +70,7 @@ def test_reproduction_report_compares_only_paper_runs(tmp_path):
 
     from pipeline_lib.paper.reproduction import build_report
 
-    reference = yaml.safe_load((Path(__file__).parents[1] / "config/paper_reference.yaml").read_text())
+    reference = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
     ours = pd.DataFrame([{"task": "countdown", "method": "softmax_exact", "seed": 0, "pass@1_greedy": 0.60},
                          {"task": "countdown", "method": "softmax_exact", "seed": 1, "pass@1_greedy": 0.56}])
     paper_run = build_report("paper", reference, ours, None)

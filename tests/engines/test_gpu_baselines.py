@@ -20,9 +20,8 @@ from pipeline_lib.engines.verl.rationalization import (
     rationalization_sft_spec,
 )
 from pipeline_lib.eval.backends import open_backend
-
-from .test_local_engine import params, tiny  # noqa: F401 - `tiny` is a fixture
-from .test_verl_engine import paper_config
+from tests.engines.local.test_local_engine import params, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.engines.verl.test_verl_engine import paper_config
 
 EVAL = {"backend": "hf", "batch_size": 8, "samples": 1, "max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0,
         "transfer": {"task": None}}
@@ -173,7 +172,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
 
 
 def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(workflow_copy):
-    from .test_workflow import snakemake
+    from tests.test_workflow import snakemake
 
     tasks = ("gsm8k", "countdown", "deepmath")
     targets = [f"results/train/{task}/{method}/seed0/DONE.json" for task in tasks
