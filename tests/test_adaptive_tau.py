@@ -21,7 +21,6 @@ from pipeline_lib.advantages import (
     group_advantages,
 )
 from pipeline_lib.theory import formulas
-from tests.engines.local.test_local_engine import tiny  # noqa: F401  (the tiny model and data fixture)
 
 
 def reference(rewards: np.ndarray, ids: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -243,7 +242,7 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
     from pipeline_lib.advantages import broadcast_to_tokens
     from pipeline_lib.engines.verl.estimators import group_index
     from pipeline_lib.engines.verl.validate import compose
-    from tests.engines.verl.test_verl_engine import rollout_batch
+    from tests.conftest import rollout_batch
 
     for binary in (True, False):
         algorithm = compose("ppo_trainer", ["algorithm.adv_estimator=softmax_ess",
@@ -259,9 +258,9 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
         compute_advantage(data, adv_estimator="softmax_ess", config=without)
 
 
-def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):  # noqa: F811
+def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):
     from pipeline_lib.engines.local import rl as rl_module
-    from tests.engines.local.test_local_engine import RL
+    from tests.conftest import RL
 
     spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)

@@ -18,9 +18,9 @@ import yaml
 from packaging.requirements import Requirement
 
 from pipeline_lib.provenance import _module_file
+from tests.conftest import snakemake
 
 from .conftest import REPO, WORKFLOW_PARTS
-from .test_workflow import snakemake
 
 CONFIGS = ("config/config.yaml", "config/paper.yaml")
 #: Imports inside functions that an env's rules never call, each with why. Everything else a module imports is needed.

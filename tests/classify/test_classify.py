@@ -12,14 +12,7 @@ from pipeline_lib.classify.data import validate_imagefolder
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.plan import plan_runs
 from pipeline_lib.specs import imagenet_run_spec
-
-SPEC = {
-    "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,
-                "seed": 3},
-    "model": {"kind": "mlp", "hidden": 16}, "epochs": 2, "batch_size": 32, "eval_batch_size": 128, "lr": 0.1,
-    "momentum": 0.9, "weight_decay": 1e-4, "warmup_epochs": 1, "eval_every": 4, "checkpoint_every": 5,
-    "pass_k": [4], "num_workers": 0, "tau": 0.2,
-}
+from tests.conftest import CLASSIFY_SPEC, final_parameters
 
 
 def flat_grad(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -77,13 +70,9 @@ def test_unknown_objective_and_bad_rollouts():
         objective_loss("grpo", model(inputs), labels, 0, 0.2)
 
 
-def final_parameters(run_dir):
-    return torch.load(run_dir / "final.pt", weights_only=False)
-
-
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train_module.train(SPEC, "softmax", 8, 0, straight, progress=False)
+    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False)
 
     interrupted = tmp_path / "interrupted"
     real_save = train_module.save_checkpoint
@@ -95,10 +84,10 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypa
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(SPEC, "softmax", 8, 0, interrupted, progress=False)
+        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False)
     assert not (interrupted / "DONE.json").exists()
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    train_module.train(SPEC, "softmax", 8, 0, interrupted, progress=False)
+    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False)
 
     a, b = final_parameters(straight), final_parameters(interrupted)
     for key in a:
@@ -117,10 +106,10 @@ def test_resume_with_a_different_config_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(SPEC, "grpo", 4, 0, tmp_path, progress=False)
+        train_module.train(CLASSIFY_SPEC, "grpo", 4, 0, tmp_path, progress=False)
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
     with pytest.raises(ConfigMismatchError, match="written with config"):
-        train_module.train(SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path, progress=False)
+        train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path, progress=False)
 
 
 def test_imagefolder_validation(tmp_path):

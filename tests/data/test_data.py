@@ -12,29 +12,11 @@ from pipeline_lib.data.tiny import TASKS, generate_task, solve_countdown
 from pipeline_lib.io import sha256_file
 from pipeline_lib.rewards import score
 from tests.chat_server import ChatServer
+from tests.conftest import FIXTURES, real_spec
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "data"
 TINY = {"n_train": 60, "n_test": 20, "imperfect_fraction": 0.3, "numbers_per_task": [3, 4], "max_number": 9,
         "max_target": 100}
 RL_COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info"]
-
-
-def real_spec(name: str, **extra) -> dict:
-    sources = {
-        "gsm8k": {"main": {"hub": "openai/gsm8k", "config": "main", "local": str(FIXTURES / "gsm8k/main")},
-                  "demonstrations": {"hub": "HAD653/gsm8k-cot-120b", "local": str(FIXTURES / "gsm8k/cot")}},
-        "countdown": {"main": {"hub": "Jiayi-Pan/Countdown-Tasks-3to4", "local": str(FIXTURES / "countdown/main")},
-                      "gold": {"hub": "HuggingFaceTB/Countdown-Task-GOLD", "config": "verified_Qwen2.5-7B-Instruct",
-                               "local": str(FIXTURES / "countdown/gold")}},
-        "deepmath": {"main": {"hub": "zwhe99/DeepMath-103K", "local": str(FIXTURES / "deepmath/train.jsonl")}},
-        "poetry": {"main": {"hub": "jnb666/poems", "local": str(FIXTURES / "poetry/train.jsonl")}},
-        "meetingbank": {"main": {"hub": "microsoft/MeetingBank-LLMCompressed",
-                                 "local": str(FIXTURES / "meetingbank/train.jsonl")}},
-        "openthoughts": {"main": {"hub": "open-thoughts/OpenThoughts3-1.2M",
-                                  "local": str(FIXTURES / "openthoughts/train.jsonl")}},
-    }[name]
-    return {"enabled": True, "sources": sources, "holdout_fraction": 0.3, "text_column": "poem",
-            "transcript_column": "prompt", "summary_column": "summary", **extra}
 
 
 def input_rows(path: Path) -> int:

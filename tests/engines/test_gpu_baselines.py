@@ -20,8 +20,8 @@ from pipeline_lib.engines.verl.rationalization import (
     rationalization_sft_spec,
 )
 from pipeline_lib.eval.backends import open_backend
-from tests.engines.local.test_local_engine import params, tiny  # noqa: F401 - `tiny` is a fixture
-from tests.engines.verl.test_verl_engine import paper_config
+from tests.conftest import params
+from tests.engines.conftest import paper_config
 
 EVAL = {"backend": "hf", "batch_size": 8, "samples": 1, "max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0,
         "transfer": {"task": None}}
@@ -44,7 +44,7 @@ def regenerate(model_dir, generation, prompts, seed, greedy=False):
 
 
 def test_trl_iterative_dpo_pairs_expert_over_samples_raises_the_margin_picks_the_best_round_and_resumes(
-        tiny, tmp_path, monkeypatch):  # noqa: F811
+        tiny, tmp_path, monkeypatch):
     spec = trl_dpo.trl_dpo_spec({"train": {"baselines": {"iterative_dpo": DPO}}, "eval": EVAL})
     assert "tasks" not in spec and spec["generation"]["batch_size"] == 8 and spec["generation"]["backend"] == "hf"
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
@@ -123,7 +123,7 @@ def test_trl_batch_layout_and_launch_command():
     assert launched[7:10] == ["-m", "pipeline_lib.engines.trl.dpo", "train-round"]
 
 
-def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_validates(tiny, tmp_path):  # noqa: F811
+def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_validates(tiny, tmp_path):
     from pipeline_lib.engines.verl.translate import sft_overrides, sft_spec
     from pipeline_lib.engines.verl.validate import planned_runs, validate_sft
 
@@ -172,7 +172,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
 
 
 def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(workflow_copy):
-    from tests.test_workflow import snakemake
+    from tests.conftest import snakemake
 
     tasks = ("gsm8k", "countdown", "deepmath")
     targets = [f"results/train/{task}/{method}/seed0/DONE.json" for task in tasks

@@ -12,8 +12,7 @@ from pipeline_lib.config import validate_config
 from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
 from pipeline_lib.plan.table import main as plan_command
 from pipeline_lib.targets import stage_targets
-from tests.conftest import REPO, WORKFLOW_PARTS
-from tests.test_workflow import repo_env, snakemake
+from tests.conftest import REPO, WORKFLOW_PARTS, repo_env, snakemake
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 

@@ -1,7 +1,6 @@
 """Rewards: agreement with the reference libraries, hostile inputs, and verl's calling convention."""
 
 import random
-import string
 import time
 
 import pytest
@@ -14,39 +13,13 @@ from pipeline_lib.rewards.extract import extract_answer, last_boxed
 from pipeline_lib.rewards.mathverify import TIMEOUT_SECONDS, gold_answer
 from pipeline_lib.rewards.pool import TimeoutPool
 from pipeline_lib.rewards.similarity import rouge_l_f, squad_f1, squad_normalize
+from tests.conftest import official_squad_f1
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
 math_verify = pytest.importorskip("math_verify")
 
 
 # --- reference implementations (test oracles) ---------------------------------------------------
-def official_squad_f1(prediction: str, ground_truth: str) -> float:
-    """Transcribed from the official SQuAD v1.1 evaluation script."""
-    import re
-    from collections import Counter
-
-    def normalize_answer(s):
-        def remove_articles(text):
-            return re.sub(r"\b(a|an|the)\b", " ", text)
-
-        def white_space_fix(text):
-            return " ".join(text.split())
-
-        def remove_punc(text):
-            exclude = set(string.punctuation)
-            return "".join(ch for ch in text if ch not in exclude)
-
-        return white_space_fix(remove_articles(remove_punc(s.lower())))
-
-    prediction_tokens = normalize_answer(prediction).split()
-    ground_truth_tokens = normalize_answer(ground_truth).split()
-    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(prediction_tokens)
-    recall = 1.0 * num_same / len(ground_truth_tokens)
-    return (2 * precision * recall) / (precision + recall)
 
 
 ROUGE = rouge_scorer.RougeScorer(["rougeL"])

@@ -19,7 +19,7 @@ from pipeline_lib.engines.local.rationalization import train_rationalization
 from pipeline_lib.engines.local.rl import train_rl
 from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
 from pipeline_lib.losses import PolicyLossConfig
-from tests.engines.local.test_local_engine import MODEL, RL, SFT, crash_after, params, tiny  # noqa: F401 - `tiny` is a fixture
+from tests.conftest import MODEL, RL, SFT, crash_after, params
 
 RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
         "critic_prompts_per_step": 2,
@@ -33,7 +33,7 @@ GROUP_RL = RL | {"advantage": "grpo", "advantage_params": {}, "reward_weights": 
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny):  # noqa: F811
+def tokenizer(tiny):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny / "tok")
@@ -157,7 +157,7 @@ def test_raro_rewards_follow_the_outcome_table():
         raro_module.outcome_rewards(verdicts, {"expert_better": 1.0, "policy_better": 0.0, "tie": 0.5})
 
 
-def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_odds(tiny, tokenizer):  # noqa: F811
+def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_odds(tiny, tokenizer):
     from pipeline_lib.engines.local.model import encode_prompts, load_model
 
     model = load_model(tiny / "init")
@@ -187,7 +187,7 @@ def sum_logprob(model, prompt, reply):
         return float(response_logprobs(model.eval(), ids, attention, mask).sum())
 
 
-def test_expert_demonstrations_align_with_rl_prompts_by_text(tiny, tmp_path):  # noqa: F811
+def test_expert_demonstrations_align_with_rl_prompts_by_text(tiny, tmp_path):
     frame = pd.read_parquet(tiny / "data/rl_train.parquet")
     demos = expert_demonstrations(frame, tiny / "data/sft_train.parquet")
     sft = pd.read_parquet(tiny / "data/sft_train.parquet")
@@ -208,14 +208,14 @@ def done(run_dir):
     return record
 
 
-def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):  # noqa: F811
+def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):
     make_base({"model": MODEL}, tiny / "tok", tmp_path, 0)
     assert done(tmp_path)["pretrained"] is False
     a, b = params(tmp_path / "final"), params(tiny / "init")  # the fixture's init is build_model(..., seed 0)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_path):  # noqa: F811
+def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_path):
     from transformers import AutoTokenizer
 
     from pipeline_lib.engines.local.model import load_model, save_model_atomic
@@ -232,7 +232,7 @@ def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_pat
     assert copied.keys() == source.keys() and all(torch.equal(copied[k], source[k]) for k in source)
 
 
-def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):  # noqa: F811
+def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):
     spec = {"annotate": {"hint": "The answer is {answer}.", "max_new_tokens": 8, "temperature": 1.0,
                          "batch_size": 16}, "sft": SFT | {"steps": 2}}
     train_rationalization(spec, tiny / "data/sft_train.parquet", tiny / "init", tiny / "tok", tmp_path, 0,
@@ -246,7 +246,7 @@ def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):  # no
         assert after[-1]["content"].endswith(split_reasoning(before[-1]["content"])[1])  # expert answer kept
 
 
-def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_path, monkeypatch):  # noqa: F811
+def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_path, monkeypatch):
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
     dpo_module.train_iterative_dpo(DPO, data, demos, init, tmp_path / "straight", 0, progress=False)
     record = done(tmp_path / "straight")
@@ -277,7 +277,7 @@ def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_p
             torch.testing.assert_close(a[key], b[key])
 
 
-def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):  # noqa: F811
+def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):
     spec = GROUP_RL | {"variant": "neg_perplexity"}
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=RLLogit(spec, tiny / "data/sft_train.parquet"))
@@ -288,7 +288,7 @@ def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):  # noqa: F811
     assert "expert_answer_logprob" in json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
 
 
-def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):  # noqa: F811
+def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):
     data, init = tiny / "data/rl_train.parquet", tiny / "init"
     # teacher == student: zero KL on the first update (one minibatch, so it is measured before any step; later
     # steps would see Adam turn float round-off into a real step)
@@ -311,7 +311,7 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):  # 
     assert any(not torch.equal(a[k], b[k]) for k in a)
 
 
-def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(tiny, tmp_path,  # noqa: F811
+def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(tiny, tmp_path,
                                                                              monkeypatch):
     spec = GROUP_RL | {"steps": 3, "checkpoint_every": 1, "raro": RARO}
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
@@ -334,7 +334,7 @@ def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(t
     assert untimed[0] == untimed[1]
 
 
-def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_reward_signal(tiny, tmp_path):  # noqa: F811
+def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_reward_signal(tiny, tmp_path):
     spec = GROUP_RL | {"steps": 2, "raro": RARO | {"critic_decoding": "choice"}}
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=raro_module.Raro(spec, tiny / "data/sft_train.parquet"))
@@ -406,7 +406,7 @@ def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_ve
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.specs import baseline_spec
     from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
-    from tests.engines.verl.test_verl_engine import paper_config
+    from tests.engines.conftest import paper_config
 
     config = paper_config()
     plan = plan_runs(config)
@@ -478,8 +478,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
     import yaml
 
-    from tests.conftest import REPO
-    from tests.test_workflow import SMALL_THEORY, snakemake
+    from tests.conftest import REPO, SMALL_THEORY, snakemake
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config["theory"] = SMALL_THEORY
@@ -522,7 +521,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
 
 
 def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(workflow_copy):
-    from tests.test_workflow import snakemake
+    from tests.conftest import snakemake
 
     result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
     assert result.returncode == 0, result.stderr[-3000:]

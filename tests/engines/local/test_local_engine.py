@@ -1,44 +1,17 @@
 """The local engine on tiny shapes: SFT learns, RL updates, resume reproduces, evaluation scores."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoTokenizer
 
 from pipeline_lib.checkpoint import ConfigMismatchError
-from pipeline_lib.data.build import build_tiny, build_tokenizer
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.engines.local import sft as sft_module
 from pipeline_lib.engines.local.model import build_model, load_model, save_model_atomic
 from pipeline_lib.eval.evaluate import evaluate, pass_at_k
-
-TINY = {"n_train": 40, "n_test": 8, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
-        "max_target": 100}
-MODEL = {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2, "kv_heads": 1, "max_positions": 256}
-SFT = {"model": MODEL, "lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 2, "steps": 6, "batch_size": 8,
-       "max_response_tokens": 48, "grad_clip": 1.0, "checkpoint_every": 3}
-RL = {"advantage": "softmax", "advantage_params": {"tau": 0.3}, "reward_weights": {"similarity": 1.0}, "group_size": 4,
-      "prompts_per_step": 3, "steps": 4, "ppo_epochs": 1, "minibatches": 3, "lr": 1e-3, "weight_decay": 0.0,
-      "clip_low": 0.2, "clip_high": 0.28, "beta": 0.01, "kl_estimator": "k3", "aggregation": "group-token-mean",
-      "max_new_tokens": 16, "temperature": 1.0, "grad_clip": 1.0, "checkpoint_every": 2}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("engine")
-    build_tiny("countdown_tiny", TINY, 0, None, root / "data")
-    build_tokenizer([root / "data/sft_train.parquet", root / "data/rl_train.parquet"], 400, root / "tok")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(root / "tok")
-    save_model_atomic(build_model(tokenizer, MODEL, 0), tokenizer, root / "init")
-    return root
-
-
-def params(path: Path) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in load_model(path).state_dict().items()}
+from tests.conftest import MODEL, RL, SFT, crash_after, params
 
 
 def test_sft_reduces_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
@@ -62,17 +35,6 @@ def test_two_rl_steps_change_the_parameters(tiny, tmp_path):
     for record in rollouts:  # SoftmaxGRPO advantages sum to zero within each group
         for group in range(3):
             assert abs(sum(a for a, g in zip(record["advantage"], record["group"], strict=True) if g == group)) < 1e-5
-
-
-def crash_after(module, step_to_die: int, monkeypatch):
-    real = module.TrainingCheckpoint.save
-
-    def save_then_die(self, model, tokenizer, state):
-        real(self, model, tokenizer, state)
-        if state["step"] == step_to_die:
-            raise KeyboardInterrupt("simulated kill")
-
-    monkeypatch.setattr(module.TrainingCheckpoint, "save", save_then_die)
 
 
 def test_rl_resume_after_a_kill_reproduces_the_uninterrupted_run(tiny, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides, rl_spec, task_methods
-from tests.engines.verl.test_verl_engine import paper_config
+from tests.engines.conftest import paper_config
 
 REPO = Path(__file__).resolve().parents[3]
 PINNED = REPO / "tests/fixtures/verl_overrides"

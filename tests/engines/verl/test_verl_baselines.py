@@ -16,26 +16,24 @@ from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
 from pipeline_lib.engines.verl.translate import (
     VERL_BASELINES,
-    TrainPaths,
     baseline_rl_spec,
     rl_overrides,
     rl_spec,
     slurm_resources,
 )
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
-from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from tests.engines.verl.test_verl_engine import paper_config
+from tests.conftest import MODEL
+from tests.engines.verl.conftest import PATHS, paper_baselines
 from tests.tiny_rollout_server import TinyRolloutServer
 
 MESSAGES = [{"role": "user", "content": "Using the numbers [9, 5, 5], make 19."}]
 GOOD, BAD = "<think>9 + 5 = 14\n14 + 5 = 19</think>", "<think>5 * 5 = 25</think>"
 ANSWER = "\n<answer>(9 + 5) + 5</answer>"
 RESPONSE_LENGTH = 40
-PATHS = TrainPaths("/r/run", "/d/rl_train.parquet", "/d/rl_test.parquet", "/r/sft/final")
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny):  # noqa: F811
+def tokenizer(tiny):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny / "tok")
@@ -142,12 +140,6 @@ def test_rl_logit_loop_leaves_validation_rows_to_the_verifier_and_needs_the_refe
 
 
 # --- the paper's OPD and RL-Logit runs through verl's own config checks ---------------------------------------------
-
-def paper_baselines(methods=("opd", "rl_logit")):
-    """The paper config with only the given verl baselines planned (their paper task lists, seeds and settings)."""
-    config = paper_config()
-    config["train"]["baselines"]["methods"] = list(methods)
-    return config
 
 
 def baseline_runs(config):

@@ -12,7 +12,6 @@ from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
-from pipeline_lib.config import validate_config
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
 from pipeline_lib.engines.verl.estimators import group_index
 from pipeline_lib.engines.verl.translate import (
@@ -33,33 +32,8 @@ from pipeline_lib.engines.verl.validate import (
 from pipeline_lib.plan import plan_runs
 from pipeline_lib.rewards import compute_score
 from pipeline_lib.targets import runs_of
-from tests.conftest import REPO
-from tests.test_workflow import snakemake
-
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-
-
-def paper_config() -> dict:
-    """config/paper.yaml on its own with the schema defaults, as `snakemake --configfile config/paper.yaml` reads it."""
-    return validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
-
-
-def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: bool = True):
-    """A verl batch: shuffled string uids (as verl's), ragged response masks, one outcome reward per rollout."""
-    gen = torch.Generator().manual_seed(seed)
-    n, length = n_groups * group_size, 7
-    uids = np.array([f"uid-{g:03d}" for g in range(n_groups) for _ in range(group_size)], dtype=object)
-    order = torch.randperm(n, generator=gen).numpy()
-    uids = uids[order]
-    scores = (torch.rand(n, generator=gen) < 0.4).float() if binary else torch.rand(n, generator=gen)
-    scores[uids == "uid-001"] = 1.0  # an all-equal group
-    lengths = torch.randint(1, length + 1, (n,), generator=gen)
-    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
-    rewards = torch.zeros(n, length)
-    rewards[torch.arange(n), lengths - 1] = scores  # verl puts the outcome on the last response token
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors={"uid": uids})
-    return data, scores, uids, mask
+from tests.conftest import REPO, rollout_batch, snakemake
+from tests.engines.conftest import paper_config
 
 
 def test_the_installed_verl_is_the_pinned_one(monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 from pipeline_lib.engines.verl.train import VerlRunError, require_installed_project
 from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE
 from pipeline_lib.engines.verl.validate import validate_rl
-from tests.engines.verl.test_verl_baselines import PATHS, paper_baselines
+from tests.engines.verl.conftest import PATHS, paper_baselines
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -18,7 +18,8 @@ from pipeline_lib.engines.verl.estimators import group_index
 from pipeline_lib.engines.verl.translate import VERL_ADVANTAGES, TrainPaths, rl_overrides, rl_spec
 from pipeline_lib.engines.verl.validate import validate_rl
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
-from tests.engines.verl.test_verl_engine import paper_config, rollout_batch
+from tests.conftest import rollout_batch
+from tests.engines.conftest import paper_config
 
 #: Each estimator's parameters (the paper's tau values; App. A's ESS fraction).
 PARAMS = {"softmax": {"tau": 0.1}, "sage": {"tau": 0.3}, "softmax_ess": {"ess_fraction": 0.5}}

@@ -29,8 +29,8 @@ from pipeline_lib.engines.verl.raro_loop import (
 )
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, raro_replay_dir, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
-from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from tests.engines.verl.test_verl_engine import paper_config
+from tests.conftest import MODEL
+from tests.engines.conftest import paper_config
 from tests.tiny_rollout_server import TinyRolloutServer
 
 QUESTION = [{"role": "user", "content": "Using the numbers [9, 5, 5], make 19."}]
@@ -43,7 +43,7 @@ CRITIC_TABLE = {"expert_better": 2.0, "tie": 0.5, "policy_better": -2.0, "invali
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny):  # noqa: F811
+def tokenizer(tiny):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny / "tok")
@@ -257,7 +257,7 @@ def test_replay_buffer_is_fifo_in_a_fixed_order_and_survives_a_restart(tmp_path)
         asyncio.run(resumed.end_step(6))
 
 
-def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_actor(tiny, tokenizer, tmp_path):  # noqa: F811
+def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_actor(tiny, tokenizer, tmp_path):
     """verl's own machinery end to end on CPU: RaroAgentLoopManager (the paper run's composed config), two Ray
     AgentLoopWorkers running the registered loops, the named buffer actor, a real tiny model as the rollout server."""
     import uuid
@@ -337,7 +337,7 @@ def test_every_step_holds_the_configured_mix_deterministically_by_seed():
         MixSchedule(rows=10, policy_per_step=4, critic_per_step=12, replay_slots=2, steps=6, seed=0)
 
 
-def test_the_dataset_lays_out_the_training_file_and_leaves_validation_alone(tiny, tokenizer):  # noqa: F811
+def test_the_dataset_lays_out_the_training_file_and_leaves_validation_alone(tiny, tokenizer):
     train, test = tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet"
     config = OmegaConf.create({"train_files": str(train), "prompt_key": "prompt", "max_prompt_length": 256,
                                "filter_overlong_prompts": True, "truncation": "error", "return_raw_chat": True,

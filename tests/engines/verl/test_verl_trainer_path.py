@@ -19,9 +19,9 @@ from pipeline_lib.engines.local.model import build_model, save_model_atomic
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.translate import TrainPaths, baseline_rl_spec, rl_overrides, rl_spec
 from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
-from tests.engines.local.test_local_engine import MODEL, tiny  # noqa: F401 - `tiny` is a fixture
-from tests.engines.verl.test_verl_baselines import PATHS, paper_baselines
-from tests.engines.verl.test_verl_engine import paper_config
+from tests.conftest import MODEL
+from tests.engines.conftest import paper_config
+from tests.engines.verl.conftest import PATHS, paper_baselines
 from tests.tiny_rollout_server import TinyRolloutServer
 
 RARO_MANAGER = "pipeline_lib.engines.verl.raro_loop.RaroAgentLoopManager"
@@ -63,7 +63,7 @@ def test_raro_on_the_v1_trainer_fails_validation():
 
 
 @pytest.mark.slow
-def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy_trainer_passes(tiny, tmp_path):  # noqa: F811
+def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy_trainer_passes(tiny, tmp_path):
     """RL-Logit's run as composed for the paper (legacy path, verl's own ``AgentLoopManager``, our loop registered),
     two Ray agent-loop workers, a real tiny model as the rollout server, and a ``DataProto`` batch built as
     ``RayPPOTrainer`` builds it (``meta_info.global_steps``, uids, repeated ``n`` times): every rollout's reward
