@@ -31,7 +31,7 @@ __all__ = [
     "ESS_BISECTION_STEPS",
     "GroupIndex",
     "advantage_diagnostics",
-    "available_methods",
+    "available_estimators",
     "broadcast_to_tokens",
     "ess_group_tau",
     "group_advantages",
@@ -76,35 +76,38 @@ _REGISTRY: dict[str, AdvantageFn] = {}
 
 
 def register_advantage(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Register ``fn(rewards, index, **params)`` under one or more method names."""
+    """Register ``fn(rewards, index, **params)`` under one or more estimator names."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         for name in names:
             if name in _REGISTRY:
-                raise ValueError(f"advantage method {name!r} is already registered")
+                raise ValueError(f"advantage estimator {name!r} is already registered")
             _REGISTRY[name] = fn
         return fn
 
     return decorator
 
 
-def available_methods() -> list[str]:
+def available_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _method_params(fn: AdvantageFn) -> dict[str, inspect.Parameter]:
+available_methods = available_estimators  # old name, still imported by plan/runs.py
+
+
+def _estimator_params(fn: AdvantageFn) -> dict[str, inspect.Parameter]:
     return dict(list(inspect.signature(fn).parameters.items())[2:])
 
 
-def _prepare(method: str, rewards: torch.Tensor, group_ids: torch.Tensor, params: dict[str, float]) -> AdvantageFn:
-    """Check the method, its parameters and the tensors; return the registered function."""
-    if method not in _REGISTRY:
-        raise ValueError(f"unknown advantage method {method!r}; registered: {available_methods()}")
-    accepted = _method_params(_REGISTRY[method])
+def _prepare(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, params: dict[str, float]) -> AdvantageFn:
+    """Check the estimator, its parameters and the tensors; return the registered function."""
+    if estimator not in _REGISTRY:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; registered: {available_estimators()}")
+    accepted = _estimator_params(_REGISTRY[estimator])
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise TypeError(
-            f"advantage method {method!r} got unknown parameter(s) {unknown}; "
+            f"advantage estimator {estimator!r} got unknown parameter(s) {unknown}; "
             f"it accepts {sorted(accepted)}"
         )
     if rewards.ndim != 1 or group_ids.ndim != 1 or rewards.shape != group_ids.shape:
@@ -119,19 +122,19 @@ def _prepare(method: str, rewards: torch.Tensor, group_ids: torch.Tensor, params
     if not bool(torch.isfinite(rewards).all()):
         bad = torch.nonzero(~torch.isfinite(rewards)).flatten()[:5].tolist()
         raise ValueError(f"rewards must be finite; non-finite at rollout index {bad}")
-    return _REGISTRY[method]
+    return _REGISTRY[estimator]
 
 
 def group_advantages(
-    method: str, rewards: torch.Tensor, group_ids: torch.Tensor, **params: float
+    estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, **params: float
 ) -> torch.Tensor:
     """Advantages [N] for rewards [N] grouped by ``group_ids`` [N].
 
-    ``params`` are the method's own hyperparameters (``tau`` for ``softmax``,
+    ``params`` are the estimator's own hyperparameters (``tau`` for ``softmax``,
     ``eps`` for ``grpo``/``maxrl``, ``ess_fraction`` for ``softmax_ess``); an
     unknown name is an error, not ignored.
     """
-    fn = _prepare(method, rewards, group_ids, params)
+    fn = _prepare(estimator, rewards, group_ids, params)
     if rewards.numel() == 0:
         return rewards.clone()
     index = GroupIndex.from_ids(group_ids.to(rewards.device), rewards.dtype)
@@ -143,18 +146,18 @@ _DIAGNOSTICS: dict[str, DiagnosticsFn] = {}
 
 
 def advantage_diagnostics(
-    method: str, rewards: torch.Tensor, group_ids: torch.Tensor, **params: float
+    estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, **params: float
 ) -> dict[str, list[float | None]]:
     """Per-rollout quantities an estimator chose on the way (``{"tau": [...]}`` for ``softmax_ess``).
 
     JSON-ready lists aligned with ``rewards`` (``None`` where undefined), so a trainer can add
-    them to its ``rollouts.jsonl`` row as they are; ``{}`` for a method that chooses nothing.
+    them to its ``rollouts.jsonl`` row as they are; ``{}`` for an estimator that chooses nothing.
     """
-    _prepare(method, rewards, group_ids, params)
-    if method not in _DIAGNOSTICS or rewards.numel() == 0:
+    _prepare(estimator, rewards, group_ids, params)
+    if estimator not in _DIAGNOSTICS or rewards.numel() == 0:
         return {}
     index = GroupIndex.from_ids(group_ids.to(rewards.device), rewards.dtype)
-    values = _DIAGNOSTICS[method](rewards, index, **params)
+    values = _DIAGNOSTICS[estimator](rewards, index, **params)
     return {key: [None if math.isnan(v) else v for v in tensor.double().tolist()] for key, tensor in values.items()}
 
 

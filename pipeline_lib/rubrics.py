@@ -6,7 +6,6 @@ The templates reproduce the paper's two rubric figures; ``{NAME}`` fields are fi
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +51,3 @@ RUBRICS = {
                           ("informativeness", "factuality", "fluency", "coherence", "redundancy"),
                           ("MEETING_TITLE", "TRANSCRIPT_TEXT", "SUMMARY_TEXT")),
 }
-
-
-def rubric_from_path(name: str, path: str | os.PathLike[str]) -> Rubric:
-    """A user's own template with the same keys and fields as a built-in rubric."""
-    base = RUBRICS[name]
-    return Rubric(base.name, Path(path), base.keys, base.fields, base.scale)

@@ -1,6 +1,10 @@
-"""Shared fixtures: a scratch copy of the workflow so tests never touch the checkout's results/."""
+"""Shared fixtures and helpers: a scratch copy of the workflow so tests never touch the checkout's results/, and
+what more than one test module uses (the tiny engine setup, dataset specs on the fixtures, reference oracles).
+Heavy libraries are imported inside the helpers, so collecting the fast lane stays cheap."""
 
+import os
 import shutil
+import string
 import subprocess
 import sys
 from collections.abc import Callable
@@ -47,6 +51,203 @@ def touched_workflow(tmp_path: Path) -> Callable[..., subprocess.CompletedProces
     touched = snakemake("--touch", "--forceall", "--cores", "1")
     assert touched.returncode == 0, touched.stderr[-3000:]
     return snakemake
+
+
+# --- Snakemake in a subprocess --------------------------------------------------------------------------------------
+
+SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_groups": 500,
+                "verification_mc_groups": 50_000}
+
+
+def repo_env() -> dict[str, str]:
+    """The environment with this checkout's pipeline_lib first on the path."""
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+
+
+def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env=repo_env())
+
+
+def _planned(result) -> set[str]:
+    """Rules in a dry run's job table (empty when there is nothing to do)."""
+    lines = result.stdout.splitlines()
+    if "Job stats:" not in lines:
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
+        return set()
+    rows = [line.split()[0] for line in lines[lines.index("Job stats:") + 3:] if line.strip()]
+    return set(rows[: rows.index("total")])
+
+
+def _tiny_config():
+    import yaml
+
+    return yaml.safe_load((REPO / "config/config.yaml").read_text())
+
+
+# --- the data builders on tests/fixtures/data -----------------------------------------------------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "data"
+
+
+def real_spec(name: str, **extra) -> dict:
+    sources = {
+        "gsm8k": {"main": {"hub": "openai/gsm8k", "config": "main", "local": str(FIXTURES / "gsm8k/main")},
+                  "demonstrations": {"hub": "HAD653/gsm8k-cot-120b", "local": str(FIXTURES / "gsm8k/cot")}},
+        "countdown": {"main": {"hub": "Jiayi-Pan/Countdown-Tasks-3to4", "local": str(FIXTURES / "countdown/main")},
+                      "gold": {"hub": "HuggingFaceTB/Countdown-Task-GOLD", "config": "verified_Qwen2.5-7B-Instruct",
+                               "local": str(FIXTURES / "countdown/gold")}},
+        "deepmath": {"main": {"hub": "zwhe99/DeepMath-103K", "local": str(FIXTURES / "deepmath/train.jsonl")}},
+        "poetry": {"main": {"hub": "jnb666/poems", "local": str(FIXTURES / "poetry/train.jsonl")}},
+        "meetingbank": {"main": {"hub": "microsoft/MeetingBank-LLMCompressed",
+                                 "local": str(FIXTURES / "meetingbank/train.jsonl")}},
+        "openthoughts": {"main": {"hub": "open-thoughts/OpenThoughts3-1.2M",
+                                  "local": str(FIXTURES / "openthoughts/train.jsonl")}},
+    }[name]
+    return {"enabled": True, "sources": sources, "holdout_fraction": 0.3, "text_column": "poem",
+            "transcript_column": "prompt", "summary_column": "summary", **extra}
+
+
+def _deepmath_row(index: int, **fields) -> dict:
+    row = {"question": f"What is {index} + {index}?", "final_answer": str(2 * index), "difficulty": 1.0,
+           "topic": "arithmetic", "r1_solution_1": f"\\boxed{{{2 * index}}}", "r1_solution_2": "", "r1_solution_3": ""}
+    return row | fields
+
+
+def _build(name, source, tmp_path, **sources):
+    from pipeline_lib.data.build import build_real
+
+    spec = real_spec(name, holdout_fraction=0.5)
+    spec["sources"]["main"]["local"] = str(source)
+    for role, path in sources.items():
+        spec["sources"][role]["local"] = str(path)
+    build_real(name, spec, tmp_path / "out", None)
+    return tmp_path / "out"
+
+
+def _golds(out):
+    import pandas as pd
+
+    frames = [pd.read_parquet(out / f"rl_{split}.parquet") for split in ("train", "test")]
+    return {row["prompt"][0]["content"].split("?")[0] + "?": row["reward_model"]["ground_truth"]
+            for frame in frames for row in frame.to_dict("records")}
+
+
+# --- the local engine on tiny shapes --------------------------------------------------------------------------------
+
+ENGINE_TINY = {"n_train": 40, "n_test": 8, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
+               "max_target": 100}
+MODEL = {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2, "kv_heads": 1, "max_positions": 256}
+SFT = {"model": MODEL, "lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 2, "steps": 6, "batch_size": 8,
+       "max_response_tokens": 48, "grad_clip": 1.0, "checkpoint_every": 3}
+RL = {"advantage": "softmax", "advantage_params": {"tau": 0.3}, "reward_weights": {"similarity": 1.0}, "group_size": 4,
+      "prompts_per_step": 3, "steps": 4, "ppo_epochs": 1, "minibatches": 3, "lr": 1e-3, "weight_decay": 0.0,
+      "clip_low": 0.2, "clip_high": 0.28, "beta": 0.01, "kl_estimator": "k3", "aggregation": "group-token-mean",
+      "max_new_tokens": 16, "temperature": 1.0, "grad_clip": 1.0, "checkpoint_every": 2}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Tiny countdown data, a tokenizer and an initial model (``data/``, ``tok/``, ``init/``), once per module."""
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.data.build import build_tiny, build_tokenizer
+    from pipeline_lib.model import build_model, save_model_atomic
+
+    root = tmp_path_factory.mktemp("engine")
+    build_tiny("countdown_tiny", ENGINE_TINY, 0, None, root / "data")
+    build_tokenizer([root / "data/sft_train.parquet", root / "data/rl_train.parquet"], 400, root / "tok")
+    tokenizer = AutoTokenizer.from_pretrained(root / "tok")
+    save_model_atomic(build_model(tokenizer, MODEL, 0), tokenizer, root / "init")
+    return root
+
+
+def params(path: Path) -> dict:
+    """A checkpoint's parameters, by name (copies)."""
+    from pipeline_lib.model import load_model
+
+    return {k: v.clone() for k, v in load_model(path).state_dict().items()}
+
+
+def crash_after(module, step_to_die: int, monkeypatch):
+    real = module.TrainingCheckpoint.save
+
+    def save_then_die(self, model, tokenizer, state):
+        real(self, model, tokenizer, state)
+        if state["step"] == step_to_die:
+            raise KeyboardInterrupt("simulated kill")
+
+    monkeypatch.setattr(module.TrainingCheckpoint, "save", save_then_die)
+
+
+def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: bool = True):
+    """A verl batch: shuffled string uids (as verl's), ragged response masks, one outcome reward per rollout."""
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    gen = torch.Generator().manual_seed(seed)
+    n, length = n_groups * group_size, 7
+    uids = np.array([f"uid-{g:03d}" for g in range(n_groups) for _ in range(group_size)], dtype=object)
+    order = torch.randperm(n, generator=gen).numpy()
+    uids = uids[order]
+    scores = (torch.rand(n, generator=gen) < 0.4).float() if binary else torch.rand(n, generator=gen)
+    scores[uids == "uid-001"] = 1.0  # an all-equal group
+    lengths = torch.randint(1, length + 1, (n,), generator=gen)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(n, length)
+    rewards[torch.arange(n), lengths - 1] = scores  # verl puts the outcome on the last response token
+    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                               non_tensors={"uid": uids})
+    return data, scores, uids, mask
+
+
+# --- the ImageNet objective study on a synthetic problem ------------------------------------------------------------
+
+CLASSIFY_SPEC = {
+    "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,
+                "seed": 3},
+    "model": {"kind": "mlp", "hidden": 16}, "epochs": 2, "batch_size": 32, "eval_batch_size": 128, "lr": 0.1,
+    "momentum": 0.9, "weight_decay": 1e-4, "warmup_epochs": 1, "eval_every": 4, "checkpoint_every": 5,
+    "pass_k": [4], "num_workers": 0, "tau": 0.2,
+}
+
+
+def final_parameters(run_dir):
+    import torch
+
+    return torch.load(run_dir / "final.pt", weights_only=False)
+
+
+# --- reference implementations (test oracles) -----------------------------------------------------------------------
+
+def official_squad_f1(prediction: str, ground_truth: str) -> float:
+    """Transcribed from the official SQuAD v1.1 evaluation script."""
+    import re
+    from collections import Counter
+
+    def normalize_answer(s):
+        def remove_articles(text):
+            return re.sub(r"\b(a|an|the)\b", " ", text)
+
+        def white_space_fix(text):
+            return " ".join(text.split())
+
+        def remove_punc(text):
+            exclude = set(string.punctuation)
+            return "".join(ch for ch in text if ch not in exclude)
+
+        return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+    prediction_tokens = normalize_answer(prediction).split()
+    ground_truth_tokens = normalize_answer(ground_truth).split()
+    common = Counter(prediction_tokens) & Counter(ground_truth_tokens)
+    num_same = sum(common.values())
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(prediction_tokens)
+    recall = 1.0 * num_same / len(ground_truth_tokens)
+    return (2 * precision * recall) / (precision + recall)
 
 
 #: Modules of the fast lane (`python -m pytest -m fast`, under 5 minutes on 2 cores): the estimators, the loss,

@@ -1,7 +1,7 @@
 """softmax_ess: SoftmaxGRPO with a per-group temperature set by a target effective sample size (paper App. A).
 
 The reference below is written per group from the definitions, with scipy's root finder for scalar rewards and
-the paper's closed form (``theory.adaptive_tau``) for binary ones, so it shares no code with the estimator.
+the paper's closed form (``formulas.adaptive_tau``) for binary ones, so it shares no code with the estimator.
 """
 
 import json
@@ -14,15 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
 
-from pipeline_lib import theory
 from pipeline_lib.advantages import (
     ESS_BISECTION_STEPS,
     advantage_diagnostics,
     ess_group_tau,
     group_advantages,
 )
-
-from .test_local_engine import tiny  # noqa: F401  (the tiny model and data fixture)
+from pipeline_lib.theory import formulas
 
 
 def reference(rewards: np.ndarray, ids: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -40,7 +38,7 @@ def reference(rewards: np.ndarray, ids: np.ndarray, fraction: float) -> tuple[np
             adv[members] = m * (r == top) / n_top - 1
         else:
             if len(np.unique(r)) == 2:
-                tau = spread * theory.adaptive_tau(n_top, m, nu)
+                tau = spread * formulas.adaptive_tau(n_top, m, nu)
             else:
                 def gap(log_tau: float, r: np.ndarray = r, top: float = top, nu: float = nu) -> float:
                     w = np.exp((r - top) / math.exp(log_tau))
@@ -139,7 +137,7 @@ def test_binary_tau_is_the_papers_closed_form_and_scales_with_the_reward_range()
             rewards = torch.tensor([high] * k + [low] * (M - k), dtype=torch.float64)
             tau = ess_group_tau(rewards, torch.zeros(M, dtype=torch.long), fraction)
             if fraction * M > k:
-                assert tau[0].item() == pytest.approx((high - low) * theory.adaptive_tau(k, M, fraction * M),
+                assert tau[0].item() == pytest.approx((high - low) * formulas.adaptive_tau(k, M, fraction * M),
                                                       rel=1e-12)
             else:
                 assert tau[0].item() == 0.0
@@ -156,7 +154,7 @@ def test_bisection_agrees_with_the_closed_form_on_binary_groups():
     for fraction in (0.9, 0.97):
         nu = torch.full((M - 1,), fraction * M, dtype=torch.float64)
         tau = torch.exp(-_bisect_log_beta(r - 1.0, nu, index))
-        want = torch.tensor([theory.adaptive_tau(k, M, fraction * M) for k in range(1, M)], dtype=torch.float64)
+        want = torch.tensor([formulas.adaptive_tau(k, M, fraction * M) for k in range(1, M)], dtype=torch.float64)
         torch.testing.assert_close(tau, want, rtol=1e-10, atol=0)
 
 
@@ -244,8 +242,7 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
     from pipeline_lib.advantages import broadcast_to_tokens
     from pipeline_lib.engines.verl.estimators import group_index
     from pipeline_lib.engines.verl.validate import compose
-
-    from .test_verl_engine import rollout_batch
+    from tests.conftest import rollout_batch
 
     for binary in (True, False):
         algorithm = compose("ppo_trainer", ["algorithm.adv_estimator=softmax_ess",
@@ -261,10 +258,9 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
         compute_advantage(data, adv_estimator="softmax_ess", config=without)
 
 
-def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):  # noqa: F811
+def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):
     from pipeline_lib.engines.local import rl as rl_module
-
-    from .test_local_engine import RL
+    from tests.conftest import RL
 
     spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)

@@ -8,12 +8,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_lib.advantages import available_methods, broadcast_to_tokens, group_advantages
+from pipeline_lib.advantages import available_estimators, broadcast_to_tokens, group_advantages
 
 PARAMS = {"softmax": {"tau": 0.3}, "sage": {"tau": 0.3}}
 
 
-def naive(method: str, rewards: np.ndarray, ids: np.ndarray, tau: float = 0.3, eps: float = 1e-6) -> np.ndarray:
+def naive(estimator: str, rewards: np.ndarray, ids: np.ndarray, tau: float = 0.3, eps: float = 1e-6) -> np.ndarray:
     """Per-group Python reference, written straight from the definitions."""
     out = np.zeros_like(rewards)
     for gid in np.unique(ids):
@@ -22,19 +22,19 @@ def naive(method: str, rewards: np.ndarray, ids: np.ndarray, tau: float = 0.3, e
         m = len(r)
         if m == 1:
             continue
-        if method in ("softmax", "sage"):
+        if estimator in ("softmax", "sage"):
             e = np.exp((r - r.max()) / tau)
             out[members] = m * e / e.sum() - 1
-        elif method == "grpo":
+        elif estimator == "grpo":
             out[members] = (r - r.mean()) / (r.std(ddof=1) + eps)
-        elif method in ("dr_grpo", "reinforce"):
+        elif estimator in ("dr_grpo", "reinforce"):
             out[members] = r - r.mean()
-        elif method == "rloo":
+        elif estimator == "rloo":
             out[members] = [r[i] - np.delete(r, i).mean() for i in range(m)]
-        elif method == "maxrl":
+        elif estimator == "maxrl":
             out[members] = (r - r.mean()) / (r.mean() + eps)
         else:
-            raise AssertionError(method)
+            raise AssertionError(estimator)
     return out
 
 
@@ -43,39 +43,39 @@ groups = st.lists(
 )
 
 
-def test_registry_lists_the_paper_methods():
-    assert {"softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"} <= set(available_methods())
+def test_registry_lists_the_paper_estimators():
+    assert {"softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"} <= set(available_estimators())
 
 
-@pytest.mark.parametrize("method", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
+@pytest.mark.parametrize("estimator", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
 @settings(max_examples=60, deadline=None)
 @given(data=groups)
-def test_matches_per_group_reference(method, data):
+def test_matches_per_group_reference(estimator, data):
     ids = np.array([g for g, _ in data])
     rewards = np.array([r for _, r in data], dtype=np.float64)
-    got = group_advantages(method, torch.tensor(rewards), torch.tensor(ids), **PARAMS.get(method, {}))
-    np.testing.assert_allclose(got.numpy(), naive(method, rewards, ids), rtol=1e-9, atol=1e-9)
+    got = group_advantages(estimator, torch.tensor(rewards), torch.tensor(ids), **PARAMS.get(estimator, {}))
+    np.testing.assert_allclose(got.numpy(), naive(estimator, rewards, ids), rtol=1e-9, atol=1e-9)
 
 
-@pytest.mark.parametrize("method", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
+@pytest.mark.parametrize("estimator", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
 @settings(max_examples=40, deadline=None)
 @given(data=groups)
-def test_advantages_sum_to_zero_per_group(method, data):
+def test_advantages_sum_to_zero_per_group(estimator, data):
     ids = torch.tensor([g for g, _ in data])
-    adv = group_advantages(method, torch.tensor([r for _, r in data], dtype=torch.float64), ids,
-                           **PARAMS.get(method, {}))
+    adv = group_advantages(estimator, torch.tensor([r for _, r in data], dtype=torch.float64), ids,
+                           **PARAMS.get(estimator, {}))
     for gid in ids.unique():
         assert abs(adv[ids == gid].sum().item()) < 1e-9
 
 
-@pytest.mark.parametrize("method", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce"])
+@pytest.mark.parametrize("estimator", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce"])
 @settings(max_examples=40, deadline=None)
 @given(data=groups, shift=st.floats(-100, 100))
-def test_shift_invariance(method, data, shift):
+def test_shift_invariance(estimator, data, shift):
     ids = torch.tensor([g for g, _ in data])
     rewards = torch.tensor([r for _, r in data], dtype=torch.float64)
-    base = group_advantages(method, rewards, ids, **PARAMS.get(method, {}))
-    moved = group_advantages(method, rewards + shift, ids, **PARAMS.get(method, {}))
+    base = group_advantages(estimator, rewards, ids, **PARAMS.get(estimator, {}))
+    moved = group_advantages(estimator, rewards + shift, ids, **PARAMS.get(estimator, {}))
     torch.testing.assert_close(base, moved, atol=1e-6, rtol=0)
 
 
@@ -116,11 +116,11 @@ def test_softmax_is_stable_at_extremes(dtype):
         assert (adv >= -1).all() and (adv <= 15 + 1e-3).all()  # A in [-1, M - 1]
 
 
-@pytest.mark.parametrize("method", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
-def test_singletons_and_equal_groups_get_exactly_zero(method):
+@pytest.mark.parametrize("estimator", ["softmax", "grpo", "dr_grpo", "rloo", "reinforce", "maxrl"])
+def test_singletons_and_equal_groups_get_exactly_zero(estimator):
     rewards = torch.tensor([0.7, 0.3, 0.3, 0.3, 5.0, 1.0, 1.0])
     ids = torch.tensor([9, 4, 4, 4, -3, 2, 2])
-    adv = group_advantages(method, rewards, ids, **PARAMS.get(method, {}))
+    adv = group_advantages(estimator, rewards, ids, **PARAMS.get(estimator, {}))
     assert torch.equal(adv, torch.zeros(7))
 
 
@@ -139,7 +139,7 @@ def test_bad_temperature_is_a_clear_error(tau):
 
 def test_errors_name_the_problem():
     rewards, ids = torch.ones(4), torch.zeros(4, dtype=torch.long)
-    with pytest.raises(ValueError, match="unknown advantage method 'gpro'"):
+    with pytest.raises(ValueError, match="unknown advantage estimator 'gpro'"):
         group_advantages("gpro", rewards, ids)
     with pytest.raises(TypeError, match="unknown parameter"):
         group_advantages("grpo", rewards, ids, tau=0.1)

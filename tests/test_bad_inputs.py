@@ -10,6 +10,7 @@ import pytest
 
 from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
 from pipeline_lib.rubrics import RUBRICS
+from tests.conftest import _build, _deepmath_row, _golds, _planned, _tiny_config
 
 POETRY = RUBRICS["poetry"]
 GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'
@@ -89,13 +90,6 @@ def test_non_finite_verdicts_are_reasked_then_failed_and_the_cache_never_wedges_
 
 # --- 3. config values that the schema let through ---------------------------------------------------------------
 
-def _tiny_config():
-    import yaml
-
-    from .conftest import REPO
-
-    return yaml.safe_load((REPO / "config/config.yaml").read_text())
-
 
 @pytest.mark.parametrize("edit, key, says", [
     (lambda c: c["train"]["methods"]["softmax_exact"].update(tau=float("nan")), "train.methods.softmax_exact.tau",
@@ -135,7 +129,7 @@ def test_snakemake_dry_run_fails_at_parse_time_naming_each_key(workflow_copy):
     import subprocess
     import sys
 
-    from .test_workflow import repo_env
+    from tests.conftest import repo_env
 
     (workflow_copy / "bad.yaml").write_text(
         "theory: {taus: [.inf], group_size: 8.0}\n"
@@ -156,7 +150,7 @@ def test_snakemake_dry_run_fails_at_parse_time_naming_each_key(workflow_copy):
 def _reference_metrics(prediction: str, reference: str) -> tuple[float, float]:
     from rouge_score.rouge_scorer import RougeScorer
 
-    from .test_rewards import official_squad_f1
+    from tests.conftest import official_squad_f1
 
     return official_squad_f1(prediction, reference), RougeScorer(["rougeL"]).score(reference, prediction)[
         "rougeL"].fmeasure
@@ -232,7 +226,8 @@ def package_copy(tmp_path):
         "import pandas as pd\n"
         "from pipeline_lib.provenance import write_provenance\n"
         "pd.DataFrame({'x': [1]}).to_parquet('features.parquet')\n"
-        "write_provenance(['features.parquet'], step='features', inputs=['raw.csv'], entry='pipeline_lib.theory')\n"
+        "write_provenance(['features.parquet'], step='features', inputs=['raw.csv'],"
+        " entry='pipeline_lib.theory.formulas')\n"
         "Path('table.tex').write_text('table')\n"
         "write_provenance(['table.tex'], step='table', inputs=['features.parquet'])\n"  # whole-package digest
     )
@@ -249,13 +244,14 @@ def package_copy(tmp_path):
 def test_audit_flags_outputs_made_with_older_code(package_copy):
     package, _work, audit = package_copy
     assert audit().returncode == 0, audit().stdout
-    with open(package / "theory.py", "a") as handle:
+    with open(package / "theory" / "formulas.py", "a") as handle:
         handle.write("\nEDITED = True\n")
     result = audit()
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if "made with older code" in line]
-    # both steps imported theory.py: the features step (entry pipeline_lib.theory) and the table (whole package)
-    assert len(problems) == 2 and all("changed pipeline_lib/theory.py" in line for line in problems), result.stdout
+    # both steps imported theory/formulas.py: the features step (its entry) and the table (whole package)
+    changed = "changed pipeline_lib/theory/formulas.py"
+    assert len(problems) == 2 and all(changed in line for line in problems), result.stdout
 
 
 def test_audit_flags_an_untracked_new_module(package_copy):
@@ -263,7 +259,7 @@ def test_audit_flags_an_untracked_new_module(package_copy):
     (package / "helpers_new.py").write_text("VALUE = 1\n")
     result = audit()
     assert result.returncode == 1 and "new pipeline_lib/helpers_new.py" in result.stdout, result.stdout
-    # only the whole-package step is stale: pipeline_lib.theory does not import the new module
+    # only the whole-package step is stale: pipeline_lib.theory.formulas does not import the new module
     assert sum("made with older code" in line for line in result.stdout.splitlines()) == 1
 
 
@@ -292,16 +288,6 @@ def test_code_digest_follows_imports_and_is_cached_per_process():
     assert (time.perf_counter() - start) / 20 < 0.05  # cached: a Snakefile calls it once per rule
     with pytest.raises(ValueError, match="not a module"):
         code_digest("pipeline_lib.no_such_module")
-
-
-def _planned(result) -> set[str]:
-    """Rules in a dry run's job table (empty when there is nothing to do)."""
-    lines = result.stdout.splitlines()
-    if "Job stats:" not in lines:
-        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:] + result.stderr[-3000:]
-        return set()
-    rows = [line.split()[0] for line in lines[lines.index("Job stats:") + 3:] if line.strip()]
-    return set(rows[: rows.index("total")])
 
 
 def _planned_outputs(result) -> list[str]:
@@ -341,11 +327,6 @@ def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
 
 # --- 2. local dataset files: no type guessing, errors name the file and its line --------------------------------
 
-def _deepmath_row(index: int, **fields) -> dict:
-    row = {"question": f"What is {index} + {index}?", "final_answer": str(2 * index), "difficulty": 1.0,
-           "topic": "arithmetic", "r1_solution_1": f"\\boxed{{{2 * index}}}", "r1_solution_2": "", "r1_solution_3": ""}
-    return row | fields
-
 
 def _write_jsonl(path, rows, blank_lines_at=()):
     lines = []
@@ -355,27 +336,6 @@ def _write_jsonl(path, rows, blank_lines_at=()):
         lines.append(row if isinstance(row, str) else json.dumps(row))
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _build(name, source, tmp_path, **sources):
-    from pipeline_lib.data.build import build_real
-
-    from .test_data import real_spec
-
-    spec = real_spec(name, holdout_fraction=0.5)
-    spec["sources"]["main"]["local"] = str(source)
-    for role, path in sources.items():
-        spec["sources"][role]["local"] = str(path)
-    build_real(name, spec, tmp_path / "out", None)
-    return tmp_path / "out"
-
-
-def _golds(out):
-    import pandas as pd
-
-    frames = [pd.read_parquet(out / f"rl_{split}.parquet") for split in ("train", "test")]
-    return {row["prompt"][0]["content"].split("?")[0] + "?": row["reward_model"]["ground_truth"]
-            for frame in frames for row in frame.to_dict("records")}
 
 
 @pytest.mark.parametrize("missing", [{"final_answer": None}, "drop"], ids=["null", "absent"])
@@ -462,8 +422,7 @@ COUNTDOWN_BAD = [
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD, ids=[str(i) for i in range(len(COUNTDOWN_BAD))])
 def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, message):
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES
+    from tests.conftest import FIXTURES
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
     main.insert(6, json.dumps(row))
@@ -475,8 +434,7 @@ def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, mess
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD[:3], ids=["float", "float_integral", "string"])
 def test_bad_countdown_gold_task_is_an_error_naming_file_and_line(tmp_path, row, message):
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES
+    from tests.conftest import FIXTURES
 
     gold = (FIXTURES / "countdown/gold/train.jsonl").read_text().splitlines()
     gold[2] = json.dumps(json.loads(gold[2]) | row)
@@ -513,8 +471,7 @@ def test_failed_python_m_build_leaves_no_partial_outputs(tmp_path):
     import subprocess
     import sys
 
-    from .test_data import real_spec
-    from .test_workflow import repo_env
+    from tests.conftest import real_spec, repo_env
 
     rows = [_deepmath_row(i) for i in range(30)]
     source = _write_jsonl(tmp_path / "train.jsonl", rows)
@@ -545,7 +502,7 @@ def test_failed_snakemake_build_leaves_no_partial_outputs(workflow_copy):
 
     import yaml
 
-    from .test_workflow import repo_env
+    from tests.conftest import repo_env
 
     rows = [_deepmath_row(i) for i in range(30)]
     source = _write_jsonl(workflow_copy / "deepmath.jsonl", rows)
@@ -584,8 +541,7 @@ def test_missing_or_mistyped_field_in_other_datasets_names_file_and_line(tmp_pat
 
     from pipeline_lib.data.build import build_real
     from pipeline_lib.data.schema import DataError
-
-    from .test_data import FIXTURES, real_spec
+    from tests.conftest import FIXTURES, real_spec
 
     spec = real_spec(name)
     source = FIXTURES / relative

@@ -18,9 +18,9 @@ import yaml
 from packaging.requirements import Requirement
 
 from pipeline_lib.provenance import _module_file
+from tests.conftest import snakemake
 
 from .conftest import REPO, WORKFLOW_PARTS
-from .test_workflow import snakemake
 
 CONFIGS = ("config/config.yaml", "config/paper.yaml")
 #: Imports inside functions that an env's rules never call, each with why. Everything else a module imports is needed.
@@ -29,7 +29,12 @@ _OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.tracking
                       for name in ("wandb", "mlflow", "swanlab", "trackio")}
 NOT_REACHED = {
     "report.yaml": {
-        "vllm": "pipeline_lib.eval.backends' vLLM backend; the report env's local-engine and eval jobs use the hf one",
+        "vllm": "pipeline_lib.eval.backends' vLLM backend; the report env's eval jobs use the hf one",
+        "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
+        **_OPTIONAL_TRACKERS,
+    },
+    "train-local.yaml": {
+        "vllm": "pipeline_lib.eval.backends' vLLM backend; the local engine samples with the hf one",
         "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
         **_OPTIONAL_TRACKERS,
     },

@@ -17,8 +17,7 @@ from pipeline_lib.checkpoint import MetricsLog
 
 def _kill_after_step_10(monkeypatch, run_dir):
     from pipeline_lib.classify import train as train_module
-
-    from .test_classify import SPEC
+    from tests.conftest import CLASSIFY_SPEC
 
     real_save = train_module.save_checkpoint
 
@@ -29,18 +28,17 @@ def _kill_after_step_10(monkeypatch, run_dir):
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(SPEC, "softmax", 8, 0, run_dir, progress=False)
+        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, run_dir, progress=False)
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
 
 
 @pytest.mark.parametrize("damage", ["torn_metrics_line", "truncated_checkpoint", "binary_metrics_tail"])
 def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_run(tmp_path, monkeypatch, damage):
     from pipeline_lib.classify import train as train_module
-
-    from .test_classify import SPEC, final_parameters
+    from tests.conftest import CLASSIFY_SPEC, final_parameters
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    train_module.train(SPEC, "softmax", 8, 0, straight, progress=False)
+    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False)
     _kill_after_step_10(monkeypatch, interrupted)
     metrics, checkpoint = interrupted / "metrics.jsonl", interrupted / "checkpoint.pt"
     if damage == "torn_metrics_line":  # the writer died mid-line (or the disk filled)
@@ -50,7 +48,7 @@ def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_ru
     else:
         checkpoint.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])
     for _ in range(2):  # the rerun, and a forced rerun of a finished run, both finish
-        train_module.train(SPEC, "softmax", 8, 0, interrupted, progress=False)
+        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False)
     for key, value in final_parameters(straight).items():
         torch.testing.assert_close(value, final_parameters(interrupted)[key])
     assert (straight / "metrics.jsonl").read_text() == metrics.read_text()
@@ -110,8 +108,7 @@ def _validate(config, base_dir):
 
 
 def _with_source(dataset, role, local, enabled=True, extra_roles=None):
-    from .test_bad_inputs import _tiny_config
-    from .test_data import real_spec
+    from tests.conftest import _tiny_config, real_spec
 
     config = _tiny_config()
     sources = {r: {k: v for k, v in s.items()} for r, s in real_spec(dataset)["sources"].items()}
@@ -123,7 +120,7 @@ def _with_source(dataset, role, local, enabled=True, extra_roles=None):
 
 
 def _ratings(tasks, path):
-    from .test_bad_inputs import _tiny_config
+    from tests.conftest import _tiny_config
 
     config = _tiny_config()
     config["judge"].setdefault("calibration", {})["ratings"] = dict.fromkeys(tasks, path)
@@ -131,7 +128,7 @@ def _ratings(tasks, path):
 
 
 def _weights(weights):
-    from .test_bad_inputs import _tiny_config
+    from tests.conftest import _tiny_config
 
     config = _tiny_config()
     config["data"]["tiny"]["reward_weights"] = weights
@@ -139,7 +136,7 @@ def _weights(weights):
 
 
 def _accelerate_config(path):
-    from .test_bad_inputs import _tiny_config
+    from tests.conftest import _tiny_config
 
     config = _tiny_config()
     config["train"]["baselines"]["iterative_dpo"] = {"accelerate_config": path}
@@ -198,8 +195,9 @@ def test_config_mistakes_fail_at_parse_time_naming_the_key(tmp_path, name):
 
 
 def test_the_shipped_configs_and_a_complete_local_source_still_validate(tmp_path):
+    from tests.conftest import _tiny_config
+
     from .conftest import REPO
-    from .test_bad_inputs import _tiny_config
 
     assert _validate(_tiny_config(), REPO)["label"] == "tiny"  # valid, defaults filled
     sources = _validate(_with_source("gsm8k", None, None), tmp_path)["data"]["datasets"]["gsm8k"]["sources"]
@@ -260,8 +258,9 @@ def test_plan_on_a_bad_config_file_prints_a_sentence_not_a_traceback(tmp_path, c
     import subprocess
     import sys
 
+    from tests.conftest import repo_env
+
     from .conftest import REPO
-    from .test_workflow import repo_env
 
     path = tmp_path / "config.yaml"
     if isinstance(content, bytes):
@@ -280,7 +279,7 @@ def test_snakemake_refuses_a_config_file_with_a_duplicate_key(workflow_copy):
     import subprocess
     import sys
 
-    from .test_workflow import repo_env
+    from tests.conftest import repo_env
 
     tiny = (workflow_copy / "config/config.yaml").read_text()
     (workflow_copy / "dup.yaml").write_text(tiny + "label: test\n")  # `label: tiny` is already at the top
@@ -296,8 +295,7 @@ def test_snakemake_refuses_a_config_file_with_a_duplicate_key(workflow_copy):
 @pytest.mark.parametrize("gold", ["NaN", "nan", "inf", "-Infinity", "1e400", "1_000"])
 def test_gsm8k_non_finite_golds_are_counted_out_never_golds(tmp_path, gold):
     from pipeline_lib.data.build import build_real
-
-    from .test_data import FIXTURES, real_spec
+    from tests.conftest import FIXTURES, real_spec
 
     main = tmp_path / "main"
     main.mkdir()
@@ -323,7 +321,7 @@ def _deepmath_file(tmp_path, rows_bytes: list[bytes], suffix=".jsonl") -> object
 
 
 def _deepmath_rows(n=10):
-    from .test_bad_inputs import _deepmath_row
+    from tests.conftest import _deepmath_row
 
     return [json.dumps(_deepmath_row(i)).encode() for i in range(n)]
 
@@ -335,8 +333,7 @@ def _deepmath_rows(n=10):
 ], ids=["latin1_byte", "cut_mid_character"])
 def test_jsonl_that_is_not_utf8_names_file_and_line(tmp_path, damage, says):
     from pipeline_lib.data.schema import DataError
-
-    from .test_bad_inputs import _build
+    from tests.conftest import _build
 
     path = _deepmath_file(tmp_path, damage(_deepmath_rows()))
     if "cut" in says:
@@ -359,7 +356,7 @@ def _deepmath_csv(tmp_path, rows, encoding="utf-8"):
 
 
 def test_csv_cells_longer_than_128kb_are_read(tmp_path):
-    from .test_bad_inputs import _build, _deepmath_row, _golds
+    from tests.conftest import _build, _deepmath_row, _golds
 
     rows = [_deepmath_row(i) for i in range(12)]
     long_solution = "A long transcript-sized solution. " * 20_000 + "\\boxed{0}"  # ~680 KB, like MeetingBank's
@@ -373,8 +370,7 @@ def test_csv_cells_longer_than_128kb_are_read(tmp_path):
 
 def test_csv_in_latin1_names_file_and_line(tmp_path):
     from pipeline_lib.data.schema import DataError
-
-    from .test_bad_inputs import _build, _deepmath_row
+    from tests.conftest import _build, _deepmath_row
 
     rows = [_deepmath_row(i) for i in range(8)]
     rows[5]["topic"] = "géométrie"
@@ -386,9 +382,7 @@ def test_csv_in_latin1_names_file_and_line(tmp_path):
                                                                        "ten_to_30"])
 def test_countdown_integers_beyond_int64_name_file_and_line(tmp_path, value):
     from pipeline_lib.data.schema import DataError
-
-    from .test_bad_inputs import _build
-    from .test_data import FIXTURES
+    from tests.conftest import FIXTURES, _build
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
     main.insert(6, json.dumps({"target": value, "nums": [1, 2, 4]}))
@@ -399,8 +393,7 @@ def test_countdown_integers_beyond_int64_name_file_and_line(tmp_path, value):
 
 def test_deepmath_difficulty_beyond_float_range_names_file_and_line(tmp_path):
     from pipeline_lib.data.schema import DataError
-
-    from .test_bad_inputs import _build, _deepmath_row
+    from tests.conftest import _build, _deepmath_row
 
     rows = [json.dumps(_deepmath_row(i)) for i in range(10)]
     rows[3] = json.dumps(_deepmath_row(3)).replace('"difficulty": 1.0', '"difficulty": 1' + "0" * 400)
@@ -411,9 +404,7 @@ def test_deepmath_difficulty_beyond_float_range_names_file_and_line(tmp_path):
 
 def test_a_null_in_a_parquet_integer_column_is_blamed_on_its_own_row(tmp_path):
     from pipeline_lib.data.schema import DataError
-
-    from .test_bad_inputs import _build
-    from .test_data import FIXTURES
+    from tests.conftest import FIXTURES, _build
 
     rows = [json.loads(line) for line in (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()]
     targets = pd.array([r["target"] for r in rows], dtype="Int64")
@@ -440,7 +431,7 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
 
     prompts = {"config/prompts/meetingbank.txt", "config/prompts/poetry.txt"}
     assert prompts <= set(code_modules("pipeline_lib.judge.score"))
-    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory"))
+    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory.formulas"))
 
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "pipeline_lib", root / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
@@ -451,7 +442,7 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
               "Path('scores.jsonl').write_text('{}\\n')\n"
               "write_provenance(['scores.jsonl'], step='judge_score', entry='pipeline_lib.judge.score')\n"
               "Path('theory.csv').write_text('x\\n')\n"
-              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory')\n")
+              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory.formulas')\n")
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", script], cwd=work, env=env, check=True, timeout=120)
 
@@ -471,8 +462,9 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
 def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_path):
     """As tests/test_bad_inputs.py's code-change test: placeholder outputs whose metadata Snakemake recorded
     (``--touch``), then a dry run after an edit to the judge's rubric prompt."""
+    from tests.conftest import _planned
+
     from .conftest import touched_workflow
-    from .test_bad_inputs import _planned
 
     snakemake = touched_workflow(tmp_path)
     assert _planned(snakemake("-n")) == set()
@@ -487,8 +479,7 @@ def test_the_configs_source_roles_and_suffixes_are_the_builders_and_readers():
     from pipeline_lib.config import DATA_SUFFIXES, DATASET_SOURCES
     from pipeline_lib.data.real import BUILDERS
     from pipeline_lib.data.sources import _READERS
-
-    from .test_data import real_spec
+    from tests.conftest import real_spec
 
     assert set(DATA_SUFFIXES) == set(_READERS)
     assert set(DATASET_SOURCES) == set(BUILDERS)

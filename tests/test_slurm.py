@@ -22,9 +22,9 @@ import pytest
 import yaml
 
 from pipeline_lib.plan import JOBS
+from tests.conftest import repo_env
 
 from .conftest import REPO
-from .test_workflow import repo_env
 
 CLUSTER = REPO / ".ci" / "slurm" / "local_cluster.py"
 PROFILE = REPO / ".ci" / "slurm" / "profile"

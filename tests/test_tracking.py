@@ -18,7 +18,7 @@ from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.plan import Estimator, RunSpec
 from pipeline_lib.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
-from tests.test_local_engine import RL, tiny  # noqa: F401  (the module fixture: tiny data and an initial model)
+from tests.conftest import RL
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -127,7 +127,7 @@ def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, m
     assert event_scalars(tracking.run_dir())["critic/score/mean"] == [(1, 1.0), (2, 2.0), (3, 3.5), (4, 4.5)]
 
 
-def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tmp_path):  # noqa: F811
+def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tmp_path):
     spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path / "run", 0, progress=False,
                        tracking=settings(tmp_path))
@@ -143,7 +143,7 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
         assert store[key] == [(m["step"], pytest.approx(m[key], rel=1e-6)) for m in metrics]
 
 
-def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp_path):  # noqa: F811
+def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp_path):
     from pipeline_lib.engines.verl.train import collect_metrics
     from pipeline_lib.engines.verl.translate import metrics_log_path
     from pipeline_lib.paper.results import curves
@@ -162,7 +162,7 @@ def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 
-def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny, tmp_path, monkeypatch):  # noqa: F811
+def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny, tmp_path, monkeypatch):
     data, init, tracking = tiny / "data/rl_train.parquet", tiny / "init", settings(tmp_path)
     real = MetricsLog.write
 
@@ -184,7 +184,7 @@ def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny,
     assert after["actor/kl_loss"] == [(m["step"], pytest.approx(m["actor/kl_loss"], rel=1e-6)) for m in metrics]
 
 
-def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):  # noqa: F811
+def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):
     """A real job (the entry point in its own process): its curve can be read before it finishes."""
     tracking = settings(tmp_path)
     own = ("advantage", "advantage_params", "reward_weights")  # the estimator's and the reward's, in the spec's fields
@@ -284,7 +284,7 @@ def test_every_verl_process_gets_the_curves_from_the_plugin():
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-3000:]
 
 
-def test_actor_entropy_is_verls_entropy_of_the_old_policy_over_response_tokens(tiny):  # noqa: F811
+def test_actor_entropy_is_verls_entropy_of_the_old_policy_over_response_tokens(tiny):
     """The entropy the local engine logs comes from the log-prob pass's own logits, on both of its paths (a group
     sharing its prompt, and rows on their own); it equals verl's entropy_from_logits of a plain forward pass."""
     from transformers import AutoTokenizer

@@ -1,7 +1,6 @@
 """The Snakemake workflow: config validation, dry-runs, lint, targets and a real theory run."""
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,22 +13,11 @@ import yaml
 from pipeline_lib.config import ConfigError, load_schema, validate_config
 from pipeline_lib.io import sha256_file
 from pipeline_lib.targets import THEORY_OUTPUTS, stage_targets
+from tests.conftest import SMALL_THEORY, repo_env, snakemake
 
 from .conftest import REPO
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_groups": 500,
-                "verification_mc_groups": 50_000}
-
-
-def repo_env() -> dict[str, str]:
-    """The environment with this checkout's pipeline_lib first on the path."""
-    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-
-
-def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=repo_env())
 
 
 def schema_keys(schema: dict, prefix: str = "") -> list[str]:
@@ -255,8 +243,9 @@ def test_imagenet_study_runs_end_to_end(workflow_copy):
 
 
 def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_copy):
+    from tests.conftest import real_spec
+
     from .chat_server import ChatServer
-    from .test_data import real_spec
 
     config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)  # every key
     config["data"]["tiny"] |= {"n_train": 80, "n_test": 20}

@@ -50,10 +50,6 @@ class RatingsError(ValueError):
     """A ratings file that cannot be used, with the row and column at fault."""
 
 
-def _scores_path(summary: Path) -> Path:
-    return summary.with_name("scores.jsonl")
-
-
 def _run_of(path: Path) -> tuple[str, str]:
     """``.../{task}/{method}/seed{k}/scores.jsonl`` -> (method, seed)."""
     return path.parent.parent.name, path.parent.name

@@ -58,7 +58,7 @@ class JobKind:
 
 #: Every kind of training job, by rule name.
 JOBS: dict[str, JobKind] = {
-    "train_local": JobKind("DONE.json", "report.yaml"),  # the local PyTorch engine (CPU)
+    "train_local": JobKind("DONE.json", "train-local.yaml"),  # the local PyTorch engine (CPU)
     "train_verl": JobKind("DONE.json", "train-verl.yaml", ("nodes", "gres")),  # verl SFT / RL on Slurm nodes
     "train_trl": JobKind("DONE.json", "train-verl.yaml", ("gpu",)),  # Iterative DPO: vLLM samples + TRL
     "annotate_rationales": JobKind("rationalized_sft.parquet", "train-verl.yaml", ("gpu",)),  # STaR via vLLM

@@ -71,7 +71,7 @@ for group_rule, group in TRAIN_GROUPS.items():
         priority: job_priority(group_rule)
         threads: 1
         conda:
-            "../../envs/report.yaml"
+            "../../envs/train-local.yaml"
         shell:
             "{params.command} > {log} 2>&1"
 

@@ -1,0 +1,82 @@
+"""Result tables from synthetic result files with known numbers."""
+
+import json
+
+import pandas as pd
+
+from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
+from pipeline_lib.plan import METHODS
+from pipeline_lib.plan.settings import local_rl_spec, reference_prompts
+
+
+def write_metrics(root, task, method, seed, value):
+    path = root / "results/eval" / task / method / f"seed{seed}" / "metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"pass@1_greedy": value, "mean_length_greedy": 10.0}))
+    return path
+
+
+def test_table1_means_spread_bold_and_missing_cells(tmp_path):
+    paths = [write_metrics(tmp_path, "a_task", "sft", 0, 0.30), write_metrics(tmp_path, "a_task", "sft", 1, 0.40),
+             write_metrics(tmp_path, "a_task", "softmax_exact", 0, 0.50),
+             write_metrics(tmp_path, "a_task", "softmax_exact", 1, 0.70),
+             write_metrics(tmp_path, "b_task", "sft", 0, 0.9)]
+    frame = table1_data(paths)
+    assert set(frame.columns) >= {"task", "method", "seed", "pass@1_greedy"}
+    csv, md, tex = table1(frame, "pass@1_greedy", "tiny", tmp_path / "table1")
+    table = pd.read_csv(csv)
+    assert list(table["Method"]) == ["SFT", "SoftmaxGRPO-Exact"]
+    assert table.loc[0, "a_task"] == "35.0 ± 7.1 (n=2)"
+    assert table.loc[1, "a_task"] == "**60.0 ± 14.1 (n=2)**"
+    assert table.loc[1, "b_task"] == "--"  # not run on that task, shown as in the paper
+    assert table.loc[0, "b_task"] == "**90.0 (n=1)**"
+    latex = tex.read_text()
+    assert r"\textbf{60.0}$\pm$14.1" in latex and r"\toprule" in latex
+    assert "tiny run: not comparable" in md.read_text()
+
+
+def test_gradient_allocation_fractions(tmp_path):
+    path = tmp_path / "results/train/t/grpo_exact/seed0/rollouts.jsonl"
+    path.parent.mkdir(parents=True)
+    # group 0: pass rate 0.5, weights 2*1 + 2*1 = 4; group 1: pass rate 1.0 -> advantages 0 in GRPO
+    # group 2: pass rate 0.25 with weights 1*3 + 3*1 = 6
+    record = {"step": 1, "group": [0, 0, 1, 1, 2, 2, 2, 2], "reward": [1, 0, 1, 1, 1, 0, 0, 0],
+              "advantage": [1, -1, 0, 0, 3, -1, -1, -1], "length": [2, 2, 5, 5, 1, 1, 1, 1],
+              "correct": [1, 0, 1, 1, 1, 0, 0, 0], "prompt_index": [0] * 8}
+    path.write_text(json.dumps(record) + "\n")
+    frame = allocation_data([path])
+    assert frame.loc[0, "bin1"] == 6 and frame.loc[0, "bin2"] == 4 and frame.loc[0, "bin4"] == 0
+    csv, _, _ = allocation_table(frame, "tiny", tmp_path / "alloc")
+    row = pd.read_csv(csv).iloc[0]
+    assert row["[0.2,0.5)"] == "60.0%" and row["[0.5,0.7)"] == "40.0%" and row["[0.9,1]"] == "0.0%"
+
+
+def test_paired_methods_differ_only_in_advantage_and_reward():
+    config = {"train": {"rl": {"group_size": 8, "lr": 1e-4}, "methods": {
+        "grpo_exact": {"advantage": "grpo", "reward": "verifier"},
+        "softmax_exact": {"advantage": "softmax", "tau": 0.1, "reward": "verifier"},
+        "softmax_sim": {"advantage": "softmax", "tau": 0.1, "reward": "similarity"}}}}
+    grpo, softmax = (local_rl_spec(config, "countdown", m).to_dict() for m in ("grpo_exact", "softmax_exact"))
+    differing = {k for k in grpo if grpo[k] != softmax[k]}
+    assert differing == {"method", "estimator"}
+    assert local_rl_spec(config, "countdown", "softmax_sim").reward_weights == {"similarity": 1.0}
+    assert METHODS["softmax_sim"].demonstrations and not METHODS["softmax_exact"].demonstrations
+    assert reference_prompts("countdown").endswith("rl_sim_train.parquet")
+
+
+def test_reproduction_report_compares_only_paper_runs(tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from pipeline_lib.paper.reproduction import build_report
+
+    reference = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
+    ours = pd.DataFrame([{"task": "countdown", "method": "softmax_exact", "seed": 0, "pass@1_greedy": 0.60},
+                         {"task": "countdown", "method": "softmax_exact", "seed": 1, "pass@1_greedy": 0.56}])
+    paper_run = build_report("paper", reference, ours, None)
+    assert "ours 58.0 / paper 58.1 (Δ -0.1)" in paper_run
+    tiny_run = build_report("tiny", reference, ours.assign(task="countdown_tiny"), None)
+    assert "ours 58.0 / paper 58.1" in tiny_run and "Δ" not in tiny_run.split("## Table 1")[1]
+    assert "## scale" in tiny_run and "Not reproduced" in tiny_run
+    assert reference["table1"]["rows"]["softmax_exact"] == [75.8, 58.1, 51.8]

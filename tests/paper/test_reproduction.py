@@ -1,0 +1,211 @@
+"""The reproduction report's paired differences, allocation shift and claim ledger, on hand-made runs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from pipeline_lib.advantages import group_advantages
+from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bins
+from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
+from pipeline_lib.paper.results import allocation_data
+from pipeline_lib.paper.verdicts import verdicts
+from pipeline_lib.stats import paired_interval
+
+REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
+
+
+def _write_generations(path: Path, greedy: list[float], sampled: list[list[float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [{"prompt_index": i, "mode": "greedy", "sample": 0, "score": s} for i, s in enumerate(greedy)]
+    lines += [{"prompt_index": i, "mode": "sample", "sample": k, "score": s}
+              for i, row in enumerate(sampled) for k, s in enumerate(row)]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_paired_difference_reads_generations_and_detects_a_real_gain(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for seed in range(3):
+        for method, p in (("sft", 0.3), ("grpo_exact", 0.6), ("softmax_exact", 0.6)):
+            greedy = (rng.random(100) < p).astype(float).tolist()
+            sampled = (rng.random((100, 4)) < p).astype(float).tolist()
+            _write_generations(tmp_path / "countdown_tiny" / method / f"seed{seed}" / "generations.jsonl",
+                               greedy, sampled)
+            rows.append({"task": "countdown_tiny", "method": method, "seed": seed, "pass@1_greedy": np.mean(greedy)})
+    table1 = pd.DataFrame(rows)
+    scores = load_scores(table1, tmp_path)
+    gain = compare(scores, "countdown_tiny", "grpo_exact", "sft", "pass@1_sampled").result
+    assert gain.n_seeds == 3 and gain.n_items == 100 and gain.low > 0.15
+    tie = compare(scores, "countdown_tiny", "softmax_exact", "grpo_exact", "pass@1_greedy").result
+    assert tie.low < 0 < tie.high
+    report = build_report("tiny", REFERENCE, table1, None, scores)
+    assert "SoftmaxGRPO-Exact − GRPO-Exact" in report
+    ledger = report.split("## Claims")[1]
+    assert "| supported |" in ledger and "| inconclusive (interval includes 0) |" in ledger
+    assert "reproduced" not in ledger  # "not reproduced" for an interval including 0 said more than it carries
+    assert "Verdict rules: a claim is *supported* only when" in ledger and "Holm" in ledger
+    assert "Intervals are 95% t-intervals with the training seed as the unit" in report
+    assert "Δ" not in report.split("## Table 1")[1]
+    differences = report.split("### Paired differences")[1].split("## Claims")[0]
+    assert differences.count("| t, seeds + prompts |") == 6  # 3 pairs x 2 metrics: every interval names its method
+
+
+def test_allocation_shift_is_paired_by_seed_and_made_tables_are_recognised(tmp_path):
+    frame = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": hard, "bin1": 0.0, "bin2": 0.0,
+                           "bin3": 0.0, "bin4": 1.0 - hard}
+                          for s in range(3) for m, hard in (("grpo_exact", 0.1 + 0.01 * s), ("softmax_exact", 0.4))])
+    shift = allocation_shift(frame)[0]
+    assert abs(shift["result"].mean - (0.4 - 0.11)) < 1e-9 and shift["result"].excludes_zero
+    table = tmp_path / "nonverifiable.md"
+    table.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 50.0 |")
+    ablation = tmp_path / "ablation.md"
+    ablation.write_text("| tau | countdown_tiny M=4 pass@1 |\n|---|---|\n| 0.1 | 30.0% |")
+    report = build_report("tiny", REFERENCE, None, frame, made={"nonverifiable": table, "ablation": ablation})
+    assert "Made by this run" in report.split("## nonverifiable")[1].split("##")[0]
+    assert "Not reproduced" in report.split("## scale")[1]
+    # our one ablation table stands for the paper's two sweep tables: shown once, naming both
+    assert report.count("| 0.1 | 30.0% |") == 1
+    assert "## ablation (the paper's ablation_gsm8k, ablation_countdown)" in report
+
+
+def test_judge_items_from_score_files_pair_by_item_and_reach_the_report(tmp_path):
+    """The primary judge's ``scores.jsonl`` read as the report reads them: a failed item is left out (as in the
+    table, never a 0), the items every run scored pair across methods, and the comparison reaches the report."""
+    summaries = []
+    for method, score in (("sft", 40.0), ("grpo_sim", 50.0), ("softmax_sim", 70.0)):
+        run = tmp_path / "judge/primary/meeting_tiny" / method / "seed0"
+        run.mkdir(parents=True)
+        records = [{"prompt_index": i, "score_100": score + i % 3} for i in (2, 0, 1, 3, 4, 5)]
+        records.append({"prompt_index": 6 if method == "sft" else 5, "failed": True, "reason": "unparseable"})
+        records = [r for r in records if r.get("failed") or r["prompt_index"] != (6 if method == "sft" else 5)]
+        (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        (run / "summary.json").write_text("{}")
+        summaries.append(run / "summary.json")
+    items = load_judge_items(summaries)
+    sft = items[("meeting_tiny", "sft", 0)]["judge"]
+    assert list(sft.index) == [0, 1, 2, 3, 4, 5] and sft[2] == 0.42
+    assert compare(items, "meeting_tiny", "softmax_sim", "sft", "judge").note == "different test prompts"
+    result = compare(items, "meeting_tiny", "softmax_sim", "sft", "judge", shared_items=True).result
+    assert result.n_items == 5 and abs(result.mean - 0.3) < 1e-9
+    table = tmp_path / "nonverifiable.md"
+    table.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 41.0 |")
+    report = build_report("tiny", REFERENCE, None, None, judge_items=items, made={"nonverifiable": table})
+    assert "SoftmaxGRPO-Sim − GRPO-Sim" in report.split("## nonverifiable")[1].split("## ")[0]
+
+
+def _runs(tmp_path: Path, seeds: int, gain: float) -> tuple[pd.DataFrame, dict]:
+    rng = np.random.default_rng(seeds)
+    rows = []
+    for seed in range(seeds):
+        for method, p in (("sft", 0.3), ("grpo_exact", 0.3 + gain)):
+            greedy = (rng.random(200) < p).astype(float).tolist()
+            _write_generations(tmp_path / "arith_tiny" / method / f"seed{seed}" / "generations.jsonl", greedy,
+                               [[g] for g in greedy])
+            rows.append({"task": "arith_tiny", "method": method, "seed": seed, "pass@1_greedy": np.mean(greedy)})
+    table1 = pd.DataFrame(rows)
+    return table1, load_scores(table1, tmp_path)
+
+
+def test_one_seed_per_method_gives_estimates_and_no_verdicts(tmp_path):
+    """The paper plan runs one seed per method: however large the gain, the claims table holds estimates only."""
+    table1, scores = _runs(tmp_path, 1, 0.5)
+    report = build_report("paper", REFERENCE, table1, None, scores)
+    ledger = report.split("## Claims")[1]
+    assert "| no verdict: estimate from 1 seed (< 3) |" in ledger
+    assert "supported" not in ledger.split("|---")[1] and "contradicted" not in ledger.split("|---")[1]
+    assert "(1 seed: no interval)" in report.split("### Paired differences")[1]
+    more, scores = _runs(tmp_path / "five", 5, 0.5)
+    assert "| supported |" in build_report("tiny", REFERENCE, more, None, scores, min_seeds=5)
+    assert "estimate from 5 seeds (< 6)" in build_report("tiny", REFERENCE, more, None, scores, min_seeds=6)
+
+
+def test_verdict_rules():
+    up = paired_interval([0.30, 0.32, 0.34], [0.0, 0.0, 0.0])
+    down = paired_interval([0.0, 0.0, 0.0], [0.30, 0.32, 0.34])
+    wide = paired_interval([0.3, -0.2, 0.1], [0.0, 0.0, 0.0])
+    two_seeds = paired_interval([0.30, 0.32], [0.0, 0.0])
+    texts = [v.text for v in verdicts([up, down, wide, two_seeds, None])]
+    assert texts == ["supported", "contradicted (interval excludes 0 the other way)",
+                     "inconclusive (interval includes 0)", "no verdict: estimate from 2 seeds (< 3)",
+                     "cannot test (no paired result)"]
+    # Holm: an interval that excludes 0 on its own (p ~ 0.03) is not enough among several tested claims
+    edge = paired_interval([0.10, 0.16, 0.22], [0.0, 0.0, 0.0], level=0.95)
+    assert edge.excludes_zero and 0.01 < edge.p_value < 0.05
+    alone, crowded = verdicts([edge])[0], verdicts([edge, wide, wide])[0]
+    assert alone.text == "supported" and crowded.text == "inconclusive (interval excludes 0, but not after Holm)"
+    assert crowded.adjusted_p == pytest.approx(min(1.0, 3 * edge.p_value))
+    with pytest.raises(ValueError, match="min_seeds must be >= 3"):
+        verdicts([up], min_seeds=2)
+
+
+def test_bins_a_configuration_cannot_fill_are_named_not_printed_as_zero():
+    """Binary rewards: only 0 < k < M correct gives a group gradient, so with M = 8 the [0.9, 1] bin (8/8 only) and
+    with M = 4 also [0, 0.2) (0/4 only) stay empty whatever training does; graded rewards fill every bin."""
+    assert list(unfillable_bins(8, True)) == [4] and "all correct (8/8)" in unfillable_bins(8, True)[4]
+    assert list(unfillable_bins(4, True)) == [0, 4] and "all wrong (0/4)" in unfillable_bins(4, True)[0]
+    assert unfillable_bins(8, False) == {} and unfillable_bins(0, True) == {}
+    frame = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": 1.0, "bin1": 2.0, "bin2": 3.0,
+                           "bin3": 4.0, "bin4": 0.0, "group_size": 8, "binary_reward": True}
+                          for s in range(3) for m in ("grpo_exact", "softmax_exact")])
+    section = build_report("tiny", REFERENCE, None, frame).split("## Gradient allocation")[1].split("###")[0]
+    assert "0.0 / 36.4" not in section and "not comparable (a) / 36.4" in section  # gsm8k/grpo_exact's [0.9, 1]
+    assert "(a) Not comparable: with M = 8 and 0/1 rewards, a pass rate in [0.9,1] means all correct (8/8)" in section
+    graded = frame.assign(binary_reward=False)
+    assert "0.0 / 36.4" in build_report("tiny", REFERENCE, None, graded)
+
+
+def _write_rl_run(root: Path, method: str, seed: int, rewards: torch.Tensor, advantage: str, params: dict) -> None:
+    run = root / "arith_tiny" / method / f"seed{seed}"
+    run.mkdir(parents=True)
+    group = torch.arange(len(rewards) // 8).repeat_interleave(8)
+    record = {"step": 1, "group": group.tolist(), "reward": rewards.tolist(), "correct": rewards.int().tolist(),
+              "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
+              "length": (torch.arange(len(rewards)) % 5 + 1).tolist()}
+    (run / "rollouts.jsonl").write_text(json.dumps(record) + "\n")
+    spec = {"advantage": advantage, "advantage_params": params}
+    (run / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec}}))
+
+
+def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
+    """The split's two parts add up to the shift the report computes from the allocation data, and re-weighting
+    GRPO's own rollouts is what the arithmetic part measures (visits = 0 when both runs saw the same groups)."""
+    gen = torch.Generator().manual_seed(0)
+    rollouts = []
+    for seed in range(3):
+        pass_rate = torch.rand(6, 1, generator=gen, dtype=torch.float64)
+        grpo = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
+        softmax = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten()
+        _write_rl_run(tmp_path, "grpo_exact", seed, grpo, "grpo", {})
+        _write_rl_run(tmp_path, "softmax_exact", seed, softmax, "softmax", {"tau": 0.1})
+        rollouts += [tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl" for m in ("grpo_exact",
+                                                                                             "softmax_exact")]
+    split = allocation_split(tmp_path, ["arith_tiny"]).set_index("part")["result"]
+    shift = allocation_shift(allocation_data(rollouts))[0]["result"]
+    assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
+    assert split["arithmetic"].n_seeds == 3 and split["arithmetic"].method == "t, seeds"
+    assert split["arithmetic"].mean > 0  # the softmax weights favour the hard groups of the same rollouts
+    same = tmp_path / "same"
+    for seed in range(3):
+        rewards = json.loads((tmp_path / "arith_tiny/grpo_exact" / f"seed{seed}" / "rollouts.jsonl").read_text())
+        rewards = torch.tensor(rewards["reward"], dtype=torch.float64)
+        _write_rl_run(same, "grpo_exact", seed, rewards, "grpo", {})
+        _write_rl_run(same, "softmax_exact", seed, rewards, "softmax", {"tau": 0.1})
+    held = allocation_split(same, ["arith_tiny"]).set_index("part")["result"]
+    assert held["visits"].mean == 0.0 and held["arithmetic"].mean == pytest.approx(split["arithmetic"].mean)
+    report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), train_root=tmp_path)
+    assert "estimator's arithmetic: GRPO-Exact's own rollouts" in report.split("### Where the shift comes from")[1]
+
+
+def test_the_advantage_of_a_verl_run_is_read_from_its_run_spec(tmp_path):
+    """A verl run's provenance records its RunSpec: the estimator and its parameters, tau among them."""
+    from pipeline_lib.paper.allocation_split import run_advantage
+    from pipeline_lib.plan import Estimator, RunSpec
+
+    spec = RunSpec(method="softmax_exact", task="gsm8k", engine="verl", estimator=Estimator("softmax", {"tau": 0.3}))
+    (tmp_path / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec.to_dict()}}))
+    assert run_advantage(tmp_path) == ("softmax", {"tau": 0.3})

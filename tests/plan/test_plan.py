@@ -1,0 +1,227 @@
+"""The run plan: the method registry, the one list of runs, parameter precedence, the plan command, and what adding
+a method takes."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipeline_lib.config import validate_config
+from pipeline_lib.engines.verl.translate import plan_overrides, run_overrides
+from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
+from pipeline_lib.plan.table import main as plan_command
+from pipeline_lib.targets import stage_targets
+from tests.conftest import REPO, WORKFLOW_PARTS, repo_env, snakemake
+
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def load(name: str) -> dict:
+    return validate_config(yaml.safe_load((REPO / "config" / name).read_text()), SCHEMA)
+
+
+def _sentinel(path: str) -> str:
+    """The training run an evaluation path reads."""
+    parts = path.split("/")
+    task, method, seed = parts[-4:-1] if parts[2] == "transfer" else parts[2:5]
+    return f"results/train/{task}/{method}/{seed}/DONE.json"
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_every_target_and_every_run_it_starts_from_is_planned_once(name):
+    config = load(name)
+    plan = plan_runs(config)
+    outputs = [run.output for run in plan.runs]
+    assert len(outputs) == len(set(outputs))
+    planned = set(outputs)
+    assert set(plan.train_targets) <= planned
+    for run in plan.runs:  # every run a job starts from is itself a planned job
+        assert all(p in planned for p in run.inputs.values() if p.startswith("results/train/")), run.key
+    evaluated = {_sentinel(p) for p in stage_targets(config, plan)["eval"]}
+    assert evaluated <= planned, sorted(evaluated - planned)[:5]
+
+
+def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_config():
+    plan = plan_runs(load("paper.yaml"))
+    verl = plan.of(engine="verl", job="train_verl")
+    assert len(verl) == 74 and all(run_overrides(run) and run.after for run in verl)  # 72 of the paper + 2 ESS
+    spec = {run.key: run.spec for run in verl}
+    assert spec["gsm8k/softmax_exact/seed0"].tau == 0.1 and spec["deepmath/softmax_exact/seed0"].tau == 0.3
+    assert spec["poetry/softmax_sim/seed0"].tau == 0.3 and spec["gsm8k/grpo_exact/seed0"].tau is None
+    assert spec["countdown/softmax_tau1p3_m4/seed0"].estimator.params == {"tau": 1.3}
+    assert spec["countdown/softmax_tau1p3_m4/seed0"].settings["group_size"] == 4
+    assert "+algorithm.tau=0.3" in run_overrides(plan.get("train_verl", "deepmath/softmax_exact/seed0"))
+    assert "poetry/grpo_exact/seed0" not in spec  # the non-verifiable tasks train the -Sim pair only
+    resources = {run.key: run.resources for run in verl}
+    assert resources["deepmath/softmax_exact/seed0"] == {"nodes": 2, "gres": "gpu:8"}
+    assert resources["gsm8k/opd/seed0"] == resources["gsm8k/grpo_exact/seed0"]  # the teacher inside the allocation
+    assert {run.job for run in plan.runs} == {"train_verl", "train_trl", "annotate_rationales", "train_local",
+                                              "train_imagenet"}
+    assert {run.method for run in plan.of(job="train_local")} == {"base"}  # Base copies the pretrained model
+
+
+def test_a_tau_set_by_both_the_task_and_the_method_is_an_error_not_a_silent_choice():
+    config = load("paper.yaml")
+    config["train"]["methods"]["softmax_exact"]["tau"] = 0.1  # deepmath's row says 0.3
+    with pytest.raises(PlanError, match=r"tau set twice for deepmath/softmax_exact.*0\.1.*0\.3"):
+        plan_runs(config)
+    config["train"]["verl"]["tasks"]["deepmath"]["tau"] = 0.1  # agreeing values are fine
+    plan = plan_runs(config)
+    assert {r.spec.tau for r in plan.runs if r.name == "softmax_exact"} == {0.1}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda m: m["grpo_exact"].update(tau=0.1), r"'grpo' .*unknown parameter\(s\) \['tau'\]"),
+    (lambda m: m["softmax_exact"].pop("tau"), r"'softmax' estimator, which takes tau, but .*softmax_exact.tau"),
+    (lambda m: m["grpo_exact"].update(advantage="rloo"), r"train.methods.grpo_exact.advantage is 'rloo'"),
+    (lambda m: m.update(mystery={"advantage": "grpo", "reward": "verifier"}), r"'mystery' is not registered"),
+])
+def test_a_method_entry_is_checked_against_the_registry_and_the_advantage_registry(change, message):
+    config = load("config.yaml")
+    change(config["train"]["methods"])
+    with pytest.raises(PlanError, match=message):
+        plan_runs(config)
+
+
+def test_table_labels_come_from_the_registry():
+    from pipeline_lib.paper import results
+
+    assert results.METHOD_LABELS is METHOD_LABELS and list(METHODS) == results.METHOD_ORDER
+    assert METHOD_LABELS["softmax_exact"] == "SoftmaxGRPO-Exact" and METHOD_LABELS["iterative_dpo"] == "Iterative DPO"
+
+
+def test_plan_command_prints_the_run_table(capsys):
+    assert plan_command(["--configfile", str(REPO / "config/paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
+    assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
+    assert "jobs: annotate_rationales 3, train_imagenet 13, train_local 6, train_trl 3, train_verl 74" in out
+
+
+def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, tmp_path):
+    """GPUs (nodes x gres GPUs, or gpu) x the profile's first-attempt time limit, per run and in total; a run of a
+    group job is priced by its group's rule (the tiny default's ImageNet runs: a CPU group job)."""
+    from pipeline_lib.plan.table import gpu_hours, load_profile, plan_gpu_hours
+
+    assert plan_command(["--configfile", str(REPO / "config/paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    rows = [line.split() for line in out.splitlines()[2:] if line and not line.startswith(("-", "GPU", "99 jobs"))]
+    deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
+    assert header[-1] == "gpu_h" and deepmath[-1] == "384"  # 2 nodes x 8 GPUs x 1440 min (profiles/slurm)
+    sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
+    assert sft[-1] == "192"
+    total = out.splitlines()[-1]
+    assert total.startswith("GPU-hours requested") and "17,100 in total" in total and "seed 0 17,100" in total
+    main = [r for r in rows if r[6] == "main"]
+    assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
+
+    config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
+    plan = plan_runs(config)
+    hours = plan_gpu_hours(config, plan, profile)
+    assert sum(hours) == pytest.approx(17_100)
+    shorter = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
+    shorter["set-resources"]["train_verl"]["runtime"] = "720 * attempt"
+    (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(shorter))
+    halved = plan_gpu_hours(config, plan, load_profile(tmp_path / "slurm.yaml"))
+    verl = [i for i, run in enumerate(plan.runs) if run.job == "train_verl"]
+    assert all(hours[i] == (384 if plan.runs[i].resources["nodes"] == 2 else 192) for i in verl)
+    assert all(halved[i] == hours[i] / 2 for i in verl)
+    shorter["set-resources"]["train_verl"]["runtime"] = "one day"
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(shorter))
+    with pytest.raises(ValueError, match=r"set-resources\.train_verl\.runtime: 'one day'"):
+        gpu_hours(plan.runs[verl[0]], load_profile(tmp_path / "bad.yaml"))
+
+    two_seeds = dict(config, train={**config["train"], "seeds": [0, 1]})  # the price of a second seed (config/README)
+    two_plan = plan_runs(two_seeds)
+    second = [h for run, h in zip(two_plan.runs, plan_gpu_hours(two_seeds, two_plan, profile), strict=True)
+              if run.seed == 1]
+    assert sum(second) == 7_488
+
+    tiny = load("config.yaml")
+    tiny_plan = plan_runs(tiny)
+    imagenet = [i for i, run in enumerate(tiny_plan.runs) if run.job == "train_imagenet"]
+    assert imagenet and tiny["imagenet"]["one_job_per_seed"]
+    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 24  # alone, its own rule asks for one GPU for a day
+    assert sum(plan_gpu_hours(tiny, tiny_plan, profile)) == 0  # but it runs in train_imagenet_group, a CPU job
+
+
+def test_dry_run_names_the_run_whose_verl_override_key_is_misspelt(tmp_path):
+    from pipeline_lib.engines.verl.validate import VerlOverrideError, check_override_keys
+
+    config = load("paper.yaml")
+    config["train"]["verl"]["extra_overrides"]["rl"] = ["actor_rollout_ref.rollout.temperture=1.0"]
+    runs = plan_overrides(plan_runs(config))
+    with pytest.raises(VerlOverrideError, match=r"train run gsm8k/grpo_exact/seed0: .*temperture"):
+        check_override_keys(runs, cache_dir=tmp_path)
+    good = [(key, kind, [o for o in overrides if "temperture" not in o]) for key, kind, overrides in runs]
+    assert check_override_keys(good, cache_dir=tmp_path)["composed"] == 2  # one compose per trainer config
+    assert check_override_keys(good, cache_dir=tmp_path)["cached"]
+
+
+def test_plain_snakemake_runs_the_tiny_default_from_the_default_profile(workflow_copy):
+    result = snakemake(workflow_copy, "-n")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train_local" in result.stdout and "train_verl" not in result.stdout
+
+
+@pytest.mark.slow
+def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one_config_entry(tmp_path):
+    """Dr.GRPO (registered in pipeline_lib.advantages and mapped to verl) as a new RL method: one line in the method
+    registry, one entry under train.methods; nothing under workflow/ changes, and both engines plan its runs."""
+    package = tmp_path / "pkg"
+    shutil.copytree(REPO / "pipeline_lib", package / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
+    registry = package / "pipeline_lib/plan/registry.py"
+    anchor = '    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True),\n'
+    text = registry.read_text()
+    assert anchor in text
+    registry.write_text(text.replace(anchor, anchor + '    group_rl("dr_grpo_exact", "Dr.GRPO-Exact", "dr_grpo", '
+                                                      '"verifier"),\n'))
+    workflow = tmp_path / "wf"
+    workflow.mkdir()
+    for part in WORKFLOW_PARTS:
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy2)(REPO / part, workflow / part)
+    env = repo_env() | {"PYTHONPATH": str(package)}
+    for name in ("config.yaml", "paper.yaml"):
+        config = load(name)  # with the schema's defaults: paper.yaml takes train.methods from them
+        config["train"]["methods"]["dr_grpo_exact"] = {"advantage": "dr_grpo", "reward": "verifier"}
+        (workflow / f"new_{name}").write_text(yaml.safe_dump(config))
+        result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", f"new_{name}"],
+                                cwd=workflow, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        task = "countdown_tiny" if name == "config.yaml" else "gsm8k"
+        assert f"results/train/{task}/dr_grpo_exact/seed0/DONE.json" in result.stdout
+        assert f"results/eval/{task}/dr_grpo_exact/seed0/metrics.json" in result.stdout
+        # its own job on verl; on the local engine a step of its (task, seed)'s train_local_group batch
+        command = next(line for line in result.stdout.splitlines() if "python -m" in line
+                       and f"results/train/{task}/dr_grpo_exact/seed0" in line)
+        assert '"estimator": {"name": "dr_grpo", "params": {}}' in command.replace('\\"', '"')
+        assert ("pipeline_lib.engines.verl.train rl" if name == "paper.yaml" else "pipeline_lib.engines.local.rl") \
+            in command
+    listing = subprocess.run([sys.executable, "-m", "pipeline_lib", "plan", "--configfile", "new_config.yaml"],
+                             cwd=workflow, env=env, capture_output=True, text=True, timeout=300)
+    assert listing.returncode == 0 and "dr_grpo_exact" in listing.stdout
+    labels = subprocess.run([sys.executable, "-c", "from pipeline_lib.paper.results import METHOD_LABELS as L; "
+                             "print(L['dr_grpo_exact'])"], cwd=workflow, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert labels.stdout.strip() == "Dr.GRPO-Exact"
+    for path in (REPO / "workflow").rglob("*"):  # the copy's workflow/ is the repository's, unedited
+        if path.is_file():
+            assert (workflow / path.relative_to(REPO)).read_bytes() == path.read_bytes()
+
+
+def test_every_planned_spec_crosses_the_process_boundary_unchanged_and_a_bad_one_is_named():
+    from pipeline_lib.plan import Estimator, RunSpec
+
+    for name in ("config.yaml", "paper.yaml"):
+        for run in plan_runs(load(name), check_estimators=False).runs:
+            assert RunSpec.from_json(run.spec.to_json()) == run.spec, run.key
+            assert run.args[run.args.index("--spec") + 1] == run.spec.to_json()  # the command carries exactly it
+    with pytest.raises(PlanError, match=r"unknown field\(s\) \['advantage_params'\]"):
+        RunSpec.from_json('{"method": "grpo_exact", "task": "t", "engine": "local", "advantage_params": {}}')
+    with pytest.raises(PlanError, match="engine 'slurm' is not one of"):
+        RunSpec(method="grpo_exact", task="t", engine="slurm")
+    with pytest.raises(PlanError, match="non-finite"):
+        RunSpec(method="softmax_exact", task="t", engine="local", estimator=Estimator("softmax", {"tau": float("nan")}))
