@@ -125,8 +125,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     label = config["label"]
     figures, tables, data = "results/paper/figures", "results/paper/tables", "results/paper/data"
     theory = Step(
-        "paper_theory_data", "pipeline_lib.paper.theory",
-        "compute --spec {params.spec:q} --seed {params.seed} --config-sha256 {params.config_sha256}"
+        "paper_theory_data", "pipeline_lib.theory.compute",
+        "--spec {params.spec:q} --seed {params.seed} --config-sha256 {params.config_sha256}"
         " --curves {output.curves} --weights {output.weights} --weight-view {output.weight_view}"
         " --verification-json {output.verification_json} --verification-md {output.verification_md}",
         {"curves": f"{data}/theory_curves.csv", "weights": f"{data}/theory_weights.csv",
@@ -136,7 +136,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         reports={"verification_md": ("theory_verification.rst", "Theory")})
     steps = [theory, Step(
         "paper_theory", "pipeline_lib.paper.theory",
-        "render --group-size {params.group_size} --curves {input.curves} --weights {input.weights}"
+        "--group-size {params.group_size} --curves {input.curves} --weights {input.weights}"
         " --weight-view {input.weight_view} --fig1a-png {output.fig1a_png} --fig1a-pdf {output.fig1a_pdf}"
         " --fig1b-png {output.fig1b_png} --fig1b-pdf {output.fig1b_pdf} --table-stem {params.table_stem}",
         {**{f"fig1a_{ext}": f"{figures}/fig1a_advantage_magnitude.{ext}" for ext in ("png", "pdf")},

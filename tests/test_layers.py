@@ -32,7 +32,7 @@ PACKAGE = REPO / "pipeline_lib"
 #: is the package itself). A module belongs to the longest entry that names it or a package above it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
-              "losses", "theory", "theory_checks", "rewards", "llm_client", "data", "rubrics", "model",
+              "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
               "group_metrics")),
     ("plan", ("plan", "specs", "targets")),
     ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__")),
