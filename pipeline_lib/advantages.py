@@ -92,7 +92,6 @@ def available_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-available_methods = available_estimators  # old name, still imported by plan/runs.py
 
 
 def _estimator_params(fn: AdvantageFn) -> dict[str, inspect.Parameter]:

@@ -128,10 +128,10 @@ def _estimator_error(name: str, params: str) -> str | None:
     """Why :mod:`pipeline_lib.advantages` rejects ``name`` with these parameters (run once on two groups), or None."""
     import torch  # here, not at import: a Slurm job's own parse of the workflow skips these checks and torch
 
-    from pipeline_lib.advantages import available_methods, group_advantages
+    from pipeline_lib.advantages import available_estimators, group_advantages
 
-    if name not in available_methods():
-        return f"advantage {name!r} is not in pipeline_lib.advantages; registered: {available_methods()}"
+    if name not in available_estimators():
+        return f"estimator {name!r} is not in pipeline_lib.advantages; registered: {available_estimators()}"
     try:
         group_advantages(name, torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]), **json.loads(params))
     except TypeError as exc:
@@ -148,9 +148,9 @@ def check_estimator(estimator: Estimator) -> None:
 
 def takes_tau(name: str) -> bool:
     """Whether estimator ``name`` of :mod:`pipeline_lib.advantages` has a ``tau`` parameter."""
-    from pipeline_lib.advantages import available_methods
+    from pipeline_lib.advantages import available_estimators
 
-    return name in available_methods() and "unknown parameter" not in (
+    return name in available_estimators() and "unknown parameter" not in (
         _estimator_error(name, json.dumps({"tau": 1.0})) or "")
 
 
