@@ -481,7 +481,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
     import yaml
 
-    from pipeline_lib.config import validate_config
+    from pipeline_lib.config import merge_config, validate_config
     from tests.conftest import REPO, SMALL_THEORY, snakemake
 
     config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
@@ -496,12 +496,12 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     config["train"]["sft"] |= {"steps": 3, "batch_size": 8, "checkpoint_every": 2}
     config["train"]["rl"] |= {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6,
                               "checkpoint_every": 1}
-    config["train"]["baselines"] |= {
+    merge_config(config["train"]["baselines"], {  # merged, so each baseline keeps the tiny config's `tasks: null`
         "tasks": ["countdown_tiny"], "seeds": [0], "rationalization": {"annotator": "sft", "max_new_tokens": 6},
         "iterative_dpo": {"rounds": 2, "pairs_per_round": 4, "steps_per_round": 1, "batch_size": 4,
                           "validation_prompts": 4, "max_new_tokens": 6},
         "opd": {"teacher": {"init": "sft", "steps": 2, "lr": 0.001}},
-        "raro": {"critic_prompts_per_step": 2, "critic_max_new_tokens": 4}}
+        "raro": {"critic_prompts_per_step": 2, "critic_max_new_tokens": 4, "critic_decoding": "free"}})
     config["train"]["ablation"] = {"tasks": ["countdown_tiny"], "seeds": [0], "taus": [0.1, 10.0], "group_sizes": [2],
                                    "steps": 1}
     config["eval"] |= {"samples": 1, "max_new_tokens": 6, "max_prompts": 3}
