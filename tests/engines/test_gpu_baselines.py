@@ -186,4 +186,5 @@ def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(w
         assert planned == sorted(tasks), (rule, planned)
         assert all(module in b for b in blocks)
     assert not any("pipeline_lib.engines.local." in b for b in jobs)  # no CPU engine
-    assert "--model Qwen/Qwen2.5-1.5B" in result.stdout  # the annotator is the base model
+    annotations = [b for b in jobs if b.startswith("annotate_rationales:")]
+    assert all('"model": "Qwen/Qwen2.5-1.5B"' in b for b in annotations)  # the annotator is the base model

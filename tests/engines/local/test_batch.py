@@ -146,7 +146,7 @@ def test_the_ablation_cells_of_a_task_and_seed_form_one_training_group():
     assert group.tasks == tuple(ablation["tasks"]) and group.seeds == tuple(ablation["seeds"])
     assert len(group.methods) == len(ablation["taus"]) * len(ablation["group_sizes"])
     runs = group.runs(plan_runs(config), group.tasks[0], group.seeds[0])
-    assert {run.spec["steps"] for run in runs} == {ablation["steps"]}
+    assert {run.spec.settings["steps"] for run in runs} == {ablation["steps"]}
     sft = f"results/train/{group.tasks[0]}/sft/seed{group.seeds[0]}/DONE.json"
     assert sft in train_group_inputs(runs).values()
     config["train"]["ablation"]["tasks"] = []
