@@ -33,7 +33,7 @@ PACKAGE = REPO / "pipeline_lib"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
               "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
-              "group_metrics")),
+              "group_metrics", "run_spec")),
     ("plan", ("plan", "specs", "targets")),
     ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__")),
     ("paper", ("paper", "steps")),

@@ -214,7 +214,7 @@ def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):
 def verl_step_batch(seed: int = 3):
     """A verl batch as ``RayPPOTrainer.fit`` holds it before ``compute_advantage``: rewards, scores, the reward's
     ``acc``, group uids and the prompt/response layout ``compute_data_metrics`` reads."""
-    from tests.test_verl_engine import rollout_batch
+    from tests.conftest import rollout_batch
 
     data, scores, uids, mask = rollout_batch(seed=seed, binary=True)
     n, length = mask.shape
@@ -393,7 +393,7 @@ def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
     of metrics.jsonl; the plan gives each ImageNet run its tracking settings."""
     from pipeline_lib.classify import train as classify_train
     from pipeline_lib.plan import plan_runs
-    from tests.test_classify import SPEC
+    from tests.conftest import CLASSIFY_SPEC as SPEC
 
     tracking = TrackingSettings(("tensorboard",), str(tmp_path / "tracking"), "softmaxgrpo",
                                 "imagenet/softmax/m8/seed0")

@@ -31,8 +31,8 @@ from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 log = logging.getLogger("pipeline_lib.classify.train")
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.classify.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec): its settings "
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec): its settings "
                         "are the config's `imagenet` section")
     parser.add_argument("--objective", required=True, choices=OBJECTIVES)
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")

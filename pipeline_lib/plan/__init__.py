@@ -32,7 +32,7 @@ from pipeline_lib.plan.runs import (
     trained_methods,
 )
 from pipeline_lib.plan.settings import verl_tasks
-from pipeline_lib.plan.spec import Estimator, PlanError, RunSpec
+from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
 
 __all__ = [
     "ESTIMATORS",

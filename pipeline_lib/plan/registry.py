@@ -3,7 +3,7 @@
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
 config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
 job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
-:class:`~pipeline_lib.plan.spec.RunSpec`). :data:`ESTIMATORS` says how verl runs each estimator (its verl name, extra
+:class:`~pipeline_lib.run_spec.RunSpec`). :data:`ESTIMATORS` says how verl runs each estimator (its verl name, extra
 algorithm overrides and the parameters ours read from verl's algorithm config). :func:`pipeline_lib.plan.plan_runs`
 reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
 take their row labels from here.
@@ -31,7 +31,7 @@ from pipeline_lib.plan.settings import (
     verl_rl_spec,
     verl_sft_spec,
 )
-from pipeline_lib.plan.spec import ENGINES, PlanError, RunSpec
+from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
            "PlanError", "group_rl", "method", "register", "unregister"]

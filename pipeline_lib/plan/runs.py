@@ -5,7 +5,7 @@ scale study, the judged and transfer runs, the ImageNet objectives), adds the ru
 model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
 (:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec and resources.
 
-Each run's settings are one :class:`~pipeline_lib.plan.spec.RunSpec`, built by the registry entry's spec builder
+Each run's settings are one :class:`~pipeline_lib.run_spec.RunSpec`, built by the registry entry's spec builder
 (:mod:`pipeline_lib.plan.settings`, where the parameter precedence and the rule of which tau wins are stated); the
 command passes it as ``--spec`` JSON and the engine translates it at its edge (verl: its Hydra overrides, which
 :mod:`pipeline_lib.engines.verl.validate` checks at parse time). Every group-RL method's estimator and parameters are
@@ -33,7 +33,7 @@ from pipeline_lib.plan.settings import (
     scale_config,
     verl_tasks,
 )
-from pipeline_lib.plan.spec import ENGINES, RunSpec
+from pipeline_lib.run_spec import ENGINES, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",

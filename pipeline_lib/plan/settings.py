@@ -1,4 +1,4 @@
-"""Config -> settings: every :class:`~pipeline_lib.plan.spec.RunSpec` of a training run, and the JSON settings of
+"""Config -> settings: every :class:`~pipeline_lib.run_spec.RunSpec` of a training run, and the JSON settings of
 the other jobs (data, evaluation, generation backends).
 
 The only place that reads a run's settings from the config: the engines read the spec these functions make, never
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from pipeline_lib.plan.spec import Estimator, PlanError, RunSpec
+from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
 
 __all__ = [
     "IMAGENET_SWEEP_KEYS",

@@ -33,8 +33,8 @@ from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
 from pipeline_lib.model import generate, load_model, pack, response_logprobs, save_model_atomic
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["dpo_loss", "train_iterative_dpo"]
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.dpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--init", type=Path, required=True, help="the SFT model (round 0 and first reference)")

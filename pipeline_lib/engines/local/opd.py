@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 from pipeline_lib.losses import PolicyLossConfig, aggregate
 from pipeline_lib.model import load_model
-from pipeline_lib.plan.spec import RunSpec
+from pipeline_lib.run_spec import RunSpec
 
 __all__ = ["OnPolicyDistillation", "reverse_kl_per_token"]
 

@@ -24,8 +24,8 @@ import torch
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main, rl_settings
 from pipeline_lib.model import encode_prompts, generate, pack, response_logprobs
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.rewards.extract import extract_answer
+from pipeline_lib.run_spec import RunSpec
 
 __all__ = ["CRITIC_CHOICES", "VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict",
            "sample_critic_choices"]

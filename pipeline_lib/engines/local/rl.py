@@ -43,9 +43,9 @@ from pipeline_lib.model import (
     response_logprobs_and_entropy,
     save_model_atomic,
 )
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, reward_health
+from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
@@ -276,7 +276,7 @@ def rl_settings(spec: RunSpec) -> dict[str, Any]:
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every group-RL entry point takes (this one, RL-Logit, RARO, OPD)."""
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--init", type=Path, required=True, help="starting (and reference) HF model")
     parser.add_argument("--run-dir", type=Path, required=True)

@@ -20,7 +20,7 @@ import torch
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main, rl_settings
 from pipeline_lib.model import pack, response_logprobs
-from pipeline_lib.plan.spec import RunSpec
+from pipeline_lib.run_spec import RunSpec
 
 __all__ = ["VARIANTS", "RLLogit", "answer_logprob_rewards"]
 

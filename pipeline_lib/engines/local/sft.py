@@ -34,8 +34,8 @@ from pipeline_lib.model import (
     response_logprobs,
     save_model_atomic,
 )
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.sft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, required=True)
     parser.add_argument("--run-dir", type=Path, required=True)

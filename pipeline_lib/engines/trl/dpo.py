@@ -39,8 +39,8 @@ from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import Tracker, TrackingSettings, add_tracking_argument
 
 __all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="every round (resumable), best round -> final/")
-    run.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    run.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     run.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     run.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     run.add_argument("--init", type=Path, required=True, help="the SFT model (round 1's start and reference)")

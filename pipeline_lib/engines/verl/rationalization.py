@@ -27,8 +27,8 @@ from pipeline_lib.engines.local.rationalization import assemble, hinted_prompts,
 from pipeline_lib.engines.verl.translate import TrainPaths
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import atomic_path
-from pipeline_lib.plan.spec import RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.run_spec import RunSpec
 
 __all__ = ["annotate", "annotation_settings", "rationalization_paths"]
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.verl.rationalization", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--model", help="the annotator: HF directory or hub name (default: the spec's model)")
     parser.add_argument("--out", type=Path, required=True, help="rationalized_sft.parquet to write")

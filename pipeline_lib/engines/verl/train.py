@@ -402,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["sft", "rl"])
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.plan.spec.RunSpec)")
+    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
     parser.add_argument("--data", type=Path, required=True, help="training parquet")
     parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
     parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")

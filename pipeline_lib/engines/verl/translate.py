@@ -1,6 +1,6 @@
 """Pipeline run spec -> Hydra overrides for ``verl.trainer.main_ppo`` (RL) and ``verl.trainer.sft_trainer`` (SFT).
 
-The verl engine's edge: a :class:`~pipeline_lib.plan.spec.RunSpec` made by the plan (every hyperparameter from the
+The verl engine's edge: a :class:`~pipeline_lib.run_spec.RunSpec` made by the plan (every hyperparameter from the
 config, ``train.verl`` in ``config/paper.yaml``: the App. B tables, none from a shell script) becomes verl's Hydra
 overrides here, and nowhere else. Plain Python, no verl import: the workflow translates every verl run of the plan
 at parse time (:func:`plan_overrides`) and :mod:`.validate` checks the overrides against verl's own config tree.
