@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,30 @@ import torch.nn.functional as F
 
 __all__ = ["build_model", "encode_prompts", "generate", "load_model", "prefill", "response_logprobs",
            "response_logprobs_and_entropy", "save_model_atomic", "use_grouped_sdpa"]
+
+
+def _transformers_without_sklearn() -> None:
+    """Have ``transformers`` see scikit-learn as absent, so its generation code skips ``import sklearn.metrics``.
+
+    ``transformers.generation`` (pulled in by every tokenizer and model class) imports ``sklearn.metrics`` at import
+    time when scikit-learn is installed (lm-eval installs it), for one option of assisted decoding (the assistant's
+    confidence threshold) that nothing here uses: about 1.4 CPU s in each of the run's ~33 model processes. The
+    answer is cached (``is_sklearn_available`` is an ``lru_cache``), so sklearn is hidden only while it is asked;
+    ``import sklearn`` keeps working for any other code in the process. A no-op when the generation code or
+    sklearn is already imported.
+    """
+    if "sklearn" in sys.modules or "transformers.generation.candidate_generator" in sys.modules:
+        return
+    sys.modules["sklearn"] = None  # type: ignore[assignment]  # importlib.util.find_spec("sklearn") -> None
+    try:
+        from transformers.utils.import_utils import is_sklearn_available
+
+        is_sklearn_available()
+    finally:
+        del sys.modules["sklearn"]
+
+
+_transformers_without_sklearn()
 
 
 def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
