@@ -1,0 +1,85 @@
+"""CPU seconds a default run's processes spend starting: a model process's imports, and the run's record of its job
+graph, each the way it was (before) and the way it is (after), side by side in one run.
+
+Run: python benchmarks/startup.py [--repeats 3] [--no-dag]
+
+Imports: every language-model process of the default run (train_local, train_local_group, train_ablation_group,
+eval_checkpoints_*) imports its entry module, then transformers' tokenizer and model classes and tensorboardX.
+"before" imports them in a fresh interpreter with scikit-learn visible to transformers (as every process did: the
+generation code imports ``sklearn.metrics``), "after" with :mod:`pipeline_lib.model` imported first (which hides it
+from that one check). Job graph: "before" is the second ``snakemake --dag -n all`` that ``run_info`` ran in a
+subprocess at the start of each run; "after" it writes ``workflow.dag.dot()`` of the running workflow, which costs
+no new process (not timed here: formatting a graph already built). Each figure is the minimum over ``--repeats``
+fresh processes (user + system CPU of the child), so a shared machine's noise inflates it least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: What one model process imports (its entry module, then what it loads lazily when it runs).
+ENTRY_MODULES = ("pipeline_lib.engines.local.rl", "pipeline_lib.engines.local.sft", "pipeline_lib.eval.evaluate",
+                 "pipeline_lib.engines.local.batch")
+MODEL_IMPORTS = ("from transformers import AutoTokenizer, AutoModelForCausalLM, DynamicCache; "
+                 "from tensorboardX import SummaryWriter")
+# "before": what the process imported when transformers still found scikit-learn (the model module's import, with
+# its hiding undone first, so the entry modules load exactly as they do now)
+BEFORE = ("import sys, importlib.util; import torch; "
+          "from transformers.utils import import_utils; import_utils.is_sklearn_available(); ")
+AFTER = "import pipeline_lib.model; "
+
+#: Language-model processes per default run (c368181's results/benchmarks/: 19 train_local, 6 train_local_group, 1
+#: train_ablation_group, 7 eval_checkpoints_*).
+DEFAULT_RUN_MODEL_PROCESSES = 19 + 6 + 1 + 7
+
+
+def child_cpu(args: list[str], repeats: int) -> float:
+    """Minimum over ``repeats`` runs of the child's user + system CPU seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(args, cwd=REPO, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime))
+    return best
+
+
+def imports_code(prefix: str) -> str:
+    """One process's imports; it fails unless sklearn was imported before and not after."""
+    expected = "True" if prefix == BEFORE else "False"
+    return (prefix + "".join(f"import {m}; " for m in ENTRY_MODULES) + MODEL_IMPORTS
+            + f"; assert ('sklearn' in sys.modules) == {expected}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-dag", action="store_true", help="skip the snakemake --dag measurement (~5 CPU s each)")
+    args = parser.parse_args(argv)
+
+    rows = []
+    before = child_cpu([sys.executable, "-c", imports_code(BEFORE)], args.repeats)
+    after = child_cpu([sys.executable, "-c", "import sys; " + imports_code(AFTER)], args.repeats)
+    rows.append(("imports of one model process", before, after))
+    if not args.no_dag:
+        dag = child_cpu([sys.executable, "-m", "snakemake", "--dag", "-n", "--quiet", "--nolock", "all"], args.repeats)
+        rows.append(("run_info's job graph (once per run)", dag, 0.0))
+    header = f"CPU s (min of {args.repeats})"
+    print(f"{header:40s} {'before':>8s} {'after':>8s} {'saved':>8s} {'after/before':>13s}")
+    for name, b, a in rows:
+        print(f"{name:40s} {b:8.2f} {a:8.2f} {b - a:8.2f} {a / b:13.2f}")
+    per_process = rows[0][1] - rows[0][2]
+    total = per_process * DEFAULT_RUN_MODEL_PROCESSES + (rows[1][1] if len(rows) > 1 else 0.0)
+    print(f"per default run: {DEFAULT_RUN_MODEL_PROCESSES} model processes x {per_process:.2f}"
+          + (f" + {rows[1][1]:.2f} (job graph)" if len(rows) > 1 else "") + f" = {total:.0f} CPU s saved")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
