@@ -3,7 +3,8 @@ graph, each the way it was (before) and the way it is (after), side by side in o
 
 Run: python benchmarks/startup.py [--repeats 3] [--no-dag]
 
-Imports: every language-model process of the default run (train_local, train_local_group, train_ablation_group,
+Imports: a tiny task's data job imported torch with the ImageNet validator it does not call. Every language-model
+process of the default run (train_local, train_local_group, train_ablation_group,
 eval_checkpoints_*) imports its entry module, then transformers' tokenizer and model classes and tensorboardX.
 "before" imports them in a fresh interpreter with scikit-learn visible to transformers (as every process did: the
 generation code imports ``sklearn.metrics``), "after" with :mod:`pipeline_lib.model` imported first (which hides it
@@ -37,6 +38,8 @@ AFTER = "import pipeline_lib.model; "
 #: Language-model processes per default run (c368181's results/benchmarks/: 19 train_local, 6 train_local_group, 1
 #: train_ablation_group, 7 eval_checkpoints_*).
 DEFAULT_RUN_MODEL_PROCESSES = 19 + 6 + 1 + 7
+#: data_tiny jobs per default run (one per tiny task).
+DEFAULT_RUN_TINY_DATA_JOBS = 3
 
 
 def child_cpu(args: list[str], repeats: int) -> float:
@@ -67,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     before = child_cpu([sys.executable, "-c", imports_code(BEFORE)], args.repeats)
     after = child_cpu([sys.executable, "-c", "import sys; " + imports_code(AFTER)], args.repeats)
     rows.append(("imports of one model process", before, after))
+    # a tiny task's data job (data_tiny): data.build imported the ImageNet validator, and torch with it, up front
+    data_before = child_cpu([sys.executable, "-c", "import pipeline_lib.data.imagenet, pipeline_lib.data.build"],
+                            args.repeats)
+    light = "import sys, pipeline_lib.data.build; assert 'torch' not in sys.modules"
+    data_after = child_cpu([sys.executable, "-c", light], args.repeats)
+    rows.append(("imports of one data_tiny job", data_before, data_after))
     if not args.no_dag:
         dag = child_cpu([sys.executable, "-m", "snakemake", "--dag", "-n", "--quiet", "--nolock", "all"], args.repeats)
         rows.append(("run_info's job graph (once per run)", dag, 0.0))
@@ -74,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{header:40s} {'before':>8s} {'after':>8s} {'saved':>8s} {'after/before':>13s}")
     for name, b, a in rows:
         print(f"{name:40s} {b:8.2f} {a:8.2f} {b - a:8.2f} {a / b:13.2f}")
-    per_process = rows[0][1] - rows[0][2]
-    total = per_process * DEFAULT_RUN_MODEL_PROCESSES + (rows[1][1] if len(rows) > 1 else 0.0)
-    print(f"per default run: {DEFAULT_RUN_MODEL_PROCESSES} model processes x {per_process:.2f}"
-          + (f" + {rows[1][1]:.2f} (job graph)" if len(rows) > 1 else "") + f" = {total:.0f} CPU s saved")
+    saved = [b - a for _, b, a in rows]
+    counts = [DEFAULT_RUN_MODEL_PROCESSES, DEFAULT_RUN_TINY_DATA_JOBS, 1][:len(rows)]
+    total = sum(n * s for n, s in zip(counts, saved, strict=True))
+    terms = " + ".join(f"{n} x {s:.2f}" for n, s in zip(counts, saved, strict=True))
+    print(f"per default run (model processes, data_tiny jobs, job graph): {terms} = {total:.0f} CPU s saved")
     return 0
 
 
