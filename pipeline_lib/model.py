@@ -26,10 +26,10 @@ def _transformers_without_sklearn() -> None:
 
     ``transformers.generation`` (pulled in by every tokenizer and model class) imports ``sklearn.metrics`` at import
     time when scikit-learn is installed (lm-eval installs it), for one option of assisted decoding (the assistant's
-    confidence threshold) that nothing here uses: about 1.4 CPU s in each of the run's ~33 model processes. The
-    answer is cached (``is_sklearn_available`` is an ``lru_cache``), so sklearn is hidden only while it is asked;
-    ``import sklearn`` keeps working for any other code in the process. A no-op when the generation code or
-    sklearn is already imported.
+    confidence threshold) that nothing here uses: about 1 CPU s in each of the run's ~33 model processes
+    (``benchmarks/startup.py``). The answer is cached (``is_sklearn_available`` is an ``lru_cache``), so sklearn is
+    hidden only while it is asked; ``import sklearn`` keeps working for any other code in the process. A no-op when
+    the generation code or sklearn is already imported.
     """
     if "sklearn" in sys.modules or "transformers.generation.candidate_generator" in sys.modules:
         return
