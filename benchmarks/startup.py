@@ -4,12 +4,12 @@ graph, each the way it was (before) and the way it is (after), side by side in o
 Run: python benchmarks/startup.py [--repeats 3] [--no-dag]
 
 Imports: a tiny task's data job imported torch with the ImageNet validator it does not call. Every language-model
-process of the default run (train_local, train_local_group, train_ablation_group,
-eval_checkpoints_*) imports its entry module, then transformers' tokenizer and model classes and tensorboardX.
-"before" imports them in a fresh interpreter with scikit-learn visible to transformers (as every process did: the
-generation code imports ``sklearn.metrics``), "after" with :mod:`pipeline_lib.model` imported first (which hides it
-from that one check). Job graph: "before" is the second ``snakemake --dag -n all`` that ``run_info`` ran in a
-subprocess at the start of each run; "after" it writes ``workflow.dag.dot()`` of the running workflow, which costs
+process of the default run (train_local, train_local_group, train_ablation_group, eval_checkpoints_*) imports its
+entry module, then transformers' tokenizer and model classes and tensorboardX. "before" imports them in a fresh
+interpreter with scikit-learn visible to transformers and boto3 to accelerate (as every process did: the generation
+code imports ``sklearn.metrics``, accelerate boto3), "after" with :mod:`pipeline_lib.model` imported first (which
+hides them from those checks). Job graph: "before" is the second ``snakemake --dag -n all`` that ``run_info`` ran in
+a subprocess at the start of each run; "after" it writes ``workflow.dag.dot()`` of the running workflow, which costs
 no new process (not timed here: formatting a graph already built). Each figure is the minimum over ``--repeats``
 fresh processes (user + system CPU of the child), so a shared machine's noise inflates it least.
 """
@@ -27,12 +27,16 @@ REPO = Path(__file__).resolve().parents[1]
 #: What one model process imports (its entry module, then what it loads lazily when it runs).
 ENTRY_MODULES = ("pipeline_lib.engines.local.rl", "pipeline_lib.engines.local.sft", "pipeline_lib.eval.evaluate",
                  "pipeline_lib.engines.local.batch")
-MODEL_IMPORTS = ("from transformers import AutoTokenizer, AutoModelForCausalLM, DynamicCache; "
-                 "from tensorboardX import SummaryWriter")
+MODEL_IMPORTS = "from transformers import AutoTokenizer, AutoModelForCausalLM, DynamicCache; "
+TENSORBOARD_BEFORE = "from tensorboardX import SummaryWriter"
+# what pipeline_lib.tracking's TensorBoard writer does now
+TENSORBOARD_AFTER = ("from pipeline_lib.env import hidden_package\n"
+                     "with hidden_package('boto3'): from tensorboardX import SummaryWriter\n")
 # "before": what the process imported when transformers still found scikit-learn (the model module's import, with
 # its hiding undone first, so the entry modules load exactly as they do now)
 BEFORE = ("import sys, importlib.util; import torch; "
-          "from transformers.utils import import_utils; import_utils.is_sklearn_available(); ")
+          "from transformers.utils import import_utils; import_utils.is_sklearn_available(); "
+          "import accelerate.commands.config; ")
 AFTER = "import pipeline_lib.model; "
 
 #: Language-model processes per default run (c368181's results/benchmarks/: 19 train_local, 6 train_local_group, 1
@@ -56,8 +60,9 @@ def child_cpu(args: list[str], repeats: int) -> float:
 def imports_code(prefix: str) -> str:
     """One process's imports; it fails unless sklearn was imported before and not after."""
     expected = "True" if prefix == BEFORE else "False"
-    return (prefix + "".join(f"import {m}; " for m in ENTRY_MODULES) + MODEL_IMPORTS
-            + f"; assert ('sklearn' in sys.modules) == {expected}")
+    tensorboard = TENSORBOARD_BEFORE + "\n" if prefix == BEFORE else TENSORBOARD_AFTER
+    return (prefix + "".join(f"import {m}; " for m in ENTRY_MODULES) + MODEL_IMPORTS + "\n" + tensorboard
+            + f"assert ('sklearn' in sys.modules) == ('boto3' in sys.modules) == {expected}")
 
 
 def main(argv: list[str] | None = None) -> int:
