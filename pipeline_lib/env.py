@@ -8,11 +8,14 @@ Values of secrets (API keys) are never echoed.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
+import sys
+from collections.abc import Iterator
 
-__all__ = ["VARIABLES", "EnvironmentVariableError", "env", "env_number", "env_text"]
+__all__ = ["VARIABLES", "EnvironmentVariableError", "env", "env_number", "env_text", "hidden_package"]
 
 #: Every text variable the pipeline reads (numbers go through :func:`env_number`): name -> (pattern, meaning).
 VARIABLES: dict[str, tuple[str, str]] = {
@@ -70,3 +73,18 @@ def env(name: str) -> str | None:
     """A variable of :data:`VARIABLES`, checked against its pattern; None when unset or empty."""
     pattern, meaning = VARIABLES[name]
     return env_text(name, pattern, meaning)
+
+
+@contextlib.contextmanager
+def hidden_package(package: str) -> Iterator[None]:
+    """Inside, ``importlib.util.find_spec(package)`` is None and ``import package`` fails, as if it were not installed;
+    unchanged after (and a no-op if it is already imported). For a library that imports an optional package we never
+    use only because it is installed (pipeline_lib.model, pipeline_lib.tracking)."""
+    if package in sys.modules:
+        yield
+        return
+    sys.modules[package] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        del sys.modules[package]

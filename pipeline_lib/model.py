@@ -7,8 +7,10 @@ load them exactly like a real model.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,34 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pipeline_lib.env import hidden_package
+
 __all__ = ["build_model", "encode_prompts", "generate", "load_model", "prefill", "response_logprobs",
            "response_logprobs_and_entropy", "save_model_atomic", "use_grouped_sdpa"]
+
+
+def _transformers_without_unused_imports() -> None:
+    """Have ``transformers`` see scikit-learn, and ``accelerate`` see boto3, as absent, so neither is imported.
+
+    ``transformers.generation`` (pulled in by every tokenizer and model class) imports ``sklearn.metrics`` at import
+    time when scikit-learn is installed (lm-eval installs it), for one option of assisted decoding (the assistant's
+    confidence threshold); ``accelerate`` (which transformers' model code imports when installed) imports boto3 for
+    its ``accelerate config`` SageMaker questions. Nothing here uses either: about 1 CPU s in each of the run's ~33
+    model processes (``benchmarks/startup.py``). Each is hidden only while the one check that asks runs (transformers
+    caches its answer; accelerate's module asks once, on import), so ``import sklearn`` and ``import boto3`` keep
+    working for any other code in the process. A no-op for a library already imported.
+    """
+    if "transformers.generation.candidate_generator" not in sys.modules:
+        with hidden_package("sklearn"):
+            from transformers.utils.import_utils import is_sklearn_available
+
+            is_sklearn_available()
+    if importlib.util.find_spec("accelerate") is not None and "accelerate" not in sys.modules:
+        with hidden_package("boto3"):
+            import accelerate.commands.config  # noqa: F401  (what imports boto3 when it is found)
+
+
+_transformers_without_unused_imports()
 
 
 def _grouped_sdpa_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

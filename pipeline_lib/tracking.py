@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.env import env
+from pipeline_lib.env import env, hidden_package
 
 __all__ = [
     "BACKENDS",
@@ -122,7 +122,8 @@ class _TensorBoard:
     """TensorBoard event files of one run; a (re)start removes the old files, the history is replayed into one."""
 
     def __init__(self, settings: TrackingSettings) -> None:
-        from tensorboardX import SummaryWriter
+        with hidden_package("boto3"):  # tensorboardX imports it for s3:// log dirs; ours are local paths (~0.1 CPU s)
+            from tensorboardX import SummaryWriter
 
         directory = settings.run_dir()
         if directory.exists():

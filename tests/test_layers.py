@@ -42,6 +42,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Function-local imports of ``pipeline_lib`` that stay, (importer, imported) -> why: each keeps a heavy third-party
 #: library out of a process that must not pay for it (never a cycle: the cycle test sees these imports too).
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("pipeline_lib.data.build", "pipeline_lib.data.imagenet"):
+        "imagenet imports torch (about 1 CPU s), which only the ImageNet build needs, not each tiny task's data job",
     ("pipeline_lib.plan.settings", "pipeline_lib.advantages"):
         "advantages imports torch; the workflow imports the plan while it parses (test_workflow_parse_path_is_light)",
     ("pipeline_lib.engines.verl.preflight", "pipeline_lib.model"):

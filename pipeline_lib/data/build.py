@@ -23,7 +23,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.data.imagenet import validate_imagefolder
 from pipeline_lib.data.poetry import synthesize_instructions
 from pipeline_lib.data.real import BUILDERS, build_dataset
 from pipeline_lib.data.schema import DatasetWriter
@@ -121,6 +120,8 @@ def validate_imagenet(spec: dict, out_dir: Path) -> list[Path]:
     dataset = spec["dataset"]
     if dataset["kind"] != "imagefolder":
         raise ValueError("the ImageNet validation rule needs imagenet.dataset.kind = imagefolder")
+    from pipeline_lib.data.imagenet import validate_imagefolder  # torch (1 s): only this build needs it
+
     classes = validate_imagefolder(dataset["root"], dataset.get("expected_classes"))
     root = Path(dataset["root"])
     counts = {split: sum(1 for c in classes for f in (root / split / c).iterdir() if f.is_file())

@@ -22,7 +22,7 @@ report: "../report/workflow.rst"
 
 
 onstart:
-    write_run_info(config)
+    write_run_info(config, workflow.dag.dot())
 
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
 # (the estimators' parameter check runs in the submitting process, not again in each Slurm job's own parse)
