@@ -285,8 +285,17 @@ def test_rating_page_in_headless_chromium(exported, tmp_path):
             response = driver.find_element(By.CSS_SELECTOR, f"#{select.get_attribute('data-item')} .response").text
             Select(select).select_by_value(str(1 + min(9, len(response.split()) // 3)))
         assert driver.find_element(By.ID, "status").text == "30 / 30 outputs rated"
-        driver.refresh()  # ratings survive a reload (kept in local storage)
-        assert driver.find_element(By.ID, "status").text == "30 / 30 outputs rated"
+        # Ratings survive a reload (kept in local storage). Chromium commits a page's local storage to disk
+        # asynchronously, so a reload right after the last rating may read the store before that commit lands (seen
+        # once in CI on a loaded machine): reload until it shows the ratings, for at most 20 s.
+        deadline = time.monotonic() + 20
+        while True:
+            driver.refresh()
+            status = driver.find_element(By.ID, "status").text
+            if status == "30 / 30 outputs rated" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert status == "30 / 30 outputs rated"
         driver.find_element(By.ID, "download").click()
         target = downloads / "ratings_meeting_tiny.csv"
         deadline = time.monotonic() + 20
