@@ -34,7 +34,7 @@ from pipeline_lib.plan.settings import (
 from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
-           "PlanError", "group_rl", "method", "register", "unregister"]
+           "PlanError", "group_rl", "method", "register", "unregister", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 
@@ -64,6 +64,12 @@ ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
     EstimatorEntry("maxrl", "maxrl", ours=True),
     EstimatorEntry("reinforce", "reinforce", ours=True),
 )}
+
+
+def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """verl estimator name -> (our estimator, the algorithm-config keys it takes), for every estimator registered as
+    ours; asked at each use, so one a test registers later is included."""
+    return {entry.verl: (entry.name, entry.params) for entry in ESTIMATORS.values() if entry.ours}
 
 
 @dataclass(frozen=True)

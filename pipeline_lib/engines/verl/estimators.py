@@ -27,14 +27,13 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
 from pipeline_lib.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
-from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED  # noqa: E402
+from pipeline_lib.plan.registry import verl_estimators  # noqa: E402
 
 __all__ = ["ESTIMATORS", "group_index", "register"]
 
 #: verl estimator name -> (our registry's estimator, algorithm-config keys passed as its parameters): every estimator
 #: the method registry marks as ours (pipeline_lib.plan.registry.ESTIMATORS).
-ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours}
+ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = verl_estimators()
 
 
 def _params(name: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
@@ -74,7 +73,7 @@ def register() -> None:
     """Register every estimator once (idempotent: a second import must not trip verl's duplicate check); one the
     method registry gained since (a test's toy estimator) is registered by a second call. Also arms the trainer's
     live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) in this process."""
-    ESTIMATORS.update({entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours})
+    ESTIMATORS.update(verl_estimators())
     for name, (method, keys) in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))

@@ -38,7 +38,7 @@ import torch
 
 from pipeline_lib.advantages import advantage_diagnostics
 from pipeline_lib.group_metrics import group_step_metrics
-from pipeline_lib.plan.registry import ESTIMATORS as REGISTERED
+from pipeline_lib.plan.registry import verl_estimators
 
 __all__ = ["TAU_KEY", "TRAINER_MODULE", "V1_TRAINER_MODULE", "group_index", "install", "install_on_import",
            "verl_group_metrics"]
@@ -63,7 +63,7 @@ _step_metrics: contextvars.ContextVar[dict[str, Any] | None] = contextvars.Conte
 def _estimator_choices(data: Any, adv_estimator: Any, config: Mapping[str, Any] | None) -> np.ndarray | None:
     """Per-rollout tau of one of our estimators that chooses it (None for every other estimator)."""
     name = getattr(adv_estimator, "value", adv_estimator)
-    ours = {entry.verl: (entry.name, entry.params) for entry in REGISTERED.values() if entry.ours}
+    ours = verl_estimators()
     if name not in ours or "uid" not in data.non_tensor_batch or config is None:
         return None
     method, keys = ours[name]
