@@ -239,3 +239,57 @@ def test_each_nodes_ray_declares_the_allocations_gpus_without_being_asked(monkey
     with pytest.raises(RuntimeError, match="8 GPUs per node but this step sees CUDA_VISIBLE_DEVICES=0,1"):
         node_gpus(args, {"gpus": 8})
 
+
+
+def _python(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+
+def test_a_ray_node_that_dies_during_start_up_brings_the_cluster_up_again():
+    """Ray gives a starting node 30 s to register; a loaded host can miss it (CI did). The launcher stops what it
+    started and starts again; a node that never starts fails after the attempts, and a timeout is not retried."""
+    from pipeline_lib.engines.verl.launch import RayStartError, bring_up
+
+    stopped: list[str] = []
+
+    def stop(process: subprocess.Popen, what: str) -> None:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+        stopped.append(what)
+
+    def wait(still_starting) -> dict[str, float]:
+        for _ in range(50):
+            still_starting()
+            time.sleep(0.1)
+        return {"nodes": 2}
+
+    starts = []
+
+    def start_dying_once():
+        starts.append(len(starts))
+        head = _python("import time; time.sleep(60)")
+        worker = _python("raise SystemExit(1)" if len(starts) == 1 else "import time; time.sleep(60)")
+        return [(head, f"head {len(starts)}"), (worker, f"worker {len(starts)}")]
+
+    processes, joined = bring_up(start_dying_once, wait, 3, stop)
+    assert joined == {"nodes": 2} and len(starts) == 2
+    assert stopped == ["worker 1", "head 1"]  # the first attempt's processes, nothing of the second
+    assert all(process.poll() is None for process, _ in processes)
+    for process, what in processes:
+        stop(process, what)
+
+    stopped.clear()
+    with pytest.raises(RayStartError, match=r"worker exited with status 1 .*start attempt 2 of 2"):
+        bring_up(lambda: [(_python("import time; time.sleep(60)"), "head"), (_python("raise SystemExit(1)"),
+                                                                             "worker")], wait, 2, stop)
+    assert stopped == ["worker", "head"] * 2
+
+    def wait_times_out(still_starting):
+        raise TimeoutError("only 1/2 Ray nodes joined")
+
+    stopped.clear()
+    starts.clear()
+    with pytest.raises(TimeoutError):
+        bring_up(start_dying_once, wait_times_out, 3, stop)
+    assert len(starts) == 1 and stopped == ["worker 1", "head 1"]

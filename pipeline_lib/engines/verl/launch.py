@@ -25,6 +25,9 @@ Why it looks the way it does:
 - Every Ray port is picked free on its own node, so two "nodes" sharing one host (the CI
   cluster's virtual nodes) never collide, and nothing is killed by name: ``ray stop`` would kill
   every Ray on the host, so each ``ray start --block`` is stopped through its own PID instead.
+- Ray gives a starting node a fixed 30 s to register with its GCS. On a loaded host a head or worker can miss
+  it and exit 1 with nothing wrong; the launcher then stops what it started and brings the cluster up again,
+  on fresh ports (``--start-attempts``, 3 by default). Nothing has run yet, so a second start loses nothing.
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ from pathlib import Path
 
 from pipeline_lib.env import env
 
-__all__ = ["allocation_nodes", "allocation_per_node", "main", "node_address", "node_gpus", "per_node_resources",
-           "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
+__all__ = ["RayStartError", "allocation_nodes", "allocation_per_node", "bring_up", "main", "node_address",
+           "node_gpus", "per_node_resources", "ray_start_command", "slurm_step_gpus", "wait_for_cluster"]
 
 _MODULE = "pipeline_lib.engines.verl.launch"
 _KEEP_SLURM = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CONF", "SLURM_CLUSTER_NAME"}
@@ -232,65 +235,105 @@ def _terminate_on_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class RayStartError(RuntimeError):
+    """A ``ray start`` we launched died before the cluster was up (retryable: nothing ran yet)."""
+
+
+def bring_up(start: Callable[[], list[tuple[subprocess.Popen, str]]],
+             wait: Callable[[Callable[[], None]], dict[str, float]], attempts: int,
+             stop: Callable[[subprocess.Popen, str], None]) -> tuple[list[tuple[subprocess.Popen, str]], dict]:
+    """Start the cluster's processes and wait for them, starting again when one dies during start-up.
+
+    Ray gives a starting node a fixed 30 s to register with the GCS; on a loaded host a head or worker
+    can miss it and exit 1 though nothing is wrong with the allocation. Such a start is retried (fresh
+    ports each time) up to ``attempts`` times; a timeout or missing GPUs is never retried.
+    Returns the running processes (the caller stops them) and what joined.
+    """
+    for attempt in range(1, attempts + 1):
+        processes = start()
+
+        def still_starting(processes=processes) -> None:
+            for process, what in processes:
+                if process.poll() is not None:
+                    raise RayStartError(f"{what} exited with status {process.returncode} before the command ran")
+
+        try:
+            return processes, wait(still_starting)
+        except RayStartError as error:
+            for process, what in reversed(processes):
+                stop(process, what)
+            if attempt == attempts:
+                raise RayStartError(f"{error} (start attempt {attempt} of {attempts})") from error
+            log(f"start attempt {attempt} of {attempts} failed: {error}; starting the cluster again")
+        except BaseException:
+            for process, what in reversed(processes):
+                stop(process, what)
+            raise
+    raise ValueError(f"attempts must be >= 1, got {attempts}")
+
+
 def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespace) -> int:
     """Head here, workers elsewhere, the command with RAY_ADDRESS, then Ray down; the command's status."""
     head = current_node(nodes)
     workers = [node for node in nodes if node != head]
     ip = node_address(head)
-    port = args.ray_port or free_ports(1)[0]
-    address = f"{ip}:{port}"
     job = env("SLURM_JOB_ID") or "nojob"
     temp_root = Path(args.temp_root)
-    ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_ADDRESS": address}
+    ray_env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     per_node = allocation_per_node(job)
     gpus = node_gpus(args, per_node)
     if args.cpus_per_node is None and "cpus" in per_node:
         args.cpus_per_node = per_node["cpus"]
-    log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}; "
-        f"each node declares {gpus if gpus is not None else 'the detected'} GPUs")
-    head_process = worker_step = None
+    address = ""
+
+    def start() -> list[tuple[subprocess.Popen, str]]:
+        nonlocal address
+        address = f"{ip}:{args.ray_port or free_ports(1)[0]}"
+        log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}; "
+            f"each node declares {gpus if gpus is not None else 'the detected'} GPUs")
+        head_process = subprocess.Popen(
+            ray_start_command(ip, head_port=int(address.rsplit(":", 1)[1]), join=None, gpus=gpus,
+                              cpus=args.cpus_per_node, object_store_mb=args.object_store_mb,
+                              temp_dir=temp_root / f"ray{job}_{head}"),
+            stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True,
+            env=_without(os.environ | ray_env, "RAY_ADDRESS"))
+        worker_argv = [sys.executable, "-m", _MODULE, "--join", address, "--temp-root", str(temp_root)]
+        for option, value in (("--cpus-per-node", args.cpus_per_node), ("--object-store-mb", args.object_store_mb)):
+            if value is not None:
+                worker_argv += [option, str(value)]
+        if args.declare_gpus:
+            worker_argv.append("--declare-gpus")
+        elif gpus is not None:
+            worker_argv += ["--node-gpus", str(gpus)]
+        srun = ["srun", "--overlap", f"--jobid={job}", f"--nodes={len(workers)}", f"--ntasks={len(workers)}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(workers)}", "--kill-on-bad-exit=1"]
+        if args.cpus_per_node is not None:  # the node's CPUs for its Ray, not the one core a bare step gets
+            srun.append(f"--cpus-per-task={args.cpus_per_node}")
+        if per_node.get("gpus"):
+            srun.append(f"--gres=gpu:{per_node['gpus']}")
+        worker_step = subprocess.Popen(srun + worker_argv, stdin=subprocess.DEVNULL, stdout=sys.stderr,
+                                       env=_worker_env() | ray_env | {"RAY_ADDRESS": address}, start_new_session=True)
+        return [(head_process, "Ray head"), (worker_step, "Ray worker step")]
+
+    def wait(still_starting: Callable[[], None]) -> dict[str, float]:
+        os.environ.update(ray_env)  # this process's own driver
+        return wait_for_cluster(address, len(nodes), args.gpus_per_node * len(nodes) if args.gpus_per_node
+                                else 0, args.timeout, still_starting)
+
+    processes: list[tuple[subprocess.Popen, str]] = []
     with _terminate_on_sigterm():
         try:
-            head_process = subprocess.Popen(
-                ray_start_command(ip, head_port=port, join=None, gpus=gpus, cpus=args.cpus_per_node,
-                                  object_store_mb=args.object_store_mb, temp_dir=temp_root / f"ray{job}_{head}"),
-                stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True,
-                env=_without(os.environ | ray_env, "RAY_ADDRESS"))
-            worker_argv = [sys.executable, "-m", _MODULE, "--join", address, "--temp-root", str(temp_root)]
-            for option, value in (("--cpus-per-node", args.cpus_per_node), ("--object-store-mb", args.object_store_mb)):
-                if value is not None:
-                    worker_argv += [option, str(value)]
-            if args.declare_gpus:
-                worker_argv.append("--declare-gpus")
-            elif gpus is not None:
-                worker_argv += ["--node-gpus", str(gpus)]
-            srun = ["srun", "--overlap", f"--jobid={job}", f"--nodes={len(workers)}", f"--ntasks={len(workers)}",
-                    "--ntasks-per-node=1", f"--nodelist={','.join(workers)}", "--kill-on-bad-exit=1"]
-            if args.cpus_per_node is not None:  # the node's CPUs for its Ray, not the one core a bare step gets
-                srun.append(f"--cpus-per-task={args.cpus_per_node}")
-            if per_node.get("gpus"):
-                srun.append(f"--gres=gpu:{per_node['gpus']}")
-            worker_step = subprocess.Popen(srun + worker_argv, stdin=subprocess.DEVNULL, stdout=sys.stderr,
-                                           env=_worker_env() | ray_env, start_new_session=True)
-
-            def still_starting() -> None:
-                for process, what in ((head_process, "Ray head"), (worker_step, "Ray worker step")):
-                    if process.poll() is not None:
-                        raise RuntimeError(f"{what} exited with status {process.returncode} before the command ran")
-
-            os.environ.update(_without(ray_env, "RAY_ADDRESS"))  # this process's own driver, below
-            joined = wait_for_cluster(address, len(nodes), args.gpus_per_node * len(nodes) if args.gpus_per_node
-                                      else 0, args.timeout, still_starting)
+            processes, joined = bring_up(start, wait, args.start_attempts, _stop)
             log(f"cluster ready: {joined}")
-            still_starting()
-            result = subprocess.run(list(command), env=os.environ | ray_env)
+            for process, what in processes:
+                if process.poll() is not None:
+                    raise RayStartError(f"{what} exited with status {process.returncode} before the command ran")
+            result = subprocess.run(list(command), env=os.environ | ray_env | {"RAY_ADDRESS": address})
             log(f"command exited with status {result.returncode}")
             return result.returncode
         finally:
-            if worker_step is not None:
-                _stop(worker_step, "Ray worker step")
-            if head_process is not None:
-                _stop(head_process, "Ray head")
+            for process, what in reversed(processes):
+                _stop(process, what)
 
 
 def node_gpus(args: argparse.Namespace, per_node: Mapping[str, int]) -> int | None:
@@ -343,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ray-port", type=int, default=None, help="GCS port of the head (default: a free port)")
     parser.add_argument("--object-store-mb", type=int, default=None, help="Ray object store per node (MB)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for every node to join")
+    parser.add_argument("--start-attempts", type=int, default=3,
+                        help="times to start the cluster when a Ray node dies during start-up (Ray gives each "
+                             "node a fixed 30 s to register; a loaded host can miss it)")
     parser.add_argument("--temp-root", default="/tmp", help="parent of each node's Ray temp dir (keep it short)")
     parser.add_argument("--node-gpus", type=int, default=None, help=argparse.SUPPRESS)  # a worker: the head's count
     parser.add_argument("--join", default=None, help=argparse.SUPPRESS)  # worker mode, run by our own srun
