@@ -39,6 +39,21 @@ __all__ = [
 ]
 
 
+def _dense_sorted_inverse(group_ids: torch.Tensor) -> torch.Tensor | None:
+    """``torch.unique(group_ids, return_inverse=True)[1]`` without the sort, when the ids already run a, a, a+1, ...
+    (non-decreasing by steps of 0 or 1, as rollouts of consecutive prompts are laid out); None otherwise.
+
+    The inverse is then ``group_ids - a``, the same tensor unique returns; the sort it skips was half the time of the
+    theory's Monte Carlo (hundreds of thousands of rollouts per call).
+    """
+    if group_ids.numel() == 0:
+        return None
+    steps = group_ids[1:] - group_ids[:-1]
+    if not bool(((steps == 0) | (steps == 1)).all()):
+        return None
+    return (group_ids - group_ids[0]).long()
+
+
 @dataclass(frozen=True)
 class GroupIndex:
     """Contiguous re-indexing of arbitrary group ids, shared by the estimators."""
@@ -49,7 +64,9 @@ class GroupIndex:
 
     @classmethod
     def from_ids(cls, group_ids: torch.Tensor, dtype: torch.dtype) -> GroupIndex:
-        _, inverse = torch.unique(group_ids, return_inverse=True)
+        inverse = _dense_sorted_inverse(group_ids)
+        if inverse is None:
+            _, inverse = torch.unique(group_ids, return_inverse=True)
         n_groups = int(inverse.max().item()) + 1 if inverse.numel() else 0
         counts = torch.bincount(inverse, minlength=n_groups).to(dtype)
         return cls(inverse=inverse, counts=counts, n_groups=n_groups)

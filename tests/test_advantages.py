@@ -163,3 +163,25 @@ def test_broadcast_to_tokens_zeroes_padding():
     assert torch.equal(broadcast_to_tokens(adv, mask), torch.tensor([[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]))
     with pytest.raises(ValueError, match="response_mask"):
         broadcast_to_tokens(adv, mask[:1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=40), st.integers(-5, 5),
+       st.sampled_from([torch.int64, torch.int32]), st.booleans())
+def test_group_index_skips_the_sort_only_where_it_gives_what_unique_gives(runs, start, dtype, shuffle):
+    """Ids laid out as consecutive runs (a, a, a+1, ...) take the path without torch.unique's sort; gaps, repeats
+    out of order and shuffles take unique. The inverse is the same tensor either way."""
+    from pipeline_lib.advantages import GroupIndex, _dense_sorted_inverse
+
+    ids = torch.tensor([start + i for i, run in enumerate(runs) for _ in range(run)], dtype=dtype)
+    if ids.numel() == 0:
+        return
+    if shuffle:
+        ids = ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(len(runs)))]
+    expected = torch.unique(ids, return_inverse=True)[1]
+    index = GroupIndex.from_ids(ids, torch.float64)
+    assert index.inverse.dtype == torch.int64 and torch.equal(index.inverse, expected)
+    assert torch.equal(index.counts, torch.bincount(expected).double()) and index.n_groups == int(expected.max()) + 1
+    assert _dense_sorted_inverse(torch.arange(5).repeat_interleave(8) + start) is not None  # the rollout layout
+    assert _dense_sorted_inverse(torch.tensor([0, 0, 2, 2])) is None  # a gap: unique renumbers it
+    assert _dense_sorted_inverse(torch.tensor([1, 1, 0, 0])) is None  # out of order: unique sorts it

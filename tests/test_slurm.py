@@ -62,6 +62,10 @@ def slurm_cluster():
     if not was_running:
         stopped = subprocess.run([sys.executable, str(CLUSTER), "stop"], capture_output=True, text=True, timeout=120)
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        # a slurm.conf naming a stopped controller makes every later Snakemake start wait ~9 s (its Slurm plugin asks
+        # `scontrol show config`): the cluster takes its config away with it
+        conf = Path("/etc/slurm/slurm.conf")
+        assert not (conf.exists() and "local_cluster.py" in conf.read_text(errors="replace")), stopped.stdout
 
 
 def _snakemake(cwd: Path, *args: str, timeout: float = 480) -> subprocess.CompletedProcess:

@@ -13,7 +13,10 @@ recycled PID is never hit); nothing is ever killed by name.
 Pitfalls this script handles (each seen on this machine):
 - The Snakemake Slurm executor's job step strips every ``SLURM_*`` variable, ``SLURM_CONF`` too,
   so the config must sit at the compiled-in default ``/etc/slurm/slurm.conf``. The file is ours
-  only if it carries ``MARKER``; a foreign config is never overwritten.
+  only if it carries ``MARKER``; a foreign config is never overwritten. ``stop`` removes it again: while a
+  slurm.conf names a controller that is down, every ``scontrol`` waits about 9 s before failing, and the Snakemake
+  Slurm plugin runs ``scontrol show config`` whenever Snakemake starts, so every later local run (the main job CI
+  times after the tests, each test's Snakemake) started 9 s late. Without a config it fails at once.
 - Without accounting (``AccountingStorageType=accounting_storage/none``) ``sacct`` knows no jobs;
   the profile must use ``slurm-status-command: squeue``, and ``MinJobAge`` is long enough that
   finished jobs stay visible to squeue between status checks.
@@ -136,6 +139,13 @@ def write_owned(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+def remove_owned(path: Path) -> None:
+    """Remove a config file this script wrote (never someone else's)."""
+    if path.exists() and MARKER in path.read_text(errors="replace"):
+        path.unlink()
+        log(f"removed {path}")
 
 
 def prepare() -> None:
@@ -292,6 +302,8 @@ def stop() -> None:
         _reap(pid)
         log(f"stopped {name} (pid {pid})")
     pids_file().unlink(missing_ok=True)
+    for name in ("slurm.conf", "gres.conf"):
+        remove_owned(CONF_DIR / name)
 
 
 def _reap(pid: int) -> None:
