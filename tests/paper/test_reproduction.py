@@ -15,6 +15,7 @@ from pipeline_lib.paper.reproduction import allocation_shift, build_report, comp
 from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
 from pipeline_lib.stats import paired_interval
+from tests.conftest import REPO
 
 REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
 
@@ -209,3 +210,32 @@ def test_the_advantage_of_a_verl_run_is_read_from_its_run_spec(tmp_path):
     spec = RunSpec(method="softmax_exact", task="gsm8k", engine="verl", estimator=Estimator("softmax", {"tau": 0.3}))
     (tmp_path / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec.to_dict()}}))
     assert run_advantage(tmp_path) == ("softmax", {"tau": 0.3})
+
+
+def _report_with_claims(path, verdicts: list[str]):
+    rows = "\n".join(f"| Claim {i} | arith_tiny | greedy pass@1 +1.0 [+0.5, +1.5] (t, seeds + prompts) points | 3 "
+                     f"| 0.01 | {verdict} |" for i, verdict in enumerate(verdicts))
+    header = "| Claim | Task | Evidence | Seeds | Holm-adjusted p | Verdict |\n|---|---|---|---|---|---|"
+    path.write_text(f"# Report\n\n## Claims\n\nVerdict rules: ...\n\n{header}\n{rows}\n\n## Machines\n\n| a | b |\n")
+    return path
+
+
+def test_the_fresh_seed_check_fails_when_a_positive_verdict_does_not_hold_again(tmp_path, capsys):
+    """benchmarks/replicate_verdicts.py: a supported claim that comes out inconclusive on fresh seeds fails the check;
+    inconclusive claims are not judged; a report without the table is an error naming the file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("replicate_verdicts", REPO / "benchmarks/replicate_verdicts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    default = _report_with_claims(tmp_path / "default.md", ["supported", "inconclusive (interval includes 0)"])
+    same = _report_with_claims(tmp_path / "same.md", ["supported", "contradicted"])
+    lost = _report_with_claims(tmp_path / "lost.md", ["inconclusive (interval excludes 0, but not after Holm)",
+                                                      "supported"])
+    assert module.main(["--default", str(default), "--fresh", str(same)]) == 0
+    assert "1 of 1 positive verdicts" in capsys.readouterr().out
+    assert module.main(["--default", str(default), "--fresh", str(lost)]) == 1
+    assert "DOES NOT REPLICATE" in capsys.readouterr().out
+    (tmp_path / "empty.md").write_text("# Report\n")
+    with pytest.raises(SystemExit, match=r"empty\.md: no '## Claims' section"):
+        module.main(["--default", str(default), "--fresh", str(tmp_path / "empty.md")])
