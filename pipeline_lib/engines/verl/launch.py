@@ -239,6 +239,13 @@ class RayStartError(RuntimeError):
     """A ``ray start`` we launched died before the cluster was up (retryable: nothing ran yet)."""
 
 
+def _require_running(processes: Sequence[tuple[subprocess.Popen, str]]) -> None:
+    """Raise :class:`RayStartError` if a process that holds up the cluster has exited."""
+    for process, what in processes:
+        if process.poll() is not None:
+            raise RayStartError(f"{what} exited with status {process.returncode} before the command ran")
+
+
 def bring_up(start: Callable[[], list[tuple[subprocess.Popen, str]]],
              wait: Callable[[Callable[[], None]], dict[str, float]], attempts: int,
              stop: Callable[[subprocess.Popen, str], None]) -> tuple[list[tuple[subprocess.Popen, str]], dict]:
@@ -249,27 +256,21 @@ def bring_up(start: Callable[[], list[tuple[subprocess.Popen, str]]],
     ports each time) up to ``attempts`` times; a timeout or missing GPUs is never retried.
     Returns the running processes (the caller stops them) and what joined.
     """
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
     for attempt in range(1, attempts + 1):
         processes = start()
-
-        def still_starting(processes=processes) -> None:
-            for process, what in processes:
-                if process.poll() is not None:
-                    raise RayStartError(f"{what} exited with status {process.returncode} before the command ran")
-
         try:
-            return processes, wait(still_starting)
-        except RayStartError as error:
+            return processes, wait(lambda processes=processes: _require_running(processes))
+        except BaseException as error:
             for process, what in reversed(processes):
                 stop(process, what)
+            if not isinstance(error, RayStartError):
+                raise
             if attempt == attempts:
                 raise RayStartError(f"{error} (start attempt {attempt} of {attempts})") from error
             log(f"start attempt {attempt} of {attempts} failed: {error}; starting the cluster again")
-        except BaseException:
-            for process, what in reversed(processes):
-                stop(process, what)
-            raise
-    raise ValueError(f"attempts must be >= 1, got {attempts}")
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespace) -> int:
@@ -288,11 +289,12 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
 
     def start() -> list[tuple[subprocess.Popen, str]]:
         nonlocal address
-        address = f"{ip}:{args.ray_port or free_ports(1)[0]}"
+        port = args.ray_port or free_ports(1)[0]
+        address = f"{ip}:{port}"
         log(f"Ray head on {head} ({address}), workers on {', '.join(workers)}; per node: {per_node}; "
             f"each node declares {gpus if gpus is not None else 'the detected'} GPUs")
         head_process = subprocess.Popen(
-            ray_start_command(ip, head_port=int(address.rsplit(":", 1)[1]), join=None, gpus=gpus,
+            ray_start_command(ip, head_port=port, join=None, gpus=gpus,
                               cpus=args.cpus_per_node, object_store_mb=args.object_store_mb,
                               temp_dir=temp_root / f"ray{job}_{head}"),
             stdin=subprocess.DEVNULL, stdout=sys.stderr, start_new_session=True,
@@ -325,9 +327,7 @@ def run_cluster(command: Sequence[str], nodes: list[str], args: argparse.Namespa
         try:
             processes, joined = bring_up(start, wait, args.start_attempts, _stop)
             log(f"cluster ready: {joined}")
-            for process, what in processes:
-                if process.poll() is not None:
-                    raise RayStartError(f"{what} exited with status {process.returncode} before the command ran")
+            _require_running(processes)
             result = subprocess.run(list(command), env=os.environ | ray_env | {"RAY_ADDRESS": address})
             log(f"command exited with status {result.returncode}")
             return result.returncode
