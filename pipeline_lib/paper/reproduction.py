@@ -296,25 +296,11 @@ def allocation_shift(allocation: pd.DataFrame, a: str = "softmax_exact", b: str 
     return out
 
 
-#: The gradient-allocation claim when the run's rollouts cannot be split (no ``--train-root``): the total shift.
-TOTAL_SHIFT_CLAIM = "SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)"
-#: The same claim in its two parts (:mod:`pipeline_lib.paper.allocation_split`), each a row of the claims table: the
-#: total mixes the estimator's weights with a change in what training reaches, and only the first is the formula's.
-SPLIT_CLAIMS = {
-    "arithmetic": "SoftmaxGRPO's weights move gradient budget to prompts with pass rate < 0.5 on the same rollouts "
-                  "(gradient allocation: the estimator's arithmetic)",
-    "visits": "Training with SoftmaxGRPO reaches groups that move gradient budget to pass rate < 0.5 (gradient "
-              "allocation: what training visits)",
-}
-
-
 def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS,
-                 split: pd.DataFrame | None = None) -> str:
+                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS) -> str:
     """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls
     (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
-    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml). The gradient-allocation
-    claim is tested in its two parts when ``split`` (:func:`allocation_split`) has them, as the total otherwise."""
+    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
     rows: list[dict] = []
     results: list[PairedDifference | None] = []
 
@@ -335,18 +321,11 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
         for c in pick(verifiable, a, b, "pass@1_greedy"):
             add(claim, c.task, f"greedy pass@1 {c.result.format(scale=100, with_method=True)} points"
                 if c.result else c.note, c.result)
-    if split is not None and not split.empty:
-        for part in split.itertuples():
-            r = part.result
-            add(SPLIT_CLAIMS[part.part], part.task,
-                f"hard share {100 * part.share_before:.1f}% -> {100 * part.share_after:.1f}%: "
-                f"{r.format(scale=100, with_method=True)}" if r else "–", r)
-    else:
-        for shift in shifts:
-            r = shift["result"]
-            add(TOTAL_SHIFT_CLAIM, shift["task"],
-                f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
-                f"{r.format(scale=100, with_method=True)}" if r else "–", r)
+    for shift in shifts:
+        r = shift["result"]
+        add("SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)", shift["task"],
+            f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
+            f"{r.format(scale=100, with_method=True)}" if r else "–", r)
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
         add("SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", c.task,
             f"judge score {c.result.format(scale=100, with_method=True)}" if c.result else c.note, c.result)
@@ -418,7 +397,6 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                                METRICS | {"judge": "judge score"})
     parts += reward_health_section(table1)
     shifts: list[dict] = []
-    split: pd.DataFrame | None = None
     if allocation is not None and not allocation.empty:
         parts += ["## Gradient allocation (% of sum T_i |A_i|, ours / paper)", "",
                   allocation_section(allocation, reference["gradient_allocation"]), ""]
@@ -437,10 +415,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                           "(GRPO-Exact's own rollouts re-weighted with the softmax run's estimator through the "
                           "advantage registry, against GRPO's weights on them: what the formula alone moves) and "
                           "the change in what training visits (the softmax run's rollouts against GRPO-Exact's, both "
-                          "with the softmax weights). The claims table tests the two parts, each on its own row, "
-                          "not their sum: the first is what the formula does to the rollouts training produced, the "
-                          "second depends on where each seed's training went, and the sum's interval carries the "
-                          "seed-to-seed spread of both.", "", split_section(split), ""]
+                          "with the softmax weights).", "", split_section(split), ""]
     nonverifiable: list[Comparison] = []
     if judge_items:
         for task in sorted({t for t, _, _ in judge_items}):
@@ -465,8 +440,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
         else:
             parts += ["Not reproduced in this run (not part of this configuration).", ""]
     parts += ["## Claims", "", rules(min_seeds), "",
-              claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds,
-                           split), ""]
+              claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds), ""]
     parts += machines_section(machines if machines is not None else pd.DataFrame())
     return "\n".join(parts)
 
