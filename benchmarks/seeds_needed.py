@@ -3,7 +3,8 @@
 Run: python benchmarks/seeds_needed.py --results results        # a finished default run (its eval/ and paper/data/)
 
 For every paired claim of the claims table that the run's seeds can test (RL − SFT, SoftmaxGRPO − GRPO, Exact and
-Sim, greedy pass@1; the gradient-allocation shift), this reads the per-seed, per-prompt scores the report reads
+Sim, greedy pass@1; the gradient-allocation shift, and beside it its two parts, which the report shows but does not
+test), this reads the per-seed, per-prompt scores the report reads
 (:func:`pipeline_lib.paper.reproduction.prompt_scores`), computes the report's interval
 (:func:`pipeline_lib.stats.paired_interval`) and projects its half-width to n seeds with the same estimate of the
 seed-to-seed spread: seed part t(n - 1)^2 sd^2 / n, prompt part t(prompts - 1)^2 v_prompts scaled by 3 / n (the
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from pipeline_lib.paper.allocation_split import allocation_split
 from pipeline_lib.paper.reproduction import allocation_shift, prompt_scores
 from pipeline_lib.stats import paired_interval
 
@@ -68,12 +70,16 @@ def main(argv: list[str] | None = None) -> int:
                          "result": result, "sd": float(per_seed.std(ddof=1))})
     allocation = args.results / "paper" / "data" / "gradient_allocation.csv"
     if allocation.is_file():
-        for shift in allocation_shift(pd.read_csv(allocation)):
-            result = shift["result"]
+        shifts = allocation_shift(pd.read_csv(allocation))
+        parts = [(s["task"], "allocation shift (share < 0.5)", s["result"]) for s in shifts]
+        if (args.results / "train").is_dir():  # the report's split of the shift, for scale
+            split = allocation_split(args.results / "train", [s["task"] for s in shifts])
+            parts += [(r.task, f"allocation: {r.part}", r.result) for r in split.itertuples()]
+        for task, claim, result in parts:
             if result is None or result.n_seeds < 2:
                 continue
-            rows.append({"task": shift["task"], "claim": "allocation shift (share < 0.5)", "n_items": 1,
-                         "per_seed": None, "result": result, "sd": math.sqrt(result.seed_var * result.n_seeds)})
+            rows.append({"task": task, "claim": claim, "n_items": 1, "per_seed": None, "result": result,
+                         "sd": math.sqrt(result.seed_var * result.n_seeds)})
     tail_alone, tail_holm = 0.025, 0.025 / args.claims
     print(f"{'task':<15} {'claim':<31} {'mean':>6} {'interval now':>17} {'sd seeds':>8} "
           f"{'seeds: 95% alone':>16} {'with Holm (fixed)':>18}   per-seed differences")
