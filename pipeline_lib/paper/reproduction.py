@@ -296,21 +296,24 @@ def allocation_shift(allocation: pd.DataFrame, a: str = "softmax_exact", b: str 
     return out
 
 
-def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS) -> str:
-    """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls
-    (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
-    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
-    rows: list[dict] = []
-    results: list[PairedDifference | None] = []
+@dataclass(frozen=True)
+class Claim:
+    """One tested row of the claims table: the paper's claim, the task, the evidence as printed, the paired result."""
+
+    claim: str
+    task: str
+    evidence: str
+    result: PairedDifference | None
+
+
+def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
+                  table1_reference: dict) -> list[Claim]:
+    """The claims a run's paired results speak to, in the table's order (the Holm family of
+    :func:`pipeline_lib.paper.verdicts.verdicts` is the rows with enough seeds)."""
+    claims: list[Claim] = []
 
     def pick(items: list[Comparison], a: str, b: str, metric: str) -> list[Comparison]:
         return [c for c in items if c.a == a and c.b == b and c.metric == metric]
-
-    def add(claim: str, task: str, evidence: str, result: PairedDifference | None) -> None:
-        rows.append({"Claim": claim, "Task": task, "Evidence": evidence,
-                     "Seeds": str(result.n_seeds) if result else "–"})
-        results.append(result)
 
     for a, b, claim in (("grpo_exact", "sft", "RL with the verifier improves on its SFT start (Table 1)"),
                         ("softmax_exact", "sft", "SoftmaxGRPO-Exact improves on its SFT start (Table 1)"),
@@ -319,16 +322,29 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
                         ("softmax_sim", "grpo_sim", "SoftmaxGRPO-Sim > GRPO-Sim (Table 1; "
                          f"{paper_gaps(table1_reference, 'softmax_sim', 'grpo_sim')} points)")):
         for c in pick(verifiable, a, b, "pass@1_greedy"):
-            add(claim, c.task, f"greedy pass@1 {c.result.format(scale=100, with_method=True)} points"
-                if c.result else c.note, c.result)
+            claims.append(Claim(claim, c.task, f"greedy pass@1 {c.result.format(scale=100, with_method=True)} "
+                                "points" if c.result else c.note, c.result))
     for shift in shifts:
         r = shift["result"]
-        add("SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)", shift["task"],
-            f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
-            f"{r.format(scale=100, with_method=True)}" if r else "–", r)
+        claims.append(Claim("SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)",
+                            shift["task"], f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
+                            f"{r.format(scale=100, with_method=True)}" if r else "–", r))
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
-        add("SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", c.task,
-            f"judge score {c.result.format(scale=100, with_method=True)}" if c.result else c.note, c.result)
+        claims.append(Claim("SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", c.task,
+                            f"judge score {c.result.format(scale=100, with_method=True)}" if c.result else c.note,
+                            c.result))
+    return claims
+
+
+def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
+                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS) -> str:
+    """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls
+    (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
+    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
+    claims = paired_claims(verifiable, shifts, nonverifiable, table1_reference)
+    rows = [{"Claim": c.claim, "Task": c.task, "Evidence": c.evidence,
+             "Seeds": str(c.result.n_seeds) if c.result else "–"} for c in claims]
+    results = [c.result for c in claims]
     for row, verdict in zip(rows, verdicts(results, min_seeds), strict=True):
         row |= {"Holm-adjusted p": verdict.format_p(), "Verdict": verdict.text}
     scale_note = "made" if "scale" in made else "not run in this configuration"

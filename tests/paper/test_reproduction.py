@@ -239,3 +239,48 @@ def test_the_fresh_seed_check_fails_when_a_positive_verdict_does_not_hold_again(
     (tmp_path / "empty.md").write_text("# Report\n")
     with pytest.raises(SystemExit, match=r"empty\.md: no '## Claims' section"):
         module.main(["--default", str(default), "--fresh", str(tmp_path / "empty.md")])
+
+
+def _write_tiny_run(root: Path, seeds: list[int], rng: np.random.Generator) -> Path:
+    """A results tree with the files benchmarks/verdict_stability.py pools: per-prompt generations, table1.csv and
+    gradient_allocation.csv. RL beats SFT by 60 points, SoftmaxGRPO ties GRPO, the allocation shift is +20 points."""
+    rows, allocation = [], []
+    for seed in seeds:
+        for method, p in (("sft", 0.2), ("grpo_exact", 0.8), ("softmax_exact", 0.8), ("grpo_sim", 0.8),
+                          ("softmax_sim", 0.8)):
+            greedy = (rng.random(200) < p).astype(float).tolist()
+            _write_generations(root / "eval/countdown_tiny" / method / f"seed{seed}" / "generations.jsonl", greedy, [])
+            rows.append({"task": "countdown_tiny", "method": method, "seed": seed, "pass@1_greedy": np.mean(greedy)})
+        for method, hard in (("grpo_exact", 0.5), ("softmax_exact", 0.7 + 0.01 * rng.standard_normal())):
+            allocation.append({"task": "countdown_tiny", "method": method, "seed": seed, "bin0": hard,
+                               "bin1": 0.0, "bin2": 1.0 - hard, "bin3": 0.0, "bin4": 0.0})
+    (root / "paper/data").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(root / "paper/data/table1.csv", index=False)
+    pd.DataFrame(allocation).to_csv(root / "paper/data/gradient_allocation.csv", index=False)
+    return root
+
+
+def test_verdict_stability_counts_verdicts_over_seed_subsets_and_their_replication(tmp_path, capsys):
+    """benchmarks/verdict_stability.py pools runs on disjoint seeds, gives each claim's verdict shares over subsets
+    of n seeds and how often a report's positive verdicts hold on a disjoint subset; a run that two trees hold with
+    different scores is an error naming the tree."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("verdict_stability", REPO / "benchmarks/verdict_stability.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(0)
+    first = _write_tiny_run(tmp_path / "a", [0, 1, 2], rng)
+    second = _write_tiny_run(tmp_path / "b", [3, 4, 5], rng)
+    assert module.main(["--results", str(first), str(second), "--sizes", "3", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "pooled seeds: [0, 1, 2, 3, 4, 5]" in out and "n = 3 seeds, 20 subsets" in out
+    lines = out.splitlines()
+    assert "supported 100%" in next(x for x in lines if "RL with the verifier improves" in x)
+    assert "inconclusive 100%" in next(x for x in lines if "SoftmaxGRPO-Exact >= GRPO-Exact" in x)
+    assert "supported 100%" in next(x for x in lines if "gradient budget" in x)
+    assert "disjoint pairs: 20;" in out and "every positive verdict holds on the other subset: 100%" in out
+    assert "no two disjoint subsets of 6 among 6 seeds" in out
+    clash = _write_tiny_run(tmp_path / "c", [2], rng)
+    with pytest.raises(SystemExit, match=r"/c: run \('countdown_tiny', '\w+', 2\) differs"):
+        module.main(["--results", str(first), str(clash)])
