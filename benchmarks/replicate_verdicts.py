@@ -78,7 +78,11 @@ def compare(default: Path, fresh: Path) -> int:
         print(f"{key[0]} [{key[1]}]\n  default: {describe(row)}\n  fresh:   "
               f"{describe(again) if again else '(no such row)'}\n  -> {mark}")
     positives = sum(verdict_word(row) in POSITIVE for row in before.values())
-    print(f"\n{positives - failed} of {positives} positive verdicts of {default} hold again in {fresh}")
+    if positives:
+        print(f"\n{positives - failed} of {positives} positive verdicts of {default} hold again in {fresh}")
+    else:
+        print(f"\n{default} gives no supported or contradicted verdict (too few seeds for report.min_seeds, or "
+              "every interval includes 0): nothing to replicate; compare the estimates above")
     return 1 if failed else 0
 
 

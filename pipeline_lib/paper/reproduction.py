@@ -358,7 +358,15 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
         rows.append({"Claim": claim, "Task": "–", "Evidence": reason, "Seeds": "–", "Holm-adjusted p": "–",
                      "Verdict": "no verdict: compare in its table (no paired interval)" if testable
                      else "cannot test"})
-    return to_markdown(pd.DataFrame(rows))
+    table = to_markdown(pd.DataFrame(rows))
+    if any(r is not None and r.has_interval for r in results) and not any(
+            r is not None and r.n_seeds >= min_seeds for r in results):
+        table = (f"No claim here has the {min_seeds} seeds a verdict needs (`report.min_seeds`): the table gives "
+                 "estimates with their intervals and no verdicts. How often verdicts at a given number of seeds "
+                 "hold again on fresh seeds is measured by `benchmarks/verdict_stability.py` over runs on more "
+                 "seeds; the README records it for the tiny tasks, and the configuration says why it asks for "
+                 f"{min_seeds}.\n\n" + table)
+    return table
 
 
 def build_report(label: str, reference: dict, table1: pd.DataFrame | None, allocation: pd.DataFrame | None,

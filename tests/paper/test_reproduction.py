@@ -122,7 +122,9 @@ def test_one_seed_per_method_gives_estimates_and_no_verdicts(tmp_path):
     assert "(1 seed: no interval)" in report.split("### Paired differences")[1]
     more, scores = _runs(tmp_path / "five", 5, 0.5)
     assert "| supported |" in build_report("tiny", REFERENCE, more, None, scores, min_seeds=5)
-    assert "estimate from 5 seeds (< 6)" in build_report("tiny", REFERENCE, more, None, scores, min_seeds=6)
+    short = build_report("tiny", REFERENCE, more, None, scores, min_seeds=6).split("## Claims")[1]
+    assert "estimate from 5 seeds (< 6)" in short and "No claim here has the 6 seeds a verdict needs" in short
+    assert "No claim here" not in build_report("tiny", REFERENCE, more, None, scores, min_seeds=5)
 
 
 def test_verdict_rules():
