@@ -38,6 +38,7 @@ from pipeline_lib.paper.verdicts import MIN_SEEDS, verdicts
 
 REPO = Path(__file__).resolve().parents[1]
 ALLOCATION_METHODS = ("grpo_exact", "softmax_exact")
+POSITIVE = ("supported", "contradicted")
 
 
 def pooled(results: list[Path]) -> tuple[dict, pd.DataFrame, list[int]]:
@@ -100,11 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         if not pairs:
             print(f"  no two disjoint subsets of {n} among {len(seeds)} seeds: replication not counted")
             continue
-        with_positive = [(a, b) for a, b in pairs
-                         if any(v in ("supported", "contradicted") for v in table[a].values())]
-        held = [all(table[b][k] == v for k, v in table[a].items() if v in ("supported", "contradicted"))
-                for a, b in with_positive]
-        positives = np.mean([sum(v in ("supported", "contradicted") for v in table[a].values()) for a, _ in pairs])
+        with_positive = [(a, b) for a, b in pairs if any(v in POSITIVE for v in table[a].values())]
+        held = [all(table[b][k] == v for k, v in table[a].items() if v in POSITIVE) for a, b in with_positive]
+        positives = np.mean([sum(v in POSITIVE for v in table[a].values()) for a, _ in pairs])
         print(f"  disjoint pairs: {len(pairs)}; mean positive verdicts per report {positives:.2f}; reports with one "
               f"or more: {100 * len(with_positive) / len(pairs):.0f}%; of those, every positive verdict holds on the "
               f"other subset: {100 * np.mean(held) if held else float('nan'):.0f}%")
