@@ -208,9 +208,13 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     # Ray detects no fake GPU: the trainer's launch (no --declare-gpus) declares the allocation's (issue 26)
     assert "each node declares 1 GPUs" in log and log.count("command exited with status 0") == 2
     assert "2 alive Ray nodes, expected 3" in log  # the probe fails when a node is missing
-    # the Ray processes the launcher started (twice) are gone: it stops them by PID, never by name
+    # the Ray processes the launcher started (twice, plus any start-up retry: a node that died while starting on a
+    # loaded host, which bring_up restarts on fresh ports) are gone: it stops them by PID, never by name
+    attempts = log.count("Ray head on ci-node")
+    retries = len(re.findall(r"start attempt \d+ of \d+ failed", log))
+    assert attempts == 2 + retries
     pids = [int(pid) for pid in re.findall(r"stopped Ray (?:head|worker step) \(pid (\d+)\)", log)]
-    assert len(pids) == 4
+    assert 4 <= len(pids) <= 2 * attempts  # a node that died on its own is not stopped again
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
