@@ -52,8 +52,12 @@ def pooled(results: list[Path]) -> tuple[dict, pd.DataFrame, list[int]]:
                 raise SystemExit(f"{root}: run {key} differs from the same run in an earlier --results tree")
             scores[key] = value
         allocation.append(pd.read_csv(root / "paper/data/gradient_allocation.csv"))
-    frame = pd.concat(allocation).drop_duplicates(["task", "method", "seed"])
-    frame = frame[frame["method"].isin(ALLOCATION_METHODS)]
+    frame = pd.concat(allocation)
+    frame = frame[frame["method"].isin(ALLOCATION_METHODS)].drop_duplicates()
+    clashes = frame[frame.duplicated(["task", "method", "seed"], keep=False)]
+    if not clashes.empty:
+        raise SystemExit(f"runs {sorted(set(map(tuple, clashes[['task', 'method', 'seed']].values.tolist())))} have "
+                         "different gradient-allocation rows in two --results trees")
     methods = {m for pair in VERIFIABLE_PAIRS for m in pair}
     tasks = sorted({t for t, _, _ in scores})
     seeds = sorted(s for s in {s for _, _, s in scores} if all((t, m, s) in scores for t in tasks for m in methods))

@@ -345,7 +345,8 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
     rows = [{"Claim": c.claim, "Task": c.task, "Evidence": c.evidence,
              "Seeds": str(c.result.n_seeds) if c.result else "–"} for c in claims]
     results = [c.result for c in claims]
-    for row, verdict in zip(rows, verdicts(results, min_seeds), strict=True):
+    judged = verdicts(results, min_seeds)
+    for row, verdict in zip(rows, judged, strict=True):
         row |= {"Holm-adjusted p": verdict.format_p(), "Verdict": verdict.text}
     scale_note = "made" if "scale" in made else "not run in this configuration"
     for claim, reason in (
@@ -359,8 +360,8 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
                      "Verdict": "no verdict: compare in its table (no paired interval)" if testable
                      else "cannot test"})
     table = to_markdown(pd.DataFrame(rows))
-    if any(r is not None and r.has_interval for r in results) and not any(
-            r is not None and r.n_seeds >= min_seeds for r in results):
+    # intervals but none tested: every row is below min_seeds (the Holm family, and so every adjusted p, is empty)
+    if any(r is not None and r.has_interval for r in results) and all(np.isnan(v.adjusted_p) for v in judged):
         table = (f"No claim here has the {min_seeds} seeds a verdict needs (`report.min_seeds`): the table gives "
                  "estimates with their intervals and no verdicts. How often verdicts at a given number of seeds "
                  "hold again on fresh seeds is measured by `benchmarks/verdict_stability.py` over runs on more "

@@ -286,3 +286,11 @@ def test_verdict_stability_counts_verdicts_over_seed_subsets_and_their_replicati
     clash = _write_tiny_run(tmp_path / "c", [2], rng)
     with pytest.raises(SystemExit, match=r"/c: run \('countdown_tiny', '\w+', 2\) differs"):
         module.main(["--results", str(first), str(clash)])
+    import shutil
+
+    shifted = Path(shutil.copytree(first, tmp_path / "d"))  # the same scores, another allocation share
+    allocation = pd.read_csv(shifted / "paper/data/gradient_allocation.csv")
+    allocation.loc[allocation["method"] == "softmax_exact", "bin0"] += 0.1
+    allocation.to_csv(shifted / "paper/data/gradient_allocation.csv", index=False)
+    with pytest.raises(SystemExit, match=r"different gradient-allocation rows"):
+        module.main(["--results", str(first), str(shifted)])
