@@ -63,13 +63,33 @@ def _read_text(path: Path, dataset: str) -> str:
                         "text") from None
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: an object with the same key twice is an error (JSON keeps the last)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKeyError(f"key {key!r} appears twice in one object (JSON would silently keep the last)")
+        seen[key] = value
+    return seen
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
     records, lines = [], []
     for number, line in enumerate(_read_text(path, dataset).split("\n"), 1):  # only \n ends a JSON Lines line
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _loads(line)
+        except _DuplicateKeyError as exc:
+            raise DataError(dataset, f"{path}, line {number}", str(exc)) from None
         except ValueError as exc:
             raise DataError(dataset, f"{path}, line {number}", f"not valid JSON ({exc})") from None
         if not isinstance(record, dict):
@@ -83,7 +103,9 @@ def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
 def _read_json(path: Path, dataset: str) -> pd.DataFrame:
     """A JSON array of objects (numbered as records 1, 2, ...)."""
     try:
-        data = json.loads(_read_text(path, dataset))
+        data = _loads(_read_text(path, dataset))
+    except _DuplicateKeyError as exc:
+        raise DataError(dataset, str(path), str(exc)) from None
     except ValueError as exc:
         raise DataError(dataset, str(path), f"not valid JSON ({exc})") from None
     if not isinstance(data, list):
@@ -103,6 +125,10 @@ def _read_csv(path: Path, dataset: str) -> pd.DataFrame:
         header = next(reader, None)
         if header is None:
             return _frame([], [])
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise DataError(dataset, f"{path}, line {reader.line_num}", f"the header names column(s) {repeated} more "
+                            "than once (a reader would silently keep only the last)")
         start = reader.line_num + 1
         for row in reader:
             if len(row) != len(header) and any(row):
@@ -193,11 +219,13 @@ def load_split(dataset: str, spec: SourceSpec, split: str, required: tuple[str, 
         frame = frame.assign(**{LINE: range(1, len(frame) + 1)})
         origin = f"hf://{spec.hub}/{spec.config or ''}@{spec.revision or 'main'}:{split}"
         facts = {"split": split, "file": origin, "unit": "row", "fingerprint": getattr(loaded, "_fingerprint", None)}
+    if frame.empty:  # before the columns: an empty file has none to name
+        raise DataError(dataset, origin, f"split {split!r} has no rows (an empty file, or a CSV header with no rows "
+                        "below it)")
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise DataError(dataset, origin, f"missing column(s) {missing}; found {list(frame.columns)}")
-    if frame.empty:
-        raise DataError(dataset, origin, f"split {split!r} is empty")
+        found = [c for c in frame.columns if c != LINE]
+        raise DataError(dataset, origin, f"missing column(s) {missing}; found {found}")
     return frame, facts
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Sequence
@@ -15,7 +16,33 @@ import torch
 from pipeline_lib.checkpoint import ConfigMismatchError, load_torch_state
 from pipeline_lib.model import encode_prompts
 
-__all__ = ["LazyPromptIds", "TrainingCheckpoint", "cosine_with_warmup"]
+__all__ = ["DivergedError", "LazyPromptIds", "TrainingCheckpoint", "check_finite_weights", "clip_finite_gradients",
+           "cosine_with_warmup"]
+
+
+class DivergedError(RuntimeError):
+    """A loss, gradient or weight stopped being a finite number: the run stops (non-zero) instead of finishing and
+    writing NaN weights under DONE.json."""
+
+
+def clip_finite_gradients(model: torch.nn.Module, loss: torch.Tensor, grad_clip: float, step: int, run: str
+                          ) -> torch.Tensor:
+    """``clip_grad_norm_`` (after ``loss.backward()``), refusing a non-finite loss or gradient norm before the
+    optimizer step can write it into the weights; ``step`` is the 1-based step being taken."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    loss_value, norm_value = float(loss.detach()), float(grad_norm)
+    if not (math.isfinite(loss_value) and math.isfinite(norm_value)):
+        raise DivergedError(f"{run}: step {step} diverged: loss {loss_value}, gradient norm {norm_value} (not "
+                            "finite); stopped before the optimizer step, no final model written")
+    return grad_norm
+
+
+def check_finite_weights(model: torch.nn.Module, step: int, run: str) -> None:
+    """Every parameter finite after optimizer step ``step`` (a finite gradient can still overflow a weight)."""
+    bad = [name for name, value in model.named_parameters() if not bool(torch.isfinite(value).all())]
+    if bad:
+        raise DivergedError(f"{run}: step {step} diverged: {len(bad)} weight tensor(s) not finite after the optimizer "
+                            f"step (first: {bad[0]}); no final model written")
 
 
 def cosine_with_warmup(step: int, warmup: int, total: int) -> float:

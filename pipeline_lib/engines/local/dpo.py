@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, read_json_state, write_done
-from pipeline_lib.engines.local.common import LazyPromptIds
+from pipeline_lib.engines.local.common import LazyPromptIds, check_finite_weights, clip_finite_gradients
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.io import write_json
@@ -129,8 +129,10 @@ def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, 
                                     spec["beta"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+            where = f"iterative DPO {run_dir} round {r}"
+            clip_finite_gradients(model, loss, spec["grad_clip"], s + 1, where)
             optimizer.step()
+            check_finite_weights(model, s + 1, where)
             bar.update(1)
             metrics.write({"step": (r - 1) * spec["steps_per_round"] + s + 1, "round": r, "loss": float(loss.detach()),
                            "margin": float(margin.mean()), "accuracy": float((margin > 0).float().mean())})

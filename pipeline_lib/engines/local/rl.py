@@ -31,7 +31,12 @@ from tqdm import tqdm
 
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
-from pipeline_lib.engines.local.common import LazyPromptIds, TrainingCheckpoint
+from pipeline_lib.engines.local.common import (
+    LazyPromptIds,
+    TrainingCheckpoint,
+    check_finite_weights,
+    clip_finite_gradients,
+)
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
 from pipeline_lib.group_metrics import group_step_metrics
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
@@ -220,9 +225,10 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
                     group_ids[sel], ref_logprobs[sel] if ref_logprobs is not None else None, loss_config)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                minibatch["actor/grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(),
-                                                                                    spec["grad_clip"]))
+                minibatch["actor/grad_norm"] = float(clip_finite_gradients(model, loss, spec["grad_clip"], step + 1,
+                                                                           f"RL {run_dir}"))
                 optimizer.step()
+                check_finite_weights(model, step + 1, f"RL {run_dir}")
                 for key, value in minibatch.items():
                     update.setdefault(key, []).append(value)
         t2 = time.perf_counter()

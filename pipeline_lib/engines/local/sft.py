@@ -23,6 +23,8 @@ from tqdm import tqdm
 from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
 from pipeline_lib.engines.local.common import (
     TrainingCheckpoint,
+    check_finite_weights,
+    clip_finite_gradients,
     cosine_with_warmup,
 )
 from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
@@ -95,8 +97,9 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
         loss = -logprobs.sum() / response.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), spec["grad_clip"])
+        grad_norm = clip_finite_gradients(model, loss, spec["grad_clip"], step + 1, f"SFT {run_dir}")
         optimizer.step()
+        check_finite_weights(model, step + 1, f"SFT {run_dir}")
         scheduler.step()
         step += 1
         bar.update(1)
