@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.data.schema import MATH_SUFFIX, POETRY_SYSTEM, DataError, DatasetWriter, holdout_mask, rl_row, sft_row
+from pipeline_lib.data.schema import (
+    MATH_SUFFIX,
+    POETRY_SYSTEM,
+    DataError,
+    DatasetWriter,
+    holdout_mask,
+    model_prompt,
+    rl_row,
+    sft_row,
+)
 from pipeline_lib.data.sources import LINE, SourceSpec, load_split, where
 
 __all__ = ["BUILDERS", "build_dataset"]
@@ -82,8 +91,39 @@ def _gsm8k_gold(answer: str) -> str | None:
 
 
 def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) -> dict[str, pd.DataFrame]:
+    """Train/test by a hash of ``key``, a column equal between two rows exactly when their model-visible prompts are
+    (the prompt's one varying text, stripped as the prompt has it), so every copy of a prompt lands in one split."""
     mask = holdout_mask(frame[key].astype(str), fraction, salt)
     return {"train": frame[[not m for m in mask]], "test": frame[mask]}
+
+
+PROMPT, GOLD = "_prompt", "_gold"  # the model-visible prompt (schema.model_prompt) and the gold of each source row
+CONFLICTING_GOLDS = "prompt with conflicting golds (every copy removed)"
+CONFLICTING_GOLDS_RULE = ("a prompt whose rows disagree on the gold (answer or reference) is removed from every split, "
+                          f"counted under filters[{CONFLICTING_GOLDS!r}]")
+
+
+def _hold_out(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str = PROMPT,
+              gold: str | None = GOLD) -> None:
+    """The held-out rule, on the exact prompt the model sees (column ``key``), every removal counted:
+
+    * a prompt whose rows disagree on the gold (``gold``: the answer or reference) is removed everywhere, since no
+      one of its golds can be trusted over the others;
+    * a prompt repeated within the test split is kept once (evaluation counts each prompt once);
+    * a training row whose prompt is in the test split is removed, then repeats within train are kept once.
+    """
+    if gold is not None:
+        every = pd.concat(list(splits.values()))
+        golds = every.groupby(key)[gold].nunique()
+        conflicting = set(golds[golds > 1].index)
+        for split, frame in splits.items():
+            drop = frame[key].isin(conflicting)
+            writer.count_filter(CONFLICTING_GOLDS, int(drop.sum()))
+            splits[split] = frame[~drop]
+    within = splits["test"][key].duplicated()
+    writer.count_filter("duplicate prompt within test", int(within.sum()))
+    splits["test"] = splits["test"][~within]
+    _drop_train_duplicates(writer, splits, key)
 
 
 def _drop_train_duplicates(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str) -> None:
@@ -95,6 +135,10 @@ def _drop_train_duplicates(writer: DatasetWriter, splits: dict[str, pd.DataFrame
     within = splits["train"][key].duplicated()
     writer.count_filter("duplicate prompt within train", int(within.sum()))
     splits["train"] = splits["train"][~within]
+
+
+def _math_prompt(question: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
 
 
 def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -113,18 +157,23 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         demo_by_question[_text(q, writer.name, at, "question")] = (
             _text(c, writer.name, at, "cot"), _gold(a, writer.name, at, "final_answer"))
     writer.source["files"] = facts
-    _drop_train_duplicates(writer, splits, "question")
-    for split, frame in splits.items():
-        rl, sft = [], []
+    for split, frame in splits.items():  # validated and rendered before the split filters, which compare prompts
+        questions, answers, golds = [], [], []
         for question, answer, line in zip(frame["question"], frame["answer"], frame[LINE], strict=True):
             at = where(split_facts[split], line)
-            question = _text(question, writer.name, at, "question")
-            answer = _text(answer, writer.name, at, "answer")
-            gold = _gsm8k_gold(answer)
-            if gold is None:
-                writer.count_filter("unparseable gold answer (no finite decimal number after ####)", 1)
-                continue
-            prompt = [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
+            questions.append(_text(question, writer.name, at, "question"))
+            answers.append(_text(answer, writer.name, at, "answer"))
+            golds.append(_gsm8k_gold(answers[-1]))
+        frame = frame.assign(question=questions, answer=answers, **{GOLD: golds},
+                             **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
+        unparseable = frame[GOLD].isna()
+        writer.count_filter("unparseable gold answer (no finite decimal number after ####)", int(unparseable.sum()))
+        splits[split] = frame[~unparseable]
+    _hold_out(writer, splits)
+    for split, frame in splits.items():
+        rl, sft = [], []
+        for question, answer, gold in zip(frame["question"], frame["answer"], frame[GOLD], strict=True):
+            prompt = _math_prompt(question)
             demo = demo_by_question.get(question)
             reference = (f"{demo[0].strip()}\n\nThe final answer is \\boxed{{{demo[1].strip()}}}." if demo else None)
             extra = {"index": len(rl), "split": split, "reference_answer": answer, "reference": reference or answer,
@@ -171,7 +220,8 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     splits = _split_holdout(_countdown_tasks(frame, fact, writer.name), "_key", spec["holdout_fraction"],
                             writer.name)
     gold_frame = _countdown_tasks(gold_frame, gold_fact, writer.name)
-    _drop_train_duplicates(writer, splits, "_key")
+    # _key (sorted numbers, target) is equal for any two equal prompts, and decides the gold: no conflicts possible
+    _hold_out(writer, splits, "_key", None)
     for split, part in splits.items():
         rows = []
         for numbers, target in zip(part["nums"], part["target"], strict=True):
@@ -228,20 +278,26 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     columns = ("question", "final_answer", "r1_solution_1", "r1_solution_2", "r1_solution_3")
     frame, fact = load_split(writer.name, source, "train", columns)
     writer.source["files"] = [fact]
-    splits = _split_holdout(frame, "question", spec["holdout_fraction"], writer.name)
-    _drop_train_duplicates(writer, splits, "question")
+    questions, golds = [], []
+    for question, answer, line in zip(frame["question"], frame["final_answer"], frame[LINE], strict=True):
+        at = where(fact, line)
+        questions.append(_text(question, writer.name, at, "question"))
+        golds.append(_gold(answer, writer.name, at, "final_answer"))
+    frame = frame.assign(_question=questions, **{GOLD: golds},
+                         **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
+    splits = _split_holdout(frame, "_question", spec["holdout_fraction"], writer.name)
+    _hold_out(writer, splits)
     for split, part in splits.items():
         rl, sft = [], []
         for row in part.to_dict("records"):
             at = where(fact, row[LINE])
-            question = _text(row["question"], writer.name, at, "question")
-            gold = _gold(row["final_answer"], writer.name, at, "final_answer")
+            question, gold = row["_question"], row[GOLD]
             solutions = [row[c] for c in columns[2:] if isinstance(row[c], str) and row[c].strip()]
             if not solutions:  # the recipe trains on the shortest r1 solution; a row with none is dropped, counted
                 writer.count_filter("no non-empty r1 solution", 1)
                 continue
             shortest = min(solutions, key=len)
-            prompt = [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
+            prompt = _math_prompt(question)
             extra = {"index": len(rl), "split": split, "reference": shortest, "gold": gold,
                      "topic": _optional_text(row.get("topic"), writer.name, at, "topic"),
                      "difficulty": _difficulty(row.get("difficulty"), writer.name, at)}
@@ -274,20 +330,26 @@ def build_poetry(writer: DatasetWriter, spec: dict[str, Any], instructions: dict
     column = spec["text_column"]
     frame, fact = load_split(writer.name, source, "train", (column,))
     writer.source["files"] = [fact]
-    frame = frame.assign(_poem=[_text(p, writer.name, where(fact, line), column)
-                                for p, line in zip(frame[column], frame[LINE], strict=True)])
-    splits = _split_holdout(frame, "_poem", spec["holdout_fraction"], writer.name)
-    _drop_train_duplicates(writer, splits, "_poem")
+    poems = [_text(p, writer.name, where(fact, line), column)
+             for p, line in zip(frame[column], frame[LINE], strict=True)]
+    instructions_of = [instructions.get(poem) for poem in poems]
+    frame = frame.assign(_poem=poems, _instruction=instructions_of, **{GOLD: poems},
+                         **{PROMPT: [model_prompt(_poetry_prompt(i)) if i else None for i in instructions_of]})
+    failed = frame["_instruction"].isna() | (frame["_instruction"] == "")
+    writer.count_filter("instruction synthesis failed (rerun to retry; finished items are cached)", int(failed.sum()))
+    if failed.sum() == 0:  # counted only when it happened (a rerun that fixed every item says nothing)
+        writer.filters.pop("instruction synthesis failed (rerun to retry; finished items are cached)")
+    # the model sees the instruction, not the poem: two poems given the same instruction are one prompt
+    splits = _split_holdout(frame[~failed], PROMPT, spec["holdout_fraction"], writer.name)
+    _hold_out(writer, splits)
     for split, part in splits.items():
-        items = []
-        for poem in part["_poem"]:
-            instruction = instructions.get(poem)
-            if not instruction:
-                writer.count_filter("instruction synthesis failed (rerun to retry; finished items are cached)", 1)
-                continue
-            prompt = [{"role": "system", "content": POETRY_SYSTEM}, {"role": "user", "content": instruction}]
-            items.append((prompt, poem, {"instruction": instruction}))
+        items = [(_poetry_prompt(i), poem, {"instruction": i}) for i, poem in zip(part["_instruction"], part["_poem"],
+                                                                                  strict=True)]
         _chat_dataset(writer, split, items, source.hub, "poetry")
+
+
+def _poetry_prompt(instruction: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": POETRY_SYSTEM}, {"role": "user", "content": instruction}]
 
 
 def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -295,17 +357,23 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     transcript_column, summary_column = spec["transcript_column"], spec["summary_column"]
     frame, fact = load_split(writer.name, source, "train", (transcript_column, summary_column))
     writer.source["files"] = [fact]
-    splits = _split_holdout(frame, transcript_column, spec["holdout_fraction"], writer.name)
-    _drop_train_duplicates(writer, splits, transcript_column)
+    transcripts, summaries = [], []
+    for transcript, summary, line in zip(frame[transcript_column], frame[summary_column], frame[LINE], strict=True):
+        at = where(fact, line)
+        transcripts.append(_text(transcript, writer.name, at, transcript_column))
+        summaries.append(_text(summary, writer.name, at, summary_column))
+    frame = frame.assign(_transcript=transcripts, **{GOLD: summaries},
+                         **{PROMPT: [model_prompt(_meeting_prompt(t)) for t in transcripts]})
+    splits = _split_holdout(frame, "_transcript", spec["holdout_fraction"], writer.name)
+    _hold_out(writer, splits)
     for split, part in splits.items():
-        items = []
-        for transcript, summary, line in zip(part[transcript_column], part[summary_column], part[LINE], strict=True):
-            at = where(fact, line)
-            transcript = _text(transcript, writer.name, at, transcript_column)
-            summary = _text(summary, writer.name, at, summary_column)
-            prompt = [{"role": "user", "content": MEETING_PROMPT.format(transcript=transcript)}]
-            items.append((prompt, summary, {"transcript": transcript}))
+        items = [(_meeting_prompt(t), summary, {"transcript": t})
+                 for t, summary in zip(part["_transcript"], part[GOLD], strict=True)]
         _chat_dataset(writer, split, items, source.hub, "summarization")
+
+
+def _meeting_prompt(transcript: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": MEETING_PROMPT.format(transcript=transcript)}]
 
 
 def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -327,8 +395,10 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
                       _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
+    table = table.assign(**{GOLD: table["response"], PROMPT: [model_prompt([{"role": "user", "content": q}])
+                                                              for q in table["question"]]})
     splits = _split_holdout(table, "question", spec["holdout_fraction"], writer.name)
-    _drop_train_duplicates(writer, splits, "question")
+    _hold_out(writer, splits)
     for split, part in splits.items():
         items = [([{"role": "user", "content": q}], r, {"domain": d})
                  for q, r, d in zip(part["question"], part["response"], part["domain"], strict=True)]
@@ -359,5 +429,7 @@ def build_dataset(name: str, spec: dict[str, Any], out_dir: Path, **kwargs: Any)
                       f"(salt {name!r}); test prompts removed from train"),
     )
     builder(writer, spec, **kwargs)
-    writer.finish()
+    writer.finish({"held_out": {"compared_on": "the model-visible prompt (every message's role and content, verbatim)",
+                                "prompts_shared_by_train_and_test": len(writer.shared_prompts()),
+                                "conflicting_golds": CONFLICTING_GOLDS_RULE}})
     return writer

@@ -21,7 +21,16 @@ import pandas as pd
 
 from pipeline_lib.io import atomic_path, sha256_file, write_json
 
-__all__ = ["DataError", "DatasetWriter", "holdout_mask", "prompt_hash", "rl_row", "sft_row"]
+__all__ = [
+    "HELD_OUT_SPLITS",
+    "DataError",
+    "DatasetWriter",
+    "holdout_mask",
+    "model_prompt",
+    "prompt_hash",
+    "rl_row",
+    "sft_row",
+]
 
 MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 POETRY_SYSTEM = "You are a helpful assistant that writes poetry."
@@ -46,6 +55,17 @@ def sft_row(messages: Sequence[Mapping[str, str]], extra_info: Mapping[str, Any]
     return {"messages": [dict(m) for m in messages], "extra_info": dict(extra_info)}
 
 
+def model_prompt(messages: Iterable[Mapping[str, Any]]) -> str:
+    """The prompt exactly as the model sees it: every message's role and content, verbatim (whitespace included), as
+    canonical JSON. Two rows share a model-visible prompt exactly when these strings are equal, whatever chat template
+    renders them; the split, the de-duplication and the overlap count all compare these."""
+    return json.dumps([[str(m["role"]), str(m["content"])] for m in messages], ensure_ascii=False)
+
+
+#: Splits the model is evaluated on: no prompt of theirs may occur in an output it trains on.
+HELD_OUT_SPLITS = ("test", "val")
+
+
 def prompt_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -68,6 +88,7 @@ class DatasetWriter:
     filters: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, Path] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    prompts: dict[str, set[str]] = field(default_factory=dict)  # output -> its model-visible prompts
 
     def count_filter(self, reason: str, removed: int) -> None:
         self.filters[reason] = self.filters.get(reason, 0) + int(removed)
@@ -82,9 +103,21 @@ class DatasetWriter:
             pd.DataFrame(rows).to_parquet(tmp, index=False)
         self.outputs[f"{kind}_{split}"] = path
         self.counts[f"{kind}_{split}"] = len(rows)
+        self.prompts[f"{kind}_{split}"] = {model_prompt(r["prompt"] if "prompt" in r else r["messages"][:-1])
+                                           for r in rows}
         return path
 
+    def shared_prompts(self) -> set[str]:
+        """Model-visible prompts of a held-out output (``rl_test``, ``rl_val``) that an output trained on also has."""
+        held = set().union(*(p for key, p in self.prompts.items() if key.rsplit("_", 1)[1] in HELD_OUT_SPLITS))
+        trained = set().union(*(p for key, p in self.prompts.items() if key.rsplit("_", 1)[1] not in HELD_OUT_SPLITS))
+        return held & trained
+
     def finish(self, extra: Mapping[str, Any] | None = None) -> Path:
+        shared = self.shared_prompts()
+        if shared:  # the builders remove these; a builder that does not is a bug, never a silently leaking test set
+            raise DataError(self.name, str(self.out_dir), f"{len(shared)} model-visible prompt(s) occur in a held-out "
+                            f"split and in a training output, e.g. {min(shared)!r:.300}")
         manifest = {
             "dataset": self.name, "source": self.source, "licence": self.licence, "split_policy": self.split_policy,
             "row_counts": self.counts, "filters": self.filters,
