@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline_lib.data.poetry import synthesize_instructions
-from pipeline_lib.data.real import BUILDERS, build_dataset
+from pipeline_lib.data.real import BUILDERS, build_dataset, source_files
 from pipeline_lib.data.schema import DatasetWriter
 from pipeline_lib.data.sources import SourceSpec, load_split
 from pipeline_lib.data.tiny import TASKS, generate_task
@@ -177,8 +177,8 @@ def _run(args: argparse.Namespace, started: float) -> list[Path]:
         public = {k: v for k, v in spec.items() if k != "synthesis"}  # endpoint details are logged, never keys
         if "synthesis" in spec:
             public["synthesis"] = {k: v for k, v in spec["synthesis"].items() if k != "api_key"}
-        write_provenance(outputs, step="data_build", params={"dataset": args.dataset, "spec": public},
-                         started_at=started)
+        write_provenance(outputs, step="data_build", inputs=source_files(spec),
+                         params={"dataset": args.dataset, "spec": public}, started_at=started)
     elif args.command == "imagenet":
         outputs = validate_imagenet(json.loads(args.spec), args.out_dir)
         write_provenance(outputs, step="data_imagenet", started_at=started)

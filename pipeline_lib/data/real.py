@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,9 @@ from pipeline_lib.data.schema import (
     rl_row,
     sft_row,
 )
-from pipeline_lib.data.sources import LINE, SourceSpec, load_split, where
+from pipeline_lib.data.sources import _READERS, LINE, SourceSpec, load_split, where
 
-__all__ = ["BUILDERS", "build_dataset"]
+__all__ = ["BUILDERS", "build_dataset", "source_files"]
 
 COUNTDOWN_PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic operations "
@@ -415,6 +415,25 @@ BUILDERS: dict[str, tuple[Callable[..., None], str]] = {
                     "CC BY-NC-SA 4.0 (microsoft/MeetingBank-LLMCompressed): NON-COMMERCIAL use only"),
     "openthoughts": (build_openthoughts, "Apache-2.0 (open-thoughts/OpenThoughts3-1.2M)"),
 }
+
+
+def source_files(spec: Mapping[str, Any]) -> list[str]:
+    """Every local file a dataset's build may read (config ``data.datasets.<name>``): each source role's ``local``
+    file, or every readable file (``.parquet``, ``.jsonl``, ``.json``, ``.csv``) in its ``local`` folder, of which the
+    builder reads its splits'. The data rules declare them as inputs and the build records them in its sidecars, so an
+    edited raw file reruns the build and fails the audit of what was built from it. A hub source has none (its
+    revision is part of the spec, hence of the rule's parameters)."""
+    files = []
+    for role in sorted(spec.get("sources") or {}):
+        local = (spec["sources"][role] or {}).get("local")
+        if not isinstance(local, str) or not local.strip():
+            continue
+        root = Path(local)
+        if root.is_dir():
+            files += sorted(str(p) for p in root.iterdir() if p.is_file() and p.suffix in _READERS)
+        else:
+            files.append(str(root))  # missing: Snakemake names it as a missing input, the build as a missing file
+    return list(dict.fromkeys(files))
 
 
 def build_dataset(name: str, spec: dict[str, Any], out_dir: Path, **kwargs: Any) -> DatasetWriter:

@@ -46,12 +46,16 @@ rule data_tokenizer:
 
 
 # A paper dataset: data_build_reference also writes rl_sim_train (the prompts with an expert answer, where the RL
-# prompts have none: Countdown).
+# prompts have none: Countdown). Its inputs are the raw local files it reads (pipeline_lib.data.real.source_files).
+from pipeline_lib.data.real import source_files
+
 for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_train": "rl_sim_train.parquet"}}.items():
 
     rule:
         name:
             data_rule
+        input:
+            lambda wildcards: source_files(config["data"]["datasets"][wildcards.dataset]),
         output:
             **{name: f"results/data/{{dataset}}/{name}.parquet" for name in ("rl_train", "rl_test", "sft_train")},
             **{name: f"results/data/{{dataset}}/{path}" for name, path in extra.items()},

@@ -1,0 +1,57 @@
+"""Raw dataset files are inputs (issue 35, class 2): editing the local file behind
+``data.datasets.<name>.sources.<role>.local`` after a build replans the build, and the audit of what was built names
+the file."""
+
+import json
+import os
+import shutil
+
+import pytest
+import yaml
+
+from pipeline_lib.audit import audit
+from pipeline_lib.config import validate_config
+from pipeline_lib.data.real import source_files
+from tests.conftest import FIXTURES, REPO, real_spec, snakemake
+
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+
+
+def test_source_files_are_each_roles_local_file_or_the_readable_files_of_its_folder(tmp_path):
+    spec = real_spec("gsm8k")
+    assert source_files(spec) == [str(FIXTURES / "gsm8k/cot/train.jsonl"), str(FIXTURES / "gsm8k/main/test.jsonl"),
+                                  str(FIXTURES / "gsm8k/main/train.jsonl")]
+    assert source_files(real_spec("deepmath")) == [str(FIXTURES / "deepmath/train.jsonl")]
+    assert source_files({"enabled": False}) == []
+    assert source_files({"sources": {"main": {"hub": "a/b"}}}) == []
+
+
+@pytest.mark.slow  # three Snakemake runs (about 20 CPU s)
+def test_editing_a_raw_source_replans_the_build_and_fails_the_audit(workflow_copy):
+    raw = workflow_copy / "raw/deepmath.jsonl"
+    raw.parent.mkdir()
+    shutil.copy(FIXTURES / "deepmath/train.jsonl", raw)
+    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)
+    config["data"]["datasets"]["deepmath"] = real_spec("deepmath") | {"sources": {"main": {
+        "hub": "zwhe99/DeepMath-103K", "local": "raw/deepmath.jsonl"}}}
+    (workflow_copy / "raw.yaml").write_text(yaml.safe_dump(config))
+    target = "results/data/deepmath/rl_test.parquet"
+    built = snakemake(workflow_copy, target, "--cores", "1", "--configfile", "raw.yaml")
+    assert built.returncode == 0, built.stderr[-3000:]
+    sidecar = json.loads((workflow_copy / f"{target}.prov.json").read_text())
+    assert [entry["path"] for entry in sidecar["inputs"]] == ["raw/deepmath.jsonl"]
+    assert "Nothing to be done" in snakemake(workflow_copy, target, "-n", "--configfile", "raw.yaml").stdout
+
+    rows = raw.read_text().splitlines()
+    raw.write_text("\n".join([rows[0].replace('"question": "', '"question": "Edited: '), *rows[1:]]) + "\n")
+    plan = snakemake(workflow_copy, target, "-n", "--configfile", "raw.yaml")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "data_build" in plan.stdout and "Nothing to be done" not in plan.stdout
+    cwd = os.getcwd()
+    os.chdir(workflow_copy)
+    try:
+        report = audit(target)
+    finally:
+        os.chdir(cwd)
+    assert any(p.startswith("raw/deepmath.jsonl: content changed since it was used") for p in report.problems), \
+        report.problems
