@@ -23,8 +23,9 @@ What stock verl needs on CPU, each point found by running it (verl file:line in 
   weights after every update (verl's ``naive`` weight sync), so a rollout after an update samples from the updated
   weights.
 
-sdpa attention instead of flash-attn and the TransferQueue / Ray sizes that fit two cores (``trainer/main_ppo.py:149``
-waits forever otherwise) are Hydra overrides too (:func:`cpu_overrides`).
+The TransferQueue / Ray sizes that fit two cores (``trainer/main_ppo.py:149``
+waits forever otherwise) are Hydra overrides too (:func:`cpu_overrides`); the attention (sdpa) is the GPU run's own
+(``translate.ATTENTION``).
 """
 
 from __future__ import annotations
@@ -65,15 +66,13 @@ def cpu_overrides(kind: str, gpus: int = 1) -> list[str]:
     adds to a real run's. ``gpus`` is the trainer's process count (the preflight's ``gpus_per_node``)."""
     env = {ENV: "1", "VERL_PLATFORM": "cpu"}
     if kind == "sft":
-        return ["engine.strategy=fsdp2", "engine.use_torch_compile=false",
-                "+model.override_config.attn_implementation=sdpa", "trainer.device=cpu"]
+        return ["engine.strategy=fsdp2", "engine.use_torch_compile=false", "trainer.device=cpu"]
     pairs = [
         f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
         "actor_rollout_ref.rollout.mode=async",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.model.use_remove_padding=false",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",

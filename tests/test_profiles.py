@@ -1,0 +1,126 @@
+"""Profiles mean what they say: `snakemake --profile profiles/slurm` runs with exactly that file's settings, plain
+`snakemake` with exactly profiles/default's.
+
+Snakemake 9 loads profiles/default as the workflow profile on every run from the repository root, and a workflow
+profile wins key by key over `--profile`: before profiles/default stepped aside, a Slurm run got `cores: 2` (every job's
+threads capped at 2 where `set-threads` asks 4), a `judge_requests` cap of 32 instead of 64 and `keep-going` false.
+These tests read what Snakemake resolved (its own argument parsing, and the jobs of a dry-run), never the YAML alone.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM = REPO / "profiles" / "slurm" / "config.yaml"
+DEFAULT = REPO / "profiles" / "default" / "config.yaml"
+
+
+def _plain(value: Any) -> Any:
+    """A parsed argument as comparable data: a resource by its name and raw text ("60 * attempt"), not a function."""
+    from snakemake.resources import Resource
+
+    if isinstance(value, Resource):
+        return (value.name, value.raw)
+    if isinstance(value, Mapping) or (hasattr(value, "items") and hasattr(value, "keys")):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if hasattr(value, "__dict__") and not callable(value):
+        return {"__class__": type(value).__name__, **{key: _plain(item) for key, item in vars(value).items()}}
+    return value
+
+
+def _resolved(*argv: str) -> dict[str, Any]:
+    """Every setting Snakemake resolves for `snakemake ARGV` run from the repository root (profiles included)."""
+    from snakemake.cli import parse_args
+
+    _parser, args = parse_args(list(argv))
+    settings = {key: _plain(value) for key, value in vars(args).items()}
+    settings.pop("workflow_profile"), settings.pop("profile")  # which profiles were named, not what they set
+    return settings
+
+
+def _as_command_line(profile: Path) -> list[str]:
+    """The profile's keys as the command-line arguments they stand for (converted by Snakemake's own profile parser)."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    with open(profile) as stream:
+        items = ProfileConfigFileParser().parse(stream)
+    argv: list[str] = []
+    for key, value in items.items():
+        if isinstance(value, list):
+            argv += [f"--{key}", *map(str, value)]
+        elif str(value).lower() == "true":
+            argv.append(f"--{key}")
+        elif str(value).lower() != "false":
+            argv += [f"--{key}", str(value)]
+    return argv
+
+
+@pytest.fixture
+def at_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+
+
+def test_slurm_profile_run_gets_exactly_the_slurm_file(at_repo, monkeypatch):
+    """Everything `--profile profiles/slurm` resolves equals the file's own keys given on the command line with no
+    workflow profile: nothing of profiles/default leaks in (cores, judge_requests, keep-going, configfile)."""
+    paper = ("--configfile", "config/paper.yaml")
+    effective = _resolved("--profile", "profiles/slurm", *paper)
+    assert effective == _resolved(*_as_command_line(SLURM), "--workflow-profile", "none", *paper)
+    monkeypatch.setenv("SNAKEMAKE_PROFILE", "profiles/slurm")  # the profile from the environment counts the same
+    assert _resolved(*paper) == effective
+
+    # the three leaks of issue 38, against the file's values
+    profile = yaml.safe_load(SLURM.read_text())
+    assert effective["cores"] == profile["cores"] >= profile["jobs"] * max(profile["set-threads"].values())
+    assert effective["set_threads"] == {rule: ("_cores", threads) for rule, threads in profile["set-threads"].items()}
+    assert effective["resources"] == {"judge_requests": ("judge_requests", 64)} and profile["resources"] == [
+        "judge_requests=64"]
+    assert effective["keep_going"] is profile["keep-going"] is True
+    assert effective["retries"] == profile["retries"] and effective["executor"] == "slurm"
+    assert [str(path) for path in effective["configfile"]] == ["config/paper.yaml"]
+
+
+def test_plain_snakemake_gets_exactly_the_tiny_default(at_repo):
+    """Plain `snakemake` (README: `pip install -e ".[cpu]" && snakemake`) keeps profiles/default: 2 cores, the tiny
+    config, a judge_requests cap of 32; `--profile profiles/default` names the same profile and changes nothing."""
+    effective = _resolved()
+    assert effective == _resolved(*_as_command_line(DEFAULT), "--workflow-profile", "none")
+    assert effective == _resolved("--profile", "profiles/default")
+    assert effective["cores"] == 2 and effective["resources"] == {"judge_requests": ("judge_requests", 32)}
+    assert [str(path) for path in effective["configfile"]] == ["config/config.yaml"]
+    assert effective["keep_going"] is False and effective["executor"] is None
+
+
+def test_paper_dry_run_jobs_get_the_slurm_threads(workflow_copy):
+    """The paper plan's dry-run under the Slurm profile: every job of a `set-threads` rule runs with the file's threads
+    (before the fix each had threads: 2), and its command is given them."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SNAKEMAKE_"))}
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm", "--configfile",
+                             "config/paper.yaml"], cwd=workflow_copy, capture_output=True, text=True, timeout=600,
+                            env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    set_threads = yaml.safe_load(SLURM.read_text())["set-threads"]
+    seen: dict[str, set[int]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule )", result.stdout):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        if rule is None or rule.group(1) not in set_threads:
+            continue
+        threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
+        seen.setdefault(rule.group(1), set()).add(int(threads.group(1)) if threads else 1)
+        command = re.search(r"--threads (\d+)", block)
+        assert command is None or int(command.group(1)) == set_threads[rule.group(1)], block
+    assert seen, "the paper plan has no job of a set-threads rule: this test checks nothing"
+    assert seen == {rule: {set_threads[rule]} for rule in seen}
