@@ -73,15 +73,21 @@ rule preflight_train:
     # a verl run's Ray actors (trainer, rollout server, agent loop, reward, TransferQueue) keep both cores busy: one
     # run at a time on the 2-core default
     threads: 2
+    # Snakemake's attempt: a retry (attempt > 1, e.g. the Slurm profile resubmitting a job cut by its time limit)
+    # resumes from the run's last verl checkpoint; a first attempt trains from scratch (a resource, not a param, so a
+    # job finished on its second attempt is not rerun for it)
+    resources:
+        attempt=lambda wildcards, attempt: attempt,
     conda:
         "../../envs/train-verl.yaml"
     shell:
         "python -m pipeline_lib.engines.verl.preflight run --preflight {params.preflight:q} --kind {wildcards.kind}"
-        " --init {params.init} --out results/preflight/{wildcards.kind} > {log} 2>&1"
+        " --init {params.init} --out results/preflight/{wildcards.kind} --attempt {resources.attempt} > {log} 2>&1"
         " && grep -F '[preflight' {log}"  # each verl step's numbers, in Snakemake's own log
 
 
-# A verl checkpoint (the GRPO run's merged actor) through the real evaluation entry point, hf backend on CPU.
+# A verl checkpoint (the GRPO run's merged actor) through the real evaluation entry point and the paper's backend,
+# vLLM (its CPU build, with a 1 GiB KV cache instead of a share of the machine's RAM).
 rule preflight_eval:
     input:
         done="results/preflight/grpo/DONE.json",
@@ -94,8 +100,9 @@ rule preflight_eval:
         "logs/preflight/eval.log",
     benchmark:
         "results/benchmarks/preflight/eval.tsv"
+    threads: 2
     conda:
-        "../../envs/report.yaml"
+        "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
+        "VLLM_CPU_KVCACHE_SPACE=1 python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
         " --spec {params.spec:q} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"

