@@ -20,6 +20,7 @@ import argparse
 import copy
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -35,8 +36,8 @@ from pipeline_lib.io import atomic_path
 from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.plan.settings import eval_spec
 
-__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_run", "check_weight_syncs", "eval_spec_for",
-           "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
+__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_advantages", "check_run", "check_weight_syncs",
+           "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
@@ -55,7 +56,11 @@ KINDS: dict[str, tuple[str, str | None]] = {
 #: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
 PROBS_DIFF_TOLERANCE = 1e-2
 #: Kinds whose rewards vary within a group even on a random tiny model, so their update must have a gradient.
-NONZERO_UPDATE = ("grpo", "softmax", "opd", "rl_logit")
+#: RL-Logit is not one: its reward is log pi(a* | q, z) with z the rollout's reasoning, the text before ``</think>``
+#: or an ``<answer>`` line; the tiny model's 32-token rollouts rarely hold either, so z is empty, every rollout of a
+#: group gets the same reward and the advantage is 0, as the method defines it. Its check is
+#: :func:`check_advantages` (a gradient wherever an advantage is not 0) and a log-prob reward on every rollout.
+NONZERO_UPDATE = ("grpo", "softmax", "opd")
 
 
 class PreflightError(RuntimeError):
@@ -167,6 +172,24 @@ def check_weight_syncs(kind: str, rows: Sequence[Mapping[str, Any]], syncs: Sequ
                              f"did not reach the rollout")
 
 
+def check_advantages(kind: str, run_dir: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Every step whose rollouts have a non-zero advantage (``rollouts.jsonl``, from verl's rollout dumps) updated
+    the actor (``actor/grad_norm`` > 0); RL-Logit's rewards are log-probs of the expert answer (finite, < 0)."""
+    grad = {row["step"]: abs(row.get("actor/grad_norm", 0.0)) for row in rows}
+    path = run_dir / "rollouts.jsonl"
+    if not path.is_file():
+        raise PreflightError(f"{kind}: {path} missing (verl's rollout dumps were not collected)")
+    for line in path.read_text().splitlines():
+        step = json.loads(line)
+        moving = sum(1 for value in step["advantage"] if value != 0)
+        if moving and not grad.get(step["step"], 0.0) > 0:
+            raise PreflightError(f"{kind}: step {step['step']} has {moving} rollout(s) with a non-zero advantage "
+                                 f"but actor/grad_norm 0 ({path}): verl did not train on them")
+        if kind == "rl_logit" and not all(math.isfinite(r) and r < 0 for r in step["reward"]):
+            raise PreflightError(f"{kind}: step {step['step']} rewards {step['reward']} are not all log-probs "
+                                 f"(finite, < 0) of the expert answer ({path}): the RL-Logit reward did not run")
+
+
 def check_run(kind: str, run_dir: Path, steps: int, sync_log: Path | None = None) -> list[dict[str, Any]]:
     """verl trained every step (metrics for 1..steps, ``DONE.json``) and, for RL, the rollout after the update
     sampled from the updated weights (the weights vLLM holds after each sync, ``sync_log``, and verl's
@@ -182,6 +205,7 @@ def check_run(kind: str, run_dir: Path, steps: int, sync_log: Path | None = None
     if KINDS[kind][0] == "rl":
         if sync_log is None:
             raise PreflightError(f"{kind}: an RL run is checked with its weight-sync log (sync_log)")
+        check_advantages(kind, run_dir, rows)
         check_weight_syncs(kind, rows, weight_syncs(sync_log), sync_log)
         last = rows[-1]
         gap = last.get("training/rollout_probs_diff_max")
