@@ -8,6 +8,12 @@ No partial file can wedge a rerun: resume state that cannot be read (a torn last
 killed writer or a full disk, a truncated ``checkpoint.pt``) is named in the log, renamed aside
 (:func:`set_aside`, ``<name>.unreadable-<time>``) and recomputed, or cut back to its last good line.
 
+One resume rule for every engine (:func:`claim_run_dir`): a run directory is resumed only by the run whose identity
+(:func:`run_identity`: the digest of its config, of its code, and of the content of every input it reads) wrote its
+state, recorded in ``run.json``. Any other run first sets that state aside in ``stale/<old run digest>/`` (named in
+the log, never deleted) and starts clean, so an input replaced at the same path (``data_tiny`` rerun under a killed SFT
+run), an edited trainer or another config never resumes on the old state.
+
 A finished run keeps no resume state: Snakemake reruns a job whose inputs, code or parameters changed by deleting
 ``DONE.json`` and running it again, and that rerun must train from the start, never resume from the old run's last
 step (which would leave the old model in place and call it new).
@@ -21,18 +27,21 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from pipeline_lib.io import atomic_path, write_json
+from pipeline_lib.io import atomic_path, sha256_file, write_json
+from pipeline_lib.provenance import SIDECAR_SUFFIX, code_digest, config_digest, entry_module
 from pipeline_lib.tracking import Tracker, TrackingSettings
 
-__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "ConfigMismatchError", "MetricsLog", "discard_resume_state",
-           "load_checkpoint", "load_torch_state", "read_json_state", "rng_state", "save_checkpoint", "set_aside",
-           "set_rng_state", "write_done"]
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "RESUME_STATE", "RUN_IDENTITY", "STALE_DIR", "ConfigMismatchError",
+           "MetricsLog", "claim_run_dir", "discard_resume_state", "load_checkpoint", "load_torch_state",
+           "read_json_state", "rng_state", "run_identity", "save_checkpoint", "set_aside", "set_rng_state",
+           "write_done"]
 
 log = logging.getLogger("pipeline_lib.checkpoint")
 
@@ -186,3 +195,78 @@ def discard_resume_state(run_dir: str | os.PathLike[str]) -> None:
             shutil.rmtree(path)
         elif path.exists():
             path.unlink()
+
+
+#: The run directory's owner: the identity (config, code, input digests) of the run whose resume state it holds.
+RUN_IDENTITY = "run.json"
+#: Where another run's state goes, one folder per run digest (``DIR/stale/<digest>/``); never deleted.
+STALE_DIR = "stale"
+#: Per-step logs that belong with the checkpoint they were written beside (set aside with it).
+STEP_LOGS = ("metrics.jsonl", "rollouts.jsonl")
+
+
+def _input_files(path: Path) -> list[tuple[str, Path]]:
+    """A file, or every file under a folder (a model or tokenizer directory) but provenance sidecars (which a run
+    never reads, and which record times), by name."""
+    if path.is_dir():
+        return [(f"{path}/{p.relative_to(path)}", p) for p in sorted(path.rglob("*"))
+                if p.is_file() and not p.name.endswith(SIDECAR_SUFFIX)]
+    return [(str(path), path)]
+
+
+def run_identity(config: Mapping[str, Any], inputs: Iterable[str | os.PathLike[str] | None],
+                 entry: str | None = None) -> dict[str, Any]:
+    """What a run's state depends on: the digest of its ``config`` (its settings, seed and paths), of its code (the
+    ``pipeline_lib`` files its entry module imports, :func:`pipeline_lib.provenance.code_digest`; default: the
+    running entry point) and the sha256 of every file it reads (``inputs``: files or folders, every file inside;
+    None entries are skipped). Two runs may share resume state only when these are equal."""
+    files: dict[str, str] = {}
+    for path in inputs:
+        if path is not None:
+            files |= {name: sha256_file(file) for name, file in _input_files(Path(path))}
+    return {"config_sha256": config_digest(dict(config)), "code_sha256": code_digest(entry or entry_module()),
+            "inputs": files}
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """Which parts of two identities differ, for the log: the config, the code, each changed input by name."""
+    parts = [part for part in ("config_sha256", "code_sha256") if old.get(part) != new.get(part)]
+    old_inputs = old.get("inputs") if isinstance(old.get("inputs"), dict) else {}
+    changed = sorted(name for name in old_inputs.keys() | new["inputs"].keys()
+                     if old_inputs.get(name) != new["inputs"].get(name))
+    return ", ".join([*(p.removesuffix("_sha256") for p in parts), *(f"input {name}" for name in changed)])
+
+
+def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], engine: str,
+                  state: Iterable[str] = RESUME_STATE, logs: Iterable[str] = STEP_LOGS) -> list[Path]:
+    """Make ``run_dir`` the run ``identity`` (:func:`run_identity`) before reading any resume state; returns what was
+    set aside (empty when the directory is this run's or holds no resume state).
+
+    The resume rule of every engine: state is resumed only by the run that wrote it. When ``run.json`` names another
+    run (or none: a directory from before it was recorded), the resume state present (``state``: names in the run
+    directory) moves to ``stale/<old run digest>/``, the log names it and what differs, and the run starts clean.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    digest = config_digest(dict(identity))
+    path = run_dir / RUN_IDENTITY
+    previous = read_json_state(path)  # unreadable: set aside, so the state it described counts as unrecorded
+    previous = previous if isinstance(previous, dict) else {}
+    if previous.get("run_sha256") == digest:
+        return []
+    present = [run_dir / name for name in dict.fromkeys(state) if (run_dir / name).exists()]
+    moved = []
+    if present:
+        present += [run_dir / name for name in dict.fromkeys(logs) if (run_dir / name).exists()]
+        base = run_dir / STALE_DIR / str(previous.get("run_sha256") or "unrecorded")
+        target, attempt = base, 1
+        while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both
+            target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
+        target.mkdir(parents=True)
+        moved = [item.rename(target / item.name) for item in present]
+        why = _differences(previous.get("identity") or {}, identity) if previous else "no run recorded"
+        log.warning("%s: its resume state belongs to run %s, this is run %s (changed: %s); set aside %s in %s "
+                    "(not resumed, not deleted), starting clean", run_dir, previous.get("run_sha256") or "(unrecorded)",
+                    digest, why, ", ".join(p.name for p in present), target)
+    write_json(path, {"run_sha256": digest, "engine": engine, "identity": dict(identity)})
+    return moved

@@ -27,7 +27,16 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import MetricsLog, load_checkpoint, rng_state, save_checkpoint, set_rng_state, write_done
+from pipeline_lib.checkpoint import (
+    MetricsLog,
+    claim_run_dir,
+    load_checkpoint,
+    rng_state,
+    run_identity,
+    save_checkpoint,
+    set_rng_state,
+    write_done,
+)
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
@@ -90,6 +99,8 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
     run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed}
     digest = config_digest(run_config)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # resume only this run's state: same config and code (the data are generated from the spec and seed)
+    claim_run_dir(run_dir, run_identity({"config_sha256": digest}, []), "local")
     torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)

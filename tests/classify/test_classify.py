@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline_lib.checkpoint import ConfigMismatchError
+from pipeline_lib.checkpoint import CHECKPOINT_NAME, STALE_DIR
 from pipeline_lib.classify import train as train_module
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import validate_imagefolder
@@ -97,7 +97,7 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypa
     assert done["final_step"] == done["total_steps"] == 16
 
 
-def test_resume_with_a_different_config_is_refused(tmp_path, monkeypatch):
+def test_resume_with_a_different_config_sets_the_old_state_aside(tmp_path, monkeypatch):
     real_save = train_module.save_checkpoint
 
     def save_then_die(run_dir, state):
@@ -108,8 +108,10 @@ def test_resume_with_a_different_config_is_refused(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         train_module.train(CLASSIFY_SPEC, "grpo", 4, 0, tmp_path, progress=False)
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    with pytest.raises(ConfigMismatchError, match="written with config"):
-        train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path, progress=False)
+    train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path / "other", progress=False)
+    train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path, progress=False)  # not resumed
+    assert sorted(p.name for p in (tmp_path / STALE_DIR).glob("*/*")) == [CHECKPOINT_NAME, "metrics.jsonl"]
+    assert (tmp_path / "metrics.jsonl").read_text() == (tmp_path / "other/metrics.jsonl").read_text()
 
 
 def test_imagefolder_validation(tmp_path):

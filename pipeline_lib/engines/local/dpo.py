@@ -27,7 +27,15 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import ConfigMismatchError, MetricsLog, read_json_state, write_done
+from pipeline_lib.checkpoint import (
+    RESUME_STATE,
+    ConfigMismatchError,
+    MetricsLog,
+    claim_run_dir,
+    read_json_state,
+    run_identity,
+    write_done,
+)
 from pipeline_lib.engines.local.common import LazyPromptIds, check_finite_weights, clip_finite_gradients
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
@@ -76,6 +84,9 @@ def train_iterative_dpo(spec: dict[str, Any], data: Path, demonstrations: Path, 
     started = time.time()
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    # resume only this run's rounds: same config, code and input contents (else they are set aside, and named)
+    claim_run_dir(run_dir, run_identity({"config_sha256": digest}, [data, demonstrations, init]), "local",
+                  state=(*RESUME_STATE, "rounds"))
     tokenizer = AutoTokenizer.from_pretrained(init)
     frame = pd.read_parquet(data)
     if len(frame) <= spec["validation_prompts"]:

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
-from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
+from pipeline_lib.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
 from pipeline_lib.engines.local.common import (
     LazyPromptIds,
     TrainingCheckpoint,
@@ -170,6 +170,9 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     method = method or GroupRLMethod(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    # resume only this run's state: same config, code and input contents (else it is set aside, and named)
+    claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": method.kind},
+                                        [data, init, *extra_inputs]), "local")
     tokenizer = AutoTokenizer.from_pretrained(init)
     checkpoint = TrainingCheckpoint(run_dir, digest)
     state = checkpoint.load()

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline_lib.checkpoint import MetricsLog, rng_state, set_rng_state, write_done
+from pipeline_lib.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
 from pipeline_lib.engines.local.common import (
     TrainingCheckpoint,
     check_finite_weights,
@@ -61,6 +61,8 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
 
     run_dir.mkdir(parents=True, exist_ok=True)
     digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    # resume only this run's state: same config, code and input contents (else it is set aside, and named)
+    claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": kind}, [data, tokenizer_dir, init]), "local")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     checkpoint = TrainingCheckpoint(run_dir, digest)
     state = checkpoint.load()
