@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from pipeline_lib.data.tiny import TASKS as _TINY_TASKS
 from pipeline_lib.tracking import missing_backend_packages
 
 __all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "ConfigError", "check_config_files", "load_config_file", "load_schema",
@@ -261,6 +262,130 @@ def _named_problems(config: Mapping[str, Any], base_dir: Path) -> list[str]:
     return problems
 
 
+#: float32's smallest normal and largest finite numbers: a temperature outside them is 0 or inf where training runs
+#: (``R / tau`` is NaN for the group's best rollout: 0 / 0), whatever float64 made of it at parse time.
+FLOAT32_TINY = 2.0**-126
+FLOAT32_MAX = (2 - 2.0**-23) * 2.0**127
+#: The keys holding a training temperature (``tau``; a list of them under ``taus``) or a sampling temperature (the
+#: schema's own keys: an endpoint's free-form ``sampling`` may say 0 for greedy).
+_TEMPERATURE_KEYS = ("tau", "taus", "temperature")
+#: Keys that name tasks (lists, or one name): each must be a tiny task or a configured dataset.
+_TASK_KEYS = (("train", "tasks"), ("train", "baselines", "tasks"), ("train", "ablation", "tasks"),
+              ("train", "scale", "tasks"), ("judge", "tasks"), ("eval", "transfer", "task"))
+#: Methods that are neither ``train.methods`` entries nor baselines: the base model and its SFT.
+_UNTRAINED_METHODS = ("base", "sft")
+
+
+def _temperature_problems(config: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for path, value in _walk(config):
+        key = path[-2] if len(path) > 1 and path[-2] == "taus" else path[-1] if path else ""
+        if (key not in _TEMPERATURE_KEYS or "sampling" in path or not isinstance(value, int | float)
+                or isinstance(value, bool) or not math.isfinite(value) or value <= 0):
+            continue  # the schema reports a non-number, a non-finite or a non-positive one
+        if value < FLOAT32_TINY:
+            problems.append(f"key '{'.'.join(path)}': temperature {value!r} is below float32's smallest normal number "
+                            f"({FLOAT32_TINY:.4g}): training computes in float32, where it is (nearly) 0 and R / "
+                            "temperature is NaN")
+        elif value > FLOAT32_MAX:
+            problems.append(f"key '{'.'.join(path)}': temperature {value!r} is beyond float32's range "
+                            f"({FLOAT32_MAX:.4g}): it is inf where training runs")
+    return problems
+
+
+def _names(value: Any) -> list[Any]:
+    return [value] if isinstance(value, str) else list(value) if isinstance(value, list) else []
+
+
+def _model_problems(where: str, model: Mapping[str, Any]) -> list[str]:
+    """A model size the local engine can build: whole key/value head groups and an even head width (RoPE)."""
+    hidden, heads, kv_heads = model.get("hidden_size"), model.get("heads"), model.get("kv_heads")
+    if not all(isinstance(v, int) and v > 0 for v in (hidden, heads, kv_heads)):
+        return []
+    problems = []
+    if heads % kv_heads:
+        problems.append(f"key '{where}.kv_heads': {kv_heads} does not divide {where}.heads = {heads} (grouped-query "
+                        "attention shares each key/value head among a whole number of query heads)")
+    if hidden % heads or (hidden // heads) % 2:
+        problems.append(f"key '{where}.heads': hidden_size {hidden} / heads {heads} must be a whole, even head width "
+                        "(rotary position embeddings rotate pairs of dimensions)")
+    return problems
+
+
+def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say: names that must exist, sizes that must divide, numbers that must fit float32 or
+    stay within another key's value. Runs only on a config the schema accepted (every section is in place)."""
+    problems = _temperature_problems(config)
+    train, data, judge, evaluation = (_section(config, key) for key in ("train", "data", "judge", "eval"))
+    tasks = set(_section(data, "tiny").get("tasks") or []) | set(_TINY_TASKS) | set(_section(data, "datasets"))
+    baselines = _section(train, "baselines")
+    task_keys = [*_TASK_KEYS, *(("train", "baselines", name, "tasks") for name, section in baselines.items()
+                                if isinstance(section, dict))]
+    for keys in task_keys:
+        unknown = [t for t in _names(_section(config, *keys[:-1]).get(keys[-1])) if t not in tasks]
+        if unknown:
+            problems.append(f"key '{'.'.join(keys)}': unknown task(s) {unknown}; a task is a tiny task or a "
+                            f"data.datasets entry: {sorted(tasks)}")
+    for keys in (("train", "verl", "tasks"), ("judge", "rubrics")):
+        unknown = [t for t in _section(config, *keys) if t not in tasks]
+        if unknown:
+            problems.append(f"key '{'.'.join(keys)}': entries for unknown task(s) {unknown}; known: {sorted(tasks)}")
+    unrubricked = [t for t in _names(judge.get("tasks")) if t not in _section(judge, "rubrics")]
+    if unrubricked:
+        problems.append(f"key 'judge.tasks': {unrubricked} have no judge.rubrics entry (the rubric to judge them by)")
+    rl_methods = list(_section(train, "methods"))
+    known = list(dict.fromkeys([*_UNTRAINED_METHODS, *rl_methods, *_names(baselines.get("methods"))]))
+    anything = "base, sft, a train.methods key or a baseline"
+    for keys, allowed, what in ((("judge", "methods"), known, anything), (("eval", "transfer", "methods"), known,
+                                                                          anything),
+                                (("train", "scale", "methods"), rl_methods, "a train.methods key")):
+        unknown = [m for m in _names(_section(config, *keys[:-1]).get(keys[-1])) if m not in allowed]
+        if unknown:
+            problems.append(f"key '{'.'.join(keys)}': unknown method(s) {unknown}; each is {what}: {allowed}")
+    for task, entry in _section(train, "verl", "tasks").items():
+        unknown = [m for m in _names(_section(entry, "methods") and entry["methods"]) if m not in rl_methods]
+        if unknown:
+            problems.append(f"key 'train.verl.tasks.{task}.methods': unknown method(s) {unknown}; train.methods has "
+                            f"{rl_methods}")
+    judged_seeds, seeds = judge.get("seeds"), _names(train.get("seeds"))
+    if isinstance(judged_seeds, list) and set(judged_seeds) - set(seeds):
+        problems.append(f"key 'judge.seeds': {sorted(set(judged_seeds) - set(seeds))} are not train.seeds {seeds} "
+                        "(the judge scores the main runs' outputs)")
+    samples = evaluation.get("samples")
+    too_large = [k for k in _names(evaluation.get("pass_k")) if isinstance(samples, int) and k > samples]
+    if too_large:
+        problems.append(f"key 'eval.pass_k': {too_large} exceed eval.samples = {samples} (pass@k needs k samples per "
+                        "prompt)")
+    model = _section(train, "model")
+    problems += _model_problems("train.model", model)
+    overrides = [(f"train.scale.models.{name}.model", _section(entry, "model"))
+                 for name, entry in _section(train, "scale", "models").items()]
+    overrides.append(("train.baselines.opd.teacher.model", _section(baselines, "opd", "teacher", "model")))
+    for where, override in overrides:
+        unknown = sorted(set(override) - set(model))
+        if unknown:
+            problems.append(f"unknown key(s) {[f'{where}.{k}' for k in unknown]} (allowed here: {sorted(model)})")
+        elif override:
+            problems += _model_problems(where, {**model, **override})
+    return problems
+
+
+def _plan_problems(config: Mapping[str, Any]) -> list[str]:
+    """The run plan's own refusals (:class:`~pipeline_lib.run_spec.PlanError`: a method the registry cannot build,
+    a tau set twice), found at parse time rather than by the first rule that plans; the estimators are checked where
+    the workflow plans (importing torch here would slow every parse)."""
+    if config.get("preflight"):
+        return []
+    from pipeline_lib.plan.runs import plan_runs
+    from pipeline_lib.run_spec import PlanError
+
+    try:
+        plan_runs(config, check_estimators=False)
+    except PlanError as exc:
+        return [str(exc)]
+    return []
+
+
 def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: set[str]) -> list[str]:
     """Non-finite floats the schema did not type, and keys naming a file, a task or a role that does not exist."""
     problems = []
@@ -295,6 +420,10 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | os.Path
     lines = [_describe(e) for e in errors] + _value_problems(config, Path(base_dir or os.getcwd()), reported)
     if not errors and isinstance(config.get("tracking"), MutableMapping):
         lines += missing_backend_packages(config["tracking"].get("backends", []))
+    if not errors:
+        lines += _semantic_problems(config)
+    if not lines:
+        lines += _plan_problems(config)
     if lines:
         listing = "\n".join(f"  - {line}" for line in lines)
         raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n{listing}")

@@ -26,6 +26,7 @@ from typing import Any
 from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config, validate_config
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs
+from pipeline_lib.run_spec import PlanError
 
 __all__ = ["gpu_hours", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.configfile)
         plan = plan_runs(config)
         profile = load_profile(args.profile)
-    except ConfigError as exc:  # a sentence that names the file or key, not a traceback
+    except (ConfigError, PlanError) as exc:  # a sentence that names the file or key, not a traceback
         print(f"python -m pipeline_lib plan: {exc}", file=sys.stderr)
         return 2
     hours = plan_gpu_hours(config, plan, profile)
