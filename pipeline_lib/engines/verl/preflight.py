@@ -8,10 +8,12 @@ A job builds its run spec exactly as the real run's (:mod:`.translate` over the 
 with the task's App. B row scaled down by ``preflight.row`` (2 steps, a few prompts, short lengths, one trainer
 process) and the model replaced by a tiny random Qwen2 of the paper model's architecture with the pipeline's own
 tokenizer. The only overrides added to the real run's are the CPU ones (:func:`.cpu.cpu_overrides`), and the run goes
-through the real entry point (:func:`.train.run`: validation, launcher, verl's own trainer, checkpoint check, model
-merger, metrics, rollouts, ``DONE.json``). Afterwards the job checks that verl trained every step and, for RL, that the
-rollout after the update sampled from the updated weights (verl's ``training/rollout_probs_diff_max``), and prints
-each step's numbers, so the job log shows them.
+through the real entry point (:func:`.train.run`: validation, launcher, verl's own trainer with its own vLLM rollout
+on vLLM's CPU build, checkpoint check, model merger, metrics, rollouts, ``DONE.json``). Afterwards the job checks that
+verl trained every step (a gradient wherever an advantage is not 0) and, for RL, that every update reached the
+rollout: the weights vLLM holds after each sync (a digest read inside vLLM, :data:`.cpu.SYNC_LOG_ENV`) change with
+every update, and verl's rollout-vs-actor probability gap stays small; then it prints each step's numbers, so the job
+log shows them.
 """
 
 from __future__ import annotations
