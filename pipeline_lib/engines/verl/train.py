@@ -62,7 +62,7 @@ from pipeline_lib.tracking import Tracker, add_tracking_argument
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
 __all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "input_digests",
-           "main", "rebuild_tracking_store", "rollout_groups", "run"]
+           "logged_resume_point", "main", "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
@@ -142,6 +142,54 @@ def claim_run_dir(run_dir: Path, digest: str, described: Mapping[str, Any] | Non
     return moved
 
 
+def logged_resume_point(run_dir: Path, kind: str) -> int | None:
+    """The step verl resumes from (None: from scratch), after setting aside a last checkpoint whose step was never
+    logged.
+
+    verl's RL trainer saves step k's checkpoint before it validates, dumps step k's rollouts and logs its metrics
+    (``fit`` in verl/trainer/ppo/v1/trainer_base.py and ppo/ray_trainer.py). A job killed in between (a Slurm time
+    limit, a preemption; the last step's validation makes the window long) resumes at k + 1, so step k's metrics and
+    rollouts are lost for good, and for the last step verl is skipped and the run can never be collected. Such a
+    checkpoint is removed and the tracker points at the previous complete one (verl keeps
+    ``max_actor_ckpt_to_keep`` >= 2), whose next step verl redoes; with none left, the run starts over. The SFT
+    trainer logs before it saves, so its checkpoints are always logged.
+    """
+    ckpt = checkpoint_dir(run_dir)
+    step = finished_step(ckpt)
+    if step is None or kind == "sft":
+        return step
+    records = _verl_records(run_dir, step)
+
+    def logged(k: int) -> bool:  # a training record (not only validation) and the step's rollout dump
+        trained = any(not key.startswith("val-") for key in records.get(k, {}))
+        return trained and (rollout_dump_dir(run_dir) / f"{k}.jsonl").is_file()
+
+    if logged(step):
+        return step
+    earlier = sorted((int(d.name.rsplit("_", 1)[1]) for d in ckpt.glob("global_step_*")
+                      if d.name.rsplit("_", 1)[1].isdigit() and int(d.name.rsplit("_", 1)[1]) < step), reverse=True)
+    back = next((k for k in earlier if logged(k)), None)
+    for directory in ckpt.glob("global_step_*"):
+        suffix = directory.name.rsplit("_", 1)[1]
+        if suffix.isdigit() and (back is None or int(suffix) > back):
+            shutil.rmtree(directory)
+    if back is None:
+        (ckpt / TRACKER).unlink()
+    else:
+        write_text(ckpt / TRACKER, str(back))
+    log.warning("%s: verl's checkpoint of step %d was saved but the step's metrics/rollouts were never logged (the "
+                "job stopped in between): resuming from %s instead, so step %d is redone and logged", run_dir, step,
+                f"step {back}" if back is not None else "scratch", step)
+    return back
+
+
+def resumed_overrides(overrides: Sequence[str]) -> list[str]:
+    """A resumed run's overrides: no validation before training, which verl would log at the step it resumes from
+    (a second record of that step, and one more validation pass per resubmission)."""
+    return [("trainer.val_before_train=false" if item.startswith("trainer.val_before_train=") else item)
+            for item in overrides]
+
+
 def _rotate_metrics(run_dir: Path) -> None:
     """verl's file logger truncates its file on open: keep each earlier attempt's file under a new name."""
     current = metrics_log_path(run_dir)
@@ -151,12 +199,14 @@ def _rotate_metrics(run_dir: Path) -> None:
 
 
 def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
-    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's step wins)."""
+    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's record of a step replaces
+    an earlier attempt's whole, so no key of a step that was redone survives from the attempt that was cut)."""
     by_step: dict[int, dict[str, Any]] = {}
     files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
     for path in [*files, metrics_log_path(run_dir)]:
         if not path.exists():
             continue
+        attempt: dict[int, dict[str, Any]] = {}
         numbered = [(n, line) for n, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
         for number, line in numbered:
             try:
@@ -169,8 +219,9 @@ def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
                     continue
                 raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
             if step <= last_step:
-                by_step.setdefault(step, {}).update(data)
-    return by_step
+                attempt.setdefault(step, {}).update(data)
+        by_step.update(attempt)
+    return dict(sorted(by_step.items()))
 
 
 def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
@@ -360,14 +411,18 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     inputs_read = input_digests(paths)
     claim_run_dir(run_dir, config_digest({"config_sha256": digest, "inputs": inputs_read}),
                   {"config_sha256": digest, "inputs": inputs_read})
-    write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     _rotate_metrics(run_dir)
-    rebuild_tracking_store(paths, finished_step(checkpoint_dir(run_dir)) or 0)
+    total = int(spec.settings["steps"])
+    resume_step = logged_resume_point(run_dir, kind)
+    if resume_step is not None and resume_step < total:
+        overrides = resumed_overrides(overrides)
+        command = build_command(kind, overrides, spec)
+    write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
+    rebuild_tracking_store(paths, resume_step or 0)
     reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
     env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
                         "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
                         REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
-    total = int(spec.settings["steps"])
     ckpt = checkpoint_dir(run_dir)
     if finished_step(ckpt) != total:
         log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
