@@ -4,7 +4,8 @@ A response that does not parse is asked again with an ``attempt`` marker in the 
 (so it has its own cache key); after ``parse_retries`` failures the item is recorded as
 failed with the reason. Nothing is ever scored 0 by default. An unparseable answer is
 removed from the cache, so a rerun (after the server or the prompt is fixed) asks again
-instead of replaying the failure.
+instead of replaying the failure. The cache is read first (:func:`cached_results`): an item whose stored answer
+for any attempt parses is not asked again, so a job whose items are all cached needs no server at all.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
 from pipeline_lib.llm_client import ChatRequest, EndpointConfig, ResponseCache, run_chat_requests
 from pipeline_lib.rubrics import Rubric
 
-__all__ = ["judge_with_llm"]
+__all__ = ["cached_results", "judge_with_llm"]
 
 
 def _request(prompt: str, attempt: int) -> ChatRequest:
@@ -37,13 +38,42 @@ def _verdict(rubric: Rubric, response: dict[str, Any]) -> dict[str, int] | str:
         return f"unparseable verdict: {exc}"
 
 
+def _scored(rubric: Rubric, verdict: dict[str, int], attempt: int) -> dict[str, Any]:
+    return {"scores": verdict, "score_100": rubric.normalise(verdict), "attempts": attempt + 1}
+
+
+def cached_results(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: EndpointConfig, cache_path: Path,
+                   parse_retries: int = 2) -> list[dict[str, Any] | None]:
+    """Each item's result from the cache alone, or None where the server must be asked; reads, never asks.
+
+    The first attempt whose stored answer parses wins: an item whose first answer was unparseable (and so
+    forgotten) and whose re-ask parsed is answered by the stored re-ask, as in the run that stored it. Only the
+    endpoint's model and sampling enter a cache key, so ``endpoint`` need not point at a live server.
+    """
+    cache = ResponseCache(cache_path)
+    results: list[dict[str, Any] | None] = []
+    for item in items:
+        prompt = rubric.render(**item)
+        found = None
+        for attempt in range(parse_retries + 1):
+            response = cache.get(_request(prompt, attempt).cache_key(endpoint))
+            verdict = _verdict(rubric, response) if response is not None else None
+            if isinstance(verdict, dict):
+                found = _scored(rubric, verdict, attempt)
+                break
+        results.append(found)
+    return results
+
+
 def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: EndpointConfig, cache_path: Path,
                    parse_retries: int = 2, on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
     """One result per item: ``{"scores": {...}, "score_100": x}`` or ``{"failed": reason}``."""
     prompts = [rubric.render(**item) for item in items]
     cache = ResponseCache(cache_path)
-    results: list[dict[str, Any] | None] = [None] * len(items)
-    pending = list(range(len(items)))
+    results = cached_results(rubric, items, endpoint, cache_path, parse_retries)
+    pending = [index for index, result in enumerate(results) if result is None]
+    if on_done and len(pending) < len(items):
+        on_done(len(items) - len(pending))
     reasons: dict[int, str] = {}
     for attempt in range(parse_retries + 1):
         if not pending:
@@ -69,7 +99,7 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
                 reasons[index] = verdict
                 still.append(index)
             else:
-                results[index] = {"scores": verdict, "score_100": rubric.normalise(verdict), "attempts": attempt + 1}
+                results[index] = _scored(rubric, verdict, attempt)
         pending = still
     for index in pending:
         results[index] = {"failed": reasons[index]}

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline_lib.io import write_json, write_text
-from pipeline_lib.judge.llm import judge_with_llm
+from pipeline_lib.judge.llm import cached_results, judge_with_llm
 from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
 from pipeline_lib.judge.serve import served_endpoint
 from pipeline_lib.llm_client import EndpointConfig
@@ -94,18 +94,35 @@ def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[st
     return results
 
 
+def _endpoint(judge: dict[str, Any], rubric: Rubric, section: dict[str, Any]) -> EndpointConfig:
+    endpoint = EndpointConfig.from_config(section, f"judge {judge.get('label')!r}")
+    if judge.get("structured_output"):
+        endpoint = dataclasses.replace(endpoint, sampling={**endpoint.sampling,
+                                                           "response_format": rubric.response_format()})
+    return endpoint
+
+
 def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path, server_log: Path
          ) -> list[dict[str, Any]]:
+    """Answers from the cache first; the judge server (``serve.command``) is started only if some item is not
+    cached, so a rerun whose answers are all stored never waits for (or holds GPUs for) a server it would not ask."""
     from tqdm import tqdm
 
-    with served_endpoint(judge.get("endpoint", {}), judge.get("serve", {}), server_log) as endpoint_section:
-        endpoint = EndpointConfig.from_config(endpoint_section, f"judge {judge.get('label')!r}")
-        if judge.get("structured_output"):
-            sampling = {**endpoint.sampling, "response_format": rubric.response_format()}
-            endpoint = dataclasses.replace(endpoint, sampling=sampling)
+    fields = [_rubric_fields(rubric, item) for item in items]
+    retries = judge.get("parse_retries", 2)
+    section = judge.get("endpoint", {})
+    # a cache key holds the model, the messages and the sampling, not the address: a served judge has none yet
+    keys = _endpoint(judge, rubric, {**section, "base_url": section.get("base_url") or "http://unserved.invalid/v1"})
+    cached = cached_results(rubric, fields, keys, cache, retries)
+    missing = sum(result is None for result in cached)
+    if not missing:
+        log.info("judge %r: all %d items answered from %s; no server started", judge.get("label"), len(items), cache)
+        return [result for result in cached if result is not None]
+    log.info("judge %r: %d of %d items not in %s", judge.get("label"), missing, len(items), cache)
+    with served_endpoint(section, judge.get("serve", {}), server_log) as endpoint_section:
+        endpoint = _endpoint(judge, rubric, endpoint_section)
         with tqdm(total=len(items), desc=f"judge {judge.get('label')}", unit="item") as bar:
-            return judge_with_llm(rubric, [_rubric_fields(rubric, item) for item in items], endpoint, cache,
-                                  parse_retries=judge.get("parse_retries", 2), on_done=bar.update)
+            return judge_with_llm(rubric, fields, endpoint, cache, parse_retries=retries, on_done=bar.update)
 
 
 def judge_items(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path,

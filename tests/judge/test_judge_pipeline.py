@@ -112,6 +112,27 @@ def test_llm_judge_served_for_the_job_then_stopped(tmp_path, meeting_data):
     assert again["score_100"] == summary["score_100"]
 
 
+def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeting_data):
+    """The cache is read before `serve.command` runs: a rerun with every answer cached succeeds with a server
+    command that fails if started, and starts nothing; a job with an uncached item starts it (and fails here)."""
+    from pipeline_lib.judge.serve import ServerStartError
+
+    served = {"kind": "llm", "label": "served", "parse_retries": 1,
+              "endpoint": {"model": "judge", "concurrency": 4, "backoff_s": 0.01},
+              "serve": {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}"],
+                        "port": free_port(), "startup_timeout_s": 60}}
+    first = json.loads(run_score(tmp_path, meeting_data, served, "primary", "good", "good").read_text())
+    marker = tmp_path / "server_was_started"
+    never = served | {"serve": {"command": [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1])"
+                                            ".touch(); sys.exit(9)", str(marker)], "port": free_port(),
+                                "startup_timeout_s": 60}}
+    again = json.loads(run_score(tmp_path, meeting_data, never, "primary", "good", "good").read_text())
+    assert not marker.exists() and again == first and again["scored"] == 12
+    with pytest.raises(ServerStartError, match="exited with status 9"):  # other responses: not cached
+        run_score(tmp_path, meeting_data, never, "primary", "cut", "cut")
+    assert marker.exists()
+
+
 def test_served_judge_that_dies_is_a_clear_error(tmp_path, meeting_data):
     judge = {"kind": "llm", "label": "broken", "endpoint": {"model": "judge"},
              "serve": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "port": free_port(),
