@@ -110,3 +110,21 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
         run_kind("grpo", section, init, out)
     assert (out / "DONE.json").is_file()  # verl itself finished: only the check sees the stale rollout
     assert len(weight_syncs(out.parent / "grpo_weight_syncs.jsonl")) == 1
+
+
+def test_weight_sync_check_needs_a_sync_per_step_and_new_weights_after_each_update(tmp_path):
+    """One sync before training and one per step; every step with a gradient leaves vLLM holding weights it did not
+    hold before; a step without a gradient (an all-zero advantage) may leave them as they were."""
+    from pipeline_lib.engines.verl.preflight import check_weight_syncs, weight_syncs
+
+    rows = [{"step": 0}, {"step": 1, "actor/grad_norm": 0.5}, {"step": 2, "actor/grad_norm": 0.4}]
+    log = tmp_path / "syncs.jsonl"
+    log.write_text("".join(f'{{"digests": ["{d}"]}}\n' for d in ("a", "b", "c")))
+    check_weight_syncs("grpo", rows, weight_syncs(log), log)
+    with pytest.raises(PreflightError, match=r"received 2 weight sync\(s\), expected one before training"):
+        check_weight_syncs("grpo", rows, [["a"], ["b"]], log)
+    with pytest.raises(PreflightError, match=r"2 step\(s\) updated the actor, but the rollout's vLLM held only 2 "):
+        check_weight_syncs("grpo", rows, [["a"], ["b"], ["b"]], log)  # synced, but the second update never arrived
+    no_gradient = [rows[0], rows[1], {"step": 2, "actor/grad_norm": 0.0}]
+    check_weight_syncs("softmax_ess", no_gradient, [["a"], ["b"], ["b"]], log)
+    assert weight_syncs(tmp_path / "absent.jsonl") == []
