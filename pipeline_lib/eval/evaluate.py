@@ -6,6 +6,13 @@
 Writes ``generations.jsonl`` (prompt index, sample, text, length, reward components) and
 ``metrics.json``: greedy pass@1, sampled pass@1 and pass@k (unbiased estimator over n samples),
 mean response length in tokens. Rewards come from the same registry as training.
+
+Accuracy (pass@1, pass@k) is the task's verifier's: each row is scored by its data source's own composition
+(:data:`~pipeline_lib.rewards.DATA_SOURCE_REWARDS`: the math verifier for arithmetic, the Countdown checker...),
+whatever reward weights training used. A run trained on another composition (``data.tiny.reward_weights``, stored
+in each row's ``extra_info``, or a spec's ``reward_weights``) has that weighted reward reported beside it under its
+own name (``reward_mean_<mode>``, each generation's ``reward``), never as an accuracy: weights ``{math: 0.5}`` made
+an all-correct model's pass@1 0.5 and its pass@4 0.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
-from pipeline_lib.rewards import compute_scores, health_counts
+from pipeline_lib.rewards import DATA_SOURCE_REWARDS, compute_scores, health_counts
 
 log = logging.getLogger("pipeline_lib.eval.evaluate")
 
@@ -39,23 +46,63 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def score_rows(frame: pd.DataFrame, texts: list[str], rows: list[int], reward_weights: dict | None
                ) -> list[dict[str, float]]:
+    """The training reward of each text: ``reward_weights``, else the row's ``extra_info`` composition."""
     records = frame.iloc[rows]
     return compute_scores(list(records["data_source"]), texts, [r["ground_truth"] for r in records["reward_model"]],
                           [dict(e) for e in records["extra_info"]], reward_weights)
+
+
+def _verifier_info(data_source: str, extra_info: Any) -> dict[str, Any]:
+    """The row's ``extra_info`` without a training composition, so its data source's verifier scores it (a source
+    with no registered default keeps the row's own composition, as training scored it)."""
+    info = dict(extra_info)
+    if data_source in DATA_SOURCE_REWARDS:
+        info.pop("reward_weights", None)
+    return info
+
+
+def verifier_rows(frame: pd.DataFrame, texts: list[str], rows: list[int]) -> list[dict[str, float]]:
+    """Each text scored by its task's verifier (the data source's own composition), for accuracy and pass@k."""
+    records = frame.iloc[rows]
+    return compute_scores(list(records["data_source"]), texts, [r["ground_truth"] for r in records["reward_model"]],
+                          [_verifier_info(d, e) for d, e in zip(records["data_source"], records["extra_info"],
+                                                                 strict=True)])
+
+
+def trains_on_another_reward(frame: pd.DataFrame, reward_weights: dict | None) -> bool:
+    """Whether training's reward differs from the verifier on any row (then it is reported beside the accuracy)."""
+    if reward_weights:
+        return True
+    for source, info in zip(frame["data_source"], frame["extra_info"], strict=True):
+        weights = dict(info).get("reward_weights")
+        if weights and source in DATA_SOURCE_REWARDS and {str(k): float(v) for k, v in dict(weights).items()
+                                                          if v is not None} != DATA_SOURCE_REWARDS[source]:
+            return True
+    return False
+
+
+def _correct(result: dict[str, float]) -> bool:
+    """The verifier's verdict: its ``acc`` where it gives one, else a full score (a similarity reward's 1.0)."""
+    return bool(result["acc"] >= 1.0) if "acc" in result else result["score"] >= 1.0
 
 
 def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_dir: Path | None = None
              ) -> tuple[dict[str, Any], list[dict]]:
     """Greedy and sampled generations for every held-out prompt, scored by the task's reward registry entry."""
     frame = pd.read_parquet(data)
-    if spec.get("max_prompts"):
-        frame = frame.iloc[: spec["max_prompts"]]
+    max_prompts = spec.get("max_prompts")
+    if max_prompts is not None:
+        if isinstance(max_prompts, bool) or not isinstance(max_prompts, int) or max_prompts < 1:
+            raise ValueError(f"max_prompts {max_prompts!r}: a number of prompts >= 1, or null for all")
+        frame = frame.iloc[:max_prompts]
     prompts = [[dict(m) for m in p] for p in frame["prompt"]]
     weights = spec.get("reward_weights")
+    other_reward = trains_on_another_reward(frame, weights)
     n_samples = spec["samples"]
     generations: list[dict] = []
     correct_counts = [0] * len(frame)
     greedy_scores, sample_scores, lengths = [], [], []
+    rewards: dict[str, list[float]] = {"greedy": [], "sample": []}
     torch.manual_seed(seed)
     with open_backend(model_dir, spec, seed, work_dir or Path(model_dir)) as backend:
         for mode, repeats in (("greedy", 1), ("sample", n_samples)):
@@ -63,16 +110,21 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_
                 continue
             outputs = backend.generate(prompts, samples=repeats, greedy=mode == "greedy")
             flat = [(row, k, g) for row, per_prompt in enumerate(outputs) for k, g in enumerate(per_prompt)]
-            scores = score_rows(frame, [g.text for _, _, g in flat], [row for row, _, _ in flat], weights)
-            for (row, k, generation), result in zip(flat, scores, strict=True):
+            texts, rows = [g.text for _, _, g in flat], [row for row, _, _ in flat]
+            scores = verifier_rows(frame, texts, rows)
+            trained = score_rows(frame, texts, rows, weights) if other_reward else [{}] * len(flat)
+            for (row, k, generation), result, reward in zip(flat, scores, trained, strict=True):
                 generations.append({"prompt_index": row, "mode": mode, "sample": k, "text": generation.text,
-                                    "length": generation.tokens, **result})
+                                    "length": generation.tokens, **result,
+                                    **({"reward": reward["score"]} if other_reward else {})})
+                if other_reward:
+                    rewards[mode].append(reward["score"])
                 if mode == "greedy":
                     greedy_scores.append(result["score"])
                     lengths.append(generation.tokens)
                 else:
                     sample_scores.append(result["score"])
-                    correct_counts[row] += result["score"] >= 1.0
+                    correct_counts[row] += _correct(result)
     metrics: dict[str, Any] = {"prompts": len(frame), "pass@1_greedy": sum(greedy_scores) / len(greedy_scores),
                                "mean_length_greedy": sum(lengths) / len(lengths), "backend": spec.get("backend", "hf")}
     if n_samples:
@@ -80,9 +132,16 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_
         metrics["mean_length_sampled"] = sum(g["length"] for g in generations if g["mode"] == "sample") / len(
             sample_scores)
         for k in spec["pass_k"]:
-            if k <= n_samples:
-                metrics[f"pass@{k}"] = sum(pass_at_k(n_samples, c, k) for c in correct_counts) / len(frame)
-    metrics["score_kind"] = "verifier" if not weights else f"reward {weights}"
+            if k > n_samples:  # the config check refuses this (eval.pass_k); a direct call is told, not ignored
+                raise ValueError(f"pass@{k} needs at least {k} samples per prompt; this evaluation draws {n_samples}")
+            metrics[f"pass@{k}"] = sum(pass_at_k(n_samples, c, k) for c in correct_counts) / len(frame)
+    metrics["score_kind"] = "verifier"
+    if other_reward:  # the weighted training reward, under its own name
+        metrics["reward_mean_greedy"] = sum(rewards["greedy"]) / len(rewards["greedy"])
+        if rewards["sample"]:
+            metrics["reward_mean_sampled"] = sum(rewards["sample"]) / len(rewards["sample"])
+        metrics["reward_kind"] = (f"training reward {json.dumps(weights)}" if weights
+                                  else "training reward (the rows' extra_info reward_weights)")
     # Items the verifier timed out on or failed count as wrong in pass@1: say how many, per mode.
     for mode in ("greedy", "sample"):
         counts = health_counts([g for g in generations if g["mode"] == mode])

@@ -504,7 +504,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
         "raro": {"critic_prompts_per_step": 2, "critic_max_new_tokens": 4, "critic_decoding": "free"}})
     config["train"]["ablation"] = {"tasks": ["countdown_tiny"], "seeds": [0], "taus": [0.1, 10.0], "group_sizes": [2],
                                    "steps": 1}
-    config["eval"] |= {"samples": 1, "max_new_tokens": 6, "max_prompts": 3}
+    config["eval"] |= {"samples": 1, "pass_k": [], "max_new_tokens": 6, "max_prompts": 3}
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
     result = snakemake(workflow_copy, "paper_table1", "paper_ablation", "--cores", "2", "--configfile", "e2e.yaml")
     assert result.returncode == 0, result.stderr[-4000:]
