@@ -72,7 +72,7 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
     instructions = pd.read_json(spec["instructions"], lines=spec["instructions"].endswith(".jsonl"))
     if "instruction" not in instructions:
         raise KeyError(f"{spec['instructions']}: no 'instruction' column")
-    if spec.get("limit"):
+    if spec.get("limit") is not None:  # the schema's minimum 1: 0 or a negative number is never "all"
         instructions = instructions.iloc[: spec["limit"]]
     prompts = [[{"role": "user", "content": text}] for text in instructions["instruction"]]
     with open_backend(model_dir, eval_spec, seed, work_dir) as backend:
