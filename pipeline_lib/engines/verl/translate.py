@@ -24,6 +24,7 @@ from pipeline_lib.plan import ESTIMATORS, METHODS, Plan, Run, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = [
+    "ATTENTION",
     "ESTIMATOR_MODULE",
     "OPD_TEACHER_DEFAULTS",
     "REWARD_FUNCTION",
@@ -56,6 +57,16 @@ REWARD_HEALTH_ENV = "PIPELINE_REWARD_HEALTH_DIR"
 REWARD_FUNCTION = ("pkg://pipeline_lib.engines.verl.reward", "compute_score")
 
 PROJECT = "softmaxgrpo"
+#: The attention of verl's FSDP actor/reference/SFT models (verl 0.9.1 defaults to ``flash_attention_2``,
+#: verl/workers/config/model.py:185). PyPI's flash-attn is source-only (no wheel for any release, 2.8.3 included), and
+#: no official wheel exists for torch 2.11 (the locked torch, a CUDA 13.0 build): it would need nvcc and a long
+#: compile on the cluster. ``sdpa`` is torch's own and gives the same results: with ``use_remove_padding`` verl packs a
+#: micro-batch into one row with per-sequence position ids, verl's unpad/pad fall back to torch
+#: (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal mask from the position ids
+#: (tests/test_locks.py checks it equals per-sequence attention). The cost: the masked kernel attends over the whole
+#: packed row, about 2 x micro-batch times FA2-varlen's attention FLOPs (docs: "Locked environments"). The rollout
+#: (vLLM) is unaffected: vLLM ships its own attention kernels.
+ATTENTION = "sdpa"
 _SAFE = re.compile(r"^[A-Za-z0-9_./~+@-]+$")
 
 
@@ -357,6 +368,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "data.seed": seed,
         "actor_rollout_ref.model.path": str(paths.init),
         "actor_rollout_ref.model.use_remove_padding": True,
+        "+actor_rollout_ref.model.override_config.attn_implementation": ATTENTION,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
         "actor_rollout_ref.actor.optim.lr": float(spec.settings["lr"]),
         "actor_rollout_ref.actor.optim.weight_decay": float(spec.settings["weight_decay"]),
@@ -428,6 +440,7 @@ def sft_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "model.path": spec.model,
         "model.enable_gradient_checkpointing": True,
         "model.use_remove_padding": True,
+        "+model.override_config.attn_implementation": ATTENTION,
         "optim.lr": float(spec.settings["lr"]),
         "optim.weight_decay": float(spec.settings["weight_decay"]),
         "optim.lr_warmup_steps_ratio": float(spec.settings["warmup_ratio"]),
