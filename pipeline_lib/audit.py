@@ -7,7 +7,10 @@ exists and still has the hash the consuming step recorded; every training step's
 sentinel reached its final step; every step ran from a clean tree, and all steps ran from
 the same code version (or the difference is listed); every step's recorded code digest
 (the ``pipeline_lib`` files its entry point imports, untracked ones included) still
-matches the files of this checkout, or the changed files are named. A file whose sidecar
+matches the files of this checkout, or the changed files are named; every step's recorded settings (the config
+sections it read, :func:`pipeline_lib.provenance.step_config`) still equal the current config's, or the changed
+settings are named (``--configfile``: the config to compare with, merged in order as Snakemake and ``plan`` do; default
+the workflow's own inside a job, else config/config.yaml). A file whose sidecar
 was deleted is flagged when the step that used it recorded a sidecar; only an input that
 had none when it was used (a fixture, a download) is a raw leaf of the chain.
 """
@@ -17,12 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.env import env
 from pipeline_lib.io import sha256_file, write_text
-from pipeline_lib.provenance import SIDECAR_SUFFIX, code_modules
+from pipeline_lib.provenance import SIDECAR_SUFFIX, code_modules, config_settings
 
 __all__ = ["AuditReport", "audit"]
 
@@ -100,6 +105,25 @@ def _code_changes(record: dict[str, Any]) -> str | None:
     return f"made with older code (entry {recorded.get('entry') or 'whole package'}): " + "; ".join(parts)
 
 
+def _config_changes(record: dict[str, Any], config: Mapping[str, Any] | None) -> str | None:
+    """Which of the settings the step recorded differ in ``config`` (None when all match, or nothing to compare)."""
+    made_with = record.get("step_config")
+    if config is None or made_with is None:
+        return None  # made outside the workflow (a test, a hand-run step), or by a step with no known sections
+    if not isinstance(made_with, dict) or not isinstance(made_with.get("sections"), list) \
+            or not isinstance(made_with.get("settings"), dict):
+        return "its recorded step_config is malformed, so its config cannot be compared"
+    now = config_settings(config, [str(s) for s in made_with["sections"]])
+    old = made_with["settings"]
+    changed = sorted(k for k in old.keys() & now.keys() if old[k] != now[k])
+    added, removed = sorted(now.keys() - old.keys()), sorted(old.keys() - now.keys())
+    if not (changed or added or removed):
+        return None
+    parts = [f"{label} {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
+             for label, keys in (("changed", changed), ("new", added), ("removed", removed)) if keys]
+    return f"made with another config (step {record.get('step')}): " + "; ".join(parts)
+
+
 def _is_raw(path: Path, raw: bool | None) -> bool:
     """Whether a file without a sidecar is a raw input; ``raw`` is what the consuming step recorded."""
     if raw is not None:
@@ -109,7 +133,7 @@ def _is_raw(path: Path, raw: bool | None) -> bool:
 
 
 def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport, seen: set[Path],
-           raw: bool | None = None) -> None:
+           raw: bool | None = None, config: Mapping[str, Any] | None = None) -> None:
     indent = "  " * depth
     if path.is_dir():
         report.problems.append(f"{path}: a directory, not a file (audit a file the pipeline wrote, e.g. its "
@@ -158,18 +182,37 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
     if stale:
         report.problems.append(f"{path}: {stale}")
         status += ", STALE CODE"
+    drift = _config_changes(record, config)
+    if drift:
+        report.problems.append(f"{path}: {drift}")
+        status += ", STALE CONFIG"
     report.lines.append(f"{indent}{path}  [{status}] step {record.get('step')} @ {str(code.get('git_commit'))[:10]}")
     _check_done(outputs, report)
     if path in seen:
         return
     seen.add(path)
     for entry in _file_entries(record, "inputs", sidecar, report):
-        _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen, entry.get("raw"))
+        _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen, entry.get("raw"), config)
 
 
-def audit(target: str | Path) -> AuditReport:
+def current_config(configfiles: Sequence[str | Path] | None = None) -> dict[str, Any] | None:
+    """The config to compare recorded settings with: ``configfiles`` merged and resolved as ``plan`` does; default
+    the workflow's resolved config inside a job (``PIPELINE_CONFIG_FILE``), else config/config.yaml when present."""
+    from pipeline_lib.plan.table import load_config  # the schema and the plan: only when a config is compared
+
+    if configfiles:
+        return load_config(configfiles)
+    inside = env("PIPELINE_CONFIG_FILE")
+    if inside is not None:
+        config = json.loads(Path(inside).read_text(encoding="utf-8"))
+        return config if isinstance(config, dict) else None
+    return load_config(["config/config.yaml"]) if Path("config/config.yaml").is_file() else None
+
+
+def audit(target: str | Path, config: Mapping[str, Any] | None = None) -> AuditReport:
+    """The audit of ``target``'s chain; with ``config``, each step's recorded settings are compared with it."""
     report = AuditReport()
-    _visit(Path(target), None, 0, report, set())
+    _visit(Path(target), None, 0, report, set(), config=config)
     if len(report.code_versions) > 1:
         versions = "; ".join(f"{commit and commit[:10]}+diff {diff and diff[:10]}: {len(paths)} file(s)"
                              for (commit, diff), paths in report.code_versions.items())
@@ -197,8 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output", help="the file whose chain to audit")
     parser.add_argument("--out", default=None, help="also write the audit to this file")
     parser.add_argument("--no-fail", action="store_true", help="exit 0 even when problems are found (for reports)")
+    parser.add_argument("--configfile", nargs="+", default=None,
+                        help="the config each step's recorded settings are compared with (merged in order; default: "
+                             "the workflow's inside a job, else config/config.yaml)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    report = audit(args.output)
+    report = audit(args.output, current_config(args.configfile))
     text = render(report)
     print(text, end="")
     if args.out:

@@ -27,6 +27,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "CUDA_VISIBLE_DEVICES": (r"[\w:., -]*", "a comma-separated list of GPU indices or UUIDs"),
     "RAY_ADDRESS": (r"auto|local|([a-z]+://)?[\w.\[\]:-]+:[0-9]+", "auto, local or host:port"),
     "PIPELINE_CONFIG_SHA256": (r"[0-9a-f]{64}", "a sha256 hex digest (the workflow sets it)"),
+    "PIPELINE_CONFIG_FILE": (r"\S.*", "a file path (the workflow sets it: its resolved config, as JSON)"),
     "PIPELINE_REWARD_HEALTH_DIR": (r"\S.*", "a directory path (the verl engine sets it)"),
     "WANDB_ENTITY": (r"[\w.-]+", "a W&B entity name"),
     "MLFLOW_TRACKING_URI": (r"\S+", "an MLflow tracking URI"),

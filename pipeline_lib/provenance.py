@@ -16,6 +16,10 @@ It also covers the files outside the package that those modules read as part of 
 code: a module names them by a repository-relative string constant under ``config/``
 (``"config/prompts"``: the judge's rubric prompts), a file or a folder of files, so an
 edited rubric prompt makes the judge's outputs stale exactly as an edited judge module does.
+
+A sidecar written inside the workflow also records the config its step was made with (:func:`step_config`): the
+sections of the resolved config the step reads, each setting by its dotted key with a digest of its value, so the
+audit can name the setting (``train.sft.lr``) that changed since, as Snakemake's parameter trigger replans the step.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ from typing import Any
 from pipeline_lib.env import env
 from pipeline_lib.io import sha256_file, write_json
 
-__all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "entry_module",
-           "file_record", "hardware", "numerics", "running_entry", "write_provenance"]
+__all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "config_settings",
+           "entry_module", "file_record", "hardware", "numerics", "resolved_config_file", "running_entry",
+           "step_config", "step_sections", "write_provenance"]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
@@ -225,6 +230,113 @@ def config_digest(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def resolved_config_file(config: Mapping[str, Any], root: str | os.PathLike[str] = ".snakemake/pipeline") -> Path:
+    """The workflow's resolved config (schema defaults filled) as JSON, named by its digest, which every job reads
+    through ``PIPELINE_CONFIG_FILE`` to record the settings its step used (:func:`step_config`)."""
+    path = Path(root) / f"config-{config_digest(config)}.json"
+    if not path.is_file():
+        write_json(path, dict(config))
+    return path
+
+
+def _training_sections(name: str, config: Mapping[str, Any]) -> list[str]:
+    train = config.get("train", {}) if isinstance(config.get("train"), Mapping) else {}
+    common = ["train.engine", "train.model", "train.verl"]
+    if name == "sft":
+        return [*common, "train.sft"]
+    if name in (train.get("methods") or {}):
+        return [*common, "train.rl", f"train.methods.{name}"]
+    if name in (train.get("baselines") or {}):
+        return [*common, "train.sft", "train.rl", f"train.baselines.{name}"]
+    return [*common, "train.sft", "train.rl", "train.methods", "train.ablation", "train.scale"]  # a study's cell
+
+
+def step_sections(step: str, output: str, params: Mapping[str, Any], config: Mapping[str, Any]) -> list[str] | None:
+    """The config sections (dotted keys) a step's output depends on, or None for a step without a known set.
+
+    What lists runs (``train.seeds``, ``train.tasks``, ``data.tiny.tasks``) is left out: adding a seed makes new runs,
+    it does not change the ones made. A training run is found by its directory, ``results/train/<task>/<name>/...``.
+    """
+    if step == "data_tiny":
+        return ["seed", *(f"data.tiny.{k}" for k in config["data"]["tiny"] if k not in ("tasks", "reward_weights")),
+                f"data.tiny.reward_weights.{params.get('task')}"]
+    if step == "data_tokenizer":
+        return ["data.tokenizer"]
+    if step == "data_build":
+        return [f"data.datasets.{params.get('dataset')}"]
+    if step == "data_imagenet":
+        return ["imagenet.dataset"]
+    if step.startswith("train_") or step == "annotate_rationales":
+        parts = Path(output).parts
+        if "train" in parts and len(parts) > parts.index("train") + 2:
+            return _training_sections(parts[parts.index("train") + 2], config)
+        return None
+    if step == "imagenet_train":
+        return [f"imagenet.{k}" for k in config.get("imagenet", {}) if k not in ("seeds", "label", "enabled")]
+    if step == "eval_checkpoint":
+        return [f"eval.{k}" for k in config.get("eval", {}) if k != "transfer"]
+    if step.startswith("eval_"):
+        return ["eval"]
+    if step.startswith("judge_"):
+        return ["judge"]
+    if step.startswith("paper_theory"):
+        return ["theory", "seed"]
+    if step.startswith("paper_"):
+        return ["label", "report"]
+    return None
+
+
+_ABSENT = "absent"
+
+
+def config_settings(config: Mapping[str, Any], sections: Iterable[str]) -> dict[str, str]:
+    """Each setting under ``sections`` by dotted key, with a digest of its value (a list is one setting; a key the
+    config lacks is ``absent``): what a sidecar records and the audit compares."""
+    settings: dict[str, str] = {}
+
+    def walk(key: str, value: Any) -> None:
+        if isinstance(value, Mapping) and value:
+            for child in sorted(value):
+                walk(f"{key}.{child}", value[child])
+        else:
+            settings[key] = config_digest({"value": value})[:16]
+
+    for section in sections:
+        node: Any = config
+        for part in section.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+        if node is _ABSENT:
+            settings[section] = _ABSENT
+        else:
+            walk(section, node)
+    return settings
+
+
+def step_config(step: str, output: str, params: Mapping[str, Any],
+                config: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What a sidecar records of the config its step used: the sections (:func:`step_sections`) and their settings
+    (:func:`config_settings`); None outside the workflow (no config) or for a step without a known set."""
+    if config is None:
+        return None
+    sections = step_sections(step, output, params, config)
+    if sections is None:
+        return None
+    return {"sections": sections, "settings": config_settings(config, sections)}
+
+
+def _workflow_config() -> Mapping[str, Any] | None:
+    """The resolved config of the workflow that started this job (``PIPELINE_CONFIG_FILE``), or None."""
+    path = env("PIPELINE_CONFIG_FILE")
+    if path is None:
+        return None
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise FileNotFoundError(f"PIPELINE_CONFIG_FILE={path}: the workflow's resolved config cannot be read "
+                                f"({exc})") from None
+    return config if isinstance(config, dict) else None
+
+
 def _git(*args: str) -> bytes | None:
     try:
         return subprocess.run(
@@ -363,9 +475,11 @@ def write_provenance(
         "started_at": started_at,
         "finished_at": time.time(),
     }
+    config = _workflow_config()
     sidecars = []
     for output in outputs:
         sidecar = output.with_name(output.name + SIDECAR_SUFFIX)
-        write_json(sidecar, record | {"output": str(output)})
+        made_with = step_config(step, str(output), record["params"], config)
+        write_json(sidecar, record | {"output": str(output)} | ({"step_config": made_with} if made_with else {}))
         sidecars.append(sidecar)
     return sidecars

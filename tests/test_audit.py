@@ -8,6 +8,7 @@ from pipeline_lib import provenance
 from pipeline_lib.audit import audit
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
+from tests.conftest import REPO
 
 CLEAN = {"git_commit": "abc123", "dirty": False, "diff_sha256": None, "pipeline_lib_version": "0.1.0"}
 
@@ -87,3 +88,63 @@ def test_a_directory_is_reported_as_a_directory_not_missing(chain):
     report = audit(chain["done"].parent)
     assert not report.ok and "a directory, not a file" in report.problems[0]
     assert not any("missing" in p for p in report.problems)
+
+
+# --- the config an output was made with (issue 35, class 11) --------------------------------------------------------
+
+
+@pytest.fixture
+def made_in_workflow(tmp_path, monkeypatch):
+    """An SFT run and an RL run made from it as the workflow makes them: its resolved config exported to the job."""
+    import copy
+
+    from pipeline_lib.plan.table import load_config
+
+    monkeypatch.setattr(provenance, "code_version", lambda: CLEAN)
+    config = load_config([REPO / "config/config.yaml"], REPO / "workflow/schemas/config.schema.yaml")
+    monkeypatch.setenv("PIPELINE_CONFIG_FILE", str(provenance.resolved_config_file(config, tmp_path / "wf")))
+    sft = tmp_path / "results/train/countdown_tiny/sft/seed0/DONE.json"
+    write_json(sft, {"final_step": 3, "total_steps": 3})
+    write_provenance([sft], step="train_sft", params={"spec": {"lr": 3e-3}})
+    rl = tmp_path / "results/train/countdown_tiny/grpo_exact/seed0/DONE.json"
+    write_json(rl, {"final_step": 3, "total_steps": 3})
+    write_provenance([rl], step="train_rl", inputs=[sft], params={"spec": {"lr": 1e-4}})
+    monkeypatch.delenv("PIPELINE_CONFIG_FILE")
+    return {"config": config, "sft": sft, "rl": rl, "copy": copy.deepcopy}
+
+
+def test_an_output_made_with_another_config_fails_the_audit_naming_the_setting(made_in_workflow):
+    """The reported case: after train.sft.lr changed, snakemake -n replans the SFT run, yet its audit passed."""
+    config, sft, rl = made_in_workflow["config"], made_in_workflow["sft"], made_in_workflow["rl"]
+    sidecar = json.loads(sft.with_name("DONE.json.prov.json").read_text())
+    assert "train.sft.lr" in sidecar["step_config"]["settings"]
+    assert audit(rl, config).ok  # unchanged config: the whole chain passes
+    changed = made_in_workflow["copy"](config)
+    changed["train"]["sft"]["lr"] = 1e-3
+    report = audit(rl, changed)  # the RL run's chain reaches the SFT run, whose setting changed
+    assert [p for p in report.problems if "config" in p] == [
+        f"{sft}: made with another config (step train_sft): changed train.sft.lr"]
+
+
+def test_only_the_settings_a_step_read_are_compared(made_in_workflow):
+    config, sft = made_in_workflow["config"], made_in_workflow["sft"]
+    for key, value in (("rl", {"lr": 5e-4}), ("seeds", [0, 1, 2, 3]), ("tasks", ["countdown_tiny"])):
+        changed = made_in_workflow["copy"](config)
+        changed["train"][key] = value if not isinstance(value, dict) else changed["train"][key] | value
+        assert audit(sft, changed).ok, key  # another step's setting, or more runs: this run is what it was
+    changed = made_in_workflow["copy"](config)
+    changed["train"]["rl"]["lr"] = 5e-4
+    assert "changed train.rl.lr" in " ".join(audit(made_in_workflow["rl"], changed).problems)
+
+
+def test_the_audit_command_compares_with_the_config_files_it_is_given(made_in_workflow, tmp_path, capsys):
+    import yaml
+
+    from pipeline_lib.audit import main
+
+    (tmp_path / "lr.yaml").write_text(yaml.safe_dump({"train": {"sft": {"lr": 1e-3}}}))
+    assert main([str(made_in_workflow["sft"]), "--configfile", str(REPO / "config/config.yaml")]) == 0
+    capsys.readouterr()
+    assert main([str(made_in_workflow["sft"]), "--configfile", str(REPO / "config/config.yaml"),
+                 str(tmp_path / "lr.yaml")]) == 1
+    assert "made with another config (step train_sft): changed train.sft.lr" in capsys.readouterr().out

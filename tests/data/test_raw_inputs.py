@@ -3,13 +3,12 @@
 the file."""
 
 import json
-import os
 import shutil
 
 import pytest
 import yaml
 
-from pipeline_lib.audit import audit
+from pipeline_lib.audit import audit, current_config
 from pipeline_lib.config import validate_config
 from pipeline_lib.data.real import source_files
 from tests.conftest import FIXTURES, REPO, real_spec, snakemake
@@ -27,7 +26,7 @@ def test_source_files_are_each_roles_local_file_or_the_readable_files_of_its_fol
 
 
 @pytest.mark.slow  # three Snakemake runs (about 20 CPU s)
-def test_editing_a_raw_source_replans_the_build_and_fails_the_audit(workflow_copy):
+def test_editing_a_raw_source_replans_the_build_and_fails_the_audit(workflow_copy, monkeypatch):
     raw = workflow_copy / "raw/deepmath.jsonl"
     raw.parent.mkdir()
     shutil.copy(FIXTURES / "deepmath/train.jsonl", raw)
@@ -40,6 +39,15 @@ def test_editing_a_raw_source_replans_the_build_and_fails_the_audit(workflow_cop
     assert built.returncode == 0, built.stderr[-3000:]
     sidecar = json.loads((workflow_copy / f"{target}.prov.json").read_text())
     assert [entry["path"] for entry in sidecar["inputs"]] == ["raw/deepmath.jsonl"]
+    # the job recorded the settings it read (class 11): the audit under a changed setting names it
+    assert sidecar["step_config"]["sections"] == ["data.datasets.deepmath"]
+    monkeypatch.chdir(workflow_copy)
+    config = current_config(["raw.yaml"])  # as `audit --configfile raw.yaml` resolves it
+    changed = json.loads(json.dumps(config))
+    changed["data"]["datasets"]["deepmath"]["holdout_fraction"] = 0.25
+    assert not [p for p in audit(target, config).problems if "config" in p]  # (a dirty checkout is a problem too)
+    assert [p for p in audit(target, changed).problems if "config" in p] == [
+        f"{target}: made with another config (step data_build): changed data.datasets.deepmath.holdout_fraction"]
     assert "Nothing to be done" in snakemake(workflow_copy, target, "-n", "--configfile", "raw.yaml").stdout
 
     rows = raw.read_text().splitlines()
@@ -47,11 +55,6 @@ def test_editing_a_raw_source_replans_the_build_and_fails_the_audit(workflow_cop
     plan = snakemake(workflow_copy, target, "-n", "--configfile", "raw.yaml")
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert "data_build" in plan.stdout and "Nothing to be done" not in plan.stdout
-    cwd = os.getcwd()
-    os.chdir(workflow_copy)
-    try:
-        report = audit(target)
-    finally:
-        os.chdir(cwd)
+    report = audit(target)
     assert any(p.startswith("raw/deepmath.jsonl: content changed since it was used") for p in report.problems), \
         report.problems

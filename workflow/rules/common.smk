@@ -8,14 +8,15 @@ import sys
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
-from pipeline_lib.provenance import code_digest, config_digest
+from pipeline_lib.provenance import code_digest, config_digest, resolved_config_file
 from pipeline_lib.run_info import write_run_info
 from pipeline_lib.steps import data_params, dataset_pattern, eval_params, judge_inputs, judge_params, paper_steps
 from pipeline_lib.targets import stage_targets, tokenizer_inputs
 
 CONFIG_SHA256 = config_digest(config)
-# Every job's shell (local or on a Slurm node) exports the digest; provenance sidecars record it.
-shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256}; ")
+# Every job's shell (local or on a Slurm node) exports the digest, and the resolved config's file; provenance sidecars
+# record the digest and the settings their step read (pipeline_lib.provenance.step_config), which the audit compares.
+shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; ")
 
 
 report: "../report/workflow.rst"
