@@ -29,7 +29,8 @@ _OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.tracking
                       for name in ("wandb", "mlflow", "swanlab", "trackio")}
 NOT_REACHED = {
     "report.yaml": {
-        "vllm": "pipeline_lib.eval.backends' vLLM backend; the report env's eval jobs use the hf one",
+        "vllm": "pipeline_lib.eval.backends' vLLM backend; eval jobs run in the report env only with another backend "
+                "(workflow/rules/eval.smk EVAL_ENV; tests/test_locks.py checks the backend's package)",
         "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
         **_OPTIONAL_TRACKERS,
     },

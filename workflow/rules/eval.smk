@@ -3,6 +3,10 @@
 from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
 
+# The evaluation jobs' env: vLLM generation (eval.backend vllm, the paper's) runs in the GPU env that locks vLLM; the
+# hf and server backends in the CPU env of the other steps (tests/test_locks.py checks each lock holds its backend).
+EVAL_ENV = "../../envs/eval.yaml" if eval_spec(config)["backend"] == "vllm" else "../../envs/report.yaml"
+
 
 # Every evaluation of one (task, seed) of a local-engine task in one process (one start-up instead of one per
 # checkpoint; pipeline_lib.plan.groups.eval_batches): one rule per (task, seed), named eval_checkpoints_<task>_seed<N>;
@@ -29,7 +33,7 @@ for batch in EVAL_BATCHES:
         priority: job_priority("eval_checkpoints")
         threads: 1
         conda:
-            "../../envs/report.yaml"
+            EVAL_ENV
         shell:
             "{params.command} > {log} 2>&1"
 
@@ -53,7 +57,7 @@ rule eval_checkpoint:
     priority: job_priority("eval_checkpoint")
     threads: 1
     conda:
-        "../../envs/report.yaml"
+        EVAL_ENV
     shell:
         "python -m pipeline_lib.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec:q}"
         " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"

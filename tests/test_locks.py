@@ -1,0 +1,183 @@
+"""The locked conda envs (pipeline_lib.envlock): each env file is the lock of its input, pins builds from PyPI (no
+local ``+cpu`` build), and holds what the planned runs of its rules ask for at run time (the rollout, the attention
+implementation, the generation and judge backends); and the attention the GPU runs use (sdpa, since no flash-attn
+wheel exists for the locked torch) computes over verl's packed micro-batches what attention per sequence does.
+
+CI re-resolves every lock against PyPI (`python -m pipeline_lib.envlock check` in .ci/run); these tests stay offline.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipeline_lib import envlock
+from pipeline_lib.envlock import LockError, canonical, locked_packages
+
+from .conftest import REPO, WORKFLOW_PARTS
+
+ENVS = sorted(path.stem for path in (REPO / "envs/inputs").glob("*.yaml"))
+#: A generation backend (config `generation.backend`, `eval.backend`) -> the distribution it runs on.
+BACKEND_PACKAGES = {"vllm": "vllm", "hf": "transformers", "server": "openai"}
+#: A verl rollout engine (`*.rollout.name`, an OPD teacher's `inference.name`) -> the distribution it runs on.
+ROLLOUT_PACKAGES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm"}
+#: A transformers attention implementation -> the distribution that provides it (torch's own need nothing more).
+ATTENTION_PACKAGES = {"sdpa": "torch", "eager": "torch", "flex_attention": "torch", "flash_attention_2": "flash-attn",
+                      "flash_attention_3": "flash-attn-3"}
+
+
+def test_every_env_snakemake_reads_has_an_input_and_is_its_current_lock(monkeypatch):
+    monkeypatch.chdir(REPO)
+    assert {path.stem for path in (REPO / "envs").glob("*.yaml")} == set(ENVS)
+    envlock.check(resolve_again=False)
+
+
+def test_an_edited_input_or_a_hand_edited_lock_fails_the_check_naming_the_env(tmp_path, monkeypatch):
+    shutil.copytree(REPO / "envs", tmp_path / "envs")
+    monkeypatch.chdir(tmp_path)
+    envlock.check(resolve_again=False)
+    judge = Path("envs/inputs/judge.yaml")
+    judge.write_text(judge.read_text().replace("- tqdm==4.70.1", "- tqdm==4.70.1\n      - rich"))
+    with pytest.raises(LockError, match=r"envs/judge.yaml was not made from envs/inputs/judge.yaml") as error:
+        envlock.check(resolve_again=False)
+    assert "envlock lock judge" in str(error.value) and "report.yaml" not in str(error.value)
+    shutil.copy2(REPO / "envs/inputs/judge.yaml", judge)
+    envlock.check(resolve_again=False)
+    locked = Path("envs/report.yaml")
+    locked.write_text(locked.read_text().replace("channels: [conda-forge]", "channels: [defaults]"))
+    with pytest.raises(LockError, match=r"envs/report.yaml differs from its input outside the pip entries"):
+        envlock.check(resolve_again=False)
+
+
+def test_the_input_refuses_pip_options_that_a_lock_cannot_hold(tmp_path):
+    source = tmp_path / "x.yaml"
+    source.write_text("name: x\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n      - torch==2.11.0\n"
+                      "      - -r ../requirements.txt\n")
+    with pytest.raises(LockError, match=r"x.yaml:7: '- -r ../requirements.txt' is not a `- requirement` entry"):
+        envlock.input_requirements(source)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_each_lock_pins_every_package_by_version_and_hash_from_pypi(env):
+    """A local version (``2.13.0+cpu``) exists only off PyPI, which refuses them: none may be locked. The locked torch
+    is PyPI's CUDA build (its nvidia-* runtime libraries come with it)."""
+    packages = locked_packages(REPO / "envs" / f"{env}.yaml")
+    assert all(item.hashes for item in packages.values())
+    assert not [f"{item.name}=={item.version}" for item in packages.values() if "+" in item.version]
+    assert "torch" in packages and "nvidia-cuda-runtime" in packages
+
+
+def _verl_default_attention() -> str:
+    """verl's attention when a run sets none: read from verl's own model config code, not restated here."""
+    from verl.workers.config.model import HFModelConfig
+
+    found = re.findall(r'override_config\.get\(\s*"attn_implementation",\s*"([^"]+)"\s*\)',
+                       inspect.getsource(HFModelConfig))
+    assert len(found) == 1, "verl's default attn_implementation is no longer where this test reads it"
+    return found[0]
+
+
+def _verl_asks(kind: str, overrides: list[str], label: str) -> dict[str, str]:
+    """Distribution -> why, for one verl run: its config composed by verl's Hydra config as the job will."""
+    from omegaconf import OmegaConf
+
+    from pipeline_lib.engines.verl.validate import compose
+
+    config = OmegaConf.to_container(compose({"sft": "sft_trainer_engine", "rl": "ppo_trainer"}[kind], overrides),
+                                    resolve=True)
+    asks = {"verl": f"{label}: the trainer"}
+    model = config["model"] if kind == "sft" else config["actor_rollout_ref"]["model"]
+    attention = (model.get("override_config") or {}).get("attn_implementation") or _verl_default_attention()
+    assert attention in ATTENTION_PACKAGES, f"{label}: attention {attention!r} has no known package"
+    asks[ATTENTION_PACKAGES[attention]] = f"{label}: attn_implementation={attention}"
+    if kind == "rl":
+        rollouts = {config["actor_rollout_ref"]["rollout"]["name"]}
+        distillation = config.get("distillation") or {}
+        for teacher in (distillation.get("teacher_models") or {}).values() if distillation.get("enabled") else ():
+            rollouts.add(teacher["inference"]["name"])
+        for rollout in rollouts:
+            asks[ROLLOUT_PACKAGES[rollout]] = f"{label}: rollout {rollout}"
+    return asks
+
+
+@pytest.fixture(scope="module")
+def paper_rule_envs(tmp_path_factory) -> dict[str, str]:
+    from tests.test_envs import rule_envs
+
+    workdir = tmp_path_factory.mktemp("locks_workflow")
+    for part in WORKFLOW_PARTS:
+        source = REPO / part
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, workdir / part)
+    return rule_envs(workdir, "config/paper.yaml")
+
+
+def test_each_lock_holds_what_the_paper_plans_runs_ask_for_at_run_time(paper_rule_envs):
+    """From the paper config's plan: every verl run's composed config (rollout engines, the OPD teacher's, the
+    attention implementation), every run's generation backend and engine, the evaluation backend of the eval rules
+    and the judges' serve commands, each checked against the lock of the env its rule runs in."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.runs import JOBS
+    from pipeline_lib.plan.settings import eval_spec
+    from pipeline_lib.plan.table import load_config
+
+    config = load_config([REPO / "config/paper.yaml"])
+    plan = plan_runs(config, check_estimators=False)
+    asks: dict[str, dict[str, str]] = {}  # env file -> distribution -> why
+    composed: dict[tuple[str, str], dict[str, str]] = {}
+    from pipeline_lib.engines.verl.translate import run_overrides
+
+    for run in plan.runs:
+        need = asks.setdefault(JOBS[run.job].conda, {})
+        if run.verl_kind:
+            shape = (run.verl_kind, run.method)  # one compose per trainer and method: its overrides' keys
+            if shape not in composed:
+                composed[shape] = _verl_asks(run.verl_kind, run_overrides(run), run.key)
+            need.update(composed[shape])
+        backend = (run.spec.generation or {}).get("backend")
+        if backend:
+            need[BACKEND_PACKAGES[backend]] = f"{run.key}: generation.backend={backend}"
+        if run.spec.engine == "trl":
+            need["trl"] = f"{run.key}: engine trl"
+    evaluation = eval_spec(config)["backend"]
+    for rule in [name for name in paper_rule_envs if name.startswith("eval_checkpoint")]:
+        asks.setdefault(paper_rule_envs[rule], {})[BACKEND_PACKAGES[evaluation]] = f"{rule}: eval.backend={evaluation}"
+    for role in ("primary", "second"):
+        command = config["judge"][role].get("serve", {}).get("command") or []
+        if command:
+            server = command[2] if command[:2] == ["python", "-m"] else command[0]
+            asks.setdefault(paper_rule_envs["judge_score"], {})[canonical(server.split(".")[0])] = \
+                f"judge_score: judge.{role}.serve.command {' '.join(command[:2])}"
+    assert asks["train-verl.yaml"].get("vllm") and asks["judge.yaml"].get("vllm")  # the derivation found them
+    missing = {env: {package: why for package, why in need.items()
+                     if canonical(package) not in locked_packages(REPO / "envs" / env)}
+               for env, need in asks.items()}
+    assert not {env: found for env, found in missing.items() if found}, missing
+
+
+def test_sdpa_over_a_packed_micro_batch_equals_attention_per_sequence():
+    """verl's remove-padding forward (transformer_impl: one row of every sequence's tokens, per-sequence position
+    ids, attention_mask None, use_cache False) with the runs' attention (translate.ATTENTION): transformers must keep
+    each sequence to itself, as flash-attn's varlen kernel does; without the position ids the sequences mix."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from pipeline_lib.engines.verl.translate import ATTENTION
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    config._attn_implementation = ATTENTION
+    model = Qwen2ForCausalLM(config).eval()
+    sequences = [torch.randint(0, 97, (length,)) for length in (7, 12, 5)]
+    with torch.no_grad():
+        alone = torch.cat([model(input_ids=s[None], use_cache=False).logits[0] for s in sequences])
+        packed_ids = torch.cat(sequences)[None]
+        positions = torch.cat([torch.arange(len(s)) for s in sequences])[None]
+        packed = model(input_ids=packed_ids, position_ids=positions, attention_mask=None, use_cache=False).logits[0]
+        mixed = model(input_ids=packed_ids, attention_mask=None, use_cache=False).logits[0]
+    assert torch.allclose(packed, alone, atol=1e-5)
+    assert not torch.allclose(mixed, alone, atol=1e-2)
