@@ -54,14 +54,18 @@ def _healthy(port: int, deadline_s: float = 5.0) -> bool:
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the server's process group (vLLM's engine and workers are its children), SIGKILL after
+    ``grace_s``."""
     if process.poll() is not None:
         return
+    started = time.monotonic()
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    log.info("judge server (pid %d) stopped in %.1f s", process.pid, time.monotonic() - started)
 
 
 @contextlib.contextmanager
@@ -90,7 +94,8 @@ def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: P
         log.info("starting judge server: %s (log %s)", " ".join(argv), log_path)
         process = subprocess.Popen(argv, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            deadline = time.monotonic() + float(serve.get("startup_timeout_s", 1800))
+            started = time.monotonic()
+            deadline = started + float(serve.get("startup_timeout_s", 1800))
             while not _healthy(port):
                 if process.poll() is not None:
                     raise ServerStartError(f"judge server exited with status {process.returncode} before becoming "
@@ -99,7 +104,8 @@ def served_endpoint(endpoint: dict[str, Any], serve: dict[str, Any], log_path: P
                     raise ServerStartError(f"judge server not healthy at {health} after "
                                            f"{serve.get('startup_timeout_s')} s; see {log_path}")
                 time.sleep(1.0)
-            log.info("judge server healthy at %s", health)
+            log.info("judge server (pid %d) healthy at %s after %.1f s", process.pid, health,
+                     time.monotonic() - started)
             yield {**endpoint, "base_url": f"http://127.0.0.1:{port}/v1"}
         finally:
             _stop(process)
