@@ -365,8 +365,8 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
         table = (f"No claim here has the {min_seeds} seeds a verdict needs (`report.min_seeds`): the table gives "
                  "estimates with their intervals and no verdicts. How often verdicts at a given number of seeds "
                  "hold again on fresh seeds is measured by `benchmarks/verdict_stability.py` over runs on more "
-                 "seeds; the README records it for the tiny tasks, and the configuration says why it asks for "
-                 f"{min_seeds}.\n\n" + table)
+                 "seeds; CHANGELOG.md records it for the tiny tasks, and docs/miniature.md says why the tiny "
+                 f"configuration asks for {min_seeds}.\n\n" + table)
     return table
 
 
