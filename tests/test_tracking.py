@@ -365,7 +365,7 @@ def test_each_backend_writes_its_local_store_with_verls_names(backend, tmp_path,
 
     module, extra = BACKEND_PACKAGES[backend]
     if importlib.util.find_spec(module) is None:
-        pytest.skip(f"{module} is not installed: pip install -e '.[{extra}]' (README, tests)")
+        pytest.skip(f"{module} is not installed: pip install -e '.[{extra}]' (docs/usage.md, tests)")
     environment, read = LOCAL_STORES[backend]
     for name, value in environment(tmp_path).items():
         monkeypatch.setenv(name, value)
