@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from pipeline_lib.checkpoint import read_json_state
+from pipeline_lib.checkpoint import read_json_state, run_identity
 from pipeline_lib.data.schema import sft_row
 from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.sft import sft_settings, train_sft
@@ -87,7 +87,10 @@ def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tok
     run_dir.mkdir(parents=True, exist_ok=True)
     annotated = run_dir / "rationalized_sft.parquet"
     stamp = run_dir / "rationalized_sft.json"
-    identity = {"annotate": spec["annotate"], "annotator": str(annotator), "data": str(data), "seed": seed}
+    # the annotation is reused only for the same settings, code and input contents (the resume rule of every engine:
+    # pipeline_lib.checkpoint.run_identity); else it is made again
+    identity = {"annotate": spec["annotate"], "annotator": str(annotator), "data": str(data), "seed": seed,
+                "run": run_identity({"annotate": spec["annotate"], "seed": seed}, [data, annotator])}
     if not annotated.is_file() or read_json_state(stamp) != identity:  # unreadable: set aside, redone
         frame = pd.read_parquet(data)
         conversations = [[dict(m) for m in messages] for messages in frame["messages"]]

@@ -105,3 +105,22 @@ def test_state_without_a_recorded_run_is_set_aside_and_a_finished_run_moves_noth
     (run / "final").mkdir()  # a finished run keeps no resume state: nothing to mix, nothing moved
     assert claim_run_dir(run, _identity(tmp_path, config_sha256="other"), "local") == []
     assert (run / "final").is_dir()
+
+
+def test_rationalization_annotates_again_when_its_data_changed_at_the_same_path(tiny, tmp_path):
+    """The annotation the rationalization baseline reuses on resume was keyed by paths too."""
+    import pandas as pd
+
+    from pipeline_lib.engines.local.rationalization import train_rationalization
+
+    spec = {"annotate": {"hint": "The answer is {answer}.", "max_new_tokens": 4, "temperature": 1.0,
+                         "batch_size": 16}, "sft": SFT | {"steps": 1}}
+    data = tmp_path / "sft_train.parquet"
+    shutil.copy(tiny / "data/sft_train.parquet", data)
+    train_rationalization(spec, data, tiny / "init", tiny / "tok", tmp_path / "run", 0, progress=False)
+    build_tiny("countdown_tiny", ENGINE_TINY, 1, None, tmp_path / "other")
+    shutil.copy(tmp_path / "other/sft_train.parquet", data)
+    (tmp_path / "run/DONE.json").unlink()  # Snakemake's rerun after its input changed
+    train_rationalization(spec, data, tiny / "init", tiny / "tok", tmp_path / "run", 0, progress=False)
+    questions = [m[0]["content"] for m in pd.read_parquet(tmp_path / "run/rationalized_sft.parquet")["messages"]]
+    assert questions == [m[0]["content"] for m in pd.read_parquet(data)["messages"]]
