@@ -68,7 +68,7 @@ def test_verl_finds_the_cpu_wheels_vllm_only_with_the_switch():
                         env={**env, ENV: "1"}, timeout=300)
     assert off.returncode != 0 and "vllm version None not supported" in off.stderr, off.stderr[-2000:]
     assert on.returncode == 0, on.stderr[-2000:]
-    found, wheel = on.stdout.split()
+    found, wheel = on.stdout.split()[-2:]  # the probe's last line (verl may print before it)
     assert found == f"{wheel}+cpu"
 
 
@@ -102,6 +102,7 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     data.parent.mkdir(parents=True)
     data.symlink_to(tiny / "data")
     init = build_tiny_model(tiny / "tok", section["model"], 0, tmp_path / "init")
+    (tmp_path / "workflow").symlink_to(REPO / "workflow")  # the config schema, as a job in the workflow reads it
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(SKIP_SYNC_ENV, "1")
     out = tmp_path / "results/preflight/grpo"
