@@ -95,7 +95,7 @@ def read_page(path: str, text: str | None = None) -> Page:
 
 def split_commands(command: str) -> list[tuple[str, list[str]]]:
     """``a && b`` -> a and b, each as text and as its argument list (redirections kept as arguments)."""
-    return [(part, shlex.split(part)) for part in re.split(r"\s*&&\s*", command) if part.strip()]
+    return [(part, shlex.split(part, comments=True)) for part in re.split(r"\s*&&\s*", command) if part.strip()]
 
 
 # --- names --------------------------------------------------------------------------------------------------------
