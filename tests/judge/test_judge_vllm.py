@@ -71,6 +71,16 @@ def _prompt_tokens(tokenizer, fields: dict[str, str], attempt: int = 0) -> int:
     return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
+def _fewest_tokens(tokenizer, text: str) -> int:
+    """The fewest of the vocabulary's tokens that spell ``text``: no generation can finish it in fewer."""
+    pieces = {piece for piece in (tokenizer.convert_tokens_to_string([token]) for token in tokenizer.get_vocab())
+              if piece}
+    fewest = [0] + [len(text) + 1] * len(text)
+    for end in range(1, len(text) + 1):
+        fewest[end] = min([fewest[start] + 1 for start in range(end) if text[start:end] in pieces] or [len(text) + 1])
+    return fewest[-1]
+
+
 def _fields(extra: dict, response: str) -> dict[str, str]:
     return {"MEETING_TITLE": str(extra.get("title") or ""), "TRANSCRIPT_TEXT": str(extra["transcript"]),
             "SUMMARY_TEXT": response}
@@ -98,7 +108,9 @@ def judged(tmp_path_factory, vllm_available) -> dict:
                                     "kv_heads": 1, "max_positions": MAX_MODEL_LEN}, 0)
     save_model_atomic(model, tokenizer, root / "model")
 
-    shortest_verdict = len(tokenizer(json.dumps(dict.fromkeys(MEETING.keys, 1)))["input_ids"])
+    # the structured output's verdict: the schema's keys in order, ", " and ": " between them, values 1-10
+    shortest_verdict = _fewest_tokens(tokenizer, json.dumps(dict.fromkeys(MEETING.keys, 1)))
+    longest_verdict = len(json.dumps(dict.fromkeys(MEETING.keys, 10)))  # characters: at least one per token
     reask = _prompt_tokens(tokenizer, {"MEETING_TITLE": "", "TRANSCRIPT_TEXT": "", "SUMMARY_TEXT": ""}, 1) \
         - _prompt_tokens(tokenizer, {"MEETING_TITLE": "", "TRANSCRIPT_TEXT": "", "SUMMARY_TEXT": ""}, 0)
     assert reask < shortest_verdict, "the re-ask's extra tokens must fit where a verdict does not"
@@ -121,7 +133,7 @@ def judged(tmp_path_factory, vllm_available) -> dict:
             tokens = _prompt_tokens(tokenizer, _fields(extra, response))
             assert MAX_MODEL_LEN - shortest_verdict < tokens and tokens + reask < MAX_MODEL_LEN, (index, tokens)
         else:
-            assert _prompt_tokens(tokenizer, _fields(extra, response)) + 2 * shortest_verdict <= MAX_MODEL_LEN
+            assert _prompt_tokens(tokenizer, _fields(extra, response)) + longest_verdict < MAX_MODEL_LEN
         lines.append({"prompt_index": index, "mode": "greedy", "sample": 0, "text": response, "length": 1,
                       "score": 0.0})
     generations = root / "generations.jsonl"

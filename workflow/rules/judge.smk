@@ -1,7 +1,9 @@
 # Stage "judge": the non-verifiable tasks' held-out generations scored by a primary and a second judge,
 # cross-judge agreement, and the blind human calibration (export a rating page; import completed ratings).
 # LLM judges hold `judge_requests` (their request concurrency) of the global resource the profiles cap,
-# so parallel scoring jobs share one endpoint's budget. The judged runs: the plan's judge study (common.smk).
+# so parallel scoring jobs share one endpoint's budget. A served judge (`serve.command`) is started inside
+# judge_score only if some item is not in the judge's response cache. The judged runs: the plan's judge study
+# (common.smk).
 
 from pipeline_lib.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
 
