@@ -71,6 +71,11 @@ def test_each_lock_pins_every_package_by_version_and_hash_from_pypi(env):
     assert "torch" in packages and "nvidia-cuda-runtime" in packages
 
 
+#: Override keys that choose an engine or a trainer path (the others set numbers and paths).
+_CHOOSES_ENGINES = re.compile(r"(rollout\.name|attn_implementation|use_v1|strategy|distillation\.enabled"
+                              r"|inference\.name)$")
+
+
 def _verl_default_attention() -> str:
     """verl's attention when a run sets none: read from verl's own model config code, not restated here."""
     from verl.workers.config.model import HFModelConfig
@@ -127,15 +132,17 @@ def test_each_lock_holds_what_the_paper_plans_runs_ask_for_at_run_time(paper_rul
     config = load_config([REPO / "config/paper.yaml"])
     plan = plan_runs(config, check_estimators=False)
     asks: dict[str, dict[str, str]] = {}  # env file -> distribution -> why
-    composed: dict[tuple[str, str], dict[str, str]] = {}
+    composed: dict[tuple[str, ...], dict[str, str]] = {}
     from pipeline_lib.engines.verl.translate import run_overrides
 
     for run in plan.runs:
         need = asks.setdefault(JOBS[run.job].conda, {})
         if run.verl_kind:
-            shape = (run.verl_kind, run.method)  # one compose per trainer and method: its overrides' keys
+            overrides = run_overrides(run)
+            # one compose per trainer and set of the overrides that choose engines
+            shape = (run.verl_kind, *sorted(o for o in overrides if _CHOOSES_ENGINES.search(o.split("=", 1)[0])))
             if shape not in composed:
-                composed[shape] = _verl_asks(run.verl_kind, run_overrides(run), run.key)
+                composed[shape] = _verl_asks(run.verl_kind, overrides, run.key)
             need.update(composed[shape])
         backend = (run.spec.generation or {}).get("backend")
         if backend:

@@ -63,8 +63,9 @@ PROJECT = "softmaxgrpo"
 #: compile on the cluster. ``sdpa`` is torch's own and gives the same results: with ``use_remove_padding`` verl packs a
 #: micro-batch into one row with per-sequence position ids, verl's unpad/pad fall back to torch
 #: (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal mask from the position ids
-#: (tests/test_locks.py checks it equals per-sequence attention). The cost: the masked kernel attends over the whole
-#: packed row, about 2 x micro-batch times FA2-varlen's attention FLOPs (docs: "Locked environments"). The rollout
+#: (tests/test_locks.py checks it equals per-sequence attention). The cost: with that mask torch's SDPA cannot take
+#: its flash kernel, and the memory-efficient one computes the whole packed row, about 2 x micro-batch times
+#: FA2-varlen's attention FLOPs (sequences of equal length), plus a (tokens x tokens) mask per forward. The rollout
 #: (vLLM) is unaffected: vLLM ships its own attention kernels.
 ATTENTION = "sdpa"
 _SAFE = re.compile(r"^[A-Za-z0-9_./~+@-]+$")
