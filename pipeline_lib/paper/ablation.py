@@ -5,9 +5,10 @@
     python -m pipeline_lib.paper.ablation table --data CSV --label tiny --stem results/paper/tables/ablation \
         --differences JSON
 
-Rows are temperatures tau; per task and group size M the table shows greedy pass@1 (%) and the
-mean greedy response length (tokens), mean over seeds, best pass@1 per (task, M) column in bold,
-as in the paper (its length column is "mean answer length"). The caption states how the cells' settings differ
+Rows are temperatures tau; per task and group size M the table shows greedy pass@1 (%) and the mean greedy
+response length (tokens), as in the paper (its length column is "mean answer length"), mean over seeds; a
+(task, M) column's best pass@1 is in bold only where the claims rules support it (the paper bolds every best).
+The caption states how the cells' settings differ
 from the main runs', as the workflow computes them from the config
 (:func:`pipeline_lib.paper.captions.ablation_differences`).
 """
@@ -24,12 +25,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from pipeline_lib.io import atomic_path
 from pipeline_lib.paper.captions import differences_text
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.provenance import write_provenance
 
 __all__ = ["ablation_data", "ablation_table"]
@@ -59,6 +60,10 @@ def ablation_table(frame: pd.DataFrame, label: str, stem: Path, differences: Map
     stats = frame.groupby(["task", "M", "tau"])[["pass@1", "length"]].mean()
     seeds = frame.groupby(["task", "M", "tau"])["seed"].nunique()
     tasks, sizes, taus = sorted(frame["task"].unique()), sorted(frame["M"].unique()), sorted(frame["tau"].unique())
+    per_seed: dict[str, dict[float, dict[int, float]]] = {}
+    for row in frame[["task", "M", "tau", "seed", "pass@1"]].itertuples(index=False):
+        per_seed.setdefault(f"{row[0]} M={row[1]}", {}).setdefault(float(row[2]), {})[int(row[3])] = float(row[4])
+    marked = supported_best(per_seed)
     plain, latex = [], []
     for tau in taus:
         row_plain, row_latex = {"tau": f"{tau:g}"}, {"tau": f"{tau:g}"}
@@ -70,7 +75,7 @@ def ablation_table(frame: pd.DataFrame, label: str, stem: Path, differences: Map
                         frame_row[f"{key} pass@1"] = frame_row[f"{key} len"] = "--"
                     continue
                 value, length = stats.loc[(task, m, tau)]
-                best = np.isclose(value, stats.xs((task, m), level=("task", "M"))["pass@1"].max())
+                best = marked.get(key) == tau
                 cell = f"{100 * value:.1f}%"
                 row_plain[f"{key} pass@1"] = f"**{cell}**" if best else cell
                 row_latex[f"{key} pass@1"] = rf"\textbf{{{100 * value:.1f}\%}}" if best else rf"{100 * value:.1f}\%"
@@ -79,8 +84,8 @@ def ablation_table(frame: pd.DataFrame, label: str, stem: Path, differences: Map
         latex.append(row_latex)
     n_seeds = int(seeds.max()) if len(seeds) else 0
     caption = (f"Temperature (tau) and group size (M) ablation of SoftmaxGRPO-Exact [{label} run]: greedy pass@1 (%) "
-               f"and mean response length (tokens) on held-out prompts, mean over {n_seeds} seed(s); best pass@1 per "
-               f"(task, M) in bold. {differences_text(differences)}")
+               f"and mean response length (tokens) on held-out prompts, mean over {n_seeds} seed(s); for pass@1 per "
+               f"(task, M), {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. {differences_text(differences)}")
     raw = [c for c in latex[0] if c.endswith("pass@1")] if latex else []
     return write_table(pd.DataFrame(plain), stem, caption, "tab:ablations", latex_frame=pd.DataFrame(latex),
                        raw_columns=raw)

@@ -51,7 +51,9 @@ def unfillable_bins(group_size: int, binary_reward: bool) -> dict[int, str]:
             held = {0: "all wrong", group_size: "all correct"}
             what = " or ".join(f"{held[k]} ({k}/{group_size})" for k in inside) or "no group at all"
             out[i] = (f"with M = {group_size} and 0/1 rewards, a pass rate in {names[i]} means {what}; such groups "
-                      "have advantage 0 under every estimator, so this bin cannot hold gradient in this configuration")
+                      "have advantage 0 under every estimator, so this bin cannot hold gradient: a property of M and "
+                      f"the reward, not of this run or its scale (every run with M = {group_size} and 0/1 rewards "
+                      "leaves it empty, the paper plan's runs with that M included)")
     return out
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.tables import latex_escape, write_table
+from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
 
@@ -59,13 +60,14 @@ def transfer_scores(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
 
 def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path,
                         transfer_paths: list[Path] = ()) -> list[Path]:
-    """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; best per column in bold.
+    """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; bold only where supported.
 
     Judged columns are the primary judge's 0-100 score; transfer columns are lm-eval accuracy (%) and
     AlpacaEval 2.0's length-controlled win rate.
     """
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
+    per_seed: dict[str, dict[str, dict[str, float]]] = {}  # task -> method -> seed dir -> score
     summaries = []
     for path in summary_paths:
         summary = json.loads(path.read_text())
@@ -74,11 +76,13 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
         failed[identity["task"]] += summary["failed"]
         if summary["score_100"] is not None:
             scores[(identity["method"], identity["task"])].append(summary["score_100"])
+            per_seed.setdefault(identity["task"], {}).setdefault(identity["method"], {})[identity["seed"]] = \
+                summary["score_100"]
     tasks = sorted({task for _, task in scores})
     transfer = transfer_scores(list(transfer_paths))
     scores |= transfer
     tasks += sorted({column for _, column in transfer})
-    best = {task: max(statistics.fmean(v) for (m, t), v in scores.items() if t == task) for task in tasks}
+    best = supported_best(per_seed)  # transfer scores carry no seed: never marked
     plain, latex = [], []
     for method in methods:
         name = NONVERIFIABLE_LABELS.get(method, method)
@@ -91,7 +95,7 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
             mean = statistics.fmean(values)
             std = statistics.stdev(values) if len(values) > 1 else math.nan
             spread = f" ± {std:.1f}" if not math.isnan(std) else ""
-            bold = math.isclose(mean, best[task])
+            bold = best.get(task) == method
             cell = f"{mean:.1f}{spread} (n={len(values)})"
             row_plain[task] = f"**{cell}**" if bold else cell
             row_latex[task] = (rf"\textbf{{{mean:.1f}}}" if bold else f"{mean:.1f}") + \
@@ -101,7 +105,7 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
     failures = ", ".join(f"{task}: {failed[task]}" for task in tasks)
     caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10); "
                f"transfer columns, when present, are lm-eval accuracy (%) and AlpacaEval 2.0 LC win rate; "
-               f"mean ± std over seeds, best per column in bold. Judge: {_judge_label(summaries)}. "
+               f"mean ± std over seeds; {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. Judge: {_judge_label(summaries)}. "
                f"Items the judge failed to score (excluded, never counted as 0): {failures}. "
                f"[{label} run: not comparable in absolute value with the paper's table.]")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:nonverifiable", latex_frame=pd.DataFrame(latex),

@@ -24,6 +24,7 @@ from pipeline_lib.advantages import group_advantages
 from pipeline_lib.group_metrics import PASS_RATE_BINS
 from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.provenance import write_provenance
 
@@ -53,11 +54,15 @@ def _method_sort_key(method: str) -> tuple[int, str]:
 
 
 def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Path]:
-    """Methods x tasks, mean ± std over seeds (percent); the best mean per column in bold."""
+    """Methods x tasks, mean ± std over seeds (percent); a column's best in bold only where the claims rules
+    support it (:func:`pipeline_lib.paper.verdicts.supported_best`), never on a difference no verdict carries."""
     tasks = sorted(frame["task"].unique())
     methods = sorted(frame["method"].unique(), key=_method_sort_key)
     stats = frame.groupby(["method", "task"])[metric].agg(["mean", "std", "count"])
-    best = {task: stats.xs(task, level="task")["mean"].max() for task in tasks}
+    per_seed: dict[str, dict[str, dict[int, float]]] = {}
+    for row in frame[["task", "method", "seed", metric]].itertuples(index=False):
+        per_seed.setdefault(row[0], {}).setdefault(row[1], {})[int(row[2])] = float(row[3])
+    best = supported_best(per_seed)
     plain, latex = [], []
     for method in methods:
         name = METHOD_LABELS.get(method, method)
@@ -69,7 +74,7 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
             mean, std, count = stats.loc[(method, task)]
             spread = f" ± {100 * std:.1f}" if count > 1 and not math.isnan(std) else ""
             cell = f"{100 * mean:.1f}{spread} (n={int(count)})"
-            is_best = np.isclose(mean, best[task])
+            is_best = best.get(task) == method
             row_plain[task] = f"**{cell}**" if is_best else cell
             row_latex[task] = (rf"\textbf{{{100 * mean:.1f}}}" if is_best else f"{100 * mean:.1f}") + \
                 (rf"$\pm${100 * std:.1f}" if spread else "")
@@ -77,8 +82,8 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
         latex.append(row_latex)
     caption = (f"Verifiable reasoning accuracy (%), {metric} on held-out prompts, mean ± std over seeds "
                f"[{label} run: not comparable in absolute value with the paper's Table 1]. Sim methods train on the "
-               "weak similarity reward, Exact methods on the task verifier; -- = not run on that task; best per column "
-               "in bold.")
+               "weak similarity reward, Exact methods on the task verifier; -- = not run on that task; "
+               f"{BOLD_RULE.format(min_seeds=MIN_SEEDS)}.")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:rarl_results", latex_frame=pd.DataFrame(latex),
                        raw_columns=tasks)
 

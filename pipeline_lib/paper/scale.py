@@ -6,7 +6,7 @@
 
 Runs named ``<method>_at_<scale>`` belong to that scale; plain ``<method>`` runs are the main scale.
 Cells are greedy pass@1 (%) on held-out prompts, mean over seeds; the better method within each
-(scale, task) is in bold, as in the paper.
+(scale, task) is in bold only where the claims rules support it (the paper bolds every better one).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from pipeline_lib.io import atomic_path
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.provenance import write_provenance
 
@@ -48,6 +48,10 @@ def scale_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     stats = frame.groupby(["model", "method", "task"])["pass@1"].mean()
     tasks = sorted(frame["task"].unique())
     models = list(dict.fromkeys(frame["model"]))  # main scale first, then config order
+    per_seed: dict[str, dict[str, dict[int, float]]] = {}
+    for row in frame[["model", "task", "method", "seed", "pass@1"]].itertuples(index=False):
+        per_seed.setdefault(f"{row[0]}/{row[1]}", {}).setdefault(row[2], {})[int(row[3])] = float(row[4])
+    marked = supported_best(per_seed)
     plain, latex = [], []
     for model in models:
         for method in dict.fromkeys(frame[frame["model"] == model]["method"]):
@@ -58,13 +62,14 @@ def scale_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
                     row_plain[task] = row_latex[task] = "--"
                     continue
                 value = stats.loc[(model, method, task)]
-                best = np.isclose(value, stats.xs((model, task), level=("model", "task")).max())
+                best = marked.get(f"{model}/{task}") == method
                 row_plain[task] = f"**{100 * value:.1f}**" if best else f"{100 * value:.1f}"
                 row_latex[task] = rf"\textbf{{{100 * value:.1f}}}" if best else f"{100 * value:.1f}"
             plain.append(row_plain)
             latex.append(row_latex)
     caption = (f"Verifier-based accuracy (%) across model scales under matched conditions [{label} run]: greedy pass@1 "
-               "on held-out prompts, mean over seeds; bold marks the better method within each model size.")
+               "on held-out prompts, mean over seeds; within each model size and task, "
+               f"{BOLD_RULE.format(min_seeds=MIN_SEEDS)}.")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:scale_results", latex_frame=pd.DataFrame(latex),
                        raw_columns=tasks)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline_lib.stats import PairedDifference, holm_adjust
+from pipeline_lib.stats import PairedDifference, holm_adjust, paired_interval
 
-__all__ = ["ALPHA", "MIN_SEEDS", "Verdict", "rules", "verdicts"]
+__all__ = ["ALPHA", "BOLD_RULE", "MIN_SEEDS", "Verdict", "rules", "supported_best", "verdicts"]
 
 #: Family-wise error rate of the claims table.
 ALPHA = 0.05
@@ -72,4 +72,41 @@ def verdicts(results: list[PairedDifference | None], min_seeds: int = MIN_SEEDS,
             out.append(Verdict(SUPPORTED if (result.mean > 0) == positive else CONTRADICTED, float(p)))
         else:
             out.append(Verdict(INCONCLUSIVE_AFTER_HOLM if result.excludes_zero else INCONCLUSIVE, float(p)))
+    return out
+
+
+#: Caption text of every table that marks cells by :func:`supported_best`.
+BOLD_RULE = ("a cell is in bold only where the claims rules support it as best (its mean above every other row of "
+             "its column, paired by seed, {min_seeds}+ seeds, Holm over the table); otherwise no cell is marked")
+
+
+def supported_best(columns: dict[str, dict[str, dict[int, float]]], min_seeds: int = MIN_SEEDS) -> dict[str, str]:
+    """Column -> the row to mark as best, only where the verdict rules support it: the row with the highest mean
+    beats every other row of its column by a seed-paired interval (one number per run) that is *supported* after
+    Holm's adjustment over every such comparison of the table. A column whose top is a tie, an estimate from fewer
+    than ``min_seeds`` seeds, or unpaired (no shared seeds) gets no mark: a bold cell is a claim, not a ranking.
+
+    ``columns`` maps column -> row -> seed -> value."""
+    family: list[tuple[str, str, PairedDifference | None]] = []
+    for column, rows in columns.items():
+        means = {row: float(np.mean(list(seeds.values()))) for row, seeds in rows.items() if seeds}
+        if len(means) < 2:
+            continue
+        best = max(means, key=means.__getitem__)
+        for other in means:
+            if other == best:
+                continue
+            shared = sorted(set(rows[best]) & set(rows[other]))
+            result = (paired_interval([rows[best][s] for s in shared], [rows[other][s] for s in shared])
+                      if shared else None)
+            family.append((column, best, result))
+    judged = verdicts([result for _, _, result in family], min_seeds)
+    out: dict[str, str] = {}
+    failed: set[str] = set()
+    for (column, best, _), verdict in zip(family, judged, strict=True):
+        if verdict.text == SUPPORTED and column not in failed:
+            out[column] = best
+        else:
+            failed.add(column)
+            out.pop(column, None)
     return out

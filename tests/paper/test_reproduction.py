@@ -158,6 +158,9 @@ def test_bins_a_configuration_cannot_fill_are_named_not_printed_as_zero():
     section = build_report("tiny", REFERENCE, None, frame).split("## Gradient allocation")[1].split("###")[0]
     assert "0.0 / 36.4" not in section and "not comparable (a) / 36.4" in section  # gsm8k/grpo_exact's [0.9, 1]
     assert "(a) Not comparable: with M = 8 and 0/1 rewards, a pass rate in [0.9,1] means all correct (8/8)" in section
+    # a property of M and the reward, which holds at any scale (the paper plan's M = 8 runs too), not of "this run"
+    assert "a property of M and the reward, not of this run or its scale" in section
+    assert "this configuration" not in section
     graded = frame.assign(binary_reward=False)
     assert "0.0 / 36.4" in build_report("tiny", REFERENCE, None, graded)
 
