@@ -238,7 +238,7 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
 
 
 def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], engine: str,
-                  state: Iterable[str] = RESUME_STATE, logs: Iterable[str] = STEP_LOGS) -> list[Path]:
+                  state: Iterable[str] | None = RESUME_STATE, logs: Iterable[str] = STEP_LOGS) -> list[Path]:
     """Make ``run_dir`` the run ``identity`` (:func:`run_identity`) before reading any resume state; returns what was
     set aside (empty when the directory is this run's or holds no resume state).
 
@@ -254,7 +254,9 @@ def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], 
     previous = previous if isinstance(previous, dict) else {}
     if previous.get("run_sha256") == digest:
         return []
-    present = [run_dir / name for name in dict.fromkeys(state) if (run_dir / name).exists()]
+    names = sorted(p.name for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR)) if state is None \
+        else dict.fromkeys(state)
+    present = [run_dir / name for name in names if (run_dir / name).exists()]
     moved = []
     if present:
         present += [run_dir / name for name in dict.fromkeys(logs) if (run_dir / name).exists()]

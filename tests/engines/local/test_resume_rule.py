@@ -124,3 +124,15 @@ def test_rationalization_annotates_again_when_its_data_changed_at_the_same_path(
     train_rationalization(spec, data, tiny / "init", tiny / "tok", tmp_path / "run", 0, progress=False)
     questions = [m[0]["content"] for m in pd.read_parquet(tmp_path / "run/rationalized_sft.parquet")["messages"]]
     assert questions == [m[0]["content"] for m in pd.read_parquet(data)["messages"]]
+
+
+def test_an_engine_that_resumes_from_its_whole_directory_sets_all_of_it_aside(tmp_path):
+    """``state=None`` (how verl's run directory would adopt the rule: verl resumes from whatever it holds)."""
+    run = tmp_path / "run"
+    claim_run_dir(run, _identity(tmp_path), "verl", state=None)
+    for name in ("checkpoints", "final", "DONE.json", "verl_metrics.jsonl"):
+        (run / name).mkdir() if "." not in name else (run / name).write_text("{}")
+    assert claim_run_dir(run, _identity(tmp_path), "verl", state=None) == []
+    moved = claim_run_dir(run, _identity(tmp_path, code_sha256="edited"), "verl", state=None)
+    assert sorted(p.name for p in moved) == ["DONE.json", "checkpoints", "final", "verl_metrics.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == [RUN_IDENTITY, STALE_DIR]
