@@ -1,6 +1,8 @@
 """Locked conda environments: each ``envs/<name>.yaml`` that a rule's ``conda:`` directive names is generated from the
 hand-written ``envs/inputs/<name>.yaml`` with its pip list replaced by the full resolution (every package, exact
-version, every file's sha256) that ``uv pip compile`` makes for python 3.11 on linux x86_64 from PyPI.
+version, every file's sha256) that ``uv pip compile`` makes for python 3.11 on linux x86_64 from PyPI (uv's default
+index: ``--no-config`` and no ``UV_*`` variables, so no local mirror, find-links folder or pip constraint, which are
+all pip settings, shapes a GPU lock).
 
 Why the lock lives inside the env file Snakemake reads, and not in a file beside it: Snakemake copies an env file into
 ``.snakemake/conda/`` (or ``--conda-prefix``) before ``conda env create`` runs it, so a relative ``-r lock.txt`` in
@@ -32,14 +34,11 @@ from pathlib import Path
 
 from pipeline_lib.io import atomic_path
 
-__all__ = ["INDEX", "PLATFORM", "PYTHON", "UV_VERSION", "LockError", "Locked", "check", "input_requirements",
+__all__ = ["PLATFORM", "PYTHON", "UV_VERSION", "LockError", "Locked", "check", "input_requirements",
            "lock", "locked_packages", "main", "render", "resolve"]
 
 PYTHON = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"  # torch 2.11's linux wheels are manylinux_2_28
-#: PyPI proper, named so that no local mirror, find-links folder or pip constraint (all pip settings; uv reads none
-#: of them) shapes a GPU lock.
-INDEX = "https://pypi.org/simple"
 #: The resolver release the locks were made with; another may order a resolution differently.
 UV_VERSION = "0.13.9"
 ENVS = Path("envs")
@@ -131,8 +130,8 @@ def resolve(requirements: Sequence[str], preferences: str = "") -> str:
         if "UV_CACHE_DIR" in os.environ:
             environ["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
         command = [uv, "pip", "compile", "--no-config", "--quiet", "--python-version", PYTHON, "--python-platform",
-                   PLATFORM, "--generate-hashes", "--no-header", "--no-annotate", "--index-url", INDEX,
-                   "--index-strategy", "first-index", str(source), "-o", str(output)]
+                   PLATFORM, "--generate-hashes", "--no-header", "--no-annotate",
+                   str(source), "-o", str(output)]
         result = subprocess.run(command, capture_output=True, text=True, env=environ, timeout=600)
         if result.returncode != 0:
             raise LockError(f"uv pip compile failed for {list(requirements)}:\n{result.stderr[-4000:]}")
@@ -191,7 +190,7 @@ def render(name: str, input_file: Path, resolved: str) -> str:
     header = [GENERATED.format(name=name),
               f"# input-sha256: {_digest(input_file)}",
               f"# resolved: uv {UV_VERSION} pip compile --python-version {PYTHON} --python-platform {PLATFORM} "
-              f"--generate-hashes --index-url {INDEX} ({len(packages)} packages)"]
+              f"--generate-hashes, uv's default index: PyPI ({len(packages)} packages)"]
     return "\n".join([*header, *lines[:start], *entries, *lines[end:]]) + "\n"
 
 
