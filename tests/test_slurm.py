@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -22,61 +20,24 @@ import pytest
 import yaml
 
 from pipeline_lib.plan import JOBS
-from tests.conftest import repo_env
+from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitted_job_ids
 
 from .conftest import REPO
 
-CLUSTER = REPO / ".ci" / "slurm" / "local_cluster.py"
-PROFILE = REPO / ".ci" / "slurm" / "profile"
 REDUCED = REPO / ".ci" / "slurm" / "reduced.yaml"
 NODES = {"ci-node1", "ci-node2"}
 
 
-def _unavailable() -> str | None:
-    missing = [name for name in ("sbatch", "squeue", "srun", "scontrol", "munge")
-               if shutil.which(name) is None]
-    missing += [name for name in ("slurmctld", "slurmd", "munged") if not Path("/usr/sbin", name).exists()]
-    if missing:
-        return f"Slurm binaries missing ({', '.join(missing)}): apt-get install slurm-wlm munge"
-    if os.geteuid() != 0:
-        return "the local Slurm cluster runs as root"
-    try:
-        import ray  # noqa: F401
-    except ImportError:
-        return "ray is not installed (pip install verl==0.9.1 pulls it)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    """A running local cluster; stopped (by PID) at the end if this fixture started it."""
-    reason = _unavailable()
-    if reason:
-        if os.environ.get("PIPELINE_REQUIRE_SLURM") == "1":
-            pytest.fail(f"PIPELINE_REQUIRE_SLURM=1 but {reason}")
-        pytest.skip(reason)
-    was_running = subprocess.run([sys.executable, str(CLUSTER), "status"], capture_output=True).returncode == 0
-    started = subprocess.run([sys.executable, str(CLUSTER), "start"], capture_output=True, text=True, timeout=180)
-    assert started.returncode == 0, started.stdout + started.stderr
-    yield
-    if not was_running:
-        stopped = subprocess.run([sys.executable, str(CLUSTER), "stop"], capture_output=True, text=True, timeout=120)
-        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        # a slurm.conf naming a stopped controller makes every later Snakemake start wait ~9 s (its Slurm plugin asks
-        # `scontrol show config`): the cluster takes its config away with it
-        conf = Path("/etc/slurm/slurm.conf")
-        assert not (conf.exists() and "local_cluster.py" in conf.read_text(errors="replace")), stopped.stdout
+    """A running local cluster (shared with the other Slurm test module; stopped by PID by its last user)."""
+    with shared_cluster():
+        yield
 
 
 def _snakemake(cwd: Path, *args: str, timeout: float = 480) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in repo_env().items() if not k.startswith("SLURM_")}
     return subprocess.run([sys.executable, "-m", "snakemake", "--profile", str(PROFILE), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _submitted_job_ids(output: str) -> list[str]:
-    """Slurm job ids the executor reports for each sbatch submission."""
-    return re.findall(r"has been submitted with SLURM jobid (\d+)", output)
+                          capture_output=True, text=True, timeout=timeout, env=snakemake_env())
 
 
 PROBE_SNAKEFILE = """
@@ -118,11 +79,10 @@ def probe_run(slurm_cluster, tmp_path_factory):
     tiny DAG (the two together fit the time budget; one after the other would not)."""
     workdir = tmp_path_factory.mktemp("ray_probe")
     (workdir / "Snakefile").write_text(PROBE_SNAKEFILE)
-    env = {k: v for k, v in repo_env().items() if not k.startswith("SLURM_")}
     with open(workdir / "snakemake.out", "w") as out:
         process = subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", str(PROFILE), "--resources",
-                                    "judge_requests=2"], cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                   text=True)
+                                    "judge_requests=2"], cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+                                   env=snakemake_env(), text=True)
     yield process, workdir
     if process.poll() is None:
         process.terminate()
@@ -145,7 +105,7 @@ def test_slurm_profile_gives_every_rule_its_resources():
 
 
 def test_launcher_without_slurm_runs_the_command_and_returns_its_status():
-    env = {k: v for k, v in repo_env().items() if not k.startswith("SLURM_")}
+    env = snakemake_env()
     result = subprocess.run([sys.executable, "-m", "pipeline_lib.engines.verl.launch", "--", sys.executable, "-c",
                              "import os, sys; print(os.environ.get('RAY_ADDRESS')); sys.exit(3)"],
                             capture_output=True, text=True, env=env, timeout=60)
@@ -165,7 +125,7 @@ def test_tiny_dag_runs_through_sbatch(slurm_cluster, probe_run, workflow_copy):
     elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stderr[-6000:]
     output = result.stdout + result.stderr
-    jobs = _submitted_job_ids(output)
+    jobs = submitted_job_ids(output)
     finished = re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output)
     print(f"tiny DAG through Slurm: {len(jobs)} sbatch jobs, {len(finished)} finished, {elapsed:.0f} s")
     assert len(jobs) == len(set(jobs)) == len([rule for rule in finished if rule != "all"]) > 20
@@ -189,7 +149,7 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     output = (tmp_path / "snakemake.out").read_text()
     probe_log = tmp_path / "logs/ray_probe.log"
     assert returncode == 0, output[-4000:] + (probe_log.read_text()[-4000:] if probe_log.exists() else "")
-    jobs = _submitted_job_ids(output)
+    jobs = submitted_job_ids(output)
     assert len(jobs) == 4
     # the global resource throttles Slurm jobs too: the three `throttled` jobs never overlapped
     spans = sorted(tuple(map(float, (tmp_path / f"results/probe/throttled{i}.txt").read_text().split()))

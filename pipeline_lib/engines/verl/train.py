@@ -166,8 +166,10 @@ def logged_resume_point(run_dir: Path, kind: str) -> int | None:
 
     if logged(step):
         return step
+    # verl prunes an old checkpoint to its data.pt (the actor goes): only one with its actor can be resumed
     earlier = sorted((int(d.name.rsplit("_", 1)[1]) for d in ckpt.glob("global_step_*")
-                      if d.name.rsplit("_", 1)[1].isdigit() and int(d.name.rsplit("_", 1)[1]) < step), reverse=True)
+                      if d.name.rsplit("_", 1)[1].isdigit() and int(d.name.rsplit("_", 1)[1]) < step
+                      and (d / "actor").is_dir()), reverse=True)
     back = next((k for k in earlier if logged(k)), None)
     for directory in ckpt.glob("global_step_*"):
         suffix = directory.name.rsplit("_", 1)[1]
