@@ -37,8 +37,9 @@ from pipeline_lib.io import write_text
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
-from pipeline_lib.paper.miniature import load_planted, miniature_section
+from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted, miniature_section
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
+from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
 from pipeline_lib.provenance import write_provenance
@@ -67,12 +68,16 @@ def _label(method: str) -> str:
     return METHOD_LABELS.get(method, method)
 
 
-def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric: str) -> str:
+def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric: str,
+                   notes: dict[str, str] | None = None) -> str:
+    """Ours beside the paper's per method; ``notes`` (method -> sentence) mark rows that are artefacts of the run
+    (a dagger on the method, the sentence under the table)."""
+    notes = notes or {}
     columns = reference["columns"]
     stats = ours.groupby(["method", "task"])[metric].agg(["mean", "std", "count"])
     rows = []
     for method, paper_values in reference["rows"].items():
-        row = {"Method": _label(method)}
+        row = {"Method": _label(method) + (" †" * (list(notes).index(method) + 1) if method in notes else "")}
         for task in sorted(ours["task"].unique()):
             column = TASK_TO_PAPER.get(task)
             paper = paper_values[columns.index(column)] if column in columns else None
@@ -82,7 +87,9 @@ def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric
                 cell += f" (Δ {mine - paper:+.1f})"
             row[f"{task} (paper: {column or 'none'})"] = cell
         rows.append(row)
-    return to_markdown(pd.DataFrame(rows))
+    marks = [f"{'†' * (i + 1)} {note}" for i, note in enumerate(notes.values())]
+    table = to_markdown(pd.DataFrame(rows))
+    return "\n".join([table.rstrip("\n"), "", *marks]) if marks else table
 
 
 def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
@@ -383,6 +390,11 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
     ``train_root`` the training runs (their rollouts split the allocation shift)."""
     comparable = label == "paper"
     made = made or {}
+    tasks = sorted(table1["task"].unique()) if table1 is not None and not table1.empty else []
+    quality = demonstration_quality(train_root, tasks)
+    blind = blind_judges(planted or {}, judge_items)
+    artefacts = artefact_notes(quality, blind, allocation)
+    rationalization = [a for a in artefacts if a.startswith("Rationalization on")]
     parts = [
         "# Reproduction report",
         "",
@@ -402,7 +414,8 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
     verifiable: list[Comparison] = []
     if table1 is not None and not table1.empty:
         parts += ["## Table 1 (verifiable accuracy, greedy pass@1 %)", "",
-                  table1_section(table1, reference["table1"], comparable, "pass@1_greedy"), ""]
+                  table1_section(table1, reference["table1"], comparable, "pass@1_greedy",
+                                 {"rationalization": " ".join(rationalization)} if rationalization else None), ""]
         parts += [note, ""] if (note := base_note(base_runs or {})) else []
         if scores:
             for task in sorted(table1["task"].unique()):
@@ -462,12 +475,20 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                 parts += ["Paired differences of the primary judge's score (points of 100; 95% t-interval, seed as "
                           "the unit, over seeds and judged items):", "", comparisons_section(nonverifiable,
                                                                                                "judge score"), ""]
+            if table == "nonverifiable" and blind:
+                parts += [*(a for a in artefacts if a.startswith("The judge of")), ""]
         else:
             parts += ["Not reproduced in this run (not part of this configuration).", ""]
     parts += ["## Claims", "", rules(min_seeds), "",
               claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds), ""]
     parts += machines_section(machines if machines is not None else pd.DataFrame())
-    return "\n".join(parts)
+    claims = paired_claims(verifiable, shifts, nonverifiable, reference["table1"])
+    judged = verdicts([c.result for c in claims], min_seeds)
+    cannot = [] if comparable else [f"{c[0].upper()}{c[1:]}." for c in CLAIMS_IT_CANNOT_TEST]
+    summary = summary_section(label, table1, judge_items,
+                              [(c.claim, c.task, c.evidence, v.text) for c, v in zip(claims, judged, strict=True)],
+                              cannot, artefacts)
+    return "\n".join([*parts[:2], *summary, *parts[2:]])
 
 
 def _pct(value: float | None) -> str:

@@ -297,3 +297,49 @@ def test_verdict_stability_counts_verdicts_over_seed_subsets_and_their_replicati
     allocation.to_csv(shifted / "paper/data/gradient_allocation.csv", index=False)
     with pytest.raises(SystemExit, match=r"different gradient-allocation rows"):
         module.main(["--results", str(first), str(shifted)])
+
+
+def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_path):
+    """The report's first section says what was run, what holds (the claims table's own verdicts) and what a
+    miniature cannot say; Rationalization's malformed demonstrations, a judge blind to the planted slip and the bin
+    that M and 0/1 rewards leave empty are stated from the run's files, each where its row is."""
+    from pipeline_lib.paper.miniature import Planted
+
+    table1, scores = _runs(tmp_path / "eval", 3, 0.5)
+    table1 = pd.concat([table1, pd.DataFrame([{"task": "arith_tiny", "method": "rationalization", "seed": s,
+                                               "pass@1_greedy": 0.005} for s in range(3)])], ignore_index=True)
+    good, bad = "<think>2 + 3 = 5</think>\n<answer>5</answer>", "5 5 5 <answer>5</answer>"
+    for seed in range(3):  # 3 of 40 demonstrations well-formed
+        run = tmp_path / "train/arith_tiny/rationalization" / f"seed{seed}"
+        run.mkdir(parents=True)
+        demos = [good] + [bad] * (13 if seed == 0 else 12)
+        pd.DataFrame({"messages": [[{"role": "user", "content": "q"}, {"role": "assistant", "content": d}]
+                                   for d in demos]}).to_parquet(run / "rationalized_sft.parquet")
+    blind = pd.Series([True, True, False, False], index=pd.RangeIndex(4, name="prompt_index"))
+    planted = {"meeting_tiny": Planted("meeting_tiny", blind, {"imperfect_fraction": 0.1, "blind_spot_slip": 0.9})}
+    judge = {("meeting_tiny", method, seed): {"judge": pd.Series([0.864, 0.864, level + 0.01 * seed, level],
+                                                                 index=blind.index)}
+             for method, level in (("sft", 0.5), ("grpo_sim", 0.6), ("softmax_sim", 0.7)) for seed in range(3)}
+    allocation = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": 1.0, "bin1": 2.0, "bin2": 3.0,
+                                "bin3": 4.0, "bin4": 0.0, "group_size": 8, "binary_reward": True}
+                               for s in range(3) for m in ("grpo_exact", "softmax_exact")])
+    nonverifiable = tmp_path / "nonverifiable.md"
+    nonverifiable.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 60.0 |")
+    report = build_report("tiny", REFERENCE, table1, allocation, scores, judge, {"nonverifiable": nonverifiable},
+                          planted=planted, train_root=tmp_path / "train")
+    sections = report.split("\n## ")
+    assert sections[1].startswith("Summary")
+    summary = sections[1]
+    assert "over 2 task(s) (arith_tiny, meeting_tiny)" in summary and "seed(s) (0, 1, 2)" in summary
+    ledger = report.split("## Claims")[1]
+    # what holds is the claims table's verdict, word for word, never typed in
+    assert "| supported |" in ledger and "- supported: RL with the verifier improves on its SFT start" in summary
+    assert "3 of its 40 generated demonstrations (7.5%) are well-formed" in summary
+    assert "The judge of `meeting_tiny` does not see the planted slip" in summary and "86.4 for every method" in summary
+    assert "a property of M and the reward" in summary and "The paper's absolute accuracies" in summary
+    table = report.split("## Table 1")[1].split("\n## ")[0]
+    assert "| Rationalization † |" in table and "† Rationalization on `arith_tiny`: 3 of" in table
+    assert "does not see the planted slip" in report.split("## nonverifiable")[1].split("\n## ")[0]
+    seen = {"meeting_tiny": pd.Series([0.9, 0.9, 0.5, 0.5], index=blind.index)}
+    sees = {k: {"judge": seen["meeting_tiny"] - 0.1 * (k[1] == "sft")} for k in judge}
+    assert "planted slip" not in build_report("tiny", REFERENCE, table1, None, scores, sees, planted=planted)
