@@ -25,7 +25,7 @@ from pipeline_lib.group_metrics import PASS_RATE_BINS
 from pipeline_lib.io import atomic_path, save_figure
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
-from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
+from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER, METHODS
 from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
@@ -143,35 +143,67 @@ def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     return write_table(pd.DataFrame(rows), stem, caption, "tab:gradient_allocation")
 
 
-def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
+#: Moving-average window (steps) of the training curves, applied to each seed's curve before the band.
+CURVE_WINDOW = 5
+#: Title of each reward kind's panel: rewards of different kinds are on different scales, so never on one axis.
+REWARD_PANELS = {"verifier": "training reward: verifier", "similarity": "training reward: similarity",
+                 "other": "training reward: other"}
+
+
+def _reward_kind(method: str) -> str:
+    """The registry's reward of a group-RL method ("verifier" or "similarity"); "other" for anything else."""
+    entry = METHODS.get(method)
+    return entry.reward if entry is not None and entry.reward in REWARD_PANELS else "other"
+
+
+def curves_figure(data: pd.DataFrame, label: str):  # -> matplotlib.figure.Figure
+    """One row per task; one training-reward panel per reward kind (verifier and similarity rewards are not on one
+    axis), then KL and response length. Each method is its mean over seeds (line) and the min-max across seeds
+    (band), each seed smoothed with a :data:`CURVE_WINDOW`-step moving average first."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
-    data = pd.concat(frames, ignore_index=True)
     tasks = sorted(data["task"].unique())
+    methods = sorted(data["method"].unique(), key=_method_sort_key)
+    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
+    kinds = [k for k in REWARD_PANELS if any(_reward_kind(m) == k for m in methods)]
     # verl's metric names, which both engines log (docs/tracking.md)
-    panels = [("critic/score/mean", "training reward"), ("actor/kl_loss", "KL to reference"),
-              ("response_length/mean", "response tokens")]
+    panels = [("critic/score/mean", REWARD_PANELS[k], k) for k in kinds] + [
+        ("actor/kl_loss", "KL to reference", None), ("response_length/mean", "response tokens", None)]
     fig, axes = plt.subplots(len(tasks), len(panels), figsize=(4.2 * len(panels), 3.2 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        for column, (metric, title) in enumerate(panels):
+        for column, (metric, title, kind) in enumerate(panels):
             ax = axes[row][column]
-            for method in sorted(data["method"].unique(), key=_method_sort_key):
+            for method in methods:
                 runs = data[(data["task"] == task) & (data["method"] == method)]
-                if runs.empty:
+                if runs.empty or metric not in runs.columns or (kind is not None and _reward_kind(method) != kind):
                     continue
-                smooth = runs.groupby("step")[metric].mean().rolling(5, min_periods=1).mean()
-                ax.plot(smooth.index, smooth.values, label=METHOD_LABELS.get(method, method),
+                per_seed = runs.groupby(["step", "seed"])[metric].mean().unstack("seed").sort_index()
+                smooth = per_seed.rolling(CURVE_WINDOW, min_periods=1).mean()
+                mean = smooth.mean(axis=1)
+                ax.plot(mean.index, mean.to_numpy(), color=colours[method], label=METHOD_LABELS.get(method, method),
                         linestyle="--" if method.startswith("grpo") else "-")
+                if smooth.shape[1] > 1:
+                    ax.fill_between(smooth.index, smooth.min(axis=1).to_numpy(), smooth.max(axis=1).to_numpy(),
+                                    color=colours[method], alpha=0.2, linewidth=0)
             ax.set_title(f"{task}: {title}", fontsize=9)
             ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"Training curves [{label} run], mean over seeds, 5-step moving average")
+            if row == 0 and metric != "response_length/mean" and ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+    seeds = data.groupby(["task", "method"])["seed"].nunique()
+    counts = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
+    fig.suptitle(f"Training curves [{label} run]: mean over seeds (line), min-max across seeds (band; "
+                 f"{counts} seed(s) per run), {CURVE_WINDOW}-step moving average per seed",
+                 fontsize=10)
     fig.tight_layout()
-    save_figure(fig, png, pdf, dpi=140)
+    return fig
+
+
+def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
+    frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
+    save_figure(curves_figure(pd.concat(frames, ignore_index=True), label), png, pdf, dpi=140)
 
 
 def main(argv: list[str] | None = None) -> int:

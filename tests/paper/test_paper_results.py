@@ -102,3 +102,37 @@ def test_bold_marks_only_a_best_the_claims_rules_support(tmp_path):
     assert "**" not in table["close"].str.cat()
     assert "bold only where the claims rules support it" in md.read_text()
     assert supported_best({"col": {"opd": {0: 86.9}, "softmax_sim": {0: 86.7}}}) == {}
+
+
+def test_training_curves_band_seeds_and_keep_reward_kinds_apart(tmp_path):
+    """A reward panel per kind (the verifier's 0/1 and the similarity reward are different scales), each method a
+    mean line with a min-max band across seeds, the band the spread of the seeds' smoothed curves."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from pipeline_lib.paper.results import curves, curves_figure
+
+    paths = []
+    for method, level in (("grpo_exact", 0.2), ("softmax_exact", 0.3), ("grpo_sim", 0.6), ("softmax_sim", 0.7)):
+        for seed in range(3):
+            path = tmp_path / "results/train/arith_tiny" / method / f"seed{seed}" / "metrics.jsonl"
+            path.parent.mkdir(parents=True)
+            rows = [{"step": step, "critic/score/mean": level + 0.02 * step + 0.05 * seed, "actor/kl_loss": 0.01 * step,
+                     "response_length/mean": 20.0 + seed} for step in range(1, 11)]
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+            paths.append(path)
+    frame = pd.concat([pd.read_json(p, lines=True).assign(task="arith_tiny", method=p.parent.parent.name,
+                                                        seed=int(p.parent.name[4:])) for p in paths])
+    fig = curves_figure(frame, "tiny")
+    axes = {ax.get_title(): ax for ax in fig.axes}
+    verifier, similarity = axes["arith_tiny: training reward: verifier"], \
+        axes["arith_tiny: training reward: similarity"]
+    assert [line.get_label() for line in verifier.get_lines()] == ["GRPO-Exact", "SoftmaxGRPO-Exact"]
+    assert [line.get_label() for line in similarity.get_lines()] == ["GRPO-Sim", "SoftmaxGRPO-Sim"]
+    band = verifier.collections[0].get_paths()[0].vertices
+    assert np.isclose(band[:, 1].min(), 0.2 + 0.02) and np.isclose(band[:, 1].max(), 0.2 + 0.02 * 8 + 0.1)
+    assert len(similarity.collections) == 2
+    assert "min-max across seeds (band; 3 seed(s) per run)" in fig._suptitle.get_text()
+    plt.close(fig)
+    curves(paths, "tiny", str(tmp_path / "c.png"), str(tmp_path / "c.pdf"))
+    assert (tmp_path / "c.png").stat().st_size > 0
