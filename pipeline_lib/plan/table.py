@@ -28,7 +28,7 @@ from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs
 from pipeline_lib.run_spec import PlanError
 
-__all__ = ["gpu_hours", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
+__all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
 
 #: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
 SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
@@ -78,6 +78,19 @@ def slurm_jobs(config: Mapping[str, Any], plan: Plan) -> dict[tuple[str, str], t
     return out
 
 
+def job_of_run(config: Mapping[str, Any], plan: Plan) -> dict[tuple[str, str], tuple[str, str]]:
+    """(rule, run key) -> (the rule of the Snakemake job that trains it, that job's identity): a group's members
+    (:mod:`pipeline_lib.plan.groups`) share one job per (task, seed), so the plan prints and counts the jobs
+    Snakemake runs, not one per run."""
+    out = {(run.job, run.key): (run.job, run.key) for run in plan.runs}
+    for rule, group in train_groups(config, plan).items():
+        for task in group.tasks:
+            for seed in group.seeds:
+                for run in group.runs(plan, task, seed):
+                    out[run.job, run.key] = (rule, f"{task}/seed{seed}")
+    return out
+
+
 def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared_by: int = 1) -> float:
     """GPUs x time limit (hours) that ``run``'s Slurm job requests on its first attempt (0 for a CPU job); ``rule``
     is the job's rule when a group runs it (then split among the ``shared_by`` runs of the job)."""
@@ -109,17 +122,27 @@ def plan_gpu_hours(config: Mapping[str, Any], plan: Plan, profile: dict[str, Any
     return [gpu_hours(run, profile, *jobs[run.job, run.key]) for run in plan.runs]
 
 
-def render(plan: Plan, hours: Sequence[float], profile_path: str) -> str:
-    """The run table as aligned text, then the job count per rule and the GPU-hours requested (total, per seed)."""
-    rows = [{column: row.get(column, "") for column in COLUMNS} | {"gpu_h": _hours(h)}
-            for row, h in zip(plan.table(), hours, strict=True)]
+def render(plan: Plan, hours: Sequence[float], profile_path: str,
+           jobs: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> str:
+    """The run table as aligned text, then the training jobs per rule and the GPU-hours requested (total, per seed).
+    ``jobs`` (:func:`job_of_run`) names the rule whose job trains each run (a group's rule for its members) and
+    which runs share a job; without it every run is its own job of its own rule."""
+    jobs = jobs or {(run.job, run.key): (run.job, run.key) for run in plan.runs}
+    rows = [{column: row.get(column, "") for column in COLUMNS} | {"gpu_h": _hours(h),
+                                                                   "job": jobs[run.job, run.key][0]}
+            for row, h, run in zip(plan.table(), hours, plan.runs, strict=True)]
     cells = [[str(row[c]) if row[c] is not None else "" for c in COLUMNS] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(COLUMNS, widths, strict=True)).rstrip(),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    counts = Counter(run.job for run in plan.runs)
-    lines += ["", f"{len(plan.runs)} jobs: " + ", ".join(f"{job} {n}" for job, n in sorted(counts.items()))]
+    distinct = {jobs[run.job, run.key] for run in plan.runs}
+    counts = Counter(rule for rule, _ in distinct)
+    members = Counter(jobs[run.job, run.key][0] for run in plan.runs)
+    per_rule = [f"{rule} {n}" + (f" ({members[rule]} runs)" if members[rule] != n else "")
+                for rule, n in sorted(counts.items())]
+    lines += ["", f"{len(plan.runs)} training runs in {len(distinct)} Snakemake training jobs: " + ", ".join(per_rule)
+              + " (data, evaluation, judging and paper jobs not counted: `snakemake -n` lists every job)"]
     per_seed: dict[int, float] = defaultdict(float)
     per_study: dict[str, float] = defaultdict(float)
     for run, h in zip(plan.runs, hours, strict=True):
@@ -152,5 +175,5 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print("\n".join(json.dumps(row | {"gpu_hours": h}) for row, h in zip(plan.table(), hours, strict=True)))
     else:
-        print(render(plan, hours, profile["_path"]))
+        print(render(plan, hours, profile["_path"], job_of_run(config, plan)))
     return 0

@@ -97,7 +97,26 @@ def test_plan_command_prints_the_run_table(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
     assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
-    assert "jobs: annotate_rationales 3, train_imagenet 13, train_local 6, train_trl 3, train_verl 74" in out
+    assert "99 training runs in 99 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, train_local 6, " \
+           "train_trl 3, train_verl 74" in out
+
+
+def test_plan_command_names_the_group_job_that_trains_a_run_and_counts_jobs_not_runs(capsys):
+    """The tiny default trains most runs inside group jobs (one per task and seed): the table names that rule, and
+    the count is of the jobs Snakemake runs, each group's runs in brackets."""
+    assert plan_command(["--configfile", str(REPO / "config/config.yaml")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("arith_tiny ") and " grpo_exact " in line)
+    assert " train_local_group " in row
+    from pipeline_lib.plan.groups import train_groups
+
+    config = load("config.yaml")
+    plan, group = plan_runs(config), train_groups(config, plan_runs(config))["train_local_group"]
+    jobs = len(group.tasks) * len(group.seeds)
+    count = next(line for line in out.splitlines() if "training runs in" in line)
+    assert count.startswith(f"{len(plan.runs)} training runs in ") and "Snakemake training jobs" in count
+    assert int(count.split(" training runs in ")[1].split()[0]) < len(plan.runs)
+    assert f"train_local_group {jobs} ({jobs * len(group.methods)} runs)" in count
 
 
 def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, tmp_path):
@@ -108,7 +127,8 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     assert plan_command(["--configfile", str(REPO / "config/paper.yaml")]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
-    rows = [line.split() for line in out.splitlines()[2:] if line and not line.startswith(("-", "GPU", "99 jobs"))]
+    rows = [line.split() for line in out.splitlines()[2:]
+            if line and not line.startswith(("-", "GPU", "99 training runs"))]
     deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
     assert header[-1] == "gpu_h" and deepmath[-1] == "384"  # 2 nodes x 8 GPUs x 1440 min (profiles/slurm)
     sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
