@@ -136,3 +136,24 @@ def test_training_curves_band_seeds_and_keep_reward_kinds_apart(tmp_path):
     plt.close(fig)
     curves(paths, "tiny", str(tmp_path / "c.png"), str(tmp_path / "c.pdf"))
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_judged_table_marks_no_best_on_a_single_seed_lead(tmp_path):
+    """OPD 86.9 vs SoftmaxGRPO-Sim 86.7 on one seed each: no verdict, so no bold in the non-verifiable table; a
+    3-seed lead the claims rules support is bold."""
+    from pipeline_lib.paper.judging import nonverifiable_table
+
+    paths = []
+    for task, scores in (("close", {"opd": [86.9], "softmax_sim": [86.7]}),
+                         ("clear", {"sft": [40.0, 41.0, 42.5], "softmax_sim": [70.0, 71.5, 72.0]})):
+        for method, values in scores.items():
+            for seed, value in enumerate(values):
+                path = tmp_path / "judge/primary" / task / method / f"seed{seed}" / "summary.json"
+                path.parent.mkdir(parents=True)
+                path.write_text(json.dumps({"score_100": value, "failed": 0, "judge": {"label": "j", "kind": "k"}}))
+                paths.append(path)
+    csv, _, tex = nonverifiable_table(paths, ["sft", "opd", "softmax_sim"], "tiny", tmp_path / "nv")
+    table = pd.read_csv(csv).set_index("Method")
+    assert "**" not in table["close"].str.cat()
+    assert table["clear"].str.cat().count("**") == 2 and table.loc[table.index[2], "clear"].startswith("**")
+    assert r"\textbf{86.9}" not in tex.read_text()
