@@ -126,9 +126,8 @@ def resolve(requirements: Sequence[str], preferences: str = "") -> str:
         source, output = Path(tmp) / "requirements.in", Path(tmp) / "requirements.txt"
         source.write_text("\n".join(requirements) + "\n")
         output.write_text(preferences)
-        environ = {key: value for key, value in os.environ.items() if not key.startswith("UV_")}
-        if "UV_CACHE_DIR" in os.environ:
-            environ["UV_CACHE_DIR"] = os.environ["UV_CACHE_DIR"]
+        environ = {key: value for key, value in os.environ.items()
+                   if not key.startswith("UV_") or key == "UV_CACHE_DIR"}
         command = [uv, "pip", "compile", "--no-config", "--quiet", "--python-version", PYTHON, "--python-platform",
                    PLATFORM, "--generate-hashes", "--no-header", "--no-annotate",
                    str(source), "-o", str(output)]
