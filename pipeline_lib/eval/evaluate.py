@@ -52,7 +52,7 @@ def score_rows(frame: pd.DataFrame, texts: list[str], rows: list[int], reward_we
                           [dict(e) for e in records["extra_info"]], reward_weights)
 
 
-def _verifier_info(data_source: str, extra_info: Any) -> dict[str, Any]:
+def verifier_info(data_source: str, extra_info: Any) -> dict[str, Any]:
     """The row's ``extra_info`` without a training composition, so its data source's verifier scores it (a source
     with no registered default keeps the row's own composition, as training scored it)."""
     info = dict(extra_info)
@@ -65,7 +65,7 @@ def verifier_rows(frame: pd.DataFrame, texts: list[str], rows: list[int]) -> lis
     """Each text scored by its task's verifier (the data source's own composition), for accuracy and pass@k."""
     records = frame.iloc[rows]
     return compute_scores(list(records["data_source"]), texts, [r["ground_truth"] for r in records["reward_model"]],
-                          [_verifier_info(d, e) for d, e in zip(records["data_source"], records["extra_info"],
+                          [verifier_info(d, e) for d, e in zip(records["data_source"], records["extra_info"],
                                                                  strict=True)])
 
 

@@ -37,7 +37,7 @@ from pipeline_lib.engines.local.common import (
     check_finite_weights,
     clip_finite_gradients,
 )
-from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training
+from pipeline_lib.eval.evaluate import add_eval_arguments, eval_after_training, verifier_info
 from pipeline_lib.group_metrics import group_step_metrics
 from pipeline_lib.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.model import (
@@ -49,7 +49,7 @@ from pipeline_lib.model import (
     save_model_atomic,
 )
 from pipeline_lib.provenance import config_digest, write_provenance
-from pipeline_lib.rewards import compute_scores, reward_health
+from pipeline_lib.rewards import DATA_SOURCE_REWARDS, compute_scores, reward_health
 from pipeline_lib.run_spec import RunSpec
 from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
 
@@ -58,15 +58,25 @@ __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "t
 log = logging.getLogger("pipeline_lib.engines.local.rl")
 
 
-def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weights: dict | None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reward and correctness per rollout (correct = the verifier's ``acc`` when present, else score >= 1)."""
+def _correct(result: dict[str, float], data_source: str) -> float:
+    """A rollout's correctness: the verifier's ``acc`` (in a composite reward, its verifier components' ``acc``: a
+    right answer under ``{math: 0.5, format: 1.0}`` is correct), else a full score."""
+    if "acc" in result:
+        return float(result["acc"])
+    accs = [result[f"{name}/acc"] for name in DATA_SOURCE_REWARDS.get(data_source, {}) if f"{name}/acc" in result]
+    return float(min(accs) >= 1.0) if accs else float(result["score"] >= 1.0)
+
+
+def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weights: dict | None,
+                    verifier: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reward and correctness per rollout (:func:`_correct`); with ``verifier`` the reward is the task verifier's
+    (the data source's own composition, not a training composition in the rows' ``extra_info``)."""
     records = frame.iloc[rows]
-    results = compute_scores(list(records["data_source"]), texts,
-                             [r["ground_truth"] for r in records["reward_model"]],
-                             [dict(e) for e in records["extra_info"]], weights)
+    sources = list(records["data_source"])
+    infos = [verifier_info(d, e) if verifier else dict(e) for d, e in zip(sources, records["extra_info"], strict=True)]
+    results = compute_scores(sources, texts, [r["ground_truth"] for r in records["reward_model"]], infos, weights)
     rewards = [r["score"] for r in results]
-    correct = [r.get("acc", float(r["score"] >= 1.0)) for r in results]
+    correct = [_correct(r, source) for r, source in zip(results, sources, strict=True)]
     return torch.tensor(rewards, dtype=torch.float32), torch.tensor(correct, dtype=torch.float32)
 
 
@@ -130,7 +140,7 @@ class GroupRLMethod:
 
     def verifier(self, ctx: StepContext, rows: list[int], texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """The task verifier's (reward, correct), logged for every method so training curves are comparable."""
-        return rollout_rewards(ctx.frame, rows, texts, None)
+        return rollout_rewards(ctx.frame, rows, texts, None, verifier=True)
 
     def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
         expanded, responses, texts = self.policy_rollouts(ctx, rows)
