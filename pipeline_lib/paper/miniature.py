@@ -40,7 +40,8 @@ CLAIMS_IT_CANNOT_TEST = (
     "the paper's absolute accuracies: a model of under a million parameters trained from scratch on synthetic "
     "prompts, not a pretrained 1.5B model on GSM8K, Countdown or DeepMath",
     "whether the paper's gains come from the same mechanism: here the room RL improves in was planted (the blind "
-    "spot above); a pretrained model has no planted error, and nothing here says how large its room is",
+    "spot the report's section on the planted design describes); a pretrained model has no planted error, and "
+    "nothing here says how large its room is",
     "scale (one model size), transfer (no MMLU, GPQA or AlpacaEval 2.0), and the LLM judge's agreement with humans "
     "(programmatic judges, no human ratings)",
 )

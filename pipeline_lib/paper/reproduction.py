@@ -542,6 +542,9 @@ def main(argv: list[str] | None = None) -> int:
                                       train_root=args.train_root))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
     inputs += [*args.judge_summaries, *made.values()]
+    if args.train_root is not None and table1 is not None:  # the demonstrations the summary's well-formed share reads
+        inputs += [p for task in sorted(table1["task"].unique())
+                   for p in sorted((args.train_root / task / "rationalization").glob("seed*/rationalized_sft.parquet"))]
     write_provenance([args.out], step="paper_reproduction_report", inputs=inputs,
                      params={"label": args.label, "min_seeds": args.min_seeds}, started_at=started)
     return 0
