@@ -10,6 +10,10 @@
   A cache that cannot store an answer (disk full) stops the run with :class:`CacheWriteError`: an answer the
   server gave is never silently dropped. A cache file that is not a readable database is renamed aside (logged)
   and a fresh one is started, so it cannot wedge every rerun.
+* A 429/503 ``Retry-After`` (seconds or an HTTP date) is honoured, bounded by ``MAX_RETRY_AFTER_S``: the next
+  attempt waits at least that long (a client that ignored it burned every retry in seconds).
+* An answer body larger than ``max_response_bytes`` is refused while it is read (Content-Length or the bytes
+  received so far), never buffered whole: the item fails with :class:`ResponseTooLargeError`'s reason, not retried.
 * The API key is read from the environment variable named in the config and never logged or stored.
 """
 
@@ -31,11 +35,12 @@ from typing import Any
 
 from pipeline_lib.env import env, env_text
 
-__all__ = ["CacheWriteError", "ChatRequest", "EndpointConfig", "EndpointNotConfiguredError", "MalformedResponseError",
-           "ResponseCache", "run_chat_requests"]
+__all__ = ["MAX_RETRY_AFTER_S", "CacheWriteError", "ChatRequest", "EndpointConfig", "EndpointNotConfiguredError",
+           "MalformedResponseError", "ResponseCache", "ResponseTooLargeError", "run_chat_requests"]
 
 log = logging.getLogger("pipeline_lib.llm_client")
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_RETRY_AFTER_S = 120.0  # a server's Retry-After is honoured up to this (a hostile 1e9 cannot park a job forever)
 
 
 class EndpointNotConfiguredError(RuntimeError):
@@ -44,6 +49,10 @@ class EndpointNotConfiguredError(RuntimeError):
 
 class MalformedResponseError(RuntimeError):
     """A 200 answer that is not a chat completion with a message (a proxy's HTML page, ``choices: []``)."""
+
+
+class ResponseTooLargeError(RuntimeError):
+    """An answer body over ``max_response_bytes``: refused while read, so it is never held in memory or cached."""
 
 
 class CacheWriteError(RuntimeError):
@@ -63,6 +72,7 @@ class EndpointConfig:
     max_retries: int = 5
     backoff_s: float = 1.0
     sampling: dict[str, Any] = field(default_factory=dict)
+    max_response_bytes: int = 1 << 20
 
     @classmethod
     def from_config(cls, section: dict[str, Any], purpose: str) -> EndpointConfig:
@@ -75,7 +85,8 @@ class EndpointConfig:
         return cls(base_url=base_url, model=section["model"], api_key_env=section.get("api_key_env", "OPENAI_API_KEY"),
                    concurrency=int(section.get("concurrency", 8)), timeout_s=float(section.get("timeout_s", 120)),
                    max_retries=int(section.get("max_retries", 5)), backoff_s=float(section.get("backoff_s", 1.0)),
-                   sampling=dict(section.get("sampling", {})))
+                   sampling=dict(section.get("sampling", {})),
+                   max_response_bytes=int(section.get("max_response_bytes", 1 << 20)))
 
     def describe(self) -> dict[str, Any]:
         """What provenance may record: never the key itself."""
@@ -171,6 +182,68 @@ class ResponseCache:
         return self._connect().execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
 
+def _too_large(exc: BaseException) -> ResponseTooLargeError | None:
+    """The size refusal behind an exception (the SDK wraps a transport's error in ``APIConnectionError``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ResponseTooLargeError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _capped_transport(limit: int) -> Any:
+    """An httpx transport refusing an answer body over ``limit`` bytes by its Content-Length or as it streams."""
+    import httpx
+
+    class CappedStream(httpx.AsyncByteStream):
+        def __init__(self, stream: Any) -> None:
+            self.stream, self.received = stream, 0
+
+        async def __aiter__(self) -> Any:
+            async for chunk in self.stream:
+                self.received += len(chunk)
+                if self.received > limit:
+                    raise ResponseTooLargeError(f"answer body over max_response_bytes ({limit} bytes)")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.stream.aclose()
+
+    class Transport(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            response = await super().handle_async_request(request)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                await response.aclose()
+                raise ResponseTooLargeError(f"answer body of {int(declared)} bytes (Content-Length) is over "
+                                            f"max_response_bytes ({limit})")
+            response.stream = CappedStream(response.stream)
+            return response
+
+    return Transport()
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds a 429/503's ``Retry-After`` header asks for (delta seconds or an HTTP date), bounded; None if absent."""
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("retry-after") if response is not None else None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+
+
 def _status(exc: BaseException) -> int | None:
     return getattr(exc, "status_code", None)
 
@@ -178,6 +251,8 @@ def _status(exc: BaseException) -> int | None:
 def _retryable(exc: BaseException) -> bool:
     import openai
 
+    if _too_large(exc) is not None:  # the same server would send the same answer again
+        return False
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRYABLE_STATUS
     return isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | asyncio.TimeoutError
@@ -191,6 +266,9 @@ def _describe(exc: BaseException) -> str:
 
     if isinstance(exc, MalformedResponseError):
         return f"{type(exc).__name__}: {exc}"
+    too_large = _too_large(exc)
+    if too_large is not None:
+        return f"ResponseTooLargeError: {too_large}"
     if isinstance(exc, asyncio.TimeoutError | openai.APITimeoutError):
         return "TimeoutError: no complete answer within timeout_s"
     return f"{type(exc).__name__} (status {_status(exc)})"
@@ -230,6 +308,9 @@ async def _one(client: Any, config: EndpointConfig, request: ChatRequest, semaph
                 if attempt == config.max_retries or not _retryable(exc):
                     return {"error": _describe(exc), "attempts": attempt + 1}
                 delay = config.backoff_s * (2**attempt) * (0.5 + random.random())
+                asked = _retry_after(exc)
+                if asked is not None:
+                    delay = max(delay, asked)
                 log.warning("request failed with %s; retry %d/%d in %.1fs", _describe(exc), attempt + 1,
                             config.max_retries, delay)
                 await asyncio.sleep(delay)
@@ -256,8 +337,12 @@ async def _run(config: EndpointConfig, requests: Sequence[ChatRequest], cache: R
         on_done(len(requests) - len(todo))
     if todo:
         api_key = env_text(config.api_key_env, _API_KEY, "an API key (printable ASCII, no spaces)", secret=True)
+        import httpx
+
+        http_client = httpx.AsyncClient(transport=_capped_transport(config.max_response_bytes),
+                                        timeout=config.timeout_s, follow_redirects=True)
         client = openai.AsyncOpenAI(base_url=config.base_url, api_key=api_key or "EMPTY", timeout=config.timeout_s,
-                                    max_retries=0)
+                                    max_retries=0, http_client=http_client)
         semaphore = asyncio.Semaphore(config.concurrency)
 
         async def run(index: int, request: ChatRequest, key: str) -> None:

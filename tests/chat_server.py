@@ -32,9 +32,11 @@ class ChatServer:
     def __init__(self, content: Callable[[dict[str, Any]], str] = default_content, latency_s: float = 0.0,
                  failures: list[int] | None = None, reasoning: Callable[[dict[str, Any]], str | None] | None = None,
                  port: int = 0, raw_body: Callable[[dict[str, Any]], tuple[str, bytes] | None] | None = None,
-                 trickle_s: float = 0.0) -> None:
+                 trickle_s: float = 0.0, error_headers: dict[str, str] | None = None) -> None:
         self.content, self.latency_s, self.reasoning = content, latency_s, reasoning
         self.raw_body, self.trickle_s = raw_body, trickle_s
+        self.error_headers = dict(error_headers or {})  # sent with every scripted failure (e.g. Retry-After)
+        self.times: list[float] = []  # monotonic arrival time of each POST
         self.failures = list(failures or [])
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -63,6 +65,7 @@ class ChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
                     server.requests.append(body)
+                    server.times.append(time.monotonic())
                     status = server.failures.pop(0) if server.failures else 200
                 time.sleep(server.latency_s)
                 if status != 200:
@@ -84,6 +87,8 @@ class ChatServer:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in (server.error_headers.items() if status != 200 else ()):
+                        self.send_header(name, value)
                     self.end_headers()
                     if server.trickle_s:  # a slow peer: every read gets a byte before any per-read timeout
                         self.wfile.flush()

@@ -4,8 +4,11 @@ A response that does not parse is asked again with an ``attempt`` marker in the 
 (so it has its own cache key); after ``parse_retries`` failures the item is recorded as
 failed with the reason. Nothing is ever scored 0 by default. An unparseable answer is
 removed from the cache, so a rerun (after the server or the prompt is fixed) asks again
-instead of replaying the failure. The cache is read first (:func:`cached_results`): an item whose stored answer
-for any attempt parses is not asked again, so a job whose items are all cached needs no server at all.
+instead of replaying the failure. A transport failure (429/5xx, timeout, a refused oversize answer) is not a verdict:
+the client has already retried it with the same request (same prompt, same cache key), so the item fails with that
+reason and is never re-asked under a "Re-evaluation" prompt. The cache is read first (:func:`cached_results`): an
+item whose stored answer for any attempt parses is not asked again, so a job whose items are all cached needs no
+server at all.
 """
 
 from __future__ import annotations
@@ -89,13 +92,16 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
         if stale:  # ... and one stored by an earlier run (before the server was fixed) is asked again now
             fresh = run_chat_requests(endpoint, [requests[index] for index in stale], cache)
             for index, response in zip(stale, fresh, strict=True):
+                responses[index] = response
                 verdicts[index] = _verdict(rubric, response)
                 if isinstance(verdicts[index], str) and "error" not in response:
                     cache.discard(requests[index].cache_key(endpoint))
         still = []
         for index in pending:
             verdict = verdicts[index]
-            if isinstance(verdict, str):
+            if isinstance(verdict, str) and "error" in responses[index]:
+                results[index] = {"failed": verdict}  # retries exhausted on the same request: no other prompt
+            elif isinstance(verdict, str):
                 reasons[index] = verdict
                 still.append(index)
             else:

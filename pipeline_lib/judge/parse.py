@@ -4,7 +4,10 @@ Thinking models put their reasoning in ``message.reasoning`` (older vLLM:
 ``reasoning_content``) or inline before the answer, often with JSON-looking fragments
 and stray braces (``{x}`` in LaTeX, an unclosed ``{`` in prose); so JSON objects are
 decoded starting at each ``{"`` from the end of the text (a stray brace before the verdict
-never swallows it) and the last one that parses and has every expected key wins. Values must be integers in the
+never swallows it) and the last one that parses and has every expected key wins. Each candidate is decoded
+from at most ``MAX_OBJECT_CHARS`` characters (a verdict is a few hundred), so parsing costs at most
+``MAX_CANDIDATES x MAX_OBJECT_CHARS`` decoding plus one regex scan: linear in the text, where decoding every
+``{"`` to the end of a 405 KB answer took 29 s. Values must be integers in the
 rubric's range; anything else is a :class:`VerdictParseError` (retried, then recorded as
 failed), never a 0 or a default.
 """
@@ -16,9 +19,10 @@ import math
 import re
 from collections.abc import Sequence
 
-__all__ = ["MAX_CANDIDATES", "VerdictParseError", "parse_verdict"]
+__all__ = ["MAX_CANDIDATES", "MAX_OBJECT_CHARS", "VerdictParseError", "parse_verdict"]
 
 MAX_CANDIDATES = 1000  # object starts tried, from the end: a verdict comes last; bounds a hostile text's cost
+MAX_OBJECT_CHARS = 4_096  # a candidate object longer than this is not a verdict (bounds each decode)
 _OBJECT_START = re.compile(r'\{\s*"')
 
 
@@ -51,7 +55,7 @@ def _json_objects(text: str) -> list[object]:
     objects: list[object] = []
     for start in starts:
         try:
-            objects.append(_DECODER.raw_decode(text, start)[0])
+            objects.append(_DECODER.raw_decode(text[start:start + MAX_OBJECT_CHARS])[0])
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, deep nesting
             objects.append(exc)
     return objects

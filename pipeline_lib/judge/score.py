@@ -5,7 +5,10 @@
 Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension
 scores and the 0-100 score, or ``failed`` with the reason) and ``summary.json`` (mean
 0-100 score over scored items, per-dimension means, failure count, the judge's
-description). A failed item is never counted as a score.
+description). A failed item is never counted as a score, and a job whose share of failed items is over the judge's
+``max_failed_fraction`` (default 0: any item that exhausted its retries) exits 1 naming them, writing no outputs,
+so Snakemake reruns it (answers already given stay in the cache and are not asked again). A generations file that
+holds one prompt's judged response twice is an error naming both lines (it would be asked and counted twice).
 """
 
 from __future__ import annotations
@@ -30,9 +33,14 @@ from pipeline_lib.provenance import write_provenance
 from pipeline_lib.rewards.extract import after_think
 from pipeline_lib.rubrics import RUBRICS, Rubric
 
-__all__ = ["describe_judge", "judge_items", "load_items", "prompt_row", "summarise"]
+__all__ = ["JudgeFailedError", "check_failures", "describe_judge", "judge_items", "load_items", "prompt_row",
+           "summarise"]
 
 log = logging.getLogger("pipeline_lib.judge.score")
+
+
+class JudgeFailedError(RuntimeError):
+    """More items failed to score than the judge's ``max_failed_fraction`` allows."""
 
 
 def prompt_row(value: Any, rows: int, where: str, data: Path) -> int:
@@ -47,12 +55,17 @@ def load_items(generations: Path, data: Path, mode: str = "greedy") -> list[dict
     """One item per prompt: the judged response (text after any ``</think>``) and the task row it answers."""
     frame = pd.read_parquet(data)
     items = []
+    seen: dict[int, int] = {}
     with open(generations, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
             record = json.loads(line)
             if record["mode"] != mode or record["sample"] != 0:
                 continue
             index = prompt_row(record.get("prompt_index"), len(frame), f"{generations}:{line_no}", data)
+            if index in seen:
+                raise ValueError(f"{generations}:{line_no}: prompt_index {index} ({mode}, sample 0) already given at "
+                                 f"line {seen[index]}; a duplicated generation would be judged and counted twice")
+            seen[index] = line_no
             extra = frame["extra_info"].iloc[index]
             items.append({"prompt_index": index, "response": after_think(record["text"]).strip(),
                           "reference": frame["reward_model"].iloc[index]["ground_truth"],
@@ -161,6 +174,19 @@ def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str
     return summary
 
 
+def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]],
+                   where: Path) -> None:
+    """:class:`JudgeFailedError` naming the failed items when their share is over ``max_failed_fraction``."""
+    bound = float(judge.get("max_failed_fraction", 0.0))
+    failed = [(item["prompt_index"], result["failed"]) for item, result in zip(items, results, strict=True)
+              if "failed" in result]
+    if failed and len(failed) / len(items) > bound:
+        shown = "; ".join(f"prompt_index {index}: {reason}"[:300] for index, reason in failed[:5])
+        raise JudgeFailedError(f"{where}: {len(failed)} of {len(items)} items failed to score, over the judge's "
+                               f"max_failed_fraction {bound} (first: {shown}); rerun once the judge endpoint "
+                               "answers (scored items are cached and not asked again)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judge", required=True, help="the judge's config section, as JSON")
@@ -176,10 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     rubric = RUBRICS[args.rubric]
     items = load_items(args.generations, args.data, args.mode)
     results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+    try:
+        check_failures(judge, items, results, args.generations)
+    except JudgeFailedError as exc:
+        log.error("%s", exc)
+        return 1
     lines = [json.dumps({"prompt_index": item["prompt_index"], "response": item["response"], **result}) + "\n"
              for item, result in zip(items, results, strict=True)]
     summary = summarise(rubric, results, judge)
-    if summary["failed"]:
+    if summary["failed"]:  # within max_failed_fraction
         log.warning("%d of %d items failed to score (see scores.jsonl 'failed')", summary["failed"], len(items))
     write_text(args.out / "scores.jsonl", "".join(lines))
     write_json(args.out / "summary.json", summary)

@@ -267,3 +267,83 @@ def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tm
         assert [r.get("scores", {}).get("G") for r in results] == [8, 8, 8] and len(fixed.requests) == 3
         again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
         assert again == results and len(fixed.requests) == 3  # the good answers are now the cached ones
+
+
+# --- hostile endpoints (issue 35, class 6) ------------------------------------------------------------------------
+
+
+def _poetry_endpoint(server, **extra):
+    from pipeline_lib.llm_client import EndpointConfig
+
+    return EndpointConfig.from_config({"base_url": server.base_url, "model": "judge", "backoff_s": 0.01,
+                                       "concurrency": 4, **extra}, "judge")
+
+
+def test_retry_after_is_honoured(tmp_path):
+    from pipeline_lib.judge.llm import judge_with_llm
+    from tests.chat_server import ChatServer
+
+    with ChatServer(content=lambda r: GOOD, failures=[429], error_headers={"Retry-After": "1"}) as server:
+        results = judge_with_llm(RUBRICS["poetry"], [{"POEM_TEXT": "x"}], _poetry_endpoint(server, max_retries=3),
+                                 tmp_path / "cache.sqlite")
+        gap = server.times[1] - server.times[0]
+    assert "score_100" in results[0]
+    assert gap >= 0.95  # backoff_s alone asks again after ~0.01 s
+
+
+def test_a_transport_failure_is_retried_with_the_same_prompt_and_never_re_evaluated(tmp_path):
+    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.llm_client import ResponseCache
+    from tests.chat_server import ChatServer
+
+    with ChatServer(content=lambda r: GOOD, failures=[503] * 3) as server:
+        results = judge_with_llm(RUBRICS["poetry"], [{"POEM_TEXT": "x"}], _poetry_endpoint(server, max_retries=2),
+                                 tmp_path / "cache.sqlite", parse_retries=2)
+        requests = list(server.requests)
+    assert results[0]["failed"].startswith("APIStatusError") or "503" in results[0]["failed"]
+    assert len(requests) == 3 and all(r["messages"] == requests[0]["messages"] for r in requests)
+    assert not any("Re-evaluation" in m["content"] for r in requests for m in r["messages"])
+    with ChatServer(content=lambda r: GOOD, failures=[503]) as server:  # the rerun: same key, answered, cached
+        results = judge_with_llm(RUBRICS["poetry"], [{"POEM_TEXT": "x"}], _poetry_endpoint(server, max_retries=2),
+                                 tmp_path / "cache.sqlite", parse_retries=2)
+        assert server.requests[1]["messages"] == requests[0]["messages"]
+    assert "score_100" in results[0] and len(ResponseCache(tmp_path / "cache.sqlite")) == 1
+
+
+def test_an_oversize_answer_is_refused_while_read_never_cached(tmp_path):
+    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.llm_client import ResponseCache
+    from tests.chat_server import ChatServer
+
+    huge = GOOD + " " * 3_000_000
+    with ChatServer(content=lambda r: huge) as server:
+        results = judge_with_llm(RUBRICS["poetry"], [{"POEM_TEXT": "x"}, {"POEM_TEXT": "y"}],
+                                 _poetry_endpoint(server, max_retries=2), tmp_path / "cache.sqlite")
+        assert len(server.requests) == 2  # refused, not retried: the same server sends the same body
+    assert all("ResponseTooLargeError" in r["failed"] and "1048576" in r["failed"] for r in results)
+    assert len(ResponseCache(tmp_path / "cache.sqlite")) == 0
+
+
+def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch):
+    """A hostile answer (500 nested openings, then an unclosed list) made every ``{"`` decode to the end of the
+    text: 29 s at 405 KB. Count the characters handed to the JSON decoder: bounded, not growing with the text."""
+    import json
+
+    from pipeline_lib.judge import parse
+
+    class Counting(json.JSONDecoder):
+        chars = 0
+
+        def raw_decode(self, s, idx=0):
+            Counting.chars += len(s) - idx
+            return super().raw_decode(s, idx)
+
+    monkeypatch.setattr(parse, "_DECODER", Counting())
+    work = {}
+    for size in (15_000, 405_000):
+        Counting.chars = 0
+        text = '{"a": ' * 500 + "[" + "1," * (size // 2) + GOOD
+        assert parse_verdict(text, POETRY_KEYS)["A"] == 7
+        work[size] = Counting.chars
+    assert work[405_000] <= 1.5 * work[15_000]
+    assert work[405_000] <= parse.MAX_CANDIDATES * parse.MAX_OBJECT_CHARS

@@ -153,9 +153,29 @@ def test_structured_output_is_requested_when_configured(tmp_path, meeting_data):
     assert schema["properties"]["factuality"] == {"type": "integer", "minimum": 1, "maximum": 10}
 
 
+def test_a_judge_job_whose_items_fail_exits_1_unless_max_failed_fraction_allows(tmp_path, meeting_data):
+    generations = write_generations(tmp_path / "eval" / "sft" / "generations.jsonl", meeting_data, "good")
+    out = tmp_path / "out"
+    with ChatServer(content=meetingbank_verdict, failures=[503] * 100) as server:  # 503 to everything
+        judge = {"kind": "llm", "label": "down", "endpoint": {"base_url": server.base_url, "model": "judge",
+                                                               "max_retries": 1, "backoff_s": 0.01}}
+        assert score.main(["--judge", json.dumps(judge), "--rubric", "meetingbank", "--generations",
+                           str(generations), "--data", str(meeting_data), "--cache", str(tmp_path / "c.sqlite"),
+                           "--out", str(out)]) == 1
+    assert not (out / "summary.json").exists() and not (out / "scores.jsonl").exists()
+
+
+def test_a_duplicated_generations_line_is_refused_naming_the_lines(tmp_path, meeting_data):
+    generations = write_generations(tmp_path / "generations.jsonl", meeting_data, "good")
+    lines = generations.read_text().splitlines(keepends=True)
+    generations.write_text("".join([*lines, lines[0]]))
+    with pytest.raises(ValueError, match=rf"generations.jsonl:{len(lines) + 1}: prompt_index 0 .*at line 1"):
+        score.load_items(generations, meeting_data)
+
+
 def test_timeouts_are_retried_then_recorded_as_failures(tmp_path, meeting_data):
     with ChatServer(content=meetingbank_verdict, latency_s=3.0) as server:
-        judge = {"kind": "llm", "label": "slow", "parse_retries": 0,
+        judge = {"kind": "llm", "label": "slow", "parse_retries": 0, "max_failed_fraction": 1.0,
                  "endpoint": {"base_url": server.base_url, "model": "judge", "timeout_s": 0.5, "max_retries": 1,
                               "backoff_s": 0.01, "concurrency": 4}}
         summary = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "sft", "good").read_text())
