@@ -10,6 +10,14 @@ Workers are forked from a forkserver and never re-import the caller's ``__main__
 scores at top level (no ``if __name__ == "__main__":`` guard) would otherwise be re-run by every worker, which then
 dies in multiprocessing's bootstrapping check.
 
+Fair across callers: pebble's limit counts from when a worker starts an item, but its queue is one FIFO, so
+8 hostile items at a 2 s limit on 2 workers made an easy item of another thread wait 8 s in the queue. Here each
+``map`` call has its own queue and at most ``processes`` items are handed to pebble at once, taken round-robin
+across the calls waiting. The guarantee: an item starts within about ``ceil(C / processes)`` limits, where C is the
+number of other ``map`` calls with items waiting or running when it is queued (one item of each goes first), however
+many items those calls hold; then it runs for at most one limit. A call's own items run in its order. Pools are per
+process: callers in other processes never queue here (they share only the CPUs).
+
 Usable from any process: a daemonic worker of another pool (``multiprocessing.Pool``; our workers are the fork
 server's children, not the daemon's, so the no-children rule's reason does not apply), and a child forked after
 the parent used a pool (the child gets its own fork server; the inherited pool is left alone, never closed there).
@@ -20,10 +28,12 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import importlib
+import itertools
 import multiprocessing as mp
 import os
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import forkserver, popen_forkserver, spawn
@@ -145,7 +155,8 @@ def _resolve(target: str) -> Callable[..., Any]:
 class TimeoutPool:
     """Run ``module:function`` over argument tuples with ``processes`` workers and a per-item limit.
 
-    ``map`` may be called from many threads at once; ``timeouts`` and ``failures`` count this pool's items.
+    ``map`` may be called from many threads at once (served round-robin, see the module docstring); ``timeouts``
+    and ``failures`` count this pool's items.
     """
 
     def __init__(self, target: str, processes: int = 2, timeout: float = 5.0, preload: Sequence[str] = ()) -> None:
@@ -156,6 +167,10 @@ class TimeoutPool:
         self._mp_context = _context([target.split(":")[0], *preload])
         self._pool = pebble.ProcessPool(max_workers=processes, context=self._mp_context)
         self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._waiting: OrderedDict[int, deque[tuple[tuple[Any, ...], concurrent.futures.Future]]] = OrderedDict()
+        self._calls = itertools.count()
+        self._running = 0
         self._pid = os.getpid()
         self.timeouts = 0
         self.failures = 0
@@ -163,12 +178,52 @@ class TimeoutPool:
 
     def map(self, items: Sequence[tuple[Any, ...]]) -> list[ItemResult]:
         started = time.monotonic()
-        futures = [self._schedule(tuple(args)) for args in items]
+        futures: list[concurrent.futures.Future] = [concurrent.futures.Future() for _ in items]
+        if futures:
+            with self._queue_lock:
+                self._waiting[next(self._calls)] = deque(zip((tuple(a) for a in items), futures, strict=True))
+            self._dispatch()
         results = [self._result(future, started) for future in futures]
         with self._lock:
             self.timeouts += sum(r.timed_out for r in results)
             self.failures += sum(r.failed for r in results)
         return results
+
+    def _dispatch(self) -> None:
+        """Hand pebble items while fewer than ``processes`` run: one from the call at the head, which then goes to
+        the back of the rotation."""
+        while True:
+            with self._queue_lock:
+                if self._running >= self.processes or not self._waiting:
+                    return
+                call, queue = self._waiting.popitem(last=False)
+                args, outer = queue.popleft()
+                if queue:
+                    self._waiting[call] = queue  # to the back: the other calls go first
+                self._running += 1
+            try:
+                inner = self._schedule(args)
+            except Exception as exc:  # the pool could not be restarted: this item fails, the others go on
+                outer.set_exception(exc)
+                self._release()
+                continue
+            inner.add_done_callback(lambda done, outer=outer: self._finished(done, outer))
+
+    def _release(self) -> None:
+        with self._queue_lock:
+            self._running -= 1
+
+    def _finished(self, inner: concurrent.futures.Future, outer: concurrent.futures.Future) -> None:
+        try:
+            if inner.cancelled():
+                outer.set_exception(RuntimeError("cancelled (the pool was stopped)"))
+            elif inner.exception() is not None:
+                outer.set_exception(inner.exception())
+            else:
+                outer.set_result(inner.result())
+        finally:
+            self._release()
+            self._dispatch()
 
     def _schedule(self, args: tuple[Any, ...]) -> concurrent.futures.Future:
         pool = self._pool
@@ -196,5 +251,10 @@ class TimeoutPool:
     def close(self) -> None:
         if os.getpid() != self._pid:  # a forked child's copy: the pool's threads and workers are the parent's
             return
+        with self._queue_lock:  # items not yet handed to pebble fail now rather than restart a pool
+            waiting, self._waiting = list(self._waiting.values()), OrderedDict()
+        for queue in waiting:
+            for _args, outer in queue:
+                outer.set_exception(RuntimeError("the verifier pool was closed"))
         self._pool.stop()
         self._pool.join(timeout=5)

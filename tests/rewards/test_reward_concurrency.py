@@ -220,3 +220,30 @@ def test_report_names_evaluations_with_verifier_timeouts_or_failures():
     hit = pd.concat([clean, clean.assign(method="softmax_exact", reward_timeouts_greedy=3)])
     section = "\n".join(reward_health_section(hit))
     assert "softmax_exact" in section and "| 3 |" in section and "grpo_exact" not in section
+
+
+def test_hostile_items_of_one_caller_cannot_starve_another_callers_item():
+    """Issue 35 class 7: 8 items at a 1 s limit on 2 workers used to hold an easy item of another thread in the
+    queue for 4 limits; served round-robin it waits for at most one limit (the hostile items already running)."""
+    import threading
+    import time
+
+    from pipeline_lib.rewards.pool import TimeoutPool
+
+    limit = 1.0
+    pool = TimeoutPool("time:sleep", processes=2, timeout=limit)
+    try:
+        pool.map([(0,), (0,)])  # workers started
+        hostile: list = []
+        flood = threading.Thread(target=lambda: hostile.extend(pool.map([(30,)] * 8)))
+        flood.start()
+        time.sleep(0.2)  # two hostile items running, six queued
+        asked = time.monotonic()
+        easy = pool.map([(0,)])
+        waited = time.monotonic() - asked
+        flood.join(timeout=60)
+    finally:
+        pool.close()
+    assert not easy[0].timed_out and not easy[0].failed
+    assert waited < 2 * limit, f"the easy item waited {waited:.1f} s behind another caller's hostile items"
+    assert len(hostile) == 8 and all(r.timed_out for r in hostile)
