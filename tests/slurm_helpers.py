@@ -88,8 +88,8 @@ def shared_cluster() -> Iterator[None]:
     with _locked():
         state = _users()
         alive = [pid for pid in state["users"] if Path(f"/proc/{pid}").exists()]
-        if not state["users"]:  # nobody recorded: a cluster already running was started by someone else
-            state["started"] = _cluster("status", 60).returncode != 0
+        if not alive:  # no live user: a cluster running now is someone else's, unless a user that died started it
+            state["started"] = _cluster("status", 60).returncode != 0 or state["started"]
         started = _cluster("start", 180)
         assert started.returncode == 0, started.stdout + started.stderr
         _save({"started": state["started"], "users": [*alive, os.getpid()]})
