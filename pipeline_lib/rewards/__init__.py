@@ -26,6 +26,8 @@ Every scorer is safe to call from many threads and processes at once (verl's rew
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,6 +40,7 @@ from pipeline_lib.rewards.similarity import similarity_score
 __all__ = ["DATA_SOURCE_REWARDS", "HEALTH_KINDS", "available_rewards", "compute_score", "compute_scores",
            "health_counts", "register_reward", "reward_health", "score", "score_batch"]
 
+log = logging.getLogger("pipeline_lib.rewards")
 BatchScorer = Callable[[Sequence[Any], Sequence[Any]], list[dict[str, float]]]
 _REGISTRY: dict[str, BatchScorer] = {}
 
@@ -129,15 +132,52 @@ def score(name: str, solution_str: Any, ground_truth: Any) -> dict[str, float]:
     return score_batch(name, [solution_str], [ground_truth])[0]
 
 
+def _clean_weights(weights: Any, where: str) -> dict[str, float] | None:
+    """A composition with its absent entries dropped (None, or NaN, which is how a mixed parquet's struct column
+    reads back the keys a row does not have); None when nothing is left. Raises ValueError naming ``where`` for a
+    composition that is not a mapping of registered reward names to finite numbers."""
+    if weights is None:
+        return None
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"{where}: reward weights must be a mapping of reward name to weight, got {weights!r}")
+    clean: dict[str, float] = {}
+    for name, value in weights.items():
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if str(name) not in _REGISTRY:
+            raise ValueError(f"{where}: unknown reward {name!r} in {dict(weights)}; registered: {available_rewards()}")
+        try:
+            weight = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: weight of {name!r} is not a number: {value!r}") from None
+        if not math.isfinite(weight):
+            raise ValueError(f"{where}: weight of {name!r} is not finite: {value!r}")
+        clean[str(name)] = weight
+    return clean or None
+
+
 def _weights(data_source: str, extra_info: Mapping[str, Any] | None, override: Any) -> dict[str, float]:
-    weights = override or (extra_info or {}).get("reward_weights") or DATA_SOURCE_REWARDS.get(data_source)
+    """The method's weights, else the row's ``extra_info["reward_weights"]``, else the data source's default.
+
+    A bad method composition or a data source with no composition raises (every row would fail alike); a bad row
+    composition raises :class:`_RowError`, which fails that row only."""
+    weights = _clean_weights(override, "reward_weights")
+    if weights is None:
+        row_weights = extra_info.get("reward_weights") if isinstance(extra_info, Mapping) else None
+        try:
+            weights = _clean_weights(row_weights, f"data_source {data_source!r}: extra_info['reward_weights']")
+        except ValueError as exc:
+            raise _RowError(str(exc)) from None
+    if weights is None:
+        weights = _clean_weights(DATA_SOURCE_REWARDS.get(data_source), f"data_source {data_source!r}")
     if not weights:
         raise ValueError(f"no reward composition for data_source {data_source!r}: set extra_info['reward_weights'] "
                          f"or use one of {sorted(DATA_SOURCE_REWARDS)}")
-    unknown = sorted(set(weights) - set(_REGISTRY))
-    if unknown:
-        raise ValueError(f"data_source {data_source!r}: unknown reward(s) {unknown} in {dict(weights)}")
-    return {str(k): float(v) for k, v in weights.items()}
+    return weights
+
+
+class _RowError(ValueError):
+    """One row's own data cannot be scored (its ``extra_info`` composition is malformed)."""
 
 
 def compute_scores(
@@ -149,7 +189,19 @@ def compute_scores(
 ) -> list[dict[str, float]]:
     """Score many rollouts: each reward component scores all its rows in one batch (the math pool runs them in
     parallel); ``score`` = sum of weight x component score per row."""
-    weights = [_weights(d, e, reward_weights) for d, e in zip(data_sources, extra_infos, strict=True)]
+    weights: list[dict[str, float]] = []
+    failed: dict[int, str] = {}
+    for row, (data_source, extra_info) in enumerate(zip(data_sources, extra_infos, strict=True)):
+        try:
+            weights.append(_weights(data_source, extra_info, reward_weights))
+        except _RowError as exc:  # this row fails (scores 0, counted unscorable), not the batch
+            weights.append({})
+            failed[row] = str(exc)
+    if failed:
+        log.warning("%d of %d rows unscorable: their reward composition is malformed; first: row %d: %s",
+                    len(failed), len(weights), next(iter(failed)), next(iter(failed.values())))
+        with _health_lock:
+            _health["unscorable"] += len(failed)
     components: dict[str, list[int]] = {}
     for row, row_weights in enumerate(weights):
         for name in row_weights:
@@ -163,6 +215,9 @@ def compute_scores(
         scored[name] = dict(zip(rows, score_batch(name, [solutions[r] for r in rows], truths), strict=True))
     results = []
     for row, row_weights in enumerate(weights):
+        if row in failed:
+            results.append({"score": 0.0, "unscorable": 1.0})
+            continue
         result: dict[str, float] = {}
         for name in row_weights:
             component = scored[name][row]

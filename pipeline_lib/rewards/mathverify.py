@@ -26,13 +26,14 @@ import os
 import re
 import threading
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 
 from pipeline_lib.env import env_number
 from pipeline_lib.rewards.extract import after_think, last_answer_tag, last_boxed
 from pipeline_lib.rewards.pool import TimeoutPool
 
-__all__ = ["FAST_PATH_DIGITS", "gold_answer", "gold_text", "is_non_finite_gold", "math_scores", "prediction_text",
-           "verify_pair"]
+__all__ = ["FAST_PATH_DIGITS", "gold_answer", "gold_text", "is_non_finite_gold", "math_scores", "number_text",
+           "prediction_text", "verify_pair"]
 
 TIMEOUT_SECONDS = env_number("PIPELINE_MATH_TIMEOUT", 5.0)
 PROCESSES = int(env_number("PIPELINE_MATH_PROCESSES", min(2, os.cpu_count() or 1), integer=True))
@@ -52,8 +53,31 @@ def _forget_pool_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def gold_answer(ground_truth: str) -> str:
-    """GSM8K gold is the text after the last ``####`` with thousands commas removed; others pass through."""
+def number_text(value: numbers.Real) -> str:
+    """A numeric gold written out exactly, without an exponent: ``1e-05`` -> ``0.00001``, ``12.0`` -> ``12``,
+    ``1e+20`` -> ``100000000000000000000``, ``-2.5`` -> ``-2.5``. ``str()`` gives Python's float literal, which
+    Math-Verify reads as the expression ``e - 5`` (``\\boxed{e-5}`` scored 1, ``\\boxed{0.00001}`` 0). A float is
+    written from its shortest repr (``0.1`` stays ``0.1``); an int is ``str(int)`` unchanged; nan/inf are left as
+    ``str()`` writes them, so they stay unscorable."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    text = str(value)  # numpy's float32 writes its own shortest form here (its repr() is "np.float32(...)")
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return text
+    if not number.is_finite():
+        return text
+    if number == number.to_integral_value():
+        return str(int(number))
+    return format(number, "f")
+
+
+def gold_answer(ground_truth: str | numbers.Real) -> str:
+    """GSM8K gold is the text after the last ``####`` with thousands commas removed; a number is written out
+    exactly (:func:`number_text`); other text passes through."""
+    if isinstance(ground_truth, numbers.Real) and not isinstance(ground_truth, bool):
+        return number_text(ground_truth)
     text = str(ground_truth)
     if "####" in text:
         text = text.rsplit("####", 1)[1].replace(",", "")

@@ -14,12 +14,16 @@ Tokenisation, inherited on purpose from the references:
   accented and non-Latin text tokenises to (almost) nothing: "café" -> "caf",
   Chinese text -> no tokens and a ROUGE-L of 0.
 
-Bounded cost (verl calls this for every rollout, and a rollout may be hostile): each
-metric reads at most the first ``SIM_MAX_CHARS`` characters of each text and compares
-at most the first ``SIM_MAX_TOKENS`` of its tokens. A pair within both caps scores
-exactly as the references do; beyond them only the prefix counts, so one call costs a
-few milliseconds whatever the lengths (LCS is quadratic in tokens, tokenising linear in
-characters). The caps sit above what a 4096-token response produces.
+Bounded cost (verl calls this for every rollout, and a rollout may be hostile), and no text hidden by it: r_sim
+(paper App. B) scores the whole output, so its length always counts. Each metric tokenises at most the first
+``SIM_MAX_CHARS`` characters of each text (linear); SQuAD-F1 counts all those tokens, and ROUGE-L's LCS (quadratic)
+compares the first ``SIM_MAX_TOKENS`` of them. Precision and recall always divide by each text's *whole* token count:
+exact up to ``SIM_MAX_CHARS``, and beyond it the prefix's count scaled by the text's length in characters (an
+estimate; such a text is far longer than any configured response). Within both caps a pair scores exactly as the
+references do; beyond them the overlap is that of the prefixes, a lower bound, so text past a cap can only lower
+the score (a reference's 4,096 words followed by 1,900 garbage words no longer scores 1.0). ``SIM_MAX_TOKENS`` sits
+above the longest configured response (``max_response_tokens`` 6,144, OpenThoughts; ``tests/rewards`` checks the
+configs), and one call costs milliseconds whatever the lengths.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ __all__ = ["SIM_MAX_CHARS", "SIM_MAX_TOKENS", "SIM_WEIGHTS", "rouge_l_f", "rouge
            "squad_normalize"]
 
 SIM_WEIGHTS = (0.6, 0.4)  # (SQuAD-F1, ROUGE-L)
-SIM_MAX_CHARS = 32_768  # characters of each text read by either metric
-SIM_MAX_TOKENS = 4_096  # tokens of each text compared by either metric (after its own tokenisation)
+SIM_MAX_CHARS = 65_536  # characters of each text tokenised by either metric
+SIM_MAX_TOKENS = 8_192  # tokens of each text compared by ROUGE-L's LCS (after its own tokenisation)
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _ALPHANUM_RUN = re.compile(r"[a-z0-9]+")
@@ -52,16 +56,25 @@ def squad_normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def _whole_count(prefix_count: int, text: str) -> int:
+    """Tokens of the whole text: exact when the text is within ``SIM_MAX_CHARS``, else the prefix's count scaled
+    by the text's length (rounded up; at least one token more than the prefix's)."""
+    if len(text) <= SIM_MAX_CHARS:
+        return prefix_count
+    return max(prefix_count + 1, -(-prefix_count * len(text) // SIM_MAX_CHARS))
+
+
 def squad_f1(prediction: str, reference: str) -> float:
-    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings), within the caps."""
-    prediction_tokens = squad_normalize(prediction[:SIM_MAX_CHARS]).split()[:SIM_MAX_TOKENS]
-    reference_tokens = squad_normalize(reference[:SIM_MAX_CHARS]).split()[:SIM_MAX_TOKENS]
+    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings); exact within
+    ``SIM_MAX_CHARS``, beyond it the prefixes' overlap over the whole texts' token counts."""
+    prediction_tokens = squad_normalize(prediction[:SIM_MAX_CHARS]).split()
+    reference_tokens = squad_normalize(reference[:SIM_MAX_CHARS]).split()
     common = Counter(prediction_tokens) & Counter(reference_tokens)
     num_same = sum(common.values())
     if num_same == 0:
         return 0
-    precision = 1.0 * num_same / len(prediction_tokens)
-    recall = 1.0 * num_same / len(reference_tokens)
+    precision = 1.0 * num_same / _whole_count(len(prediction_tokens), prediction)
+    recall = 1.0 * num_same / _whole_count(len(reference_tokens), reference)
     return (2 * precision * recall) / (precision + recall)
 
 
@@ -72,14 +85,15 @@ def rouge_tokens(text: str) -> list[str]:
 
 
 def rouge_l_f(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)``, within the caps."""
-    target_tokens = rouge_tokens(reference[:SIM_MAX_CHARS])[:SIM_MAX_TOKENS]
-    prediction_tokens = rouge_tokens(prediction[:SIM_MAX_CHARS])[:SIM_MAX_TOKENS]
-    if not target_tokens or not prediction_tokens:
+    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)`` within the caps;
+    beyond them the LCS of the first ``SIM_MAX_TOKENS`` tokens over the whole texts' token counts."""
+    target_all = rouge_tokens(reference[:SIM_MAX_CHARS])
+    prediction_all = rouge_tokens(prediction[:SIM_MAX_CHARS])
+    if not target_all or not prediction_all:
         return 0
-    lcs_length = LCSseq.similarity(target_tokens, prediction_tokens)
-    precision = lcs_length / len(prediction_tokens)
-    recall = lcs_length / len(target_tokens)
+    lcs_length = LCSseq.similarity(target_all[:SIM_MAX_TOKENS], prediction_all[:SIM_MAX_TOKENS])
+    precision = lcs_length / _whole_count(len(prediction_all), prediction)
+    recall = lcs_length / _whole_count(len(target_all), reference)
     if precision + recall > 0:
         return 2 * precision * recall / (precision + recall)
     return 0.0

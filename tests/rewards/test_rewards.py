@@ -365,3 +365,119 @@ def test_math_environment_variables_are_checked_and_named(variable, value):
                           env=env, timeout=120)
     assert done.returncode != 0
     assert "EnvironmentVariableError" in done.stderr and f"{variable}={value!r}" in done.stderr, done.stderr[-500:]
+
+
+# --- issue 35, class 8: float golds, r_sim's caps, reward weights read back from a mixed parquet -----------------
+
+@pytest.mark.parametrize(("gold", "right", "wrong"), [
+    (1e-05, "\\boxed{0.00001}", "\\boxed{e-5}"),  # str(1e-05) is "1e-05", which Math-Verify reads as e - 5
+    (-2.5e-07, "\\boxed{-0.00000025}", "\\boxed{2.5e-7}"),
+    (12.0, "\\boxed{12}", "\\boxed{12.5}"),
+    (-3.0, "<answer>-3</answer>", "<answer>3</answer>"),
+    (1e20, "\\boxed{100000000000000000000}", "\\boxed{e+20}"),
+    (0.1, "\\boxed{0.1}", "\\boxed{0.11}"),
+])
+def test_a_float_gold_is_written_out_exactly(gold, right, wrong):
+    assert score("math", right, gold)["score"] == 1.0
+    assert score("math", wrong, gold)["score"] == 0.0
+
+
+def test_gold_normalisation_leaves_integer_and_text_golds_byte_identical():
+    import numpy as np
+
+    from pipeline_lib.rewards.mathverify import gold_text
+
+    for gold in (12, -7, 0, 10**300, np.int64(42), "#### 1,234", "12.0", "1e-05", "\\frac{1}{2}", " 5 "):
+        expected = str(gold).rsplit("####", 1)[-1].replace(",", "").strip() if isinstance(gold, str) else str(gold)
+        assert gold_text(gold) == expected
+    assert [gold_text(g) for g in (1e-05, 12.0, -0.0, 1e20, np.float32(1e-05), np.float64(-2.5))] == [
+        "0.00001", "12", "0", "100000000000000000000", "0.00001", "-2.5"]
+    assert score("math", "\\boxed{nan}", float("nan"))["unscorable"] == 1.0  # non-finite golds stay unscorable
+
+
+def test_the_tiny_tasks_golds_are_unchanged_by_normalisation():
+    """The default run's rewards must not move: every tiny gold is text (the number path never runs) and reaches
+    the verifier exactly as before (text after the last ``####``, thousands commas dropped, stripped)."""
+    from pipeline_lib.data.tiny import TASKS, generate_task
+    from pipeline_lib.rewards.mathverify import gold_text
+
+    spec = {"n_train": 60, "n_test": 20, "imperfect_fraction": 0.3, "numbers_per_task": [3, 4], "max_number": 9,
+            "max_target": 100}
+    for task in TASKS:
+        for row in generate_task(task, spec, 0)["rl_test"]:
+            gold = row["reward_model"]["ground_truth"]
+            before = gold.rsplit("####", 1)[1].replace(",", "") if "####" in gold else gold
+            assert isinstance(gold, str) and gold_text(gold) == (before.strip() or None)
+
+
+def _words(rng: random.Random, count: int, vocabulary: list[str]) -> str:
+    return " ".join(rng.choice(vocabulary) for _ in range(count))
+
+
+def test_garbage_appended_beyond_the_old_cap_lowers_r_sim():
+    """The reference's first 4,096 words followed by 1,900 garbage words scored 1.0 (only 4,096 tokens compared)."""
+    rng = random.Random(3)
+    vocabulary = [f"w{i}" for i in range(500)]
+    reference = _words(rng, 6_000, vocabulary)
+    garbage = _words(rng, 1_900, [f"junk{i}" for i in range(50)])
+    response = " ".join(reference.split()[:4_096]) + " " + garbage
+    sim = score("similarity", response, reference)
+    assert sim["score"] < 0.8 and sim["squad_f1"] < 0.8 and sim["rouge_l"] < 0.8
+    assert score("similarity", reference, reference)["score"] == 1.0  # a whole 6,000-word match still scores 1
+    # text past the character cap counts too: a perfect answer drowned in 1 MB of garbage scores near 0
+    drowned = score("similarity", reference + " " + "junk " * 200_000, reference)
+    assert drowned["score"] < 0.1
+
+
+def test_r_sim_is_exact_up_to_the_longest_configured_response():
+    """The LCS cap sits above every configured ``max_response_tokens`` (the schema's defaults and config files)."""
+    from pathlib import Path
+
+    import yaml
+
+    from pipeline_lib.rewards.similarity import SIM_MAX_TOKENS
+
+    def values(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "max_response_tokens" and isinstance(value, int):
+                    yield value
+                yield from values(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from values(value)
+
+    root = Path(__file__).resolve().parents[2]
+    lengths = [v for path in [root / "workflow/schemas/config.schema.yaml", *sorted((root / "config").glob("*.yaml"))]
+               for v in values(yaml.safe_load(path.read_text()))]
+    assert 6_144 in lengths and max(lengths) <= SIM_MAX_TOKENS
+
+
+def test_reward_weights_read_back_from_a_mixed_parquet(tmp_path):
+    """A parquet mixing tasks stores extra_info.reward_weights as one struct: a row's absent keys read back None."""
+    import pandas as pd
+
+    from pipeline_lib.rewards import compute_scores, reward_health
+
+    rows = [{"data_source": "openai/gsm8k", "solution": "\\boxed{5}", "gold": "5",
+             "extra_info": {"reward_weights": {"math": 1.0}}},
+            {"data_source": "tiny/meeting", "solution": "the cat sat", "gold": "the cat sat",
+             "extra_info": {"reward_weights": {"similarity": 1.0}}}]
+    pd.DataFrame(rows).to_parquet(tmp_path / "mixed.parquet")
+    back = pd.read_parquet(tmp_path / "mixed.parquet").to_dict("records")
+    assert back[0]["extra_info"]["reward_weights"]["similarity"] is None  # what verl hands the reward function
+    results = compute_scores(*zip(*[(r["data_source"], r["solution"], r["gold"], r["extra_info"]) for r in back],
+                                  strict=True))
+    assert [r["score"] for r in results] == [1.0, 1.0]
+    assert compute_score("openai/gsm8k", "\\boxed{5}", "5",
+                         extra_info={"reward_weights": {"math": None, "similarity": None}})["score"] == 1.0
+    # a malformed row fails that row (0, counted unscorable), not the batch
+    before = reward_health()["unscorable"]
+    bad = [{"reward_weights": {"math": "heavy"}}, {"reward_weights": {"maths": 1.0}},
+           {"reward_weights": {"math": float("inf")}}, {"reward_weights": [1.0]}, {}]
+    results = compute_scores(["openai/gsm8k"] * 5, ["\\boxed{5}"] * 5, ["5"] * 5, bad)
+    assert [r["score"] for r in results] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert [r["unscorable"] for r in results] == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert reward_health()["unscorable"] - before == 4
+    with pytest.raises(ValueError, match="unknown reward"):  # the method's own weights are one setting: loud
+        compute_score("openai/gsm8k", "\\boxed{5}", "5", reward_weights={"maths": 1.0})
