@@ -35,6 +35,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "SWANLAB_MODE": (r"cloud|local|offline|disabled", "cloud, local, offline or disabled"),
     "PIPELINE_VERL_CPU": (r"[01]", "1 to run verl on CPU (the preflight sets it), or 0/unset for a GPU run"),
     "DIST_INIT_METHOD": (r"\S+", "a torch.distributed init method (tcp://host:port, env://, file://...)"),
+    "PIPELINE_VERL_CPU_SYNC_LOG": (r"\S.*", "a file path (the preflight sets it: the vLLM worker's weight digests)"),
+    "PIPELINE_VERL_CPU_SKIP_SYNC": (r"[01]", "1 to skip the weight syncs after the first (a test's control) or 0"),
 }
 
 

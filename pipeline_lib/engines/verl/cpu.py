@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from pipeline_lib.env import env, env_number, env_text
+from pipeline_lib.env import env, env_number
 
 __all__ = ["ENV", "SKIP_SYNC_ENV", "SYNC_LOG_ENV", "VLLM_CPU_ENV", "cpu_enabled", "cpu_overrides", "install"]
 
@@ -362,7 +362,7 @@ def _record_weight_syncs(module: Any) -> None:
         import time
 
         result = original(self, *args, **kwargs)
-        path = os.environ.get(SYNC_LOG_ENV)
+        path = env(SYNC_LOG_ENV)
         if path:
             digests = [_weights_digest(model) for model in self._iter_all_models()]
             with open(path, "a") as log_file:
@@ -430,7 +430,7 @@ def _install_vllm() -> None:
     import sys
 
     _install_vllm_version()
-    if env_text(SKIP_SYNC_ENV, r"[01]", "1 to skip the weight syncs after the first (a test's control) or 0") == "1":
+    if env(SKIP_SYNC_ENV) == "1":
         _ON_IMPORT["verl.checkpoint_engine.base"] = _skip_syncs_after_the_first
     for name, patch in _ON_IMPORT.items():
         if name in sys.modules:

@@ -34,6 +34,7 @@ from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.engines.verl import cpu
 from pipeline_lib.engines.verl.cpu import cpu_overrides
 from pipeline_lib.engines.verl.translate import TrainPaths
+from pipeline_lib.env import env
 from pipeline_lib.io import atomic_path
 from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.plan.settings import eval_spec
@@ -248,7 +249,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path, res
     if not resume:  # a resumed run's syncs: the earlier attempts' and this one's
         sync_log.unlink(missing_ok=True)
     env_vars = {cpu.SYNC_LOG_ENV: str(sync_log.resolve())}
-    if os.environ.get(cpu.SKIP_SYNC_ENV) == "1":  # the stale-weights control of the tests
+    if env(cpu.SKIP_SYNC_ENV) == "1":  # the stale-weights control of the tests
         env_vars[cpu.SKIP_SYNC_ENV] = "1"
     spec = kind_spec(kind, section, base, str(init), env_vars)
     if KINDS[kind][0] == "sft":
