@@ -324,9 +324,11 @@ def test_an_oversize_answer_is_refused_while_read_never_cached(tmp_path):
     assert len(ResponseCache(tmp_path / "cache.sqlite")) == 0
 
 
-def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch):
+@pytest.mark.parametrize("verdict_first", [False, True], ids=["hostile_text_then_verdict", "verdict_then_hostile"])
+def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch, verdict_first):
     """A hostile answer (500 nested openings, then an unclosed list) made every ``{"`` decode to the end of the
-    text: 29 s at 405 KB. Count the characters handed to the JSON decoder: bounded, not growing with the text."""
+    text: 29 s at 405 KB. Count the characters handed to the JSON decoder: linear in the text, within the stated
+    bound, wherever the hostile part is."""
     import json
 
     from pipeline_lib.judge import parse
@@ -342,8 +344,10 @@ def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch):
     work = {}
     for size in (15_000, 405_000):
         Counting.chars = 0
-        text = '{"a": ' * 500 + "[" + "1," * (size // 2) + GOOD
+        hostile = '{"a": ' * 500 + "[" + "1," * (size // 2)
+        text = GOOD + " " + hostile if verdict_first else hostile + GOOD
         assert parse_verdict(text, POETRY_KEYS)["A"] == 7
         work[size] = Counting.chars
-    assert work[405_000] <= 1.5 * work[15_000]
-    assert work[405_000] <= parse.MAX_CANDIDATES * parse.MAX_OBJECT_CHARS
+        assert work[size] <= parse.MAX_CANDIDATES * parse.MAX_OBJECT_CHARS + parse.FULL_DECODES * len(text)
+    if not verdict_first:  # the search stops at the verdict: nothing before it is decoded
+        assert work[405_000] <= 1.5 * work[15_000]
