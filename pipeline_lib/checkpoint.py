@@ -259,7 +259,7 @@ def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], 
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     moved = []
     if present:
-        present += [run_dir / name for name in dict.fromkeys(logs) if (run_dir / name).exists()]
+        present += [run_dir / name for name in dict.fromkeys(logs) if name not in names and (run_dir / name).exists()]
         base = run_dir / STALE_DIR / str(previous.get("run_sha256") or "unrecorded")
         target, attempt = base, 1
         while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both

@@ -9,8 +9,9 @@ A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them 
 launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
 ``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
 (``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
-the same run: the run directory holds the digest of its config and inputs (``DIR/run.json``), and a run whose config
-or inputs changed first sets the other run's state aside (:func:`claim_run_dir`) and starts clean.
+the same run: the run directory holds the digest of its config, code and inputs (``DIR/run.json``), and a run whose
+config, code or inputs changed first sets the other run's state aside (:func:`pipeline_lib.checkpoint.claim_run_dir`,
+the resume rule of every engine) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.advantages import group_advantages
-from pipeline_lib.checkpoint import write_done
+from pipeline_lib.checkpoint import claim_run_dir, run_identity, write_done
 from pipeline_lib.engines.verl import check_verl_version
 from pipeline_lib.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.engines.verl.translate import (
@@ -53,7 +54,7 @@ from pipeline_lib.engines.verl.translate import (
     tracking_env,
 )
 from pipeline_lib.engines.verl.validate import validate_rl, validate_sft
-from pipeline_lib.io import sha256_file, write_json, write_text
+from pipeline_lib.io import write_text
 from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, health_counts
@@ -61,16 +62,12 @@ from pipeline_lib.tracking import Tracker, add_tracking_argument
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "claim_run_dir", "collect_metrics", "collect_rollouts", "finished_step", "input_digests",
-           "logged_resume_point", "main", "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run"]
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "logged_resume_point", "main",
+           "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run", "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.train")
 
 TRACKER = "latest_checkpointed_iteration.txt"
-#: The run directory's owner: the config digest of the run whose state (checkpoints, dumps, metrics) it holds.
-RUN_IDENTITY = "run.json"
-#: Where another config's state goes, one folder per digest (``DIR/stale/<digest>/``); never deleted.
-STALE_DIR = "stale"
 LAUNCHER = "pipeline_lib.engines.verl.launch"
 
 
@@ -100,46 +97,15 @@ def finished_step(ckpt_dir: Path) -> int | None:
     return int(text)
 
 
-def input_digests(paths: TrainPaths) -> dict[str, str]:
-    """sha256 of what a run reads besides its config: the data files and the initial model's files (an SFT run that
-    was redone with another result leaves the RL run's config unchanged, yet its checkpoints are another run's)."""
-    named = {"train": paths.train_files, "val": paths.val_files}
-    if paths.init is not None:
-        named |= {f"init/{p.relative_to(paths.init)}": p for p in sorted(paths.init.rglob("*")) if p.is_file()}
-    return {name: sha256_file(path) for name, path in named.items() if path is not None}
-
-
-def claim_run_dir(run_dir: Path, digest: str, described: Mapping[str, Any] | None = None) -> list[Path]:
-    """Make ``run_dir`` the run ``digest`` (of its config and inputs, ``described`` in run.json); returns what was set
-    aside (empty for a rerun of the same run).
-
-    verl resumes from whatever ``checkpoints/`` holds (``resume_mode=auto``) and a finished tracker skips verl, so a
-    changed config (or initial model, or data) would resume (or publish) the old run's model and optimizer, and the
-    old attempts' metrics would be merged into the new run's. Everything in the directory that is not this run's
-    (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) moves to
-    ``stale/<old digest>/`` and is logged; a directory from before run.json existed counts as another run
-    (``stale/unrecorded``).
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    identity = run_dir / RUN_IDENTITY
-    previous = json.loads(identity.read_text()).get("run_sha256") if identity.is_file() else None
-    if previous == digest:
-        return []
-    state = sorted(p for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR))
-    moved = []
-    if state:
-        base = run_dir / STALE_DIR / (previous or "unrecorded")
-        target, attempt = base, 1
-        while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both
-            target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
-        target.mkdir(parents=True)
-        for path in state:
-            moved.append(path.rename(target / path.name))
-        log.warning("%s belonged to run %s (config + inputs), this is run %s: set aside %s in %s (not resumed, "
-                    "not deleted)", run_dir, previous or "(unrecorded)", digest, ", ".join(p.name for p in state),
-                    target)
-    write_json(identity, {"run_sha256": digest, "engine": "verl", **(described or {})})
-    return moved
+def verl_run_identity(kind: str, spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
+    """What a verl run's resume state depends on (:func:`pipeline_lib.checkpoint.run_identity`): its settings and
+    seed, the code this entry point imports, and the content of what it reads: the data files and the initial model's
+    files (an SFT run redone with another result leaves the RL run's config unchanged, yet its checkpoints are another
+    run's). verl resumes whatever ``checkpoints/`` holds and a finished tracker skips verl, so anything else in the
+    run directory (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) belongs to
+    this identity or is set aside."""
+    return run_identity({"kind": kind, "spec": spec.to_dict(), "seed": seed},
+                        [paths.train_files, paths.val_files, paths.init], entry="pipeline_lib.engines.verl.train")
 
 
 def logged_resume_point(run_dir: Path, kind: str) -> int | None:
@@ -410,9 +376,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
 
         check_training_data(paths.train_files)
     digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
-    inputs_read = input_digests(paths)
-    claim_run_dir(run_dir, config_digest({"config_sha256": digest, "inputs": inputs_read}),
-                  {"config_sha256": digest, "inputs": inputs_read})
+    claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
     _rotate_metrics(run_dir)
     total = int(spec.settings["steps"])
     resume_step = logged_resume_point(run_dir, kind)

@@ -429,66 +429,85 @@ def _finished_verl_run(run_dir, step: int, tag: str) -> None:
     (run_dir / "DONE.json").write_text(json.dumps({"final_step": step, "config_sha256": tag}))
 
 
+def _verl_identity(config: str, code: str = "code") -> dict:
+    return {"config_sha256": config * 64, "code_sha256": code, "inputs": {}}
+
+
 def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_resumes(tmp_path, caplog):
-    """verl resumes whatever checkpoints/ holds and skips a finished run: a run directory holds its config digest, and
-    another config's checkpoints, dumps, metrics and DONE.json are moved to stale/<digest>/ (logged), not resumed."""
+    """verl resumes whatever checkpoints/ holds and skips a finished run: under the resume rule every engine shares
+    (pipeline_lib.checkpoint.claim_run_dir, as verl's train.run calls it), another run's checkpoints, dumps, metrics
+    and DONE.json are moved to stale/<run digest>/ (logged), not resumed."""
     import logging
 
-    from pipeline_lib.engines.verl.train import claim_run_dir, collect_metrics, finished_step
+    from pipeline_lib.checkpoint import claim_run_dir
+    from pipeline_lib.engines.verl.train import collect_metrics, finished_step
     from pipeline_lib.engines.verl.translate import checkpoint_dir
+    from pipeline_lib.provenance import config_digest
 
+    run_a, run_b = _verl_identity("a"), _verl_identity("b")
+    digest_a, digest_b = config_digest(run_a), config_digest(run_b)
     run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
-    assert claim_run_dir(run_dir, "a" * 64) == []  # a new run directory
+    assert claim_run_dir(run_dir, run_a, "verl", state=None) == []  # a new run directory
     _finished_verl_run(run_dir, 2, "config-a")
-    assert claim_run_dir(run_dir, "a" * 64) == []  # the same config again: verl resumes / finds it finished
+    assert claim_run_dir(run_dir, run_a, "verl", state=None) == []  # the same run again: verl resumes / finds it done
     assert finished_step(checkpoint_dir(run_dir)) == 2
 
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.engines.verl.train"):
-        moved = claim_run_dir(run_dir, "b" * 64)
-    stale = run_dir / "stale" / ("a" * 64)
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+        moved = claim_run_dir(run_dir, run_b, "verl", state=None)
+    stale = run_dir / "stale" / digest_a
     assert sorted(p.name for p in moved) == sorted(["DONE.json", "checkpoints", "raro_replay", "rollout_dump",
                                                     "verl_metrics.0.jsonl", "verl_metrics.jsonl"])
     assert all(p.parent == stale and p.exists() for p in moved)
     assert (stale / "checkpoints/global_step_2/actor/model_world_size_1_rank_0.pt").read_text() == "config-a"
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "stale"]
-    assert finished_step(checkpoint_dir(run_dir)) is None  # verl starts clean instead of resuming config a
-    assert json.loads((run_dir / "run.json").read_text())["run_sha256"] == "b" * 64
-    assert str(stale) in caplog.text and "checkpoints" in caplog.text and "a" * 64 in caplog.text
-    assert (collect_metrics(run_dir, 2)).read_text() == ""  # config a's metrics are not merged into b's
+    assert finished_step(checkpoint_dir(run_dir)) is None  # verl starts clean instead of resuming run a
+    assert json.loads((run_dir / "run.json").read_text())["run_sha256"] == digest_b
+    assert str(stale) in caplog.text and "checkpoints" in caplog.text and digest_a in caplog.text
+    assert "changed: config" in caplog.text
+    assert (collect_metrics(run_dir, 2)).read_text() == ""  # run a's metrics are not merged into b's
 
-    # back to config a, then b again: each set-aside state is kept, none overwritten
+    # back to run a, then b again: each set-aside state is kept, none overwritten
     _finished_verl_run(run_dir, 1, "config-b")
-    claim_run_dir(run_dir, "a" * 64)
+    claim_run_dir(run_dir, run_a, "verl", state=None)
     _finished_verl_run(run_dir, 1, "config-a2")
-    claim_run_dir(run_dir, "b" * 64)
-    assert (run_dir / "stale" / ("b" * 64) / "DONE.json").exists()
-    assert (run_dir / "stale" / f"{'a' * 64}.1" / "rollout_dump/1.jsonl").read_text().count("config-a2") == 1
+    claim_run_dir(run_dir, run_b, "verl", state=None)
+    assert (run_dir / "stale" / digest_b / "DONE.json").exists()
+    assert (run_dir / "stale" / f"{digest_a}.1" / "rollout_dump/1.jsonl").read_text().count("config-a2") == 1
+
+    # the same settings and inputs under edited code are another run too
+    _finished_verl_run(run_dir, 1, "config-b2")
+    assert claim_run_dir(run_dir, _verl_identity("b", code="edited"), "verl", state=None)
 
 
 def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
-    """The RL run's config is unchanged when its SFT model is redone with another result; its digest is not."""
-    from pipeline_lib.engines.verl.train import input_digests
+    """The RL run's config is unchanged when its SFT model is redone with another result; its identity is not."""
+    from pipeline_lib.engines.verl.train import verl_run_identity
 
     (tmp_path / "sft/final").mkdir(parents=True)
     (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-1")
     for name in ("train.parquet", "test.parquet"):
         (tmp_path / name).write_bytes(b"rows")
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tmp_path / "test.parquet", tmp_path / "sft/final")
-    first = input_digests(paths)
-    assert set(first) == {"train", "val", "init/model.safetensors"} and input_digests(paths) == first
+    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", settings={"group_size": 4},
+                   estimator=Estimator("grpo"))
+    first = verl_run_identity("rl", spec, paths, 0)
+    assert set(first) == {"config_sha256", "code_sha256", "inputs"} and len(first["inputs"]) == 3
+    assert verl_run_identity("rl", spec, paths, 0) == first
+    assert verl_run_identity("rl", spec, paths, 1)["config_sha256"] != first["config_sha256"]
     (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-2")
-    assert input_digests(paths)["init/model.safetensors"] != first["init/model.safetensors"]
+    second = verl_run_identity("rl", spec, paths, 0)
+    assert second["inputs"] != first["inputs"] and second["config_sha256"] == first["config_sha256"]
     (tmp_path / "train.parquet").write_bytes(b"other rows")
-    assert input_digests(paths)["train"] != first["train"]
+    assert verl_run_identity("rl", spec, paths, 0)["inputs"] != second["inputs"]
 
 
 def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
-    from pipeline_lib.engines.verl.train import claim_run_dir
+    from pipeline_lib.checkpoint import claim_run_dir
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     _finished_verl_run(run_dir, 3, "old")
-    moved = claim_run_dir(run_dir, "c" * 64)
+    moved = claim_run_dir(run_dir, _verl_identity("c"), "verl", state=None)
     assert moved and all(p.parent == run_dir / "stale/unrecorded" for p in moved)
 
 
