@@ -2,7 +2,8 @@
 # Logic lives in pipeline_lib/; each stage's rules in workflow/rules/<stage>.smk.
 from snakemake.utils import min_version
 
-from pipeline_lib.config import check_config_files, validate_config
+from pipeline_lib.config import check_config_files
+from pipeline_lib.plan import validate_planned_config
 
 min_version("9.0")
 
@@ -10,7 +11,7 @@ min_version("9.0")
 # default config/config.yaml from profiles/default. Keys a config leaves out take the schema's defaults; a key given
 # twice in one file is an error (Snakemake's loader would keep the last).
 check_config_files(workflow.configfiles)
-validate_config(config, "workflow/schemas/config.schema.yaml")
+validate_planned_config(config, "workflow/schemas/config.schema.yaml")
 
 
 if config.get("preflight"):  # config/preflight.yaml: only the verl preflight (workflow/rules/preflight.smk)

@@ -27,6 +27,7 @@ from typing import Any
 
 from pipeline_lib.env import env
 from pipeline_lib.io import sha256_file, write_text
+from pipeline_lib.plan.table import load_config
 from pipeline_lib.provenance import SIDECAR_SUFFIX, code_modules, config_settings
 
 __all__ = ["AuditReport", "audit"]
@@ -198,8 +199,6 @@ def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport
 def current_config(configfiles: Sequence[str | Path] | None = None) -> dict[str, Any] | None:
     """The config to compare recorded settings with: ``configfiles`` merged and resolved as ``plan`` does; default
     the workflow's resolved config inside a job (``PIPELINE_CONFIG_FILE``), else config/config.yaml when present."""
-    from pipeline_lib.plan.table import load_config  # the schema and the plan: only when a config is compared
-
     if configfiles:
         return load_config(configfiles)
     inside = env("PIPELINE_CONFIG_FILE")

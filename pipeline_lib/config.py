@@ -370,22 +370,6 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _plan_problems(config: Mapping[str, Any]) -> list[str]:
-    """The run plan's own refusals (:class:`~pipeline_lib.run_spec.PlanError`: a method the registry cannot build,
-    a tau set twice), found at parse time rather than by the first rule that plans; the estimators are checked where
-    the workflow plans (importing torch here would slow every parse)."""
-    if config.get("preflight"):
-        return []
-    from pipeline_lib.plan.runs import plan_runs
-    from pipeline_lib.run_spec import PlanError
-
-    try:
-        plan_runs(config, check_estimators=False)
-    except PlanError as exc:
-        return [str(exc)]
-    return []
-
-
 def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: set[str]) -> list[str]:
     """Non-finite floats the schema did not type, and keys naming a file, a task or a role that does not exist."""
     problems = []
@@ -422,8 +406,6 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | os.Path
         lines += missing_backend_packages(config["tracking"].get("backends", []))
     if not errors:
         lines += _semantic_problems(config)
-    if not lines:
-        lines += _plan_problems(config)
     if lines:
         listing = "\n".join(f"  - {line}" for line in lines)
         raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n{listing}")

@@ -124,11 +124,12 @@ def test_configs_the_schema_accepted_that_make_no_sense_fail_at_parse_time_namin
 
 def test_a_plan_error_is_found_when_the_config_is_parsed():
     """A method the registry does not know passed the schema and failed in the first rule that planned."""
-    from pipeline_lib.config import ConfigError, validate_config
+    from pipeline_lib.config import ConfigError
+    from pipeline_lib.plan import validate_planned_config
 
     config = _tiny(train={"methods": {"softmax_exact": {"advantage": "grpo"}}})
     with pytest.raises(ConfigError, match=r"train\.methods\.softmax_exact\.advantage is 'grpo' but the registry"):
-        validate_config(config, REPO / "workflow/schemas/config.schema.yaml", base_dir=REPO)
+        validate_planned_config(config, REPO / "workflow/schemas/config.schema.yaml", base_dir=REPO)
 
 
 @pytest.mark.parametrize("overlay, says", [

@@ -4,11 +4,12 @@ A module of ``pipeline_lib`` may import modules of its own layer or a lower one,
 
 * **core**: what every stage stands on: environment, I/O, config, tracking, provenance, statistics,
   checkpoints, the advantage estimators and the loss, the theory, rewards, the LLM client, data, rubrics, and the
-  model code (``pipeline_lib.model``) that both evaluation and the engines build and sample with;
+  model code (``pipeline_lib.model``) that both evaluation and the engines build and sample with, and the test of
+  which Snakemake profile is in force (``profiles``, read by ``profiles/default``);
 * **plan**: what runs, with which settings (``pipeline_lib.plan``, ``specs``, ``targets``); the workflow imports it
   while it parses, so it stays free of torch, vLLM and verl;
 * **jobs**: what a job runs: the engines, evaluation, judging, the ImageNet study's training (``classify``), the
-  audit, and the package's command line;
+  audit, the package's command line and the environment locks' tool (``envlock``);
 * **paper**: the tables, figures and report written from the jobs' outputs.
 
 Within and across layers no two packages import each other (no cycle between packages, even through function-local
@@ -33,9 +34,9 @@ PACKAGE = REPO / "pipeline_lib"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
               "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
-              "group_metrics", "run_spec")),
+              "group_metrics", "run_spec", "profiles")),
     ("plan", ("plan", "specs", "targets")),
-    ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__")),
+    ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__", "envlock")),
     ("paper", ("paper", "steps")),
 )
 

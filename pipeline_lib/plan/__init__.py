@@ -30,6 +30,7 @@ from pipeline_lib.plan.runs import (
     plan_runs,
     softmax_exact_method,
     trained_methods,
+    validate_planned_config,
 )
 from pipeline_lib.plan.settings import verl_tasks
 from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
@@ -59,5 +60,6 @@ __all__ = [
     "softmax_exact_method",
     "trained_methods",
     "unregister",
+    "validate_planned_config",
     "verl_tasks",
 ]

@@ -15,13 +15,15 @@ checked against :mod:`pipeline_lib.advantages`, which knows each estimator's par
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
 from pipeline_lib.plan.settings import (
     ablation_method,
@@ -37,7 +39,7 @@ from pipeline_lib.run_spec import ENGINES, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
-           "softmax_exact_method", "trained_methods"]
+           "softmax_exact_method", "trained_methods", "validate_planned_config"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
@@ -575,3 +577,17 @@ def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimator
     requests["imagenet"] = [run.output for run in imagenet]
     return Plan([run for runs in built.values() for run in runs] + imagenet, targets, requests)
 
+
+def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
+                            base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
+    """:func:`pipeline_lib.config.validate_config`, then the run plan's own refusals (a method the registry cannot
+    build, a tau set twice) as a :class:`~pipeline_lib.config.ConfigError`: a config that cannot be planned fails where
+    it is parsed, not in the first rule that plans. The estimators are checked where the workflow plans (importing
+    torch here would slow every parse); the preflight's config plans nothing."""
+    validate_config(config, schema_path, base_dir)
+    if not config.get("preflight"):
+        try:
+            plan_runs(config, check_estimators=False)
+        except PlanError as exc:
+            raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n  - {exc}") from None
+    return config

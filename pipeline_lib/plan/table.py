@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config, validate_config
+from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config
 from pipeline_lib.plan.groups import train_groups
-from pipeline_lib.plan.runs import Plan, Run, plan_runs
+from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
 from pipeline_lib.run_spec import PlanError
 
 __all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
@@ -47,7 +47,7 @@ def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -
     config: dict[str, Any] = {}
     for path in paths:
         merge_config(config, load_config_file(path))
-    return dict(validate_config(config, schema))
+    return dict(validate_planned_config(config, schema))
 
 
 def load_profile(path: str | Path | None = None) -> dict[str, Any]:

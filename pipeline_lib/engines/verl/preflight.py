@@ -30,13 +30,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.config import load_config_file, validate_config
+from pipeline_lib.config import load_config_file
 from pipeline_lib.engines.verl import cpu
 from pipeline_lib.engines.verl.cpu import cpu_overrides
 from pipeline_lib.engines.verl.translate import TrainPaths
 from pipeline_lib.env import env
 from pipeline_lib.io import atomic_path
-from pipeline_lib.plan import METHODS, RunSpec
+from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
 from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_advantages", "check_run", "check_weight_syncs",
@@ -84,7 +84,7 @@ def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], d
     if not base_path.is_file():
         raise PreflightError(f"preflight.base: {base_path} does not exist (the paper config the preflight checks)")
     base = load_config_file(base_path)
-    validate_config(base, "workflow/schemas/config.schema.yaml")
+    validate_planned_config(base, "workflow/schemas/config.schema.yaml")
     if section["paper_task"] not in base["train"]["verl"]["tasks"]:
         raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a task of {base_path} "
                              f"(train.verl.tasks: {sorted(base['train']['verl']['tasks'])})")
