@@ -3,7 +3,7 @@
 # evaluated. The tiny task's data and the pipeline's tokenizer come from the tiny default's own data rules.
 import json
 
-from pipeline_lib.config import load_config_file
+from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.engines.verl.preflight import KINDS, eval_spec_for
 from pipeline_lib.plan.runs import TOKENIZER
 
