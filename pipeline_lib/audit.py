@@ -96,14 +96,10 @@ def _code_changes(record: dict[str, Any]) -> str | None:
         current = code_modules(recorded.get("entry"))
     except (ValueError, OSError, SyntaxError) as exc:
         return f"its entry module {recorded.get('entry')!r} cannot be read in this checkout ({exc})"
-    old = recorded["modules"]
-    changed = sorted(k for k in old.keys() & current.keys() if old[k] != current[k])
-    added, removed = sorted(current.keys() - old.keys()), sorted(old.keys() - current.keys())
-    if not (changed or added or removed):
+    differences = _differences(recorded["modules"], current, shown=5)
+    if differences is None:
         return None
-    parts = [f"{label} {', '.join(files[:5])}{' ...' if len(files) > 5 else ''}"
-             for label, files in (("changed", changed), ("new", added), ("removed", removed)) if files]
-    return f"made with older code (entry {recorded.get('entry') or 'whole package'}): " + "; ".join(parts)
+    return f"made with older code (entry {recorded.get('entry') or 'whole package'}): {differences}"
 
 
 def _config_changes(record: dict[str, Any], config: Mapping[str, Any] | None) -> str | None:
@@ -115,14 +111,19 @@ def _config_changes(record: dict[str, Any], config: Mapping[str, Any] | None) ->
             or not isinstance(made_with.get("settings"), dict):
         return "its recorded step_config is malformed, so its config cannot be compared"
     now = config_settings(config, [str(s) for s in made_with["sections"]])
-    old = made_with["settings"]
-    changed = sorted(k for k in old.keys() & now.keys() if old[k] != now[k])
-    added, removed = sorted(now.keys() - old.keys()), sorted(old.keys() - now.keys())
-    if not (changed or added or removed):
+    differences = _differences(made_with["settings"], now, shown=8)
+    if differences is None:
         return None
-    parts = [f"{label} {', '.join(keys[:8])}{' ...' if len(keys) > 8 else ''}"
+    return f"made with another config (step {record.get('step')}): {differences}"
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any], shown: int) -> str | None:
+    """The keys changed, new and removed between two recorded mappings (at most ``shown`` each); None when equal."""
+    changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
+    added, removed = sorted(new.keys() - old.keys()), sorted(old.keys() - new.keys())
+    parts = [f"{label} {', '.join(keys[:shown])}{' ...' if len(keys) > shown else ''}"
              for label, keys in (("changed", changed), ("new", added), ("removed", removed)) if keys]
-    return f"made with another config (step {record.get('step')}): " + "; ".join(parts)
+    return "; ".join(parts) or None
 
 
 def _is_raw(path: Path, raw: bool | None) -> bool:
