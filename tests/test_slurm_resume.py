@@ -25,7 +25,10 @@ from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitte
 
 from .conftest import REPO
 
-STEPS = 16  # enough that the steps run between the cut's request and Slurm's next limit check never finish the run
+# enough that the steps run between the cut's request and Slurm's next limit check (up to about 30 s, then KillWait
+# 5 s) never finish the run: a step with its checkpoint takes 3-4 s here since vLLM's threads are no longer
+# pinned to one core, 7-10 s before
+STEPS = 20
 #: attempt n gets RUNTIME x n minutes, the profile's rule ("60 * attempt" in profiles/slurm); the test cuts attempt 1
 RUNTIME = 15
 

@@ -70,9 +70,10 @@ rule preflight_train:
         "logs/preflight/{kind}.log",
     benchmark:
         "results/benchmarks/preflight/{kind}.tsv"
-    # a verl run's Ray actors (trainer, rollout server, agent loop, reward, TransferQueue) keep both cores busy: one
-    # run at a time on the 2-core default
-    threads: 2
+    # a verl run's Ray actors (trainer, rollout server, agent loop, reward, TransferQueue) start and wait one after
+    # another and use about 1.2 of 2 cores on average: two kinds at once on the 2-core default (about 17 GB of RAM
+    # together at their peak); a Slurm job still gets the profile's cpus_per_task
+    threads: 1
     # Snakemake's attempt: a retry (attempt > 1, e.g. the Slurm profile resubmitting a job cut by its time limit)
     # resumes from the run's last verl checkpoint; a first attempt trains from scratch (a resource, not a param, so a
     # job finished on its second attempt is not rerun for it)
@@ -100,9 +101,9 @@ rule preflight_eval:
         "logs/preflight/eval.log",
     benchmark:
         "results/benchmarks/preflight/eval.tsv"
-    threads: 2
+    threads: 1  # beside the last training kinds
     conda:
         "../../envs/eval.yaml"
     shell:
-        "VLLM_CPU_KVCACHE_SPACE=1 python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
+        "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
         " --spec {params.spec:q} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"

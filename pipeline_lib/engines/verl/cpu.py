@@ -50,7 +50,9 @@ __all__ = ["ENV", "SKIP_SYNC_ENV", "SYNC_LOG_ENV", "VLLM_CPU_ENV", "cpu_enabled"
 ENV = "PIPELINE_VERL_CPU"
 #: vLLM's CPU settings for every vLLM the preflight starts: a 1 GiB KV cache (vLLM's CPU build otherwise sizes it
 #: from ``gpu_memory_utilization`` of the machine's RAM, several GiB per engine on a shared 24 GiB machine).
-VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+#: vLLM CPU: a 1 GiB KV cache instead of a share of RAM; OpenMP threads left to the OS scheduler (its auto binding
+#: pins every engine to the same core, so two preflight jobs side by side would share one core)
+VLLM_CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 #: Where the rollout's vLLM workers append one line per weight sync (a digest of the weights they now hold); the
 #: preflight sets it per job and checks that every update reached them (``preflight.check_weight_syncs``).
 SYNC_LOG_ENV = "PIPELINE_VERL_CPU_SYNC_LOG"
@@ -100,6 +102,7 @@ def cpu_overrides(kind: str, gpus: int = 1, env_vars: dict[str, str] | None = No
         # Ray's logical CPUs: the trainer's placement bundle takes 3 per process beside the TaskRunner, the agent loop,
         # reward and TransferQueue actors (each 1); with the machine's 2 the bundle never places.
         "ray_kwargs.ray_init.num_cpus=8",
+        "+ray_kwargs.ray_init.include_dashboard=false",  # its head and agent processes: CPU the run needs
         "data.dataloader_num_workers=0",
         f"+ray_kwargs.ray_init.num_gpus={gpus}",
         "trainer.device=cpu",
