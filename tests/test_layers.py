@@ -34,7 +34,7 @@ PACKAGE = REPO / "pipeline_lib"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
               "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
-              "group_metrics", "run_spec", "profiles")),
+              "group_metrics", "run_spec", "profiles", "cli", "console")),
     ("plan", ("plan", "specs", "targets")),
     ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__", "envlock")),
     ("paper", ("paper", "steps")),

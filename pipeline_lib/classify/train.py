@@ -38,11 +38,12 @@ from pipeline_lib.checkpoint import (
     write_done,
 )
 from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.io import atomic_path
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 log = logging.getLogger("pipeline_lib.classify.train")
 
@@ -184,14 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.classify.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec): its settings "
-                        "are the config's `imagenet` section")
+    add_run_arguments(parser)
     parser.add_argument("--objective", required=True, choices=OBJECTIVES)
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--run-dir", required=True, type=Path)
-    parser.add_argument("--threads", type=int, default=1)
-    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir,

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline_lib.cli import json_file
 from pipeline_lib.plan.registry import METHODS, PlanError
 from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.plan.settings import eval_spec
@@ -106,6 +107,8 @@ def job_priority(rule: str, run_name: str | None = None) -> int:
     makespan, 11 s of the worst). The theory's Monte Carlo (7 s) is the last filler. The order changes, no job's
     inputs or outputs (``benchmarks/schedule.py``).
     """
+    if rule.startswith("data_"):
+        return 50  # every training run waits on its task's data and the tokenizer: they go first
     if rule in ("train_imagenet", "train_imagenet_group"):
         return 10
     if rule == "paper_theory_data":
@@ -118,9 +121,10 @@ def job_priority(rule: str, run_name: str | None = None) -> int:
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
-    """One shell command running ``(module, args)`` steps in order in one process."""
+    """One shell command running ``(module, args)`` steps in order in one process; the steps (and their specs)
+    travel in a JSON file (:func:`pipeline_lib.cli.json_file`), not on the command line."""
     payload = [{"module": module, "args": args} for module, args in steps]
-    return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json.dumps(payload))}"
+    return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json_file(json.dumps(payload)))}"
 
 
 def train_group_inputs(runs: list[Run]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.cli import file_args
 from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
 from pipeline_lib.plan.settings import (
@@ -99,11 +100,14 @@ class Run:
         """The ``python -m`` module the job runs: its code digest is a rule parameter (reruns follow code edits)."""
         return self.args[self.args.index("-m") + 1]
 
-    def command(self, threads: int | None = None, tracking: bool = True) -> str:
+    def command(self, threads: int | None = None, tracking: bool = True, files: bool = True) -> str:
         """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
         and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
-        change of dashboard never reruns)."""
-        return " ".join(shlex.quote(a) for a in [*self.args, *self.extra_args(threads, tracking)])
+        change of dashboard never reruns). With ``files`` its JSON values (spec, tracking) travel in files
+        (:func:`pipeline_lib.cli.file_args`), so the command line stays short; without, inline (a rerun key that
+        shows what changed)."""
+        args = [*self.args, *self.extra_args(threads, tracking)]
+        return " ".join(shlex.quote(a) for a in (file_args(args) if files else args))
 
     def extra_args(self, threads: int | None = None, tracking: bool = True) -> list[str]:
         """``--threads`` and ``--tracking``: settings of how a run executes, not of what it computes."""

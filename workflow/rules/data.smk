@@ -1,6 +1,8 @@
 # Stage "data": tiny synthetic tasks, the pipeline's tokenizer, the paper's datasets, ImageNet validation. Which tasks
 # and datasets exist (wildcard constraints) and each one's parameters: pipeline_lib.steps / pipeline_lib.targets.
 
+from pipeline_lib.plan.groups import job_priority
+
 
 rule data_tiny:
     output:
@@ -17,6 +19,7 @@ rule data_tiny:
         "logs/data_tiny/{task}.log",
     benchmark:
         "results/benchmarks/data_tiny/{task}.tsv"
+    priority: job_priority("data_tiny")  # first: everything waits on the data (pipeline_lib.plan.groups)
     conda:
         "../../envs/report.yaml"
     shell:
@@ -38,6 +41,7 @@ rule data_tokenizer:
         "logs/data_tokenizer.log",
     benchmark:
         "results/benchmarks/data_tokenizer.tsv"
+    priority: job_priority("data_tokenizer")  # first: everything waits on the data (pipeline_lib.plan.groups)
     conda:
         "../../envs/report.yaml"
     shell:

@@ -35,7 +35,7 @@ for batch in EVAL_BATCHES:
         conda:
             EVAL_ENV
         shell:
-            "{params.command} > {log} 2>&1"
+            "{params.command} 3>&2 > {log} 2>&1"  # fd 3: the batch's one line per checkpoint, to the console
 
     workflow.ruleorder(f"eval_checkpoints_{batch.name}", "eval_checkpoint")
 

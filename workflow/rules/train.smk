@@ -4,6 +4,7 @@
 # a rule matches exactly its own runs (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
+from pipeline_lib.cli import json_file
 from pipeline_lib.plan.groups import job_priority, train_group_command, train_group_inputs
 
 for job, kind in JOBS.items():
@@ -21,7 +22,7 @@ for job, kind in JOBS.items():
             # the run's command without --threads: Snakemake compares only parameters not derived from threads,
             # input or output, so this is what reruns a job whose spec changed (not --tracking: a new dashboard
             # retrains nothing)
-            run=lambda wildcards, job=job: PLAN.get(job, wildcards.run).command(tracking=False),
+            run=lambda wildcards, job=job: PLAN.get(job, wildcards.run).command(tracking=False, files=False),
             code=lambda wildcards, job=job: code_digest(PLAN.get(job, wildcards.run).entry_module),
         wildcard_constraints:
             run=PLAN.pattern(job),
@@ -58,7 +59,7 @@ for group_rule, group in TRAIN_GROUPS.items():
             command=lambda wildcards, threads, group=group: train_group_command(
                 group.runs(PLAN, wildcards.task, wildcards.seed), threads),
             run=lambda wildcards, group=group: "\n".join(
-                run.command(tracking=False) for run in group.runs(PLAN, wildcards.task, wildcards.seed)),
+                run.command(tracking=False, files=False) for run in group.runs(PLAN, wildcards.task, wildcards.seed)),
             code=lambda wildcards, group=group: " ".join(dict.fromkeys(
                 code_digest(run.entry_module) for run in group.runs(PLAN, wildcards.task, wildcards.seed))),
         wildcard_constraints:
@@ -73,7 +74,7 @@ for group_rule, group in TRAIN_GROUPS.items():
         conda:
             "../../envs/train-local.yaml"
         shell:
-            "{params.command} > {log} 2>&1"
+            "{params.command} 3>&2 > {log} 2>&1"  # fd 3: the batch's one line per member, to the console
 
     workflow.ruleorder(group_rule, group.job)
 
@@ -92,6 +93,7 @@ rule validate_verl:
         runs=VERL_RUNS_DIGEST,
         code=code_digest("pipeline_lib.engines.verl.validate"),
         config=lambda wildcards: json.dumps(config),
+        config_file=lambda wildcards: json_file(json.dumps(config)),  # the same JSON, in a file: not on the command line
     log:
         "logs/validate_verl.log",
     benchmark:
@@ -99,4 +101,4 @@ rule validate_verl:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.validate --config {params.config:q} --out {output} > {log} 2>&1"
+        "python -m pipeline_lib.engines.verl.validate --config {params.config_file} --out {output} > {log} 2>&1"

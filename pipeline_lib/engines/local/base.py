@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.checkpoint import MetricsLog, write_done
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.model import build_model, load_model, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["make_base"]
 
@@ -61,12 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.base", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser, threads=False)
     parser.add_argument("--tokenizer", type=Path, default=None, help="the tokenizer of a Base built from scratch")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="a pretrained HF model to use as the base")
-    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     make_base({"model": RunSpec.from_json(args.spec).model}, args.tokenizer, args.run_dir, args.seed, args.init,
               args.tracking)

@@ -1,7 +1,10 @@
 """Run several pipeline entry points in one process: one Python, torch and transformers start-up for many jobs.
 
-    python -m pipeline_lib.engines.local.batch --steps '[{"module": "pipeline_lib.engines.local.sft",
-        "args": ["--spec", "...", "--run-dir", "results/train/T/sft/seed0", ...]}, {"module": ..., "args": [...]}]'
+    python -m pipeline_lib.engines.local.batch --steps .snakemake/specs/<digest>.json
+
+where the file (written by the plan, pipeline_lib.plan.groups.batch_command) holds the steps,
+``[{"module": "pipeline_lib.engines.local.sft", "args": ["--spec", "...", "--run-dir", ...]}, ...]``.
+With file descriptor 3 open (the rules point it at the console), one line per step goes there.
 
 On a 2-core machine the start-up of a job (importing torch and transformers, ~7 CPU seconds) costs
 more than a tiny training run or evaluation, so the tiny default groups its local-engine jobs: e.g.
@@ -19,11 +22,13 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.provenance import running_entry
 
 __all__ = ["run_steps"]
@@ -50,13 +55,39 @@ def _validate(steps: Any) -> list[dict[str, Any]]:
     return steps
 
 
-def run_steps(steps: Sequence[dict[str, Any]]) -> list[float]:
-    """Run each step's ``main(args)`` in order; returns the wall seconds of each. Raises on the first failure."""
-    seconds = []
-    for number, step in enumerate(_validate(list(steps))):
+def _what(step: dict[str, Any]) -> str:
+    """A step in a few words: its entry point and the run it writes (``local.rl arith_tiny/grpo/seed0``)."""
+    args, module = step.get("args", []), step["module"].removeprefix("pipeline_lib.").removeprefix("engines.")
+    for flag in ("--run-dir", "--out"):
+        if flag in args[:-1]:
+            return f"{module} {args[args.index(flag) + 1].removeprefix('results/').removeprefix('train/')}"
+    return module
+
+
+def _console() -> TextIO | None:
+    """File descriptor 3, where the rule's shell line points it at the console (``3>&2 > {log} 2>&1``)."""
+    try:
+        return os.fdopen(3, "w", buffering=1, closefd=False)
+    except OSError:
+        return None
+
+
+def run_steps(steps: Sequence[dict[str, Any]], console: TextIO | None = None) -> list[float]:
+    """Run each step's ``main(args)`` in order; returns the wall seconds of each. Raises on the first failure.
+
+    With ``console``, one line per step there: which step of how many, what it runs, the time so far and an estimate
+    of the time left (the mean of the steps done times the steps left)."""
+    seconds: list[float] = []
+    steps = _validate(list(steps))
+    began = time.perf_counter()
+    for number, step in enumerate(steps):
         module = importlib.import_module(step["module"])
         started = time.perf_counter()
         log.info("step %d/%d: python -m %s %s", number + 1, len(steps), step["module"], " ".join(step["args"]))
+        if console is not None:
+            left = f", about {sum(seconds) / len(seconds) * (len(steps) - number):.0f} s left" if seconds else ""
+            print(f"    [batch {number + 1}/{len(steps)}] {_what(step)} "
+                  f"({time.perf_counter() - began:.0f} s in{left})", file=console, flush=True)
         with running_entry(step["module"]):  # its outputs' provenance records this module's code, not the batch's
             status = module.main(list(step.get("args", [])))
         if status not in (0, None):
@@ -70,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.batch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", required=True, help="JSON list of {module, args}")
+    parser.add_argument("--steps", required=True, type=json_text,
+                        help="JSON list of {module, args}: a JSON file (what the plan writes) or inline JSON")
     args = parser.parse_args(argv)
-    run_steps(json.loads(args.steps))
+    run_steps(json.loads(args.steps), console=_console())
     return 0
 
 

@@ -36,6 +36,7 @@ from pipeline_lib.checkpoint import (
     run_identity,
     write_done,
 )
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.local.common import LazyPromptIds, check_finite_weights, clip_finite_gradients
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
@@ -43,7 +44,7 @@ from pipeline_lib.io import write_json
 from pipeline_lib.model import generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["dpo_loss", "train_iterative_dpo"]
 
@@ -174,14 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.dpo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--init", type=Path, required=True, help="the SFT model (round 0 and first reference)")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=1)
-    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     settings = dict(RunSpec.from_json(args.spec).baseline)  # the method's own section is the whole of its settings

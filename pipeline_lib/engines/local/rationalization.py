@@ -25,13 +25,14 @@ import pandas as pd
 import torch
 
 from pipeline_lib.checkpoint import read_json_state, run_identity
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.data.schema import sft_row
 from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.sft import sft_settings, train_sft
 from pipeline_lib.io import atomic_path, write_json
 from pipeline_lib.model import encode_prompts, generate, load_model
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["assemble", "hinted_prompts", "rationalize", "rationalized_frame", "train_rationalization"]
 
@@ -109,15 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.rationalization", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--annotator", type=Path, required=True, help="HF model that writes the rationales")
     parser.add_argument("--init", type=Path, default=None, help="the base model SFT starts from (default: scratch)")
     parser.add_argument("--tokenizer", type=Path, required=True)
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=1)
-    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = RunSpec.from_json(args.spec)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from pipeline_lib.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.local.common import (
     LazyPromptIds,
     TrainingCheckpoint,
@@ -51,7 +52,7 @@ from pipeline_lib.model import (
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import DATA_SOURCE_REWARDS, compute_scores, reward_health
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
 
@@ -295,13 +296,9 @@ def rl_settings(spec: RunSpec) -> dict[str, Any]:
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every group-RL entry point takes (this one, RL-Logit, RARO, OPD)."""
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--init", type=Path, required=True, help="starting (and reference) HF model")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=1)
-    add_tracking_argument(parser)
     add_eval_arguments(parser)
 
 

@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.local.common import (
     TrainingCheckpoint,
     check_finite_weights,
@@ -38,7 +39,7 @@ from pipeline_lib.model import (
 )
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import TrackingSettings
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
 
@@ -131,15 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.sft", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, required=True)
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--init", type=Path, default=None, help="start from this HF model instead of scratch")
     parser.add_argument("--kind", default="sft", help="run label in DONE.json; provenance step is train_<kind>")
-    parser.add_argument("--threads", type=int, default=1)
-    add_tracking_argument(parser)
     add_eval_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

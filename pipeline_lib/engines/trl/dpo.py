@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
-from pipeline_lib.tracking import Tracker, TrackingSettings, add_tracking_argument
+from pipeline_lib.tracking import Tracker, TrackingSettings
 
 __all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
 
@@ -304,13 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="every round (resumable), best round -> final/")
-    run.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(run, threads=False)
     run.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     run.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")
     run.add_argument("--init", type=Path, required=True, help="the SFT model (round 1's start and reference)")
-    run.add_argument("--run-dir", type=Path, required=True)
-    run.add_argument("--seed", type=int, required=True)
-    add_tracking_argument(run)
     generate = commands.add_parser("generate", help="child step: one generation per prompt")
     generate.add_argument("--model", type=Path, required=True)
     generate.add_argument("--spec", required=True, help="JSON generation settings (eval backend spec)")

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.local.rationalization import assemble, hinted_prompts, rationalized_frame
 from pipeline_lib.engines.verl.translate import TrainPaths
 from pipeline_lib.eval.backends import open_backend
@@ -79,11 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.verl.rationalization", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser, run_dir=False, threads=False, tracking=False)
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--model", help="the annotator: HF directory or hub name (default: the spec's model)")
     parser.add_argument("--out", type=Path, required=True, help="rationalized_sft.parquet to write")
-    parser.add_argument("--seed", type=int, required=True)
     args = parser.parse_args(argv)
     spec = RunSpec.from_json(args.spec)
     annotate(annotation_settings(spec), args.data, args.model or spec.model, args.out, args.seed)

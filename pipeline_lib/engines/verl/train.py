@@ -39,6 +39,7 @@ from typing import Any
 
 from pipeline_lib.advantages import group_advantages
 from pipeline_lib.checkpoint import claim_run_dir, run_identity, write_done
+from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.engines.verl import check_verl_version
 from pipeline_lib.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.engines.verl.translate import (
@@ -58,7 +59,7 @@ from pipeline_lib.io import write_text
 from pipeline_lib.plan import METHODS, RunSpec
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import compute_scores, health_counts
-from pipeline_lib.tracking import Tracker, add_tracking_argument
+from pipeline_lib.tracking import Tracker
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -423,14 +424,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["sft", "rl"])
-    parser.add_argument("--spec", required=True, help="JSON run spec (pipeline_lib.run_spec.RunSpec)")
+    add_run_arguments(parser, threads=False)
     parser.add_argument("--data", type=Path, required=True, help="training parquet")
     parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
     parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")
-    parser.add_argument("--run-dir", type=Path, required=True)
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
-    add_tracking_argument(parser)
     args = parser.parse_args(argv)
     if args.kind == "rl" and (args.val_data is None or args.init is None):
         parser.error("rl needs --val-data and --init")

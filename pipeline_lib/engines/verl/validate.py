@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
 from pipeline_lib.engines.verl.translate import plan_overrides
 from pipeline_lib.io import write_json
@@ -460,7 +461,8 @@ def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CAC
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of rule ``validate_verl``: validate every verl run of the resolved config, record the summary."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, help="the resolved workflow config, as JSON")
+    parser.add_argument("--config", required=True, type=json_text,
+                        help="the resolved workflow config: a JSON file (what the rule passes) or inline JSON")
     parser.add_argument("--out", required=True, help="summary JSON, written once every run passed")
     args = parser.parse_args(argv)
     write_json(args.out, validate_planned_runs(json.loads(args.config)))

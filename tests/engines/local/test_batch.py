@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.engines.local.batch import main, run_steps
 from pipeline_lib.plan import RunSpec
 
@@ -86,11 +87,14 @@ def _default_config():
 
 
 def _steps(command):
-    return json.loads(shlex.split(command)[-1])
+    """The steps of a batch command: its --steps names a JSON file (pipeline_lib.cli.json_file), not inline JSON."""
+    assert len(command) < 300 and "{" not in command, command
+    return json.loads(json_text(shlex.split(command)[-1]))
 
 
-def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation():
+def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation(tmp_path, monkeypatch):
     """Every evaluation of a local-engine (task, seed) shares one process; each keeps its own outputs and arguments."""
+    monkeypatch.chdir(tmp_path)  # the commands write their steps files under .snakemake/specs here
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.groups import eval_batch_command, eval_batches
     from pipeline_lib.targets import stage_targets
@@ -116,8 +120,9 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
                                                                      evaluations)}
 
 
-def test_a_training_group_runs_exactly_its_members_own_commands():
+def test_a_training_group_runs_exactly_its_members_own_commands(tmp_path, monkeypatch):
     """train_local_group runs each train.methods run of a (task, seed) as the step its own job would run."""
+    monkeypatch.chdir(tmp_path)
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.groups import groups, train_group_command, train_group_inputs
 
@@ -128,7 +133,7 @@ def test_a_training_group_runs_exactly_its_members_own_commands():
     assert [run.name for run in runs] == list(methods) and {run.seed for run in runs} == {1}
     steps = _steps(train_group_command(runs, 3))
     for run, step in zip(runs, steps, strict=True):
-        alone = shlex.split(run.command(3))
+        alone = shlex.split(run.command(3, files=False))
         assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
     inputs = train_group_inputs(runs)
     assert sorted(set(inputs.values())) == sorted({p for run in runs for p in run.inputs.values()})
@@ -153,8 +158,9 @@ def test_the_ablation_cells_of_a_task_and_seed_form_one_training_group():
     assert ablation_groups(plan_runs(config)).methods == ()
 
 
-def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
+def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked(tmp_path, monkeypatch):
     """imagenet.one_job_per_seed: the study's runs of a seed as one batch of their own commands; off, none."""
+    monkeypatch.chdir(tmp_path)
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.groups import imagenet_groups, train_group_command
 
@@ -168,7 +174,7 @@ def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked():
     assert {run.output for run in runs} == {run.output for run in plan.of(job="train_imagenet")
                                             if run.seed == group.seeds[-1]}
     for run, step in zip(runs, _steps(train_group_command(runs, 2)), strict=True):
-        alone = shlex.split(run.command(2))
+        alone = shlex.split(run.command(2, files=False))
         assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
     section["one_job_per_seed"] = False
     assert imagenet_groups(config, plan_runs(config)).seeds == ()
@@ -188,6 +194,7 @@ def test_job_priorities_start_what_unlocks_the_most_work_first():
     started_from_sft = {job_priority(run.job, run.name) for run in plan.runs
                         if any("/sft/" in path for path in run.inputs.values()) and run.job != "train_imagenet"}
     assert sft and started_from_sft and min(sft) > max(started_from_sft)
+    assert min(job_priority("data_tiny"), job_priority("data_tokenizer")) > max(sft)  # every run waits on the data
     evaluation = job_priority("eval_checkpoints_countdown_tiny_seed0")
     assert min(started_from_sft) > evaluation > job_priority("paper_table1")
     imagenet = imagenet_groups(config, plan)
