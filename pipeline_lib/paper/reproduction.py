@@ -39,7 +39,7 @@ from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
 from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted, miniature_section
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
-from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, summary_section
+from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
 from pipeline_lib.provenance import write_provenance
@@ -381,18 +381,19 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                  scores: dict | None = None, judge_items: dict | None = None,
                  made: dict[str, Path] | None = None, planted: dict | None = None,
                  machines: pd.DataFrame | None = None, base_runs: dict | None = None, min_seeds: int = MIN_SEEDS,
-                 train_root: Path | None = None) -> str:
+                 train_root: Path | None = None, slips: dict | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
     ``made`` the other tables this run made (name -> its markdown file), ``planted`` the tiny tasks' planted design
     (:func:`pipeline_lib.paper.miniature.load_planted`), ``machines`` the machines behind the runs
     (:func:`pipeline_lib.paper.machines.run_machines`), ``base_runs`` the base runs' ``DONE.json`` by run
     (:func:`pipeline_lib.paper.captions.base_done_records`), ``min_seeds`` the seeds a verdict needs,
-    ``train_root`` the training runs (their rollouts split the allocation shift)."""
+    ``train_root`` the training runs (their rollouts split the allocation shift), ``slips`` whether each judged
+    output carries the planted slip (:func:`pipeline_lib.paper.summary.load_slips`)."""
     comparable = label == "paper"
     made = made or {}
     tasks = sorted(table1["task"].unique()) if table1 is not None and not table1.empty else []
     quality = demonstration_quality(train_root, tasks)
-    blind = blind_judges(planted or {}, judge_items)
+    blind = blind_judges(planted or {}, judge_items, slips)
     artefacts = artefact_notes(quality, blind, allocation)
     rationalization = [a for a in artefacts if a.startswith("Rationalization on")]
     parts = [
@@ -539,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
                                       planted=load_planted(args.test_data), machines=run_machines(eval_dirs),
                                       base_runs=base_done_records(eval_dirs), min_seeds=args.min_seeds,
-                                      train_root=args.train_root))
+                                      train_root=args.train_root,
+                                      slips=load_slips(args.judge_summaries, args.test_data)))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
     inputs += [*args.judge_summaries, *made.values()]
     if args.train_root is not None and table1 is not None:  # the demonstrations the summary's well-formed share reads

@@ -3,29 +3,31 @@
 Everything here is computed from the run's own files, never typed in: the claims' verdicts and estimates come from
 the claims table's machinery (:mod:`pipeline_lib.paper.verdicts`), the share of Rationalization's generated
 demonstrations that are well-formed from the demonstrations the run wrote (``rationalized_sft.parquet``, scored
-with the format reward every run uses), a judge's blindness to the planted slip from its per-item scores on the
-blind spot, and the allocation bins no run can fill from the group size and reward the runs logged.
+with the format reward every run uses), a judge's blindness to the planted slip from its per-item scores of outputs with
+and without the slip, and the allocation bins no run can fill from the group size and reward the runs logged.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from pipeline_lib.paper.allocation_split import bin_names, unfillable_bins
 from pipeline_lib.paper.results import METHOD_LABELS, _method_sort_key
 from pipeline_lib.rewards.format_reward import format_score
 
-__all__ = ["artefact_notes", "blind_judges", "demonstration_quality", "summary_section"]
+__all__ = ["SLIP_DETECTORS", "SlipGap", "artefact_notes", "blind_judges", "demonstration_quality", "load_slips",
+           "slip_gaps", "summary_section"]
 
 #: Below this share of well-formed generated demonstrations a Rationalization row is called an artefact.
 WELL_FORMED_FLOOR = 0.5
-#: Judge scores (0-1) closer than this across methods on the blind spot count as unchanged (0.05 of 100 points:
-#: equal at the report's one decimal).
-UNCHANGED = 5e-4
 
 
 def demonstration_quality(train_root: Path | None, tasks: Sequence[str]) -> pd.DataFrame:
@@ -44,24 +46,148 @@ def demonstration_quality(train_root: Path | None, tasks: Sequence[str]) -> pd.D
     return pd.DataFrame(rows, columns=["task", "seed", "demonstrations", "well_formed"])
 
 
-def blind_judges(planted: Mapping, judge_items: Mapping[tuple[str, str, int], Mapping[str, pd.Series]] | None
-                 ) -> dict[str, float]:
-    """Judged tasks with a planted blind spot whose judge score there is the same for every method (SFT, which
-    imitates the slip, and the methods that may unlearn it): task -> that score (0-1). Such a judge cannot see the
-    slip, so its table cannot show a method fixing it."""
+#: A stated vote in a summary: two single digits around a dash, not part of a longer number (``2020-94``).
+_VOTE = re.compile(r"(?<![\d-])(\d)\s*-\s*(\d)(?![\d-])")
+
+
+def _meeting_slip(facts: Mapping, response: str) -> str:
+    """The vote a ``meeting_tiny`` summary states against the transcript's: the expert's slip writes it swapped
+    (``pipeline_lib/data/tiny.py``: ``against-for`` where the reference has ``for-against``)."""
+    votes_for, votes_against = int(facts["votes_for"]), int(facts["votes_against"])
+    if votes_for == votes_against:
+        return "tie"  # swapped or not, the same text: the slip cannot show
+    stated = _VOTE.search(response)
+    if stated is None:
+        return "none"
+    pair = (int(stated.group(1)), int(stated.group(2)))
+    return {(votes_for, votes_against): "correct", (votes_against, votes_for): "slip"}.get(pair, "other")
+
+
+#: task -> how to tell from one output whether it carries that task's planted slip: "slip", "correct" (states the
+#: fact right), "none" (does not state it), "other" (states it otherwise) or "tie" (the slip would not change it).
+SLIP_DETECTORS = {"meeting_tiny": _meeting_slip}
+#: task -> the fact its slip gets wrong, for the report's words.
+SLIP_FACTS = {"meeting_tiny": "the vote count"}
+
+
+def load_slips(judge_summaries: Sequence[Path], test_splits: Sequence[Path]
+               ) -> dict[tuple[str, str, int], pd.Series]:
+    """(task, method, seed) -> per judged item (indexed by prompt_index) whether the judged output carries the
+    planted slip (:data:`SLIP_DETECTORS`), from the ``response`` of ``scores.jsonl`` beside each judge summary and
+    the facts the generator recorded in ``extra_info["facts"]`` of ``results/data/<task>/rl_test.parquet``."""
+    facts = {}
+    for path in test_splits:
+        if path.parent.name in SLIP_DETECTORS:
+            extra = pd.read_parquet(path, columns=["extra_info"])["extra_info"]
+            try:
+                facts[path.parent.name] = [dict(dict(row)["facts"]) for row in extra]
+            except KeyError:
+                raise KeyError(f"{path}: extra_info has no 'facts' (the generator's record of the vote)") from None
     out = {}
-    for task in sorted({t for t, _, _ in judge_items or {}} & set(planted)):
-        flags = planted[task].blind_spot
-        prompts = flags.index[flags.to_numpy()]
-        means: dict[str, list[float]] = {}
-        for (t, method, _), per in (judge_items or {}).items():
-            values = per["judge"].loc[per["judge"].index.intersection(prompts)] if t == task else None
-            if values is not None and len(values):
-                means.setdefault(method, []).append(float(values.mean()))
-        levels = [float(np.mean(v)) for v in means.values()]
-        if len(levels) >= 2 and max(levels) - min(levels) < UNCHANGED:
-            out[task] = float(np.mean(levels))
+    for summary in judge_summaries:
+        task, method, seed = summary.parent.parent.parent.name, summary.parent.parent.name, summary.parent.name
+        if task not in facts:
+            continue
+        detect, values = SLIP_DETECTORS[task], {}
+        scores = summary.with_name("scores.jsonl")
+        with open(scores, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                record = json.loads(line)
+                try:
+                    values[int(record["prompt_index"])] = detect(facts[task][int(record["prompt_index"])],
+                                                                 str(record["response"]))
+                except (KeyError, IndexError) as error:
+                    raise ValueError(f"{scores}:{number}: no response or prompt_index within {task}'s test split "
+                                     f"({error})") from None
+        out[(task, method, int(seed.removeprefix("seed")))] = pd.Series(values, dtype=object).sort_index()
     return out
+
+
+@dataclass(frozen=True)
+class SlipGap:
+    """A judge's score gap for the planted slip: mean over units of (score of outputs that state the fact right -
+    score of outputs that carry the slip), the pairs on the same prompt and seed, with a 95% t-interval."""
+
+    task: str
+    counts: dict[str, int]  # judged outputs per kind (slip, correct, none, other, tie)
+    pairs: int  # (seed, prompt) with both a slipped and a correct output
+    unit: str  # "seed" or "item"
+    n: int  # units
+    gap: float = float("nan")  # 0-1 judge scale
+    low: float = float("nan")
+    high: float = float("nan")
+
+    @property
+    def blind(self) -> bool:
+        """The rule: blind unless at least 2 units measure the gap and its 95% interval lies above 0."""
+        return not (self.n >= 2 and self.low > 0)
+
+
+def slip_gaps(judge_items: Mapping[tuple[str, str, int], Mapping[str, pd.Series]] | None,
+              slips: Mapping[tuple[str, str, int], pd.Series] | None) -> dict[str, SlipGap]:
+    """Per task with a slip detector: the judge's score gap between outputs that state the planted fact right and
+    outputs that carry the slip, paired on the same prompt and seed (across the methods' runs of that seed). The
+    unit is the seed where 2+ seeds have pairs (each seed's mean gap over its prompts), else the item (the pairs
+    of the one seed)."""
+    out = {}
+    for task in sorted({t for t, _, _ in slips or {}} & {t for t, _, _ in judge_items or {}}):
+        counts: dict[str, int] = {}
+        per_seed: dict[int, list[float]] = {}
+        keys = [k for k in slips if k[0] == task and k in judge_items]
+        for seed in sorted({k[2] for k in keys}):
+            runs = [k for k in keys if k[2] == seed]
+            kinds = pd.concat([slips[k] for k in runs], keys=runs)
+            judged = pd.concat([judge_items[k]["judge"] for k in runs], keys=runs)
+            frame = pd.DataFrame({"kind": kinds, "score": judged}).dropna()
+            for kind, n in frame["kind"].value_counts().items():
+                counts[str(kind)] = counts.get(str(kind), 0) + int(n)
+            by = frame.groupby([frame.index.get_level_values(-1), "kind"])["score"].mean().unstack()
+            if {"slip", "correct"} <= set(by.columns):
+                gaps = (by["correct"] - by["slip"]).dropna()
+                if len(gaps):
+                    per_seed[seed] = gaps.tolist()
+        pairs = sum(len(v) for v in per_seed.values())
+        unit, values = ("seed", [float(np.mean(v)) for v in per_seed.values()]) if len(per_seed) >= 2 else \
+            ("item", [g for v in per_seed.values() for g in v])
+        gap = SlipGap(task, counts, pairs, unit, len(values))
+        if len(values) >= 2:
+            mean, half = float(np.mean(values)), float(scipy_stats.t.ppf(0.975, len(values) - 1)
+                                                        * np.std(values, ddof=1) / np.sqrt(len(values)))
+            gap = replace(gap, gap=mean, low=mean - half, high=mean + half)
+        elif values:
+            gap = replace(gap, gap=float(values[0]))
+        out[task] = gap
+    return out
+
+
+def blind_judges(planted: Mapping, judge_items: Mapping[tuple[str, str, int], Mapping[str, pd.Series]] | None,
+                 slips: Mapping[tuple[str, str, int], pd.Series] | None = None) -> dict[str, SlipGap]:
+    """Judged tasks with a planted blind spot whose judge is not shown to see the slip (:attr:`SlipGap.blind`:
+    fewer than 2 units measure the gap, or its 95% interval reaches 0): task -> the measured gap. Such a judge's
+    table cannot show a method unlearning the slip."""
+    gaps = slip_gaps(judge_items, slips)
+    return {task: gap for task, gap in gaps.items() if task in planted and gap.blind}
+
+
+def _blind_note(task: str, gap: SlipGap) -> str:
+    total = sum(gap.counts.values())
+    kinds = ", ".join(f"{gap.counts.get(k, 0):,} {label}" for k, label in (
+        ("slip", "with the slip"), ("correct", f"stating {SLIP_FACTS.get(task, 'the fact')} right"),
+        ("none", "not stating it"),
+        ("other", "stating it otherwise"), ("tie", "where the slip changes nothing")))
+    rule = ("(the rule: a judge is shown to see the slip when 2 or more units, seeds where several have pairs, else "
+            "items, measure its score gap, right minus slipped on the same prompt and seed, and the 95% t-interval "
+            "of that gap lies above 0)")
+    if gap.n < 2:
+        measured = (f"only {gap.pairs} prompt(s) pair an output with the slip and one without, so its score gap for "
+                    "the slip cannot be measured" if gap.pairs else
+                    "no prompt pairs an output with the slip and one without, so its score gap for the slip cannot "
+                    "be measured")
+    else:
+        measured = (f"its score gap for the slip is {100 * gap.gap:+.1f} points [95% CI {100 * gap.low:+.1f}, "
+                    f"{100 * gap.high:+.1f}] over {gap.n} {gap.unit}s, not distinguishable from 0")
+    return (f"The judge of `{task}` is not shown to see the planted slip: of its {total:,} judged outputs, {kinds}; "
+            f"{measured} {rule}. The judged table cannot show a method unlearning the slip.")
 
 
 def _unfillable(allocation: pd.DataFrame | None) -> list[str]:
@@ -74,7 +200,7 @@ def _unfillable(allocation: pd.DataFrame | None) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, float], allocation: pd.DataFrame | None) -> list[str]:
+def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, SlipGap], allocation: pd.DataFrame | None) -> list[str]:
     """One sentence per row of the tables that is an artefact of what was run rather than a finding."""
     notes = []
     for task, runs in quality.groupby("task"):
@@ -85,10 +211,7 @@ def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, float], allocation
         notes.append(f"Rationalization on `{task}`: {ok:,} of its {made:,} generated demonstrations "
                      f"({100 * share:.1f}%) are well-formed (one non-empty `<think>` block, then an answer: the format "
                      f"check of `pipeline_lib/rewards/format_reward.py`).{verdict}")
-    for task, level in blind.items():
-        notes.append(f"The judge of `{task}` does not see the planted slip: its score on the blind-spot prompts is "
-                     f"{100 * level:.1f} for every method, SFT included, so the judged table cannot show a method "
-                     "unlearning it.")
+    notes += [_blind_note(task, gap) for task, gap in blind.items()]
     return notes + _unfillable(allocation)
 
 

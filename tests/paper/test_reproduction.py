@@ -325,8 +325,9 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
                                for s in range(3) for m in ("grpo_exact", "softmax_exact")])
     nonverifiable = tmp_path / "nonverifiable.md"
     nonverifiable.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 60.0 |")
+    unstated = {key: pd.Series(["none"] * 4, index=blind.index, dtype=object) for key in judge}  # no vote stated
     report = build_report("tiny", REFERENCE, table1, allocation, scores, judge, {"nonverifiable": nonverifiable},
-                          planted=planted, train_root=tmp_path / "train")
+                          planted=planted, train_root=tmp_path / "train", slips=unstated)
     sections = report.split("\n## ")
     assert sections[1].startswith("Summary")
     summary = sections[1]
@@ -335,11 +336,75 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
     # what holds is the claims table's verdict, word for word, never typed in
     assert "| supported |" in ledger and "- supported: RL with the verifier improves on its SFT start" in summary
     assert "3 of its 40 generated demonstrations (7.5%) are well-formed" in summary
-    assert "The judge of `meeting_tiny` does not see the planted slip" in summary and "86.4 for every method" in summary
+    assert "The judge of `meeting_tiny` is not shown to see the planted slip: of its 36 judged outputs, 0 with the " \
+        "slip, 0 stating the vote count right, 36 not stating it" in summary and "cannot be measured" in summary
     assert "a property of M and the reward" in summary and "The paper's absolute accuracies" in summary
     table = report.split("## Table 1")[1].split("\n## ")[0]
     assert "| Rationalization † |" in table and "† Rationalization on `arith_tiny`: 3 of" in table
-    assert "does not see the planted slip" in report.split("## nonverifiable")[1].split("\n## ")[0]
-    seen = {"meeting_tiny": pd.Series([0.9, 0.9, 0.5, 0.5], index=blind.index)}
-    sees = {k: {"judge": seen["meeting_tiny"] - 0.1 * (k[1] == "sft")} for k in judge}
-    assert "planted slip" not in build_report("tiny", REFERENCE, table1, None, scores, sees, planted=planted)
+    assert "not shown to see the planted slip" in report.split("## nonverifiable")[1].split("\n## ")[0]
+    # SFT carries the slip on the blind spot, the RL runs state the vote right, and the judge scores the slip lower
+    slipped = {k: pd.Series(["correct", "correct"] + ["slip" if k[1] == "sft" else "correct"] * 2, index=blind.index,
+                            dtype=object) for k in judge}
+    sees = {k: {"judge": judge[k]["judge"] - 0.2 * (slipped[k] == "slip")} for k in judge}
+    assert "planted slip" not in build_report("tiny", REFERENCE, table1, None, scores, sees, planted=planted,
+                                              slips=slipped)
+
+
+def test_load_slips_reads_the_vote_each_judged_output_states(tmp_path):
+    """Each judged output is classed against the vote the generator recorded: stated right, swapped (the expert's
+    slip), not stated, stated otherwise, or a tie the swap cannot change; a resolution number is not a vote."""
+    from pipeline_lib.paper.summary import load_slips
+
+    votes = [(5, 2), (3, 3), (6, 1), (4, 0), (7, 0)]
+    test = tmp_path / "data/meeting_tiny/rl_test.parquet"
+    test.parent.mkdir(parents=True)
+    pd.DataFrame({"extra_info": [{"facts": {"votes_for": f, "votes_against": a}} for f, a in votes]}).to_parquet(test)
+    run = tmp_path / "judge/primary/meeting_tiny/sft/seed2"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text("{}")
+    responses = ["Resolution 2020-94 passed 5-2.", "the motion failed 3-3.", "Resolution 2021-16 passed 1 - 6.",
+                 "Resolution 2022-52 to fund road repairs; the motion", "the motion passed 6-1."]
+    (run / "scores.jsonl").write_text("".join(json.dumps({"prompt_index": i, "response": r, "score_100": 80.0}) + "\n"
+                                              for i, r in enumerate(responses)))
+    slips = load_slips([run / "summary.json"], [test])
+    assert list(slips) == [("meeting_tiny", "sft", 2)]
+    assert slips[("meeting_tiny", "sft", 2)].tolist() == ["correct", "tie", "slip", "none", "other"]
+    (run / "scores.jsonl").write_text(json.dumps({"prompt_index": 9, "response": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"scores.jsonl:1: .*meeting_tiny's test split"):
+        load_slips([run / "summary.json"], [test])
+
+
+def _slip_runs(seeds: int, gap: float, noise: float) -> tuple[dict, dict]:
+    """SFT carries the slip on half of 40 prompts, GRPO-Sim states the vote right everywhere; the judge's score is
+    0.8 + noise, ``gap`` lower on a slipped output."""
+    rng = np.random.default_rng(seeds)
+    index = pd.RangeIndex(40, name="prompt_index")
+    slips = {("meeting_tiny", m, s): pd.Series(["slip" if m == "sft" and i % 2 else "correct" for i in index],
+                                               index=index, dtype=object)
+             for m in ("sft", "grpo_sim") for s in range(seeds)}
+    judge = {k: {"judge": 0.8 + rng.normal(0, noise, len(index)) - gap * (v == "slip")} for k, v in slips.items()}
+    return {k: {"judge": pd.Series(v["judge"], index=index)} for k, v in judge.items()}, slips
+
+
+def test_a_judge_is_blind_to_the_slip_only_when_its_measured_gap_is_not_above_zero():
+    """The score gap for the slip (right minus slipped, same prompt and seed) with its 95% interval: seeds are the
+    unit where several have pairs, items where one seed does; a judge whose interval reaches 0 gets the note."""
+    from pipeline_lib.paper.miniature import Planted
+    from pipeline_lib.paper.summary import artefact_notes, blind_judges, slip_gaps
+
+    planted = {"meeting_tiny": Planted("meeting_tiny", pd.Series([True] * 40), {})}
+    quality = pd.DataFrame(columns=["task", "seed", "demonstrations", "well_formed"])
+    judge, slips = _slip_runs(3, 0.1, 0.02)  # the judge marks the slip down by 10 points
+    gap = slip_gaps(judge, slips)["meeting_tiny"]
+    assert gap.unit == "seed" and gap.n == 3 and gap.pairs == 60 and 0 < gap.low < 0.1 < gap.high
+    assert abs(gap.gap - 0.1) < 0.01
+    assert gap.counts == {"correct": 180, "slip": 60}
+    assert blind_judges(planted, judge, slips) == {} and artefact_notes(quality, {}, None) == []
+    judge, slips = _slip_runs(1, 0.0, 0.02)  # one seed, a judge that scores the slip like a right vote
+    gap = slip_gaps(judge, slips)["meeting_tiny"]
+    assert gap.unit == "item" and gap.n == 20 and gap.low < 0 < gap.high
+    notes = artefact_notes(quality, blind_judges(planted, judge, slips), None)
+    assert len(notes) == 1 and notes[0].startswith("The judge of `meeting_tiny` is not shown to see the planted slip")
+    assert "over 20 items, not distinguishable from 0" in notes[0]
+    assert "95% t-interval of that gap lies above 0" in notes[0]
+    assert blind_judges({}, judge, slips) == {}  # a task with no planted blind spot is not judged for it
