@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline_lib.tracking import TrackingSettings, tracking_from_json
 
 __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_spec_argument", "add_tracking_argument", "file_args",
-           "json_file", "json_text"]
+           "json_file", "json_text", "with_files"]
 
 #: Where the specs of the commands live, relative to the working directory of the run (the repository root).
 SPEC_DIR = Path(".snakemake") / "specs"
@@ -57,6 +58,17 @@ def file_args(args: Sequence[str], flags: Iterable[str] = JSON_FLAGS, directory:
         if out[index] in flags and out[index + 1].lstrip()[:1] in ("{", "["):
             out[index + 1] = json_file(out[index + 1], directory)
     return out
+
+
+def with_files(params: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    """A rule's ``params`` plus ``<key>_file`` for each JSON parameter in ``keys``: the path of a file holding it
+    (:func:`json_file`), for the shell line, while the JSON parameter itself stays what Snakemake compares. A
+    parameter given as a function of the wildcards stays one."""
+
+    def in_file(value: Any) -> Callable[[Any], str]:
+        return lambda wildcards: json_file(value(wildcards) if callable(value) else value)
+
+    return {**params, **{f"{key}_file": in_file(params[key]) for key in keys}}
 
 
 def add_spec_argument(parser: argparse.ArgumentParser, help: str = "the run spec (pipeline_lib.run_spec.RunSpec)",

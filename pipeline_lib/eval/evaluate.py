@@ -29,6 +29,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
@@ -171,7 +172,7 @@ def evaluate_to(out: Path, model_dir: Path, data: Path, spec: dict[str, Any], se
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """``--eval-data/--eval-spec/--eval-out`` of a training entry point: evaluate the final model in-process."""
     parser.add_argument("--eval-data", type=Path, default=None, help="held-out parquet to evaluate the final model on")
-    parser.add_argument("--eval-spec", default=None, help="JSON of config `eval` (with --eval-data)")
+    parser.add_argument("--eval-spec", default=None, type=json_text, help="JSON of config `eval` (with --eval-data)")
     parser.add_argument("--eval-out", type=Path, default=None, help="eval directory (with --eval-data)")
     parser.add_argument("--eval-seed", type=int, default=0)
 
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--spec", required=True, help="JSON of config `eval`")
+    parser.add_argument("--spec", required=True, type=json_text, help="JSON of config `eval` (a file or inline)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=1)

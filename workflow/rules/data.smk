@@ -1,6 +1,7 @@
 # Stage "data": tiny synthetic tasks, the pipeline's tokenizer, the paper's datasets, ImageNet validation. Which tasks
 # and datasets exist (wildcard constraints) and each one's parameters: pipeline_lib.steps / pipeline_lib.targets.
 
+from pipeline_lib.cli import with_files
 from pipeline_lib.plan.groups import job_priority
 
 
@@ -12,7 +13,7 @@ rule data_tiny:
         manifest="results/data/{task}/manifest.json",
     params:
         code=code_digest("pipeline_lib.data.build"),
-        **data_params(config, "tiny"),
+        **with_files(data_params(config, "tiny"), "spec", "weights"),
     wildcard_constraints:
         task=pattern(TINY_TASKS),
     log:
@@ -23,8 +24,8 @@ rule data_tiny:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.data.build tiny --task {wildcards.task} --spec {params.spec:q}"
-        " --reward-weights {params.weights:q} --seed {params.seed} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m pipeline_lib.data.build tiny --task {wildcards.task} --spec {params.spec_file}"
+        " --reward-weights {params.weights_file} --seed {params.seed} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule data_tokenizer:
@@ -66,7 +67,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
             manifest="results/data/{dataset}/manifest.json",
         params:
             code=code_digest("pipeline_lib.data.build"),
-            **data_params(config, "build"),
+            **with_files(data_params(config, "build"), "spec"),
         wildcard_constraints:
             dataset=dataset_pattern(config, with_reference_prompts=bool(extra)),
         log:
@@ -76,7 +77,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
         conda:
             "../../envs/report.yaml"
         shell:
-            "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec:q}"
+            "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec_file}"
             " --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -85,7 +86,7 @@ rule data_imagenet:
         manifest="results/data/imagenet/manifest.json",
     params:
         code=code_digest("pipeline_lib.data.build"),
-        **data_params(config, "imagenet"),
+        **with_files(data_params(config, "imagenet"), "spec"),
     log:
         "logs/data_imagenet.log",
     benchmark:
@@ -93,4 +94,4 @@ rule data_imagenet:
     conda:
         "../../envs/report.yaml"
     shell:
-        "python -m pipeline_lib.data.build imagenet --spec {params.spec:q} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m pipeline_lib.data.build imagenet --spec {params.spec_file} --out-dir {params.out_dir} > {log} 2>&1"

@@ -1,5 +1,6 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
+from pipeline_lib.cli import with_files
 from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
 
@@ -49,7 +50,7 @@ rule eval_checkpoint:
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
     params:
         code=code_digest("pipeline_lib.eval.evaluate"),
-        **eval_params(config, "checkpoint"),
+        **with_files(eval_params(config, "checkpoint"), "spec"),
     log:
         "logs/eval_checkpoint/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -59,7 +60,7 @@ rule eval_checkpoint:
     conda:
         EVAL_ENV
     shell:
-        "python -m pipeline_lib.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec:q}"
+        "python -m pipeline_lib.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec_file}"
         " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"
 
 
@@ -71,7 +72,7 @@ rule eval_lm_eval:
         "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
     params:
         code=code_digest("pipeline_lib.eval.harness"),
-        **eval_params(config, "lm_eval"),
+        **with_files(eval_params(config, "lm_eval"), "spec"),
     log:
         "logs/eval_lm_eval/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -79,7 +80,7 @@ rule eval_lm_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.eval.harness lm-eval --model {params.model} --spec {params.spec:q}"
+        "python -m pipeline_lib.eval.harness lm-eval --model {params.model} --spec {params.spec_file}"
         " --seed {wildcards.seed} --out {output} > {log} 2>&1"
 
 
@@ -90,7 +91,7 @@ rule eval_alpaca_eval:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:
         code=code_digest("pipeline_lib.eval.harness"),
-        **eval_params(config, "alpaca_eval"),
+        **with_files(eval_params(config, "alpaca_eval"), "spec", "eval_spec"),
     log:
         "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -98,5 +99,5 @@ rule eval_alpaca_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.eval.harness alpaca-eval --model {params.model} --spec {params.spec:q}"
-        " --eval-spec {params.eval_spec:q} --seed {wildcards.seed} --out {output} > {log} 2>&1"
+        "python -m pipeline_lib.eval.harness alpaca-eval --model {params.model} --spec {params.spec_file}"
+        " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --out {output} > {log} 2>&1"
