@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline_lib.estimators import ESTIMATORS, param_names
+
 __all__ = [
     "ESS_BISECTION_STEPS",
     "GroupIndex",
@@ -93,12 +95,19 @@ _REGISTRY: dict[str, AdvantageFn] = {}
 
 
 def register_advantage(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Register ``fn(rewards, index, **params)`` under one or more estimator names."""
+    """Register ``fn(rewards, index, **params)`` under one or more estimator names, each declared in
+    :data:`pipeline_lib.estimators.ESTIMATORS`; ``fn``'s parameters after the first two must be exactly the fields of
+    the declared parameter dataclass (the one declaration of what the estimator takes)."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
+        taken = tuple(list(inspect.signature(fn).parameters)[2:])
         for name in names:
             if name in _REGISTRY:
                 raise ValueError(f"advantage estimator {name!r} is already registered")
+            declared = param_names(name)  # an undeclared name is an error naming pipeline_lib/estimators.py
+            if sorted(taken) != sorted(declared):
+                raise TypeError(f"advantage estimator {name!r}: {fn.__name__} takes {list(taken)} but its parameter "
+                                f"dataclass {ESTIMATORS[name].params.__name__} declares {list(declared)}")
             _REGISTRY[name] = fn
         return fn
 
@@ -109,17 +118,11 @@ def available_estimators() -> list[str]:
     return sorted(_REGISTRY)
 
 
-
-
-def _estimator_params(fn: AdvantageFn) -> dict[str, inspect.Parameter]:
-    return dict(list(inspect.signature(fn).parameters.items())[2:])
-
-
 def _prepare(estimator: str, rewards: torch.Tensor, group_ids: torch.Tensor, params: dict[str, float]) -> AdvantageFn:
-    """Check the estimator, its parameters and the tensors; return the registered function."""
+    """Check the estimator, its parameters' names (its dataclass's fields) and the tensors; return the function."""
     if estimator not in _REGISTRY:
         raise ValueError(f"unknown advantage estimator {estimator!r}; registered: {available_estimators()}")
-    accepted = _estimator_params(_REGISTRY[estimator])
+    accepted = param_names(estimator)
     unknown = sorted(set(params) - set(accepted))
     if unknown:
         raise TypeError(

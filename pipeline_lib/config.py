@@ -32,10 +32,11 @@ import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from pipeline_lib.data.tiny import TASKS as _TINY_TASKS
+from pipeline_lib.estimators import schema_properties
 from pipeline_lib.tracking import missing_backend_packages
 
 __all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "ConfigError", "check_config_files", "load_config_file", "load_schema",
-           "load_yaml", "merge_config", "validate_config"]
+           "load_yaml", "merge_config", "validate_config", "with_estimator_params"]
 
 #: The source roles each dataset's builder reads (:mod:`pipeline_lib.data.real`) and the splits it reads from each.
 DATASET_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -139,6 +140,17 @@ def check_config_files(paths: Iterable[str | os.PathLike[str]]) -> None:
 
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load_yaml(path, "config schema")
+
+
+def with_estimator_params(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with each declared estimator's parameters (:func:`pipeline_lib.estimators.schema_properties`) as
+    properties of a ``train.methods`` entry: the parameter dataclasses are their one declaration, so a new estimator's
+    parameter is a known key without a schema edit."""
+    entry = schema.get("properties", {}).get("train", {}).get("properties", {}).get("methods", {}).get(
+        "additionalProperties")
+    if isinstance(entry, dict) and "properties" in entry:
+        entry["properties"] = {**entry["properties"], **schema_properties()}
+    return schema
 
 
 def _with_defaults(validator_class: type) -> type:
@@ -398,7 +410,7 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | os.Path
 
     Relative ``local`` paths are resolved against ``base_dir`` (default: the working directory, as jobs do).
     """
-    schema = load_schema(schema_path)
+    schema = with_estimator_params(load_schema(schema_path))
     errors = sorted(_DefaultingValidator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     reported = {".".join(map(str, e.absolute_path)) for e in errors}
     lines = [_describe(e) for e in errors] + _value_problems(config, Path(base_dir or os.getcwd()), reported)

@@ -33,7 +33,7 @@ PACKAGE = REPO / "pipeline_lib"
 #: is the package itself). A module belongs to the longest entry that names it or a package above it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
-              "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
+              "estimators", "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
               "group_metrics", "run_spec", "profiles", "cli", "console")),
     ("plan", ("plan", "specs", "targets")),
     ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__", "envlock")),
@@ -45,8 +45,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("pipeline_lib.data.build", "pipeline_lib.data.imagenet"):
         "imagenet imports torch (about 1 CPU s), which only the ImageNet build needs, not each tiny task's data job",
-    ("pipeline_lib.plan.settings", "pipeline_lib.advantages"):
-        "advantages imports torch; the workflow imports the plan while it parses (test_workflow_parse_path_is_light)",
     ("pipeline_lib.engines.verl.preflight", "pipeline_lib.model"):
         "the model code imports torch; preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.engines.verl.preflight", "pipeline_lib.engines.verl.train"):

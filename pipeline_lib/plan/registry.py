@@ -3,14 +3,14 @@
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
 config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
 job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
-:class:`~pipeline_lib.run_spec.RunSpec`). :data:`ESTIMATORS` says how verl runs each estimator (its verl name, extra
-algorithm overrides and the parameters ours read from verl's algorithm config). :func:`pipeline_lib.plan.plan_runs`
+:class:`~pipeline_lib.run_spec.RunSpec`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
+what each estimator takes (its parameter dataclass) and how verl runs it. :func:`pipeline_lib.plan.plan_runs`
 reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
 take their row labels from here.
 
-Adding an estimator is its function in :mod:`pipeline_lib.advantages`, one ``group_rl(...)`` entry here (with an
-:class:`EstimatorEntry` for a new estimator; or :func:`register` from elsewhere) and its ``train.methods`` entry in
-the config (``tests/test_new_estimator.py`` does exactly that).
+Adding an estimator is its function (``@register_advantage``) and parameter dataclass, one ``group_rl(...)`` entry
+here with its :class:`EstimatorEntry` (or :func:`register` from elsewhere) and its ``train.methods`` entry in the
+config (``tests/plan/test_new_estimator.py`` does exactly that).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
 from pipeline_lib.plan.settings import (
     baseline_rl_spec,
     local_base_spec,
@@ -39,37 +40,10 @@ __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 
 
-@dataclass(frozen=True)
-class EstimatorEntry:
-    """An advantage estimator of :mod:`pipeline_lib.advantages` as verl runs it."""
-
-    name: str  # its name in pipeline_lib.advantages (and in a spec's Estimator)
-    verl: str  # verl's algorithm.adv_estimator
-    verl_overrides: Mapping[str, Any] = field(default_factory=dict)  # further algorithm overrides (Dr.GRPO's)
-    #: Registered with verl by pipeline_lib.engines.verl.estimators (under ``verl``), taking these algorithm-config
-    #: keys as its parameters; False: verl's own estimator (tests check it equals ours).
-    ours: bool = False
-    params: tuple[str, ...] = ()
-
-
-#: Every estimator verl can train with, by its pipeline_lib.advantages name. GRPO, Dr.GRPO and RLOO are verl's own;
-#: the rest are ours. SAGE is SoftmaxGRPO's estimator under its other name.
-ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
-    EstimatorEntry("grpo", "grpo"),
-    EstimatorEntry("dr_grpo", "grpo", {"algorithm.norm_adv_by_std_in_grpo": False}),
-    EstimatorEntry("rloo", "rloo"),
-    EstimatorEntry("softmax", "softmax", ours=True, params=("tau",)),
-    EstimatorEntry("sage", "softmax", params=("tau",)),
-    EstimatorEntry("softmax_ess", "softmax_ess", ours=True, params=("ess_fraction",)),
-    EstimatorEntry("maxrl", "maxrl", ours=True),
-    EstimatorEntry("reinforce", "reinforce", ours=True),
-)}
-
-
 def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """verl estimator name -> (our estimator, the algorithm-config keys it takes), for every estimator registered as
-    ours; asked at each use, so one a test registers later is included."""
-    return {entry.verl: (entry.name, entry.params) for entry in ESTIMATORS.values() if entry.ours}
+    """verl estimator name -> (our estimator, the algorithm-config keys it takes: its parameter dataclass's fields),
+    for every estimator registered as ours; asked at each use, so one a test registers later is included."""
+    return {entry.verl: (entry.name, entry.param_names) for entry in ESTIMATORS.values() if entry.ours}
 
 
 @dataclass(frozen=True)
@@ -103,6 +77,8 @@ class Method:
     #: Trains on prompts that carry the expert answer (a similarity reward, or a baseline that prefers / scores the
     #: demonstration): on Countdown the GOLD prompts (pipeline_lib.plan.settings.reference_prompts).
     demonstrations: bool = False
+    #: group_rl: a new estimator this method brings (declared in pipeline_lib.estimators by :func:`register`).
+    new_estimator: EstimatorEntry | None = None
 
 
 def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
@@ -126,11 +102,11 @@ GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
 def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False) -> Method:
     """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this estimator and reward. A new
-    estimator comes as its :class:`EstimatorEntry` (its verl name and parameters), which :func:`register` adds to
-    :data:`ESTIMATORS`."""
-    return Method(name, label, "group_rl", GROUP_RL,
-                  advantage=estimator if isinstance(estimator, str) else estimator.name, reward=reward, ours=ours,
-                  demonstrations=reward == "similarity")
+    estimator comes as its :class:`EstimatorEntry` (its parameter dataclass and verl name), which :func:`register`
+    declares."""
+    new = estimator if isinstance(estimator, EstimatorEntry) else None
+    return Method(name, label, "group_rl", GROUP_RL, advantage=new.name if new else estimator, reward=reward,
+                  ours=ours, demonstrations=reward == "similarity", new_estimator=new)
 
 
 def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: str = "local_expert") -> Entry:
@@ -179,33 +155,33 @@ def method(name: str) -> Method:
     return METHODS[name]
 
 
-def register(entry: Method, estimator: EstimatorEntry | None = None) -> Method:
-    """Add a method (and, for a new estimator, its :class:`EstimatorEntry`) to the registry, after the built-in ones.
-
-    The built-in methods are registered at import; this is how a method defined elsewhere (a test's toy estimator)
-    joins them, with exactly the same standing."""
+def register(entry: Method) -> Method:
+    """Add a method (and the new estimator it brings, :attr:`Method.new_estimator`) to the registry, after the
+    built-in ones. The built-in methods are registered at import; this is how a method defined elsewhere (a test's toy
+    estimator) joins them, with exactly the same standing: one line, ``register(group_rl(..., EstimatorEntry(...),
+    ...))``."""
     if entry.name in METHODS:
         raise PlanError(f"method {entry.name!r} is already registered")
-    if estimator is not None:
-        if estimator.name in ESTIMATORS:
-            raise PlanError(f"estimator {estimator.name!r} is already registered")
-        if entry.advantage != estimator.name:
-            raise PlanError(f"method {entry.name!r} uses estimator {entry.advantage!r}, not {estimator.name!r}")
-        ESTIMATORS[estimator.name] = estimator
+    if entry.new_estimator is not None:
+        try:
+            declare(entry.new_estimator)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
     if entry.family == "group_rl" and entry.advantage not in ESTIMATORS:
-        raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} has no ESTIMATORS entry; registered: "
-                        f"{sorted(ESTIMATORS)}")
+        raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} is not declared; declared: "
+                        f"{sorted(ESTIMATORS)} (pipeline_lib/estimators.py, or group_rl(..., EstimatorEntry(...)))")
     METHODS[entry.name] = entry
     METHOD_LABELS[entry.name] = entry.label
     METHOD_ORDER.append(entry.name)
     return entry
 
 
-def unregister(name: str, estimator: str | None = None) -> None:
-    """Remove a method registered with :func:`register` (and its estimator): a test cleans up after itself."""
-    METHODS.pop(name, None)
+def unregister(name: str) -> None:
+    """Remove a method registered with :func:`register` (and the estimator it brought): a test cleans up after
+    itself."""
+    entry = METHODS.pop(name, None)
     METHOD_LABELS.pop(name, None)
     if name in METHOD_ORDER:
         METHOD_ORDER.remove(name)
-    if estimator is not None:
-        ESTIMATORS.pop(estimator, None)
+    if entry is not None and entry.new_estimator is not None:
+        undeclare(entry.new_estimator.name)

@@ -16,9 +16,9 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
+from pipeline_lib.estimators import check_params, takes
 from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
 
 __all__ = [
@@ -123,35 +123,18 @@ def _verl_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
 
 # --- estimators: the parameters each takes, and which tau wins ------------------------------------------------------
 
-@cache
-def _estimator_error(name: str, params: str) -> str | None:
-    """Why :mod:`pipeline_lib.advantages` rejects ``name`` with these parameters (run once on two groups), or None."""
-    import torch  # here, not at import: a Slurm job's own parse of the workflow skips these checks and torch
-
-    from pipeline_lib.advantages import available_estimators, group_advantages
-
-    if name not in available_estimators():
-        return f"estimator {name!r} is not in pipeline_lib.advantages; registered: {available_estimators()}"
-    try:
-        group_advantages(name, torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1]), **json.loads(params))
-    except TypeError as exc:
-        return f"advantage {name!r} with parameters {params}: {exc}"
-    return None
-
-
 def check_estimator(estimator: Estimator) -> None:
-    """The estimator exists and takes exactly these parameters (runs it once; imports torch)."""
-    error = _estimator_error(estimator.name, json.dumps(estimator.params, sort_keys=True))
-    if error:
-        raise PlanError(error)
+    """The estimator is declared and takes exactly these parameters, each within its bounds: read from its parameter
+    dataclass (:func:`pipeline_lib.estimators.check_params`); nothing is run and torch is not imported."""
+    try:
+        check_params(estimator.name, estimator.params)
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"advantage {estimator.name!r} with parameters {json.dumps(estimator.params)}: {exc}") from None
 
 
 def takes_tau(name: str) -> bool:
-    """Whether estimator ``name`` of :mod:`pipeline_lib.advantages` has a ``tau`` parameter."""
-    from pipeline_lib.advantages import available_estimators
-
-    return name in available_estimators() and "unknown parameter" not in (
-        _estimator_error(name, json.dumps({"tau": 1.0})) or "")
+    """Whether estimator ``name`` has a ``tau`` parameter (its parameter dataclass has a ``tau`` field)."""
+    return takes(name, "tau")
 
 
 def estimator_params(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
@@ -171,6 +154,7 @@ def estimator_params(config: Mapping[str, Any], task: str, method: str) -> dict[
         where = f"train.methods.{method}.tau" + (f" nor train.verl.tasks.{task}.tau" if row else "")
         raise PlanError(f"method {method!r} on task {task!r} uses the {entry['advantage']!r} estimator, which takes "
                         f"tau, but neither {where} is set")
+    check_estimator(Estimator(entry["advantage"], params))
     return params
 
 

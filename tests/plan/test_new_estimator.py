@@ -1,79 +1,119 @@
-"""Adding an estimator is the function in advantages.py + one registry entry + one config entry: a toy estimator,
-registered here the way a new one would be, is planned, trained on the local engine and translated for verl."""
+"""Adding an estimator as a user would: its function, its parameter dataclass, one registry line and one
+``train.methods`` entry that the real schema validates. The toy estimator is then planned, trained two steps on the
+local engine (its advantages in ``rollouts.jsonl`` checked against a direct computation) and translated for verl."""
 
 import copy
+import json
+from dataclasses import dataclass
 
 import pytest
 import torch
+import yaml
 
 from pipeline_lib import advantages
+from pipeline_lib.config import ConfigError
 from pipeline_lib.data.build import build_tiny, build_tokenizer
-from pipeline_lib.engines.local.rl import main as rl_main
+from pipeline_lib.estimators import EstimatorEntry, param
 from pipeline_lib.model import build_model, save_model_atomic
-from pipeline_lib.plan import Estimator, EstimatorEntry, group_rl, plan_runs, register, unregister
-from pipeline_lib.plan.table import load_config
+from pipeline_lib.plan import Estimator, group_rl, plan_runs, register, unregister, validate_planned_config
 from tests.conftest import REPO
 
-TOY = "toy_scaled"  # the estimator's name in pipeline_lib.advantages
+SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
+TOY = "toy_shifted"  # the estimator's name
 METHOD = "toy_exact"  # the method that trains with it
+ENTRY = {"advantage": TOY, "scale": 2.0, "shift": 0.25, "reward": "verifier"}  # its train.methods entry
 
 
-def _toy_advantage(rewards: torch.Tensor, index: advantages.GroupIndex, scale: float) -> torch.Tensor:
-    """GRPO's centred rewards times ``scale``: a parameter only this estimator takes."""
-    return float(scale) * (rewards - index.expand(index.mean(rewards)))
+@dataclass(frozen=True)
+class ToyParams:
+    """The toy estimator's parameters, declared once."""
+
+    scale: float = param("Multiplies the centred rewards.", exclusiveMinimum=0)
+    shift: float = param("Added to every advantage (so even a group of equal rewards shows the parameters).")
+
+
+def _toy_advantage(rewards: torch.Tensor, index: advantages.GroupIndex, scale: float, shift: float) -> torch.Tensor:
+    """``scale * (R - group mean) + shift``."""
+    return float(scale) * (rewards - index.expand(index.mean(rewards))) + float(shift)
 
 
 @pytest.fixture
 def toy_method():
-    """The three steps of adding an estimator, undone afterwards (the registries are process-wide)."""
-    advantages.register_advantage(TOY)(_toy_advantage)  # 1. the function in advantages.py
-    entry = EstimatorEntry(TOY, TOY, ours=True, params=("scale",))
-    register(group_rl(METHOD, "Toy-Exact", entry, "verifier"), estimator=entry)  # 2. one registry entry
+    """The user's steps (undone afterwards: the registries are process-wide): one registry line, the function."""
+    register(group_rl(METHOD, "Toy-Exact", EstimatorEntry(TOY, ToyParams), "verifier"))
     try:
-        yield {"advantage": TOY, "scale": 2.0, "reward": "verifier"}  # 3. one config entry
+        advantages.register_advantage(TOY)(_toy_advantage)
+        yield
     finally:
-        unregister(METHOD, estimator=TOY)
+        unregister(METHOD)
         advantages._REGISTRY.pop(TOY, None)
 
 
-def _with_method(config_file: str, entry: dict) -> dict:
-    config = copy.deepcopy(load_config([REPO / "config" / config_file]))
-    config["train"]["methods"][METHOD] = entry
-    return config
+def _config(name: str, entry: dict | None = None) -> dict:
+    """``config/<name>`` with the toy method's entry (and the tiny run's RL settings), validated by the real schema."""
+    config = yaml.safe_load((REPO / "config" / name).read_text())
+    train = config.setdefault("train", {})
+    if "methods" not in train:  # paper.yaml takes train.methods from the schema's defaults: keep them
+        schema = yaml.safe_load(SCHEMA.read_text())
+        train["methods"] = copy.deepcopy(schema["properties"]["train"]["properties"]["methods"]["default"])
+    train["methods"][METHOD] = dict(entry or ENTRY)
+    return validate_planned_config(config, SCHEMA, base_dir=REPO)
 
 
-def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, tmp_path):
-    plan = plan_runs(_with_method("config.yaml", toy_method))
-    run = plan.get("train_local", f"countdown_tiny/{METHOD}/seed0")
-    assert run.spec.estimator == Estimator(TOY, {"scale": 2.0})
+def test_an_undeclared_estimators_parameters_are_unknown_keys_of_the_real_schema():
+    with pytest.raises(ConfigError, match=rf"train\.methods\.{METHOD}"):
+        _config("config.yaml")
+
+
+def test_the_schema_checks_a_declared_parameter_with_its_dataclass_bounds(toy_method):
+    with pytest.raises(ConfigError, match=rf"train\.methods\.{METHOD}\.scale"):
+        _config("config.yaml", {**ENTRY, "scale": 0.0})  # exclusiveMinimum 0, from the field's metadata
+    with pytest.raises(ConfigError, match=r"needs parameter\(s\) \['shift'\]"):
+        _config("config.yaml", {k: v for k, v in ENTRY.items() if k != "shift"})
+
+
+def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, tmp_path, monkeypatch):
+    config = _config("config.yaml")
+    config["train"]["rl"].update(steps=2, prompts_per_step=2, group_size=4, minibatches=1, checkpoint_every=1)
+    run = plan_runs(config).get("train_local", f"countdown_tiny/{METHOD}/seed0")
+    assert run.spec.estimator == Estimator(TOY, {"scale": 2.0, "shift": 0.25})
     assert run.entry_module == "pipeline_lib.engines.local.rl"
 
+    # the run's inputs where its command expects them (relative to the workflow directory)
+    monkeypatch.chdir(tmp_path)
+    data, init = (tmp_path / run.args[run.args.index(flag) + 1] for flag in ("--data", "--init"))
     build_tiny("countdown_tiny", {"n_train": 12, "n_test": 4, "imperfect_fraction": 0.3, "numbers_per_task": [3],
-                                  "max_number": 9, "max_target": 100}, 0, None, tmp_path / "data")
-    build_tokenizer([tmp_path / "data/sft_train.parquet", tmp_path / "data/rl_train.parquet"], 400, tmp_path / "tok")
+                                  "max_number": 9, "max_target": 100}, 0, None, data.parent)
+    build_tokenizer([data.parent / "sft_train.parquet", data], 400, tmp_path / "tok")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     save_model_atomic(build_model(tokenizer, {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2,
-                                              "kv_heads": 1, "max_positions": 256}, 0), tokenizer, tmp_path / "init")
-    spec = run.spec.__class__(**{**run.spec.__dict__, "settings": {
-        **run.spec.settings, "steps": 2, "prompts_per_step": 2, "group_size": 2, "minibatches": 1,
-        "max_new_tokens": 8, "checkpoint_every": 1}})
-    assert rl_main(["--spec", spec.to_json(), "--data", str(tmp_path / "data/rl_train.parquet"),
-                    "--init", str(tmp_path / "init"), "--run-dir", str(tmp_path / "run"), "--seed", "0"]) == 0
-    assert (tmp_path / "run/DONE.json").is_file()
-    rollouts = (tmp_path / "run/rollouts.jsonl").read_text()
-    assert rollouts and '"advantage"' in rollouts
+                                              "kv_heads": 1, "max_positions": 256}, 0), tokenizer, init)
+    from pipeline_lib.engines.local.rl import main as rl_main
+
+    module = run.args.index("-m")
+    assert rl_main([*run.args[module + 2:], *run.extra_args(threads=1, tracking=False)]) == 0
+    run_dir = tmp_path / run.output.rsplit("/", 1)[0]
+    assert (run_dir / "DONE.json").is_file()
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(len(row["advantage"]) == 2 * 4 for row in rows)  # 2 steps of 2 prompts x M = 4
+    for row in rows:  # the toy's formula, computed directly from the logged rewards and groups
+        rewards, groups = row["reward"], row["group"]
+        for i, (reward, group) in enumerate(zip(rewards, groups, strict=True)):
+            members = [r for r, g in zip(rewards, groups, strict=True) if g == group]
+            expected = 2.0 * (reward - sum(members) / len(members)) + 0.25
+            assert row["advantage"][i] == pytest.approx(expected, abs=1e-6), (row["step"], i)
 
 
 def test_a_toy_estimator_becomes_verl_overrides_that_verl_accepts(toy_method, tmp_path):
     from pipeline_lib.engines.verl.translate import plan_overrides
     from pipeline_lib.engines.verl.validate import check_override_keys
 
-    config = _with_method("paper.yaml", toy_method)
-    runs = [r for r in plan_overrides(plan_runs(config)) if r[0] == f"gsm8k/{METHOD}/seed0"]
+    runs = [r for r in plan_overrides(plan_runs(_config("paper.yaml"))) if r[0] == f"gsm8k/{METHOD}/seed0"]
     assert len(runs) == 1
     overrides = runs[0][2]
-    assert f"algorithm.adv_estimator={TOY}" in overrides and "+algorithm.scale=2.0" in overrides
+    assert f"algorithm.adv_estimator={TOY}" in overrides
+    assert "+algorithm.scale=2.0" in overrides and "+algorithm.shift=0.25" in overrides
     assert not any("algorithm.tau" in o for o in overrides)  # gsm8k's row tau is not this estimator's parameter
     assert check_override_keys(runs, cache_dir=tmp_path)["composed"] == 1
