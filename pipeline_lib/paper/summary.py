@@ -54,17 +54,18 @@ def _meeting_slip(facts: Mapping, response: str) -> str:
     """The vote a ``meeting_tiny`` summary states against the transcript's: the expert's slip writes it swapped
     (``pipeline_lib/data/tiny.py``: ``against-for`` where the reference has ``for-against``)."""
     votes_for, votes_against = int(facts["votes_for"]), int(facts["votes_against"])
-    if votes_for == votes_against:
-        return "tie"  # swapped or not, the same text: the slip cannot show
     stated = _VOTE.search(response)
     if stated is None:
         return "none"
+    if votes_for == votes_against:
+        return "tie"  # swapped or not, the same text: the slip cannot show
     pair = (int(stated.group(1)), int(stated.group(2)))
     return {(votes_for, votes_against): "correct", (votes_against, votes_for): "slip"}.get(pair, "other")
 
 
 #: task -> how to tell from one output whether it carries that task's planted slip: "slip", "correct" (states the
-#: fact right), "none" (does not state it), "other" (states it otherwise) or "tie" (the slip would not change it).
+#: fact right), "none" (does not state it), "other" (states it otherwise) or "tie" (states it where the slip would
+#: not change it).
 SLIP_DETECTORS = {"meeting_tiny": _meeting_slip}
 #: task -> the fact its slip gets wrong, for the report's words.
 SLIP_FACTS = {"meeting_tiny": "the vote count"}
@@ -173,19 +174,24 @@ def _blind_note(task: str, gap: SlipGap) -> str:
     total = sum(gap.counts.values())
     kinds = ", ".join(f"{gap.counts.get(k, 0):,} {label}" for k, label in (
         ("slip", "with the slip"), ("correct", f"stating {SLIP_FACTS.get(task, 'the fact')} right"),
-        ("none", "not stating it"),
-        ("other", "stating it otherwise"), ("tie", "where the slip changes nothing")))
+        ("none", "not stating it"), ("other", "stating it otherwise"),
+        ("tie", "stating a tie, which the slip leaves unchanged")) if k in ("slip", "correct") or gap.counts.get(k))
     rule = ("(the rule: a judge is shown to see the slip when 2 or more units, seeds where several have pairs, else "
             "items, measure its score gap, right minus slipped on the same prompt and seed, and the 95% t-interval "
             "of that gap lies above 0)")
-    if gap.n < 2:
+    stated = sum(gap.counts.get(k, 0) for k in ("slip", "correct", "other"))
+    if not stated:
+        measured = (f"no output states {SLIP_FACTS.get(task, 'the fact')}, so the slip never reaches the judge and "
+                    "its score gap for the slip cannot be measured")
+    elif gap.n < 2:
         measured = (f"only {gap.pairs} prompt(s) pair an output with the slip and one without, so its score gap for "
                     "the slip cannot be measured" if gap.pairs else
                     "no prompt pairs an output with the slip and one without, so its score gap for the slip cannot "
                     "be measured")
     else:
         measured = (f"its score gap for the slip is {100 * gap.gap:+.1f} points [95% CI {100 * gap.low:+.1f}, "
-                    f"{100 * gap.high:+.1f}] over {gap.n} {gap.unit}s, not distinguishable from 0")
+                    f"{100 * gap.high:+.1f}] over {gap.n} {gap.unit}s, "
+                    + ("not distinguishable from 0" if gap.high >= 0 else "below 0: the judge prefers the slip"))
     return (f"The judge of `{task}` is not shown to see the planted slip: of its {total:,} judged outputs, {kinds}; "
             f"{measured} {rule}. The judged table cannot show a method unlearning the slip.")
 
