@@ -3,6 +3,7 @@
 # evaluated. The tiny task's data and the pipeline's tokenizer come from the tiny default's own data rules.
 import json
 
+from pipeline_lib.cli import json_file
 from pipeline_lib.config import load_config_file, validate_config
 from pipeline_lib.engines.verl.preflight import KINDS, eval_spec_for
 from pipeline_lib.plan.runs import TOKENIZER
@@ -35,6 +36,7 @@ rule preflight_model:
         "results/preflight/model/config.json",
     params:
         preflight=PREFLIGHT_JSON,
+        preflight_file=lambda wildcards: json_file(PREFLIGHT_JSON),  # the same JSON in a file, for the command
         code=code_digest("pipeline_lib.engines.verl.preflight"),
     log:
         "logs/preflight/model.log",
@@ -43,7 +45,7 @@ rule preflight_model:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.preflight model --preflight {params.preflight:q}"
+        "python -m pipeline_lib.engines.verl.preflight model --preflight {params.preflight_file}"
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
@@ -61,6 +63,7 @@ rule preflight_train:
         "results/preflight/{kind}/DONE.json",
     params:
         preflight=PREFLIGHT_JSON,
+        preflight_file=lambda wildcards: json_file(PREFLIGHT_JSON),  # the same JSON in a file, for the command
         init=lambda wildcards: "results/preflight/model" if wildcards.kind == SFT_KIND
         else f"results/preflight/{SFT_KIND}/final",
         code=code_digest("pipeline_lib.engines.verl.preflight"),
@@ -82,7 +85,7 @@ rule preflight_train:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.preflight run --preflight {params.preflight:q} --kind {wildcards.kind}"
+        "python -m pipeline_lib.engines.verl.preflight run --preflight {params.preflight_file} --kind {wildcards.kind}"
         " --init {params.init} --out results/preflight/{wildcards.kind} --attempt {resources.attempt} > {log} 2>&1"
         " && grep -F '[preflight' {log}"  # each verl step's numbers, in Snakemake's own log
 
@@ -97,6 +100,7 @@ rule preflight_eval:
         "results/preflight/eval/metrics.json",
     params:
         spec=json.dumps(eval_spec_for(PREFLIGHT)),
+        spec_file=lambda wildcards: json_file(json.dumps(eval_spec_for(PREFLIGHT))),
     log:
         "logs/preflight/eval.log",
     benchmark:
@@ -106,4 +110,4 @@ rule preflight_eval:
         "../../envs/eval.yaml"
     shell:
         "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
-        " --spec {params.spec:q} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"
+        " --spec {params.spec_file} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"

@@ -30,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.config import load_config_file
 from pipeline_lib.engines.verl import cpu
 from pipeline_lib.engines.verl.cpu import cpu_overrides
@@ -282,11 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     model = sub.add_parser("model", help="the tiny random Qwen2 with the pipeline's tokenizer")
-    model.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
+    model.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")
     model.add_argument("--tokenizer", required=True)
     model.add_argument("--out", required=True, type=Path)
     job = sub.add_parser("run", help="one kind's verl run, 2 steps on CPU, and its checks")
-    job.add_argument("--preflight", required=True, help="the `preflight` section (JSON)")
+    job.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")
     job.add_argument("--kind", required=True, choices=sorted(KINDS))
     job.add_argument("--init", required=True, type=Path, help="the model RL starts from (SFT: the tiny model)")
     job.add_argument("--out", required=True, type=Path)
