@@ -13,6 +13,10 @@ settings are named (``--configfile``: the config to compare with, merged in orde
 the workflow's own inside a job, else config/config.yaml). A file whose sidecar
 was deleted is flagged when the step that used it recorded a sidecar; only an input that
 had none when it was used (a fixture, a download) is a raw leaf of the chain.
+
+The tree is as compact as its facts: the files one step run wrote that a consumer read share one line
+(``run/final/{config.json, model.safetensors}``), each step run's inputs are printed once, and a later reference
+to it is a ``(see above: ...)`` line; every reference's recorded hash is still checked.
 """
 
 from __future__ import annotations
@@ -134,67 +138,134 @@ def _is_raw(path: Path, raw: bool | None) -> bool:
     return path.suffix in {".parquet", ".jsonl", ".json", ".csv"} and "results" not in path.parts
 
 
-def _visit(path: Path, expected_sha: str | None, depth: int, report: AuditReport, seen: set[Path],
-           raw: bool | None = None, config: Mapping[str, Any] | None = None) -> None:
-    indent = "  " * depth
-    if path.is_dir():
-        report.problems.append(f"{path}: a directory, not a file (audit a file the pipeline wrote, e.g. its "
-                               "DONE.json or a table)")
-        report.lines.append(f"{indent}{path}  DIRECTORY")
-        return
-    if not path.is_file():
-        report.problems.append(f"{path}: missing")
-        report.lines.append(f"{indent}{path}  MISSING")
-        return
-    actual = sha256_file(path)
-    report.files += 1
-    status = "ok"
-    if expected_sha is not None and actual != expected_sha:
-        report.problems.append(f"{path}: content changed since it was used (sha256 {actual[:12]} != recorded "
-                               f"{expected_sha[:12]})")
-        status = "CHANGED"
-    sidecar = _sidecar(path)
-    if not sidecar.is_file():
-        if depth == 0 or not _is_raw(path, raw):
-            report.problems.append(f"{path}: no provenance sidecar {sidecar.name}"
-                                   + (" (it had one when it was used: deleted since)" if raw is False else ""))
-            report.lines.append(f"{indent}{path}  [{status}] NO SIDECAR")
-        else:  # raw input (a fixture or downloaded file): a leaf of the chain
-            report.lines.append(f"{indent}{path}  [{status}] raw input, sha256 {actual[:12]}")
-        return
-    record, problem = _read_json_object(sidecar, "provenance sidecar")
-    if problem is not None or record is None:
-        report.problems.append(str(problem))
-        report.lines.append(f"{indent}{path}  [{status}] UNREADABLE SIDECAR")
-        return
-    outputs = _file_entries(record, "outputs", sidecar, report)
-    own = next((o for o in outputs if Path(o["path"]) == path), None)
-    if own is None:
-        report.problems.append(f"{sidecar}: does not list {path} among its outputs")
-    elif own["sha256"] != actual:
-        report.problems.append(f"{path}: sha256 {actual[:12]} differs from its sidecar's {own['sha256'][:12]} "
-                               "(modified after it was written)")
-        status = "MODIFIED"
-    code = record.get("code") if isinstance(record.get("code"), dict) else {}
-    key = (code.get("git_commit"), code.get("diff_sha256"))
-    report.code_versions.setdefault(key, []).append(str(path))
-    if code.get("dirty"):
-        status += ", dirty tree"
-    stale = _code_changes(record)
-    if stale:
-        report.problems.append(f"{path}: {stale}")
-        status += ", STALE CODE"
-    drift = _config_changes(record, config)
-    if drift:
-        report.problems.append(f"{path}: {drift}")
-        status += ", STALE CONFIG"
-    report.lines.append(f"{indent}{path}  [{status}] step {record.get('step')} @ {str(code.get('git_commit'))[:10]}")
-    _check_done(outputs, report)
-    if path in seen:
-        return
-    seen.add(path)
-    for entry in _file_entries(record, "inputs", sidecar, report):
-        _visit(Path(entry["path"]), entry["sha256"], depth + 1, report, seen, entry.get("raw"), config)
+@dataclass
+class _File:
+    """One file's own checks, done once however many steps read it."""
+
+    flags: list[str]  # what is wrong with the file itself (MODIFIED, STALE CODE, ...); empty when it is sound
+    tail: str  # the rest of its line: "step X @ commit", "raw input, sha256 ...", "NO SIDECAR", ...
+    job: tuple[str, ...]  # the step run that wrote it (its step and outputs), or the path alone: one node of the tree
+    actual: str | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Walk:
+    """The provenance tree printed as compactly as its facts: the files one step run wrote that a consumer read share
+    one line, each step run's inputs are printed once, and a later reference points back to it ("see above")."""
+
+    def __init__(self, report: AuditReport, config: Mapping[str, Any] | None) -> None:
+        self.report, self.config = report, config
+        self.files: dict[Path, _File] = {}
+        self.shown_jobs: set[tuple[str, ...]] = set()
+        self.shown_files: set[Path] = set()
+
+    def check(self, path: Path, raw: bool | None, top: bool) -> _File:
+        if path not in self.files:
+            self.files[path] = self._check(path, raw, top)
+        return self.files[path]
+
+    def _check(self, path: Path, raw: bool | None, top: bool) -> _File:
+        report, alone = self.report, (str(path),)
+        if path.is_dir():
+            report.problems.append(f"{path}: a directory, not a file (audit a file the pipeline wrote, e.g. its "
+                                   "DONE.json or a table)")
+            return _File(["DIRECTORY"], "", alone)
+        if not path.is_file():
+            report.problems.append(f"{path}: missing")
+            return _File(["MISSING"], "", alone)
+        actual = sha256_file(path)
+        report.files += 1
+        sidecar = _sidecar(path)
+        if not sidecar.is_file():
+            if top or not _is_raw(path, raw):
+                report.problems.append(f"{path}: no provenance sidecar {sidecar.name}"
+                                       + (" (it had one when it was used: deleted since)" if raw is False else ""))
+                return _File([], "NO SIDECAR", alone, actual)
+            return _File([], f"raw input, sha256 {actual[:12]}", alone, actual)  # a fixture or download: a leaf
+        record, problem = _read_json_object(sidecar, "provenance sidecar")
+        if problem is not None or record is None:
+            report.problems.append(str(problem))
+            return _File([], "UNREADABLE SIDECAR", alone, actual)
+        flags: list[str] = []
+        outputs = _file_entries(record, "outputs", sidecar, report)
+        own = next((o for o in outputs if Path(o["path"]) == path), None)
+        if own is None:
+            report.problems.append(f"{sidecar}: does not list {path} among its outputs")
+        elif own["sha256"] != actual:
+            report.problems.append(f"{path}: sha256 {actual[:12]} differs from its sidecar's {own['sha256'][:12]} "
+                                   "(modified after it was written)")
+            flags.append("MODIFIED")
+        code = record.get("code") if isinstance(record.get("code"), dict) else {}
+        report.code_versions.setdefault((code.get("git_commit"), code.get("diff_sha256")), []).append(str(path))
+        if code.get("dirty"):
+            flags.append("dirty tree")
+        stale = _code_changes(record)
+        if stale:
+            report.problems.append(f"{path}: {stale}")
+            flags.append("STALE CODE")
+        drift = _config_changes(record, self.config)
+        if drift:
+            report.problems.append(f"{path}: {drift}")
+            flags.append("STALE CONFIG")
+        job = (str(record.get("step")), *sorted(o["path"] for o in outputs)) if own is not None else alone
+        return _File(flags, f"step {record.get('step')} @ {str(code.get('git_commit'))[:10]}", job, actual,
+                     _file_entries(record, "inputs", sidecar, report), outputs)
+
+    def edge(self, path: Path, expected_sha: str | None, consumer: Path | None) -> str | None:
+        """The consuming step's recorded hash against the file now: "CHANGED" (and a problem) when they differ."""
+        actual = self.files[path].actual
+        if expected_sha is None or actual is None or actual == expected_sha:
+            return None
+        self.report.problems.append(f"{path}: content changed since it was used (sha256 {actual[:12]} != recorded "
+                                    f"{expected_sha[:12]}{f' by the step that made {consumer}' if consumer else ''})")
+        return "CHANGED"
+
+    def visit(self, entries: list[dict[str, Any]], depth: int, consumer: Path | None) -> None:
+        """Print ``entries`` (a step's inputs) grouped by the step run that wrote them, each run's inputs once."""
+        indent = "  " * depth
+        jobs: dict[tuple[str, ...], list[tuple[Path, str | None]]] = {}
+        for entry in entries:
+            path = Path(entry["path"])
+            file = self.check(path, entry.get("raw"), consumer is None)
+            changed = self.edge(path, entry.get("sha256"), consumer)
+            members = jobs.setdefault(file.job, [])
+            if all(p != path for p, _ in members):
+                members.append((path, changed))
+        above: list[str] = []
+        for job, members in jobs.items():
+            name = _names([p for p, _ in members])
+            statuses = [", ".join(filter(None, [changed, *self.files[p].flags])) or "ok" for p, changed in members]
+            status = statuses[0] if len(set(statuses)) == 1 else "; ".join(
+                f"{p.name}: {s}" for (p, _), s in zip(members, statuses, strict=True))
+            tail = self.files[members[0][0]].tail
+            if job in self.shown_jobs:
+                new = [p for p, _ in members if p not in self.shown_files]
+                if new:  # other files of a step run shown above: their own line, its inputs not again
+                    self.shown_files.update(new)
+                    more = ", its inputs above" if self.files[members[0][0]].inputs else ""
+                    self.report.lines.append(f"{indent}{_names(new)}  [{status}] {tail}{more}")
+                if len(new) < len(members):
+                    old = _names([p for p, _ in members if p not in new])
+                    above.append(old if status == "ok" else f"{old} [{status}]")
+                continue
+            self.shown_jobs.add(job)
+            self.shown_files.update(p for p, _ in members)
+            self.report.lines.append(f"{indent}{name}  [{status}] {tail}".rstrip())
+            _check_done(self.files[members[0][0]].outputs, self.report)  # once per step run
+            inputs: list[dict[str, Any]] = []
+            for path, _ in members:
+                inputs += [e for e in self.files[path].inputs if e not in inputs]
+            self.visit(inputs, depth + 1, members[0][0])
+        if above:
+            self.report.lines.append(f"{indent}(see above: {', '.join(above)})")
+
+
+def _names(paths: list[Path]) -> str:
+    """Files of one directory as ``dir/{a, b}``; otherwise the paths joined."""
+    if len(paths) > 1 and len({p.parent for p in paths}) == 1:
+        return f"{paths[0].parent}/{{{', '.join(p.name for p in paths)}}}"
+    return ", ".join(str(p) for p in paths)
 
 
 def current_config(configfiles: Sequence[str | Path] | None = None) -> dict[str, Any] | None:
@@ -212,7 +283,7 @@ def current_config(configfiles: Sequence[str | Path] | None = None) -> dict[str,
 def audit(target: str | Path, config: Mapping[str, Any] | None = None) -> AuditReport:
     """The audit of ``target``'s chain; with ``config``, each step's recorded settings are compared with it."""
     report = AuditReport()
-    _visit(Path(target), None, 0, report, set(), config=config)
+    _Walk(report, config).visit([{"path": str(target), "sha256": None}], 0, None)
     if len(report.code_versions) > 1:
         versions = "; ".join(f"{commit and commit[:10]}+diff {diff and diff[:10]}: {len(paths)} file(s)"
                              for (commit, diff), paths in report.code_versions.items())

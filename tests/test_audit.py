@@ -148,3 +148,24 @@ def test_the_audit_command_compares_with_the_config_files_it_is_given(made_in_wo
     assert main([str(made_in_workflow["sft"]), "--configfile", str(REPO / "config/config.yaml"),
                  str(tmp_path / "lr.yaml")]) == 1
     assert "made with another config (step train_sft): changed train.sft.lr" in capsys.readouterr().out
+
+
+# --- compact output (issue 36 part 4) ---------------------------------------------------------------------------------
+
+
+def test_a_shared_input_is_printed_once_and_later_references_point_back(chain):
+    """Two runs read raw.csv and the tokenizer-like model: each subtree appears once, a step's files share a line."""
+    second = chain["table"].parent / "run2/model.txt"
+    write_text(second, "weights 2")
+    write_provenance([second], step="train", inputs=[chain["raw"]])
+    write_provenance([chain["table"]], step="paper", inputs=[chain["model"], chain["done"], second])
+    report = audit(chain["table"])
+    assert report.ok, report.problems
+    lines = "\n".join(report.lines)
+    assert sum(str(chain["raw"]) in line for line in report.lines) == 2, lines  # shown once, referred to once
+    assert f"(see above: {chain['raw']})" in lines, lines
+    assert f"{chain['done'].parent}/{{model.txt, DONE.json}}  [ok] step train" in lines, lines  # one step's files
+    assert len(report.lines) == 5 and report.files == 5, lines
+    chain["raw"].write_text("x\n2\n")  # both consumers' recorded hashes are still checked
+    changed = [p for p in audit(chain["table"]).problems if "raw.csv: content changed since it was used" in p]
+    assert len(changed) == 2, changed
