@@ -211,18 +211,15 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
         result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", f"new_{name}"],
                                 cwd=workflow, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
+        # the plan lists its runs (the dry run's console prints one short line per job, not their commands)
+        listing = subprocess.run([sys.executable, "-m", "pipeline_lib", "plan", "--configfile", f"new_{name}"],
+                                 cwd=workflow, env=env, capture_output=True, text=True, timeout=300)
+        assert listing.returncode == 0, listing.stderr[-3000:]
         task = "countdown_tiny" if name == "config.yaml" else "gsm8k"
-        assert f"results/train/{task}/dr_grpo_exact/seed0/DONE.json" in result.stdout
-        assert f"results/eval/{task}/dr_grpo_exact/seed0/metrics.json" in result.stdout
+        row = next(line.split() for line in listing.stdout.splitlines()
+                   if line.split()[:4] == [task, "dr_grpo_exact", "dr_grpo_exact", "0"])
         # its own job on verl; on the local engine a step of its (task, seed)'s train_local_group batch
-        command = next(line for line in result.stdout.splitlines() if "python -m" in line
-                       and f"results/train/{task}/dr_grpo_exact/seed0" in line)
-        assert '"estimator": {"name": "dr_grpo", "params": {}}' in command.replace('\\"', '"')
-        assert ("pipeline_lib.engines.verl.train rl" if name == "paper.yaml" else "pipeline_lib.engines.local.rl") \
-            in command
-    listing = subprocess.run([sys.executable, "-m", "pipeline_lib", "plan", "--configfile", "new_config.yaml"],
-                             cwd=workflow, env=env, capture_output=True, text=True, timeout=300)
-    assert listing.returncode == 0 and "dr_grpo_exact" in listing.stdout
+        assert row[5] == ("train_verl" if name == "paper.yaml" else "train_local_group") and row[7] == "dr_grpo"
     labels = subprocess.run([sys.executable, "-c", "from pipeline_lib.paper.results import METHOD_LABELS as L; "
                              "print(L['dr_grpo_exact'])"], cwd=workflow, env=env, capture_output=True, text=True,
                             timeout=300)
