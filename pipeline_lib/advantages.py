@@ -1,4 +1,5 @@
-"""Group advantage estimators: one registry for every engine and study.
+"""Group advantage estimators: the functions every engine and study computes advantages with (their parameters and
+verl names are catalogued in :mod:`pipeline_lib.estimators`).
 
 Every estimator maps one scalar reward per rollout to one advantage per rollout,
 using only the rollouts that share its group id (the M samples of one prompt).

@@ -6,7 +6,7 @@ A module of ``pipeline_lib`` may import modules of its own layer or a lower one,
   checkpoints, the advantage estimators and the loss, the theory, rewards, the LLM client, data, rubrics, and the
   model code (``pipeline_lib.model``) that both evaluation and the engines build and sample with, and the test of
   which Snakemake profile is in force (``profiles``, read by ``profiles/default``);
-* **plan**: what runs, with which settings (``pipeline_lib.plan``, ``specs``, ``targets``); the workflow imports it
+* **plan**: what runs, with which settings (``pipeline_lib.plan``, ``targets``); the workflow imports it
   while it parses, so it stays free of torch, vLLM and verl;
 * **jobs**: what a job runs: the engines, evaluation, judging, the ImageNet study's training (``classify``), the
   audit, the package's command line and the environment locks' tool (``envlock``);
@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "env", "io", "config", "tracking", "provenance", "run_info", "stats", "checkpoint", "advantages",
               "estimators", "losses", "theory", "rewards", "llm_client", "data", "rubrics", "model",
               "group_metrics", "run_spec", "profiles", "cli", "console")),
-    ("plan", ("plan", "specs", "targets")),
+    ("plan", ("plan", "targets")),
     ("jobs", ("engines", "eval", "judge", "classify", "audit", "__main__", "envlock")),
     ("paper", ("paper", "steps")),
 )

@@ -2,8 +2,9 @@
 
 :func:`plan_runs` is the only place where runs are enumerated; the Snakemake rules, the verl parse-time validation,
 the target lists and ``python -m pipeline_lib plan`` all read its result. See :mod:`.registry` for what a method is,
-:mod:`.spec` for the :class:`RunSpec` every engine reads, and :mod:`.settings` for how the config becomes one (the
-parameter precedence, and which tau wins). The plan imports no engine: engines translate its specs at their edge.
+:mod:`pipeline_lib.run_spec` for the :class:`RunSpec` every engine reads, and :mod:`.settings` for how the config
+becomes one (the parameter precedence, and which tau wins). The plan imports no engine: engines translate its specs
+at their edge.
 """
 
 from pipeline_lib.plan.registry import (

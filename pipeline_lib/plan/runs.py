@@ -527,15 +527,14 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
     return wanted
 
 
-def plan_runs(config: Mapping[str, Any], root: str | Path = ".", check_estimators: bool = True) -> Plan:
+def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
     rationalization annotator) are added where a run starts from them.
 
     ``check_estimators`` runs each group-RL method's estimator once with its parameters (importing torch); the
     workflow turns it off where Snakemake re-parses itself to run one job (a Slurm job), the submitting process
-    having checked the same config already. ``root`` is accepted for the callers' sake and unused: the plan holds
-    paths relative to the workflow; an engine makes them absolute at its edge (verl: ``translate.run_paths``)."""
-    del root
+    having checked the same config already. The plan holds paths relative to the workflow; an engine makes them
+    absolute at its edge (verl: ``translate.run_paths``)."""
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])

@@ -6,7 +6,7 @@ Loaded three ways, so the registration reaches every process that computes advan
 fallback for environments where entry points are disabled or the package metadata is not visible,
 through ``VERL_USE_EXTERNAL_MODULES`` set in the Ray runtime env by the translator.
 
-Every estimator delegates to :func:`pipeline_lib.advantages.group_advantages`, the one registry the
+Every estimator delegates to :func:`pipeline_lib.advantages.group_advantages`, the same functions the
 local engine and the theory code use, so verl trains with exactly the numbers the tests check.
 Method hyperparameters are extra keys of verl's ``algorithm`` config (``+algorithm.tau=0.1``), read
 from the config object verl passes to the estimator.

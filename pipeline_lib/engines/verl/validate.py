@@ -345,7 +345,7 @@ def planned_runs(config: Mapping[str, Any], root: str | Path = ".", plan: Plan |
                  ) -> list[tuple[str, str, list[str]]]:
     """(label, kind, overrides) of every verl run of the plan (:func:`pipeline_lib.plan.plan_runs`): the main SFT/RL
     runs, the baselines, the tau x M ablation cells and the model-scale runs on verl tasks."""
-    return plan_overrides(plan or plan_runs(config, root), root)
+    return plan_overrides(plan or plan_runs(config), root)
 
 
 def _code_digest() -> str:
