@@ -194,7 +194,8 @@ def _opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
 #: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
 #: runs therefore use the legacy trainer, explicitly; validation runs each run's own trainer start-up and refuses a
 #: legacy manager on v1 (``validate._check_v1_trainer``), and the tests drive RARO's and RL-Logit's loops through the
-#: legacy manager with a ``DataProto`` batch (``tests/test_verl_raro.py``, ``tests/test_verl_trainer_path.py``).
+#: legacy manager with a ``DataProto`` batch (``tests/engines/verl/test_verl_raro.py``,
+#: ``tests/engines/verl/test_verl_trainer_path.py``).
 #: GRPO/SoftmaxGRPO and OPD use verl's default (v1, with verl's own manager and single-turn loop).
 LEGACY_TRAINER = {"trainer.use_v1": False}
 
