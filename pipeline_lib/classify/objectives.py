@@ -4,7 +4,8 @@
 prompt: M class labels are sampled with replacement from the model's own softmax
 (the rollouts), reward = 1 if the label is the true class, advantages come from
 :func:`pipeline_lib.advantages.group_advantages`, and the loss is
-``-mean(log p(a) * A)`` over all rollouts.
+``-mean(log p(a) * A)`` over all rollouts. ``imagenet.tau`` reaches an objective whose estimator takes a ``tau``
+(its parameter dataclass in :mod:`pipeline_lib.estimators` says so), by the same path as every other run's.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline_lib.advantages import group_advantages
+from pipeline_lib.estimators import takes
 
 __all__ = ["OBJECTIVES", "ObjectiveOutput", "closed_form_metrics", "objective_loss"]
 
@@ -48,7 +50,7 @@ def objective_loss(
     samples = torch.multinomial(log_probs.detach().exp(), rollouts, replacement=True, generator=generator)
     rewards = (samples == labels[:, None]).to(logits.dtype)
     group_ids = torch.arange(batch, device=logits.device).repeat_interleave(rollouts)
-    params = {"tau": tau} if objective == "softmax" else {}
+    params = {"tau": tau} if takes(objective, "tau") else {}  # whether tau is a parameter: its dataclass says
     advantages = group_advantages(objective, rewards.flatten(), group_ids, **params).view(batch, rollouts)
     chosen = log_probs.gather(1, samples)
     loss = -(chosen * advantages).mean()
