@@ -28,8 +28,8 @@ _OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.tracking
                       "tracking.backends names it; config validation requires its extra then"
                       for name in ("wandb", "mlflow", "swanlab", "trackio")}
 NOT_REACHED = {
-    "report.yaml": {
-        "vllm": "pipeline_lib.eval.backends' vLLM backend; eval jobs run in the report env only with another backend "
+    "cpu-steps.yaml": {
+        "vllm": "pipeline_lib.eval.backends' vLLM backend; eval jobs run in this env only with another backend "
                 "(workflow/rules/eval.smk EVAL_ENV; tests/test_locks.py checks the backend's package)",
         "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
         **_OPTIONAL_TRACKERS,

@@ -44,12 +44,12 @@ def test_an_edited_input_or_a_hand_edited_lock_fails_the_check_naming_the_env(tm
     judge.write_text(judge.read_text().replace("- tqdm==4.70.1", "- tqdm==4.70.1\n      - rich"))
     with pytest.raises(LockError, match=r"envs/judge.yaml was not made from envs/inputs/judge.yaml") as error:
         envlock.check(resolve_again=False)
-    assert "envlock lock judge" in str(error.value) and "report.yaml" not in str(error.value)
+    assert "envlock lock judge" in str(error.value) and "cpu-steps.yaml" not in str(error.value)
     shutil.copy2(REPO / "envs/inputs/judge.yaml", judge)
     envlock.check(resolve_again=False)
-    locked = Path("envs/report.yaml")
+    locked = Path("envs/cpu-steps.yaml")
     locked.write_text(locked.read_text().replace("channels: [conda-forge]", "channels: [defaults]"))
-    with pytest.raises(LockError, match=r"envs/report.yaml differs from its input outside the pip entries"):
+    with pytest.raises(LockError, match=r"envs/cpu-steps.yaml differs from its input outside the pip entries"):
         envlock.check(resolve_again=False)
 
 

@@ -22,7 +22,7 @@ rule data_tiny:
         "results/benchmarks/data_tiny/{task}.tsv"
     priority: job_priority("data_tiny")  # first: everything waits on the data (pipeline_lib.plan.groups)
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.data.build tiny --task {wildcards.task} --spec {params.spec_file}"
         " --reward-weights {params.weights_file} --seed {params.seed} --out-dir {params.out_dir} > {log} 2>&1"
@@ -44,7 +44,7 @@ rule data_tokenizer:
         "results/benchmarks/data_tokenizer.tsv"
     priority: job_priority("data_tokenizer")  # first: everything waits on the data (pipeline_lib.plan.groups)
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.data.build tokenizer --inputs {input} --vocab-size {params.vocab_size}"
         " --out-dir {params.out_dir} > {log} 2>&1"
@@ -75,7 +75,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
         benchmark:
             "results/benchmarks/data_build/{dataset}.tsv"
         conda:
-            "../../envs/report.yaml"
+            "../../envs/cpu-steps.yaml"
         shell:
             "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec_file}"
             " --out-dir {params.out_dir} > {log} 2>&1"
@@ -92,6 +92,6 @@ rule data_imagenet:
     benchmark:
         "results/benchmarks/data_imagenet.tsv"
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.data.build imagenet --spec {params.spec_file} --out-dir {params.out_dir} > {log} 2>&1"

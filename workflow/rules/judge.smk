@@ -51,7 +51,7 @@ rule judge_cross:
     benchmark:
         "results/benchmarks/judge_cross/{task}.tsv"
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.judge.cross --primary {input.primary} --second {input.second}"
         " --methods {params.methods} --out {output} > {log} 2>&1"
@@ -73,7 +73,7 @@ rule judge_calibration_export:
     benchmark:
         "results/benchmarks/judge_calibration_export/{task}.tsv"
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.judge.calibration export --task {wildcards.task} --rubric {params.rubric}"
         " --scores {input.scores} --data {input.data} --size {params.size} --seed {params.seed}"
@@ -95,7 +95,7 @@ rule judge_calibration_import:
     benchmark:
         "results/benchmarks/judge_calibration_import/{task}.tsv"
     conda:
-        "../../envs/report.yaml"
+        "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.judge.calibration import --rubric {params.rubric} --key {input.key}"
         " --scores {input.scores} --ratings={params.ratings:q} --out {output} > {log} 2>&1"

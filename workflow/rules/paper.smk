@@ -24,6 +24,6 @@ for step in PAPER_STEPS:
             f"results/benchmarks/{step.name}.tsv"
         priority: job_priority(step.name)
         conda:
-            "../../envs/report.yaml"
+            "../../envs/cpu-steps.yaml"
         shell:
             "{params.command} > {log} 2>&1"
