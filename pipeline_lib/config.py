@@ -392,13 +392,26 @@ def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: 
     return problems + _named_problems(config, base_dir)
 
 
+#: Settings renamed to one name on both engines (issue 37: the paper's terms): old key -> new key, where the new key
+#: is allowed. A config still using an old name is told its new one.
+RENAMED_KEYS = {"kl_coef": "beta", "kl_loss_type": "kl_estimator", "loss_agg_mode": "aggregation",
+                "batch_size": "prompts_per_step", "save_freq": "checkpoint_every",
+                "max_new_tokens": "max_response_tokens"}
+
+
+def _unknown_key(where: str, key: str, allowed: set[str]) -> str:
+    new = RENAMED_KEYS.get(key)
+    hint = f"renamed: use '{new}'; " if new in allowed else ""
+    return f"unknown key '{where}{key}' ({hint}allowed here: {sorted(allowed)})"
+
+
 def _describe(error: ValidationError) -> str:
     where = ".".join(str(part) for part in error.absolute_path)
     if error.validator == "additionalProperties":
         allowed = set(error.schema.get("properties", {}))
         unknown = sorted(set(error.instance) - allowed)
         prefix = f"{where}." if where else ""
-        return "; ".join(f"unknown key '{prefix}{key}' (allowed here: {sorted(allowed)})" for key in unknown)
+        return "; ".join(_unknown_key(prefix, key, allowed) for key in unknown)
     if error.validator == "required":
         return f"missing key '{where + '.' if where else ''}{error.message.split(chr(39))[1]}'"
     return f"key '{where or '<root>'}': {error.message}"

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["ENGINES", "SPEC_ENGINES", "Estimator", "PlanError", "RunSpec"]
+__all__ = ["ENGINES", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "PlanError", "RLSettings", "RunSpec",
+           "VerlRLKnobs"]
 
 #: Values of ``train.engine``.
 ENGINES = ("local", "verl")
@@ -61,6 +63,103 @@ class Estimator:
         if not isinstance(self.params, dict):
             raise PlanError(f"estimator {self.name!r}: params must be a mapping, got {type(self.params).__name__}")
         _json_value(f"estimator {self.name!r} params", self.params)
+
+
+@dataclass(frozen=True)
+class LocalRLKnobs:
+    """Local-engine-only group-RL knobs (no App. B row)."""
+
+    minibatches: int
+    """Minibatches (whole groups) per pass; more than one makes later ones off-policy so clipping acts."""
+
+
+@dataclass(frozen=True)
+class VerlRLKnobs:
+    """verl-only group-RL knobs: how App. B's run is laid out on GPUs, and verl's own switches."""
+
+    mini_batch_per_device: int
+    """App. B "mini-batch size (per device)" (verl ppo_micro_batch_size_per_gpu)."""
+    micro_batch_per_gpu: int
+    """Sequences per log-prob forward pass per GPU (memory only)."""
+    max_prompt_tokens: int
+    """Longest prompt kept (not stated in the paper)."""
+    gpus_per_node: int
+    """App. B "compute setup": GPUs per node."""
+    nodes: int
+    """App. B "compute setup": nodes."""
+    rollout_engine: str
+    """verl's rollout engine (vllm or sglang)."""
+    rollout_tp: int
+    """Tensor-parallel size of the rollout engine."""
+    gpu_memory_utilization: float
+    """Share of GPU memory the rollout engine may take."""
+    test_freq: int
+    """Steps between verl's own validation (-1 = never)."""
+
+
+#: The engine-only knobs of each engine's group-RL settings.
+RL_KNOBS: dict[str, type] = {"local": LocalRLKnobs, "verl": VerlRLKnobs}
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
+    one engine has lives in :attr:`knobs`. Both engines' config sections (``train.rl``, ``train.verl.rl`` and a verl
+    task's row) are these fields flat: :meth:`from_flat` reads them, :meth:`flat` writes them back."""
+
+    steps: int
+    """App. B "total training iterations"."""
+    lr: float
+    """App. B "learning rate" (AdamW)."""
+    weight_decay: float
+    """AdamW weight decay (not in App. B)."""
+    clip_low: float
+    """App. B "PPO clip epsilon", below: ratio >= 1 - clip_low."""
+    clip_high: float
+    """App. B "PPO clip epsilon", above: ratio <= 1 + clip_high."""
+    beta: float
+    """App. B "KL regularization beta": the reference-KL coefficient (0: no KL term)."""
+    kl_estimator: str
+    """The per-token KL estimator, in the engine's value names (local k1/k2/k3/low_var_kl; verl kl/abs/mse/
+    low_var_kl/full)."""
+    aggregation: str
+    """The loss normaliser, in the engine's value names (local adds group-token-mean, the paper's)."""
+    group_size: int
+    """App. B "rollout group size M": rollouts per prompt."""
+    prompts_per_step: int
+    """App. B "rollout batch size": prompts per step (rollouts per step = this x M)."""
+    max_response_tokens: int
+    """App. B "max response tokens": the response length cap."""
+    temperature: float
+    """Rollout sampling temperature."""
+    ppo_epochs: int
+    """Passes over each rollout batch."""
+    grad_clip: float
+    """Gradient-norm clip."""
+    checkpoint_every: int
+    """Steps between resumable checkpoints."""
+    knobs: LocalRLKnobs | VerlRLKnobs
+    """The engine's own knobs."""
+
+    @classmethod
+    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
+        """Read an engine's flat settings (a config section, a spec's ``settings``); any key missing or unknown is
+        an error naming it."""
+        if engine not in RL_KNOBS:
+            raise PlanError(f"{where}: no group-RL settings for engine {engine!r}; engines: {sorted(RL_KNOBS)}")
+        knobs = RL_KNOBS[engine]
+        shared = [f.name for f in fields(cls) if f.name != "knobs"]
+        own = [f.name for f in fields(knobs)]
+        missing = [k for k in (*shared, *own) if k not in settings]
+        unknown = sorted(set(settings) - {*shared, *own})
+        if missing or unknown:
+            raise PlanError(f"{where}: {engine} group-RL settings lack {missing} / have unknown {unknown}")
+        return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as one flat mapping, as the config and the spec's JSON state them."""
+        data = asdict(self)
+        return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
 
 
 @dataclass(frozen=True)
@@ -112,6 +211,12 @@ class RunSpec:
             object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
         for name in ("model", "settings", "reward_weights", "baseline", "generation", "resources"):
             _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
+
+    @property
+    def rl(self) -> RLSettings:
+        """The group-RL settings, typed (a run with an estimator: group RL and the RL baselines); an error naming the
+        keys where :attr:`settings` is not exactly the engine's group-RL settings."""
+        return RLSettings.from_flat(self.settings, self.engine, f"run spec {self.task}/{self.method}")
 
     @property
     def tau(self) -> float | None:

@@ -68,7 +68,7 @@ APP_B_SHARED = {("label",): "paper", ("train", "engine"): "verl",
                 ("train", "tasks"): ["gsm8k", "countdown", "deepmath", "poetry", "meetingbank", "openthoughts"],
                 ("train", "verl", "model"): "Qwen/Qwen2.5-1.5B", ("train", "verl", "rl", "lr"): 1e-6,
                 ("train", "verl", "rl", "clip_low"): 0.2, ("train", "verl", "rl", "clip_high"): 0.28,
-                ("train", "verl", "rl", "kl_coef"): 1e-3,
+                ("train", "verl", "rl", "beta"): 1e-3,
                 ("judge", "primary", "endpoint", "model"): "Qwen/Qwen3-30B-A3B-Thinking-2507",
                 ("judge", "second", "endpoint", "model"): "google/gemma-4-31B-it",
                 ("train", "baselines", "opd", "teacher", "hub"): "Qwen/Qwen3-8B",
@@ -81,7 +81,7 @@ APP_B_SHARED = {("label",): "paper", ("train", "engine"): "verl",
 APP_B_TASKS = {"gsm8k": (0.1, 8, 64, 4, 1000, 256, 1, 8), "countdown": (0.1, 8, 64, 4, 2000, 256, 1, 8),
                "deepmath": (0.3, 16, 512, 8, 3220, 1024, 2, 8), "poetry": (0.3, 8, 64, 4, 1350, 1024, 1, 8),
                "meetingbank": (0.3, 8, 512, 4, 3220, 4096, 2, 8), "openthoughts": (0.3, 8, 512, 4, 3220, 6144, 2, 8)}
-APP_B_ROW = ("tau", "group_size", "batch_size", "mini_batch_per_device", "steps", "max_response_tokens", "nodes",
+APP_B_ROW = ("tau", "group_size", "prompts_per_step", "mini_batch_per_device", "steps", "max_response_tokens", "nodes",
              "gpus_per_node")
 
 

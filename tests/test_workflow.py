@@ -277,7 +277,7 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     config["train"] |= {"tasks": ["countdown_tiny"], "seeds": [0]}
     config["train"]["model"] |= {"hidden_size": 32, "intermediate_size": 64, "layers": 1}
     config["train"]["sft"] |= {"steps": 4, "batch_size": 8, "checkpoint_every": 2}
-    config["train"]["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_new_tokens": 8,
+    config["train"]["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_response_tokens": 8,
                               "checkpoint_every": 1}
     config["eval"] |= {"samples": 1, "pass_k": [], "max_new_tokens": 8, "max_prompts": 4}  # pass@k needs k samples
     # the baselines, the ablation and the judge stage have their own end-to-end tests (test_baselines,

@@ -128,7 +128,8 @@ class GroupRLMethod:
         """M samples for each prompt row: (expanded rows, response ids, decoded texts)."""
         spec, tokenizer = ctx.spec, ctx.tokenizer
         expanded = [row for row in rows for _ in range(spec["group_size"])]
-        responses = generate(ctx.model, [ctx.prompt_ids[r] for r in expanded], max_new_tokens=spec["max_new_tokens"],
+        responses = generate(ctx.model, [ctx.prompt_ids[r] for r in expanded],
+                             max_new_tokens=spec["max_response_tokens"],
                              greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
                              pad_id=tokenizer.pad_token_id)
         return expanded, responses, [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
@@ -290,6 +291,7 @@ def rl_settings(spec: RunSpec) -> dict[str, Any]:
     them) and the reward weights."""
     if spec.estimator is None:
         raise ValueError(f"run spec {spec.task}/{spec.method} has no estimator; a local RL run needs one")
+    spec.rl  # noqa: B018 -- the typed check: exactly the local engine's group-RL settings (run_spec.RLSettings)
     return {**spec.settings, "advantage": spec.estimator.name, "advantage_params": dict(spec.estimator.params),
             "reward_weights": spec.reward_weights}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.plan import ESTIMATORS, METHODS, Plan, Run, RunSpec
+from pipeline_lib.run_spec import VerlRLKnobs
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = [
@@ -147,7 +148,7 @@ def opd_teacher_settings(spec: RunSpec) -> dict[str, Any]:
     if gpus % teacher["tensor_parallel_size"]:
         raise ValueError(f"train.baselines.opd.verl.tensor_parallel_size ({teacher['tensor_parallel_size']}) must "
                          f"divide train.baselines.opd.verl.gpus_per_node ({gpus}) (task {spec.task!r})")
-    rollouts = spec.settings["batch_size"] * spec.settings["group_size"]
+    rollouts = spec.settings["prompts_per_step"] * spec.settings["group_size"]
     per_gpu, rest = divmod(rollouts, student * spec.settings["nodes"])
     if rest or per_gpu % spec.settings["mini_batch_per_device"]:
         raise ValueError(f"OPD on task {spec.task!r}: train.baselines.opd.verl.gpus_per_node = {gpus} leaves the "
@@ -237,8 +238,8 @@ def raro_replay_dir(run_dir: str | Path) -> Path:
 
 
 def _raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
-    """RARO: per step ``batch_size`` policy rows plus ``critic_prompts_per_step`` critic rows (each M rollouts, one
-    GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
+    """RARO: per step ``prompts_per_step`` policy rows plus ``critic_prompts_per_step`` critic rows (each M rollouts,
+    one GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
     reward both roles by the critic's verdicts; the replay buffer lives beside the run.
 
     The PPO update is one mini-batch over both roles, as the GRPO run's is one over its batch, and the rollout
@@ -252,13 +253,13 @@ def _raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     if missing:
         raise ValueError(f"train.baselines.raro lacks {missing} (the schema's defaults fill them; is the config "
                          f"validated?)")
-    policy, critic = int(spec.settings["batch_size"]), int(settings["critic_prompts_per_step"])
+    policy, critic = int(spec.settings["prompts_per_step"]), int(settings["critic_prompts_per_step"])
     n_gpus = spec.settings["gpus_per_node"] * spec.settings["nodes"]
     total = policy + critic
     if total % n_gpus:
-        raise ValueError(f"RARO on task {spec.task!r}: batch_size + train.baselines.raro.critic_prompts_per_step = "
-                         f"{total} prompts must split evenly over the {n_gpus} GPUs; choose critic_prompts_per_step "
-                         f"accordingly")
+        raise ValueError(f"RARO on task {spec.task!r}: prompts_per_step + "
+                         f"train.baselines.raro.critic_prompts_per_step = {total} prompts must split evenly over the "
+                         f"{n_gpus} GPUs; choose critic_prompts_per_step accordingly")
     if settings.get("critic_decoding", "free") != "free":
         raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
                          f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
@@ -355,16 +356,18 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         raise ValueError(f"run spec {spec.task}/{spec.method}: estimator "
                          f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
                          f"{sorted(ESTIMATORS)}")
-    estimator = ESTIMATORS[spec.estimator.name]
+    estimator, rl = ESTIMATORS[spec.estimator.name], spec.rl
+    if not isinstance(rl.knobs, VerlRLKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: engine {spec.engine!r} is not verl")
     pairs: dict[str, Any] = {
         "algorithm.adv_estimator": estimator.verl,
         **estimator.verl_overrides,
         "algorithm.use_kl_in_reward": False,
         "data.train_files": str(paths.train_files),
         "data.val_files": str(paths.val_files),
-        "data.train_batch_size": spec.settings["batch_size"],
-        "data.max_prompt_length": spec.settings["max_prompt_tokens"],
-        "data.max_response_length": spec.settings["max_response_tokens"],
+        "data.train_batch_size": rl.prompts_per_step,
+        "data.max_prompt_length": rl.knobs.max_prompt_tokens,
+        "data.max_response_length": rl.max_response_tokens,
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
         "data.seed": seed,
@@ -372,37 +375,37 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "actor_rollout_ref.model.use_remove_padding": True,
         "+actor_rollout_ref.model.override_config.attn_implementation": ATTENTION,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
-        "actor_rollout_ref.actor.optim.lr": float(spec.settings["lr"]),
-        "actor_rollout_ref.actor.optim.weight_decay": float(spec.settings["weight_decay"]),
+        "actor_rollout_ref.actor.optim.lr": float(rl.lr),
+        "actor_rollout_ref.actor.optim.weight_decay": float(rl.weight_decay),
         # One on-policy update per rollout batch, App. B's per-device mini-batch as the micro-batch (authors' runs).
-        "actor_rollout_ref.actor.ppo_mini_batch_size": spec.settings["batch_size"],
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": spec.settings["mini_batch_per_device"],
-        "actor_rollout_ref.actor.ppo_epochs": spec.settings["ppo_epochs"],
-        "actor_rollout_ref.actor.clip_ratio_low": float(spec.settings["clip_low"]),
-        "actor_rollout_ref.actor.clip_ratio_high": float(spec.settings["clip_high"]),
-        "actor_rollout_ref.actor.use_kl_loss": spec.settings["kl_coef"] > 0,
-        "actor_rollout_ref.actor.kl_loss_coef": float(spec.settings["kl_coef"]),
-        "actor_rollout_ref.actor.kl_loss_type": spec.settings["kl_loss_type"],
-        "actor_rollout_ref.actor.loss_agg_mode": spec.settings["loss_agg_mode"],
+        "actor_rollout_ref.actor.ppo_mini_batch_size": rl.prompts_per_step,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": rl.knobs.mini_batch_per_device,
+        "actor_rollout_ref.actor.ppo_epochs": rl.ppo_epochs,
+        "actor_rollout_ref.actor.clip_ratio_low": float(rl.clip_low),
+        "actor_rollout_ref.actor.clip_ratio_high": float(rl.clip_high),
+        "actor_rollout_ref.actor.use_kl_loss": rl.beta > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": float(rl.beta),
+        "actor_rollout_ref.actor.kl_loss_type": rl.kl_estimator,
+        "actor_rollout_ref.actor.loss_agg_mode": rl.aggregation,
         "actor_rollout_ref.actor.entropy_coeff": 0.0,
-        "actor_rollout_ref.actor.grad_clip": float(spec.settings["grad_clip"]),
-        "actor_rollout_ref.rollout.name": spec.settings["rollout_engine"],
-        "actor_rollout_ref.rollout.n": spec.settings["group_size"],
-        "actor_rollout_ref.rollout.temperature": float(spec.settings["temperature"]),
-        "actor_rollout_ref.rollout.tensor_model_parallel_size": spec.settings["rollout_tp"],
-        "actor_rollout_ref.rollout.gpu_memory_utilization": float(spec.settings["gpu_memory_utilization"]),
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": spec.settings["micro_batch_per_gpu"],
+        "actor_rollout_ref.actor.grad_clip": float(rl.grad_clip),
+        "actor_rollout_ref.rollout.name": rl.knobs.rollout_engine,
+        "actor_rollout_ref.rollout.n": rl.group_size,
+        "actor_rollout_ref.rollout.temperature": float(rl.temperature),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": rl.knobs.rollout_tp,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(rl.knobs.gpu_memory_utilization),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": rl.knobs.micro_batch_per_gpu,
         "actor_rollout_ref.rollout.seed": seed,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": spec.settings["micro_batch_per_gpu"],
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": rl.knobs.micro_batch_per_gpu,
         "reward.custom_reward_function.path": REWARD_FUNCTION[0],
         "reward.custom_reward_function.name": REWARD_FUNCTION[1],
-        "trainer.total_training_steps": spec.settings["steps"],
+        "trainer.total_training_steps": rl.steps,
         # The step count bounds the run; epochs only need to be enough to reach it.
         "trainer.total_epochs": 1000,
-        "trainer.n_gpus_per_node": spec.settings["gpus_per_node"],
-        "trainer.nnodes": spec.settings["nodes"],
-        "trainer.save_freq": spec.settings["save_freq"],
-        "trainer.test_freq": spec.settings["test_freq"],
+        "trainer.n_gpus_per_node": rl.knobs.gpus_per_node,
+        "trainer.nnodes": rl.knobs.nodes,
+        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.test_freq": rl.knobs.test_freq,
         "trainer.val_before_train": True,  # the authors' runs: a step-0 point on the validation curve
         "trainer.resume_mode": "auto",
         "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),

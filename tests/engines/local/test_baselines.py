@@ -494,7 +494,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     config["train"] |= {"tasks": ["countdown_tiny"], "seeds": [0]}
     config["train"]["model"] |= {"hidden_size": 32, "intermediate_size": 64, "layers": 1}
     config["train"]["sft"] |= {"steps": 3, "batch_size": 8, "checkpoint_every": 2}
-    config["train"]["rl"] |= {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_new_tokens": 6,
+    config["train"]["rl"] |= {"steps": 1, "prompts_per_step": 2, "group_size": 2, "max_response_tokens": 6,
                               "checkpoint_every": 1}
     merge_config(config["train"]["baselines"], {  # merged, so each baseline keeps the tiny config's `tasks: null`
         "tasks": ["countdown_tiny"], "seeds": [0], "rationalization": {"annotator": "sft", "max_new_tokens": 6},

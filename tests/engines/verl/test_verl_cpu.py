@@ -109,7 +109,7 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
 
     section = load_config_file(REPO / "config/preflight.yaml")["preflight"]
     section = {**section, "base": str(REPO / "config/paper.yaml"), "val_prompts": 2,
-               "row": {**section["row"], "steps": 1, "save_freq": 1, "test_freq": 1}}
+               "row": {**section["row"], "steps": 1, "checkpoint_every": 1, "test_freq": 1}}
     data = tmp_path / "results/data" / section["task"]
     data.parent.mkdir(parents=True)
     data.symlink_to(tiny / "data")

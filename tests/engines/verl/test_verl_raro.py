@@ -274,9 +274,9 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")
     paper = baseline_rl_spec(paper_config(), "countdown", "raro")
-    spec = replace(paper, settings={**paper.settings, "batch_size": 4, "mini_batch_per_device": 2, "gpus_per_node": 1,
-                                    "nodes": 1, "group_size": 3, "max_prompt_tokens": 128, "max_response_tokens": 16,
-                                    "steps": 3},
+    spec = replace(paper, settings={**paper.settings, "prompts_per_step": 4, "mini_batch_per_device": 2,
+                                    "gpus_per_node": 1, "nodes": 1, "group_size": 3, "max_prompt_tokens": 128,
+                                    "max_response_tokens": 16, "steps": 3},
                    baseline={**paper.baseline, "critic_prompts_per_step": 2, "replay_size": 6})
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
@@ -383,7 +383,7 @@ def test_every_paper_raro_run_translates_and_passes_verls_validation():
         task = label.split("/")[0]
         row = config["train"]["verl"]["tasks"][task]
         verl_config = validate_rl(overrides, label=label)
-        assert verl_config.data.train_batch_size == row["batch_size"] + settings["critic_prompts_per_step"]
+        assert verl_config.data.train_batch_size == row["prompts_per_step"] + settings["critic_prompts_per_step"]
         # one PPO update per step over both roles, as the task's GRPO run; the legacy trainer (its manager's contract)
         assert verl_config.actor_rollout_ref.actor.ppo_mini_batch_size == verl_config.data.train_batch_size
         assert verl_config.trainer.use_v1 is False

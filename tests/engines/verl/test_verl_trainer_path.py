@@ -80,9 +80,9 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0).eval()
     save_model_atomic(model, tokenizer, tmp_path / "init")
     paper = baseline_rl_spec(paper_config(), "countdown", "rl_logit")
-    spec = replace(paper, settings={**paper.settings, "batch_size": 2, "mini_batch_per_device": 2, "gpus_per_node": 1,
-                                    "nodes": 1, "group_size": 2, "max_prompt_tokens": 128, "max_response_tokens": 16,
-                                    "steps": 2})
+    spec = replace(paper, settings={**paper.settings, "prompts_per_step": 2, "mini_batch_per_device": 2,
+                                    "gpus_per_node": 1, "nodes": 1, "group_size": 2, "max_prompt_tokens": 128,
+                                    "max_response_tokens": 16, "steps": 2})
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
     workers = "actor_rollout_ref.rollout.agent.num_workers=2"
