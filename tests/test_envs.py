@@ -40,6 +40,9 @@ NOT_REACHED = {
         **_OPTIONAL_TRACKERS,
     },
     "train-verl.yaml": _OPTIONAL_TRACKERS,
+    "eval.yaml": {**_OPTIONAL_TRACKERS,
+                  "tensorboardX": "pipeline_lib.tracking's default store, opened only by a trainer; evaluation imports "
+                                  "tracking through pipeline_lib.cli's --tracking parser and never opens a store"},
 }
 #: Import name -> distribution, for packages not installed here (the GPU-only ones).
 NOT_INSTALLED = {"vllm": "vllm"}
@@ -65,12 +68,14 @@ def rule_envs(workdir: Path, configfile: str) -> dict[str, str]:
 
 
 def job_modules(dry_run: str) -> dict[str, set[str]]:
-    """Rule name -> the pipeline_lib modules its jobs run (`snakemake -n -p` output)."""
+    """Rule name -> the pipeline_lib modules its jobs run (`snakemake -n -p` output: Snakemake's own "rule X:" blocks,
+    or the console's "Job N: X ..." lines, pipeline_lib.console)."""
     modules: dict[str, set[str]] = {}
-    for job in re.split(r"\n(?=(?:rule|localrule|checkpoint) \w+:)", dry_run):
-        name = re.match(r"(?:rule|localrule|checkpoint) (\w+):", job)
+    for job in re.split(r"\n(?=(?:rule|localrule|checkpoint) \w+:|Job \d+: \w+)", dry_run):
+        name = re.match(r"(?:(?:rule|localrule|checkpoint) (\w+):|Job \d+: (\w+))", job)
         if name:
-            modules.setdefault(name.group(1), set()).update(re.findall(r"python -m (pipeline_lib[\w.]*)", job))
+            rule = name.group(1) or name.group(2)
+            modules.setdefault(rule, set()).update(re.findall(r"python -m (pipeline_lib[\w.]*)", job))
     return modules
 
 
