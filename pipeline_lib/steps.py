@@ -23,7 +23,6 @@ from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import Plan
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
-from pipeline_lib.provenance import config_digest
 from pipeline_lib.targets import (
     ADAPTIVE_OUTPUTS,
     JUDGES,
@@ -126,13 +125,15 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     figures, tables, data = "results/paper/figures", "results/paper/tables", "results/paper/data"
     theory = Step(
         "paper_theory_data", "pipeline_lib.theory.compute",
-        "--spec {params.spec:q} --seed {params.seed} --config-sha256 {params.config_sha256}"
+        "--spec {params.spec:q} --seed {params.seed}"
         " --curves {output.curves} --weights {output.weights} --weight-view {output.weight_view}"
         " --verification-json {output.verification_json} --verification-md {output.verification_md}",
         {"curves": f"{data}/theory_curves.csv", "weights": f"{data}/theory_weights.csv",
          "weight_view": f"{data}/weight_view.csv", "verification_json": "results/paper/theory_verification.json",
          "verification_md": "results/paper/theory_verification.md"},
-        params={"spec": json.dumps(config["theory"]), "seed": config["seed"], "config_sha256": config_digest(config)},
+        # the sidecar's config digest comes from the job's environment (common.smk), so it is no parameter: a change
+        # elsewhere in the config (a label) does not rerun the theory
+        params={"spec": json.dumps(config["theory"]), "seed": config["seed"]},
         reports={"verification_md": ("theory_verification.rst", "Theory")})
     steps = [theory, Step(
         "paper_theory", "pipeline_lib.paper.theory",
@@ -176,8 +177,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
                     "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),
-        Step("paper_training_curves", results,
-             "curves --metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
+        Step("paper_training_curves", "pipeline_lib.paper.curves",
+             "--metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": f"{figures}/training_curves.png", "pdf": f"{figures}/training_curves.pdf"},
              {"done": rl_runs(plan)}, {"metrics": _beside("metrics.jsonl"), "label": label},
              {"png": ("training_curves.rst", "Results")}),
@@ -203,19 +204,21 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     judging, tasks = "pipeline_lib.paper.judging", judge_tasks(plan)
+    # the judges' display names: drawn by the tables, kept out of judge_score's identity (judge_params)
+    judge_labels = json.dumps({judge: judge_spec(config, judge)["label"] for judge in JUDGES}, sort_keys=True)
     steps += [
         _table_step("paper_nonverifiable", judging,
                     "nonverifiable --summaries {input.summaries} --methods {params.methods} --transfer {input.transfer}"
-                    " --label {params.label}", "nonverifiable",
+                    " --label {params.label} --judge-labels {params.judge_labels:q}", "nonverifiable",
                     {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
                      "transfer": transfer_targets(config, plan)},
-                    {"methods": judge_methods(plan), "label": label}),
+                    {"methods": judge_methods(plan), "label": label, "judge_labels": judge_labels}),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
-                    " --label {params.label}", "judge_validation",
+                    " --label {params.label} --judge-labels {params.judge_labels:q}", "judge_validation",
                     {"cross": [f"results/judge/cross/{task}.json" for task in tasks],
                      "agreement": [f"results/judge/calibration/{task}/agreement.json" for task in tasks]},
-                    {"ours": judge_ours(plan) if tasks else "", "label": label}),
+                    {"ours": judge_ours(plan) if tasks else "", "label": label, "judge_labels": judge_labels}),
     ]
 
     scale = config["train"]["scale"]
@@ -319,7 +322,11 @@ def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str
     rubric: Callable[[Any], str] = lambda wildcards: judge_rubric(config, wildcards.task)  # noqa: E731
     calibration = config["judge"]["calibration"]
     if family == "score":
-        return {"judge": lambda wildcards: json.dumps(judge_spec(config, wildcards.judge)), "rubric": rubric,
+        # a judge's label is a display name: the command gets it (derived from the output, so not compared), the
+        # rule's identity does not, so relabelling a judge rescores nothing (the tables draw the labels: judge_labels)
+        return {"judge": lambda wildcards, output: json.dumps(judge_spec(config, wildcards.judge)),
+                "identity": lambda wildcards: json.dumps({k: v for k, v in judge_spec(config, wildcards.judge).items()
+                                                          if k != "label"}, sort_keys=True), "rubric": rubric,
                 "mode": config["judge"]["mode"],
                 "cache": lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
                 "out_dir": lambda wildcards, output: os.path.dirname(output.summary)}

@@ -146,7 +146,7 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
 def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp_path):
     from pipeline_lib.engines.verl.train import collect_metrics
     from pipeline_lib.engines.verl.translate import metrics_log_path
-    from pipeline_lib.paper.results import curves
+    from pipeline_lib.paper.curves import curves
 
     local = tmp_path / "train/countdown_tiny/softmax_exact/seed0"
     rl_module.train_rl(RL | {"steps": 2}, tiny / "data/rl_train.parquet", tiny / "init", local, 0, progress=False)

@@ -16,6 +16,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,10 @@ def _summary_identity(path: Path) -> dict[str, str]:
             "seed": path.parent.name}
 
 
-def _judge_label(summaries: list[dict[str, Any]]) -> str:
-    labels = sorted({f"{s['judge']['label']} ({s['judge']['kind']})" for s in summaries})
+def _judge_label(summaries: list[dict[str, Any]], labels: Mapping[str, str] | None = None) -> str:
+    """The judges' display names: the config's (``labels``, by judge) over those recorded when the items were scored,
+    so relabelling a judge redraws the tables without rescoring."""
+    labels = sorted({f"{(labels or {}).get('primary', s['judge']['label'])} ({s['judge']['kind']})" for s in summaries})
     return "; ".join(labels)
 
 
@@ -59,7 +62,7 @@ def transfer_scores(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
 
 
 def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path,
-                        transfer_paths: list[Path] = ()) -> list[Path]:
+                        transfer_paths: list[Path] = (), judge_labels: Mapping[str, str] | None = None) -> list[Path]:
     """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; bold only where supported.
 
     Judged columns are the primary judge's 0-100 score; transfer columns are lm-eval accuracy (%) and
@@ -105,7 +108,8 @@ def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: st
     failures = ", ".join(f"{task}: {failed[task]}" for task in tasks)
     caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10); "
                f"transfer columns, when present, are lm-eval accuracy (%) and AlpacaEval 2.0 LC win rate; "
-               f"mean ± std over seeds; {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. Judge: {_judge_label(summaries)}. "
+               f"mean ± std over seeds; {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. Judge: "
+               f"{_judge_label(summaries, judge_labels)}. "
                f"Items the judge failed to score (excluded, never counted as 0): {failures}. "
                f"[{label} run: not comparable in absolute value with the paper's table.]")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:nonverifiable", latex_frame=pd.DataFrame(latex),
@@ -118,8 +122,8 @@ def _fmt(value: float | None, digits: int, note: str | None = None) -> str:
     return f"{value:.{digits}f}"
 
 
-def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours: str, label: str, stem: Path
-                     ) -> list[Path]:
+def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours: str, label: str, stem: Path,
+                     judge_labels: Mapping[str, str] | None = None) -> list[Path]:
     """The paper's judge-validation rows per task, computed from the cross-judge and calibration outputs."""
     columns: dict[str, dict[str, str]] = {}
     judges, kinds = set(), set()
@@ -127,8 +131,8 @@ def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours:
         task = cross_path.stem
         cross = json.loads(cross_path.read_text())
         agreement = json.loads(agreement_path.read_text())
-        judges |= {f"primary = {cross['primary_judge']['label']} ({cross['primary_judge']['kind']})",
-                   f"second = {cross['second_judge']['label']} ({cross['second_judge']['kind']})"}
+        judges |= {f"{name} = {(judge_labels or {}).get(name, cross[f'{name}_judge']['label'])} "
+                   f"({cross[f'{name}_judge']['kind']})" for name in ("primary", "second")}
         kinds |= {cross["primary_judge"]["kind"], cross["second_judge"]["kind"]}
         row = next((r for r in cross["methods"] if r["method"] == ours), None)
         if row is None:
@@ -167,20 +171,23 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--methods", nargs="+", required=True)
     table.add_argument("--transfer", type=Path, nargs="*", default=[], help="lm_eval.json / alpaca_eval.json files")
     table.add_argument("--label", required=True)
+    table.add_argument("--judge-labels", type=json.loads, default=None, help='JSON {"primary": ..., "second": ...}')
     table.add_argument("--stem", type=Path, required=True)
     validation = sub.add_parser("validation")
     validation.add_argument("--cross", type=Path, nargs="+", required=True)
     validation.add_argument("--agreement", type=Path, nargs="+", required=True)
     validation.add_argument("--ours", required=True)
     validation.add_argument("--label", required=True)
+    validation.add_argument("--judge-labels", type=json.loads, default=None, help="JSON {primary: ..., second: ...}")
     validation.add_argument("--stem", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "nonverifiable":
-        outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem, args.transfer)
+        outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem, args.transfer,
+                                      args.judge_labels)
         write_provenance(outputs, step="paper_nonverifiable", inputs=[*args.summaries, *args.transfer],
                          params={"methods": args.methods, "label": args.label})
     else:
-        outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem)
+        outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem, args.judge_labels)
         write_provenance(outputs, step="paper_judge_validation", inputs=[*args.cross, *args.agreement],
                          params={"ours": args.ours, "label": args.label})
     print("\n".join(map(str, outputs)))

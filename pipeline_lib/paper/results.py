@@ -1,10 +1,10 @@
-"""Result tables and figures from training and evaluation outputs (compute and render are separate commands).
+"""Result tables from training and evaluation outputs (compute and render are separate commands). The training curves
+are :mod:`pipeline_lib.paper.curves`, so a plot setting there reruns the figure alone.
 
     python -m pipeline_lib.paper.results table1-data --metrics results/eval/*/*/seed*/metrics.json --out CSV
     python -m pipeline_lib.paper.results table1 --data CSV --label tiny --stem results/paper/tables/table1
     python -m pipeline_lib.paper.results allocation-data --rollouts .../rollouts.jsonl --out CSV
     python -m pipeline_lib.paper.results allocation --data CSV --label tiny --stem STEM
-    python -m pipeline_lib.paper.results curves --metrics .../metrics.jsonl --label tiny --png P --pdf P
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import pandas as pd
 
 from pipeline_lib.advantages import group_advantages
 from pipeline_lib.group_metrics import PASS_RATE_BINS
-from pipeline_lib.io import atomic_path, save_figure
+from pipeline_lib.io import atomic_path
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
-from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER, METHODS
+from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
@@ -143,69 +143,6 @@ def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     return write_table(pd.DataFrame(rows), stem, caption, "tab:gradient_allocation")
 
 
-#: Moving-average window (steps) of the training curves, applied to each seed's curve before the band.
-CURVE_WINDOW = 5
-#: Title of each reward kind's panel: rewards of different kinds are on different scales, so never on one axis.
-REWARD_PANELS = {"verifier": "training reward: verifier", "similarity": "training reward: similarity",
-                 "other": "training reward: other"}
-
-
-def _reward_kind(method: str) -> str:
-    """The registry's reward of a group-RL method ("verifier" or "similarity"); "other" for anything else."""
-    entry = METHODS.get(method)
-    return entry.reward if entry is not None and entry.reward in REWARD_PANELS else "other"
-
-
-def curves_figure(data: pd.DataFrame, label: str):  # -> matplotlib.figure.Figure
-    """One row per task; one training-reward panel per reward kind (verifier and similarity rewards are not on one
-    axis), then KL and response length. Each method is its mean over seeds (line) and the min-max across seeds
-    (band), each seed smoothed with a :data:`CURVE_WINDOW`-step moving average first."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = sorted(data["task"].unique())
-    methods = sorted(data["method"].unique(), key=_method_sort_key)
-    colours = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(methods)}
-    kinds = [k for k in REWARD_PANELS if any(_reward_kind(m) == k for m in methods)]
-    # verl's metric names, which both engines log (docs/tracking.md)
-    panels = [("critic/score/mean", REWARD_PANELS[k], k) for k in kinds] + [
-        ("actor/kl_loss", "KL to reference", None), ("response_length/mean", "response tokens", None)]
-    fig, axes = plt.subplots(len(tasks), len(panels), figsize=(4.2 * len(panels), 3.2 * len(tasks)), squeeze=False)
-    for row, task in enumerate(tasks):
-        for column, (metric, title, kind) in enumerate(panels):
-            ax = axes[row][column]
-            for method in methods:
-                runs = data[(data["task"] == task) & (data["method"] == method)]
-                if runs.empty or metric not in runs.columns or (kind is not None and _reward_kind(method) != kind):
-                    continue
-                per_seed = runs.groupby(["step", "seed"])[metric].mean().unstack("seed").sort_index()
-                smooth = per_seed.rolling(CURVE_WINDOW, min_periods=1).mean()
-                mean = smooth.mean(axis=1)
-                ax.plot(mean.index, mean.to_numpy(), color=colours[method], label=METHOD_LABELS.get(method, method),
-                        linestyle="--" if method.startswith("grpo") else "-")
-                if smooth.shape[1] > 1:
-                    ax.fill_between(smooth.index, smooth.min(axis=1).to_numpy(), smooth.max(axis=1).to_numpy(),
-                                    color=colours[method], alpha=0.2, linewidth=0)
-            ax.set_title(f"{task}: {title}", fontsize=9)
-            ax.set_xlabel("step")
-            if row == 0 and metric != "response_length/mean" and ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-    seeds = data.groupby(["task", "method"])["seed"].nunique()
-    counts = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}-{seeds.max()}"
-    fig.suptitle(f"Training curves [{label} run]: mean over seeds (line), min-max across seeds (band; "
-                 f"{counts} seed(s) per run), {CURVE_WINDOW}-step moving average per seed",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
-    frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
-    save_figure(curves_figure(pd.concat(frames, ignore_index=True), label), png, pdf, dpi=140)
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.results", description=__doc__,
@@ -226,11 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
-    p = sub.add_parser("curves")
-    p.add_argument("--metrics", nargs="+", type=Path, required=True)
-    p.add_argument("--label", required=True)
-    p.add_argument("--png", required=True)
-    p.add_argument("--pdf", required=True)
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "table1-data":
@@ -243,12 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "allocation-data":
         _write_csv(allocation_data(args.rollouts), args.out)
         write_provenance([args.out], step="paper_gradient_allocation_data", inputs=args.rollouts, started_at=started)
-    elif args.command == "allocation":
+    else:
         paths = allocation_table(pd.read_csv(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_gradient_allocation", inputs=[args.data], started_at=started)
-    else:
-        curves(args.metrics, args.label, args.png, args.pdf)
-        write_provenance([args.png, args.pdf], step="paper_training_curves", inputs=args.metrics, started_at=started)
     return 0
 
 

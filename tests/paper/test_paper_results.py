@@ -110,7 +110,7 @@ def test_training_curves_band_seeds_and_keep_reward_kinds_apart(tmp_path):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from pipeline_lib.paper.results import curves, curves_figure
+    from pipeline_lib.paper.curves import curves, curves_figure
 
     paths = []
     for method, level in (("grpo_exact", 0.2), ("softmax_exact", 0.3), ("grpo_sim", 0.6), ("softmax_sim", 0.7)):
