@@ -15,6 +15,7 @@ from the config object verl passes to the estimator.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import MISSING, fields
 from typing import Any
 
 import torch
@@ -27,6 +28,7 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from pipeline_lib.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
 from pipeline_lib.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
+from pipeline_lib.estimators import estimator  # noqa: E402
 from pipeline_lib.plan.registry import verl_estimators  # noqa: E402
 
 __all__ = ["ESTIMATORS", "group_index", "register"]
@@ -36,10 +38,15 @@ __all__ = ["ESTIMATORS", "group_index", "register"]
 ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = verl_estimators()
 
 
-def _params(name: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
+def _params(name: str, method: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
+    """The estimator's parameters from verl's algorithm config; one with a default in its parameter dataclass may be
+    left out (the estimator's function then takes that default: GRPO's and MaxRL's ``eps``)."""
+    optional = {f.name for f in fields(estimator(method).params) if f.default is not MISSING}
     params = {}
     for key in keys:
         value = config.get(key) if config is not None else None
+        if value is None and key in optional:
+            continue
         if value is None:
             raise ValueError(
                 f"verl advantage estimator {name!r} needs algorithm.{key}, which the algorithm config it received "
@@ -58,7 +65,7 @@ def _make(name: str, method: str, keys: tuple[str, ...]) -> Callable[..., tuple[
         **_: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Outcome advantages: one scalar per rollout (summed token rewards), broadcast over its response."""
-        params = _params(name, keys, config)
+        params = _params(name, method, keys, config)
         with torch.no_grad():
             scores = token_level_rewards.sum(dim=-1)
             groups = group_index(index).to(scores.device)

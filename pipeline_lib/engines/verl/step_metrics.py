@@ -67,7 +67,8 @@ def _estimator_choices(data: Any, adv_estimator: Any, config: Mapping[str, Any] 
     if name not in ours or "uid" not in data.non_tensor_batch or config is None:
         return None
     method, keys = ours[name]
-    params = {key: float(config.get(key)) for key in keys}  # present: the estimator itself has just read them
+    # as the estimator has just read them: a key left out takes its dataclass default (MaxRL's eps)
+    params = {key: float(config.get(key)) for key in keys if config.get(key) is not None}
     rewards = data.batch["token_level_rewards"].sum(dim=-1)
     chosen = advantage_diagnostics(method, rewards, group_index(data.non_tensor_batch["uid"]), **params)
     if "tau" not in chosen:
