@@ -281,6 +281,10 @@ def step_sections(step: str, output: str, params: Mapping[str, Any], config: Map
         return ["judge"]
     if step.startswith("paper_theory"):
         return ["theory", "seed"]
+    if step == "paper_imagenet":
+        return ["label", "report", "imagenet.label"]
+    if step in ("paper_nonverifiable", "paper_judge_validation"):
+        return ["label", "report", "judge.primary.label", "judge.second.label"]  # the judges' display names
     if step.startswith("paper_"):
         return ["label", "report"]
     return None

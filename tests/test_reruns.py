@@ -2,6 +2,7 @@
 no real run), an edit replans only the rules that use what changed. Each rule's params carry only the config keys its
 step reads, and its code digest only the modules its step imports (pipeline_lib.steps; pipeline_lib.provenance)."""
 
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -76,3 +77,25 @@ def test_a_plot_setting_reruns_only_its_figure(made: tuple[Path, Snakemake]) -> 
     finally:
         module.write_text(source)
     assert jobs == {"paper_training_curves": 1}
+
+
+@pytest.mark.parametrize(("step", "key"), [("paper_imagenet", "imagenet.label"),
+                                           ("paper_judge_validation", "judge.second.label")])
+def test_the_audit_names_the_label_a_drawing_step_used(step: str, key: str) -> None:
+    """A drawing step's sidecar records the labels it draws, so ``python -m pipeline_lib audit OUTPUT --configfile
+    ...`` names the key that changed since (what Snakemake's dry run shows only as before/now values)."""
+    from pipeline_lib.plan.table import load_config
+    from pipeline_lib.provenance import config_settings, step_sections
+
+    from .conftest import REPO
+
+    config = load_config([REPO / "config/config.yaml"])
+    relabelled = json.loads(json.dumps(config))
+    section, name = key.rsplit(".", 1)
+    node = relabelled
+    for part in section.split("."):
+        node = node[part]
+    node[name] = "relabelled"
+    before = config_settings(config, step_sections(step, "out", {}, config))
+    now = config_settings(relabelled, step_sections(step, "out", {}, config))
+    assert {k for k in before if before[k] != now[k]} == {key}
