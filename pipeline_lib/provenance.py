@@ -283,8 +283,10 @@ def step_sections(step: str, output: str, params: Mapping[str, Any], config: Map
         return ["theory", "seed"]
     if step == "paper_imagenet":
         return ["label", "report", "imagenet.label"]
-    if step in ("paper_nonverifiable", "paper_judge_validation"):
-        return ["label", "report", "judge.primary.label", "judge.second.label"]  # the judges' display names
+    if step == "paper_nonverifiable":  # the primary judge's display name
+        return ["label", "report", "judge.primary.label"]
+    if step == "paper_judge_validation":  # both judges' display names
+        return ["label", "report", "judge.primary.label", "judge.second.label"]
     if step.startswith("paper_"):
         return ["label", "report"]
     return None

@@ -212,7 +212,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                     " --label {params.label} --judge-labels {params.judge_labels:q}", "nonverifiable",
                     {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
                      "transfer": transfer_targets(config, plan)},
-                    {"methods": judge_methods(plan), "label": label, "judge_labels": judge_labels}),
+                    {"methods": judge_methods(plan), "label": label,
+                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]})}),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
                     " --label {params.label} --judge-labels {params.judge_labels:q}", "judge_validation",

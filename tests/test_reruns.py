@@ -62,8 +62,9 @@ def test_a_judge_label_rescores_nothing(made: tuple[Path, Snakemake]) -> None:
     root, snakemake = made
     jobs, _ = _planned(snakemake, *_overlay(root, 'judge:\n  second: {label: "overlap judge"}\n'))
     assert "judge_score" not in jobs and "judge_cross" not in jobs
-    # the two judge tables draw the labels; the report quotes those tables (its inputs), so it is redrawn too
-    assert jobs == {"paper_judge_validation": 1, "paper_nonverifiable": 1, "paper_reproduction_report": 1}
+    # the judge-validation table draws both judges' labels (the nonverifiable table only the primary's); the report
+    # quotes that table (an input), so it is redrawn too
+    assert jobs == {"paper_judge_validation": 1, "paper_reproduction_report": 1}
 
 
 def test_a_plot_setting_reruns_only_its_figure(made: tuple[Path, Snakemake]) -> None:
