@@ -18,6 +18,8 @@ import logging
 import time
 from typing import Any
 
+from pipeline_lib.env import env
+
 __all__ = ["ConsoleFilter", "eta_line", "install", "job_line"]
 
 #: How much of Snakemake's rerun reason a job line keeps (the full reason: ``snakemake -n --summary``).
@@ -71,8 +73,11 @@ class ConsoleFilter(logging.Filter):
         return True
 
 
-def install(logger: logging.Logger | None = None) -> ConsoleFilter:
-    """Add the filter to Snakemake's logger once (a second parse in the same process adds nothing)."""
+def install(logger: logging.Logger | None = None) -> ConsoleFilter | None:
+    """Add the filter to Snakemake's logger once (a second parse in the same process adds nothing); none with
+    ``PIPELINE_CONSOLE=full``, which keeps Snakemake's own job blocks (every input, output and the whole reason)."""
+    if env("PIPELINE_CONSOLE") == "full":
+        return None
     if logger is None:
         logger = logging.getLogger("snakemake.logging")
     for existing in logger.filters:

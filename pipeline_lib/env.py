@@ -37,6 +37,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "DIST_INIT_METHOD": (r"\S+", "a torch.distributed init method (tcp://host:port, env://, file://...)"),
     "PIPELINE_VERL_CPU_SYNC_LOG": (r"\S.*", "a file path (the preflight sets it: the vLLM worker's weight digests)"),
     "PIPELINE_VERL_CPU_SKIP_SYNC": (r"[01]", "1 to skip the weight syncs after the first (a test's control) or 0"),
+    "PIPELINE_CONSOLE": (r"short|full", "short (one line per job, the default) or full (Snakemake's own job blocks)"),
 }
 
 

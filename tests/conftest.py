@@ -3,6 +3,7 @@ what more than one test module uses (the tiny engine setup, dataset specs on the
 Heavy libraries are imported inside the helpers, so collecting the fast lane stays cheap."""
 
 import os
+import re
 import shutil
 import string
 import subprocess
@@ -27,7 +28,7 @@ def workflow_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def touched_workflow(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+def touched_workflow(tmp_path: Path, full_console: bool = False) -> Callable[..., subprocess.CompletedProcess]:
     """A copy of the workflow and the package in ``tmp_path`` whose every output is a placeholder Snakemake recorded
     as made (``--touch``, no real run); returns a runner of ``snakemake ARGS`` there, for dry runs after an edit."""
     for part in (*WORKFLOW_PARTS, "pipeline_lib"):
@@ -36,7 +37,7 @@ def touched_workflow(tmp_path: Path) -> Callable[..., subprocess.CompletedProces
         else:
             shutil.copy2(REPO / part, tmp_path / part)
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
-           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
+           "OMP_NUM_THREADS": "1", "HOME": str(tmp_path), **({"PIPELINE_CONSOLE": "full"} if full_console else {})}
 
     def snakemake(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
@@ -64,9 +65,18 @@ def repo_env() -> dict[str, str]:
     return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def snakemake(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+def snakemake(cwd: Path, *args: str, full_console: bool = False) -> subprocess.CompletedProcess:
+    """``snakemake ARGS`` in ``cwd``; ``full_console``: Snakemake's own job blocks (every output listed), which tests
+    that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.console)."""
+    env = repo_env() | ({"PIPELINE_CONSOLE": "full"} if full_console else {})
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=repo_env())
+                          timeout=600, env=env)
+
+
+def with_specs(text: str, cwd: Path) -> str:
+    """A dry run's text with every spec file a command names (``.snakemake/specs/<hash>.json``, written when the plan
+    is built) replaced by the JSON it holds, for tests that read a run's settings off its command."""
+    return re.sub(r"\.snakemake/specs/[0-9a-f]{16}\.json", lambda m: (cwd / m.group(0)).read_text(), text)
 
 
 def _planned(result) -> set[str]:

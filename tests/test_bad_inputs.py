@@ -304,7 +304,7 @@ def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
     dry runs with the default rerun triggers after an edit to the judge and to the RL trainer."""
     from .conftest import touched_workflow
 
-    snakemake = touched_workflow(tmp_path)
+    snakemake = touched_workflow(tmp_path, full_console=True)
     assert _planned(snakemake("-n")) == set()
 
     judge = tmp_path / "pipeline_lib/judge/parse.py"

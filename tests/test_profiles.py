@@ -108,6 +108,7 @@ def test_paper_dry_run_jobs_get_the_slurm_threads(workflow_copy):
     """The paper plan's dry-run under the Slurm profile: every job of a `set-threads` rule runs with the file's threads
     (before the fix each had threads: 2), and its command is given them."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SNAKEMAKE_"))}
+    env["PIPELINE_CONSOLE"] = "full"  # Snakemake's job blocks, with each job's threads
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm", "--configfile",
                              "config/paper.yaml"], cwd=workflow_copy, capture_output=True, text=True, timeout=600,
                             env=env)

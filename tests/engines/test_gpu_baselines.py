@@ -169,14 +169,15 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
 
 
 def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(workflow_copy):
-    from tests.conftest import snakemake
+    from tests.conftest import snakemake, with_specs
 
     tasks = ("gsm8k", "countdown", "deepmath")
     targets = [f"results/train/{task}/{method}/seed0/DONE.json" for task in tasks
                for method in ("rationalization", "iterative_dpo")]
-    result = snakemake(workflow_copy, *targets, "-n", "-p", "--configfile", "config/paper.yaml")
+    result = snakemake(workflow_copy, *targets, "-n", "-p", "--configfile", "config/paper.yaml",
+                       full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    jobs = result.stdout.split("\nrule ")[1:]
+    jobs = with_specs(result.stdout, workflow_copy).split("\nrule ")[1:]
     for rule, module, name in (("annotate_rationales", "pipeline_lib.engines.verl.rationalization", "rationalization"),
                                ("train_verl", "pipeline_lib.engines.verl.train sft", "rationalization"),
                                ("train_trl", "pipeline_lib.engines.trl.dpo run", "iterative_dpo")):

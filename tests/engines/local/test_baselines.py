@@ -526,11 +526,11 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
 
 
 def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(workflow_copy):
-    from tests.conftest import snakemake
+    from tests.conftest import snakemake, with_specs
 
-    result = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml")
+    result = snakemake(workflow_copy, "-n", "-p", "--configfile", "config/paper.yaml", full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
-    plan = result.stdout
+    plan = with_specs(result.stdout, workflow_copy)
     # every baseline on its GPU path: Base copies the pretrained model (a local job); the rest are verl / TRL / vLLM
     for rule in ("train_local", "annotate_rationales", "train_trl", "train_verl", "validate_verl", "paper_ablation",
                  "paper_scale", "paper_table1"):
