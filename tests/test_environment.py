@@ -20,14 +20,14 @@ GOOD = {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "SLURM_JOB_ID": "123456",
         "MLFLOW_TRACKING_URI": "sqlite:////tmp/mlruns.db", "SWANLAB_LOG_DIR": "swanlog", "SWANLAB_MODE": "offline",
         "PIPELINE_VERL_CPU": "1", "DIST_INIT_METHOD": "tcp://127.0.0.1:29500",
         "PIPELINE_VERL_CPU_SYNC_LOG": "/tmp/grpo_weight_syncs.jsonl", "PIPELINE_VERL_CPU_SKIP_SYNC": "1",
-        "PIPELINE_CONFIG_FILE": ".snakemake/pipeline/config-0a1b.json"}
+        "PIPELINE_CONFIG_FILE": ".snakemake/pipeline/config-0a1b.json", "PIPELINE_CONSOLE": "full"}
 BAD = {"OPENAI_BASE_URL": "127.0.0.1:8000/v1", "SLURM_JOB_ID": "12 34", "SLURM_JOB_PARTITION": "gpu\n",
        "SLURM_JOB_NODELIST": "node01; rm -rf /", "SLURMD_NODENAME": "../etc", "CUDA_VISIBLE_DEVICES": "0;1",
        "RAY_ADDRESS": "10.0.0.1", "PIPELINE_CONFIG_SHA256": "not-a-digest", "PIPELINE_REWARD_HEALTH_DIR": "\n/tmp",
        "WANDB_ENTITY": "my team", "MLFLOW_TRACKING_URI": "two words", "SWANLAB_LOG_DIR": "\tlogs",
        "SWANLAB_MODE": "online!", "PIPELINE_VERL_CPU": "yes", "DIST_INIT_METHOD": "tcp:// host",
        "PIPELINE_VERL_CPU_SYNC_LOG": " /tmp/leading-space", "PIPELINE_VERL_CPU_SKIP_SYNC": "yes",
-       "PIPELINE_CONFIG_FILE": "\n/tmp/config.json"}
+       "PIPELINE_CONFIG_FILE": "\n/tmp/config.json", "PIPELINE_CONSOLE": "verbose"}
 
 
 def test_no_module_reads_an_environment_variable_around_the_checks():
