@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.io import write_text
 from pipeline_lib.tracking import TrackingSettings, tracking_from_json
 
 __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_spec_argument", "add_tracking_argument", "file_args",
@@ -44,10 +44,7 @@ def json_file(text: str, directory: Path = SPEC_DIR) -> str:
     """Write ``text`` to ``<directory>/<sha256[:16]>.json`` (once; atomically) and return that path."""
     path = Path(directory) / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if not path.exists() or path.read_text(encoding="utf-8") != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_text(path, text)
     return str(path)
 
 
