@@ -531,10 +531,11 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
     rationalization annotator) are added where a run starts from them.
 
-    ``check_estimators`` runs each group-RL method's estimator once with its parameters (importing torch); the
-    workflow turns it off where Snakemake re-parses itself to run one job (a Slurm job), the submitting process
-    having checked the same config already. The plan holds paths relative to the workflow; an engine makes them
-    absolute at its edge (verl: ``translate.run_paths``)."""
+    ``check_estimators`` checks each distinct estimator once against its parameter dataclass
+    (:func:`pipeline_lib.estimators.check_params`; nothing is run, no torch); the workflow turns it off where Snakemake
+    re-parses itself to run one job (a Slurm job), the submitting process having checked the same config already.
+    The plan holds paths relative to the workflow; an engine makes them absolute at its edge (verl:
+    ``translate.run_paths``)."""
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
@@ -585,12 +586,12 @@ def validate_planned_config(config: MutableMapping[str, Any], schema_path: str |
                             base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
     """:func:`pipeline_lib.config.validate_config`, then the run plan's own refusals (a method the registry cannot
     build, a tau set twice) as a :class:`~pipeline_lib.config.ConfigError`: a config that cannot be planned fails where
-    it is parsed, not in the first rule that plans. The estimators are checked where the workflow plans (importing
-    torch here would slow every parse); the preflight's config plans nothing."""
+    it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
+    no torch). The preflight's config plans nothing."""
     validate_config(config, schema_path, base_dir)
     if not config.get("preflight"):
         try:
-            plan_runs(config, check_estimators=False)
+            plan_runs(config)
         except PlanError as exc:
             raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n  - {exc}") from None
     return config
