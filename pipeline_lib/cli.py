@@ -11,7 +11,9 @@ line. An entry point reads either (:func:`json_text`), so a person can still pas
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from pipeline_lib.io import write_text
 from pipeline_lib.tracking import TrackingSettings, tracking_from_json
 
 __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_spec_argument", "add_tracking_argument", "file_args",
-           "json_file", "json_text", "with_files"]
+           "json_file", "json_text", "json_value", "with_files"]
 
 #: Where the specs of the commands live, relative to the working directory of the run (the repository root).
 SPEC_DIR = Path(".snakemake") / "specs"
@@ -38,6 +40,15 @@ def json_text(value: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as error:
         raise argparse.ArgumentTypeError(f"{value}: neither inline JSON nor a readable JSON file ({error})") from None
+
+
+def json_value(value: str) -> Any:
+    """An argparse ``type``: the parsed JSON of ``value`` (inline JSON or a JSON file's path; :func:`json_text`)."""
+    text = json_text(value)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"{value}: not JSON ({error})") from None
 
 
 def json_file(text: str, directory: Path = SPEC_DIR) -> str:
@@ -60,10 +71,13 @@ def file_args(args: Sequence[str], flags: Iterable[str] = JSON_FLAGS, directory:
 def with_files(params: Mapping[str, Any], *keys: str) -> dict[str, Any]:
     """A rule's ``params`` plus ``<key>_file`` for each JSON parameter in ``keys``: the path of a file holding it
     (:func:`json_file`), for the shell line, while the JSON parameter itself stays what Snakemake compares. A
-    parameter given as a function of the wildcards stays one."""
+    parameter given as a function keeps its signature (Snakemake reads it: a parameter derived from ``input`` or
+    ``output`` is not compared for reruns, and its file is not either)."""
 
-    def in_file(value: Any) -> Callable[[Any], str]:
-        return lambda wildcards: json_file(value(wildcards) if callable(value) else value)
+    def in_file(value: Any) -> Callable[..., str]:
+        if not callable(value):
+            return lambda wildcards: json_file(value)
+        return functools.wraps(value)(lambda *args, **kwargs: json_file(value(*args, **kwargs)))
 
     return {**params, **{f"{key}_file": in_file(params[key]) for key in keys}}
 

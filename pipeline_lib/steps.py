@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from pipeline_lib.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import Plan
 from pipeline_lib.plan.groups import pattern
@@ -61,16 +62,20 @@ class Step:
     params: dict[str, Any] = field(default_factory=dict)
     reports: dict[str, tuple[str, str]] = field(default_factory=dict)
     code: str = ""  # the module whose code digest reruns the step (default: ``module``)
+    files: tuple[str, ...] = ()  # JSON parameters the command names by file: ``{params.<key>_file}`` (cli.json_file)
 
     def command(self) -> Callable[..., str]:
         """The rule's ``command`` parameter: the step's command with its inputs, outputs and parameters filled in as
         Snakemake's shell formatting would (``:q`` quotes; a list is its items, space-separated). A parameter, not the
         rule's ``shell:`` string, because Snakemake evaluates that string again when the job runs, after the loop
-        that defines the rules has moved on to the last step."""
+        that defines the rules has moved on to the last step. A JSON parameter named in ``files`` reaches the
+        command as the path of a content-addressed file holding it (``{params.<key>_file}``), not as JSON; the
+        parameter itself is what Snakemake compares for reruns."""
 
         def fill(wildcards: Any, input: Any, output: Any) -> str:
-            params = SimpleNamespace(**{key: value(wildcards, input, output) if callable(value) else value
-                                        for key, value in self.params.items()})
+            values = {key: value(wildcards, input, output) if callable(value) else value
+                      for key, value in self.params.items()}
+            params = SimpleNamespace(**values, **{f"{key}_file": json_file(values[key]) for key in self.files})
             return _SHELL_FORMAT.format(f"python -m {self.module} {self.args}", input=input, output=output,
                                         params=params)
 
@@ -111,11 +116,11 @@ def _stem(key: str) -> Callable[..., str]:
 
 
 def _table_step(name: str, module: str, args: str, stem: str, inputs: dict[str, Any],
-                params: dict[str, Any] | None = None, after: str = "") -> Step:
+                params: dict[str, Any] | None = None, after: str = "", files: tuple[str, ...] = ()) -> Step:
     """A step writing one table as .tex/.md/.csv under ``results/paper/tables/<stem>`` (``--stem``, then ``after``),
-    its markdown captioned by ``workflow/report/<stem>.rst``."""
+    its markdown captioned by ``workflow/report/<stem>.rst``; ``files``: its JSON parameters (:class:`Step`)."""
     return Step(name, module, f"{args} --stem {{params.stem}}{after}", _table(f"results/paper/tables/{stem}"), inputs,
-                {**(params or {}), "stem": _stem("csv")}, {"md": (f"{stem}.rst", "Results")})
+                {**(params or {}), "stem": _stem("csv")}, {"md": (f"{stem}.rst", "Results")}, files=files)
 
 
 def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> list[Step]:
@@ -125,7 +130,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     figures, tables, data = "results/paper/figures", "results/paper/tables", "results/paper/data"
     theory = Step(
         "paper_theory_data", "pipeline_lib.theory.compute",
-        "--spec {params.spec:q} --seed {params.seed}"
+        "--spec {params.spec_file} --seed {params.seed}"
         " --curves {output.curves} --weights {output.weights} --weight-view {output.weight_view}"
         " --verification-json {output.verification_json} --verification-md {output.verification_md}",
         {"curves": f"{data}/theory_curves.csv", "weights": f"{data}/theory_weights.csv",
@@ -134,7 +139,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         # the sidecar's config digest comes from the job's environment (common.smk), so it is no parameter: a change
         # elsewhere in the config (a label) does not rerun the theory
         params={"spec": json.dumps(config["theory"]), "seed": config["seed"]},
-        reports={"verification_md": ("theory_verification.rst", "Theory")})
+        reports={"verification_md": ("theory_verification.rst", "Theory")}, files=("spec",))
     steps = [theory, Step(
         "paper_theory", "pipeline_lib.paper.theory",
         "--group-size {params.group_size} --curves {input.curves} --weights {input.weights}"
@@ -209,17 +214,19 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     steps += [
         _table_step("paper_nonverifiable", judging,
                     "nonverifiable --summaries {input.summaries} --methods {params.methods} --transfer {input.transfer}"
-                    " --label {params.label} --judge-labels {params.judge_labels:q}", "nonverifiable",
+                    " --label {params.label} --judge-labels {params.judge_labels_file}", "nonverifiable",
                     {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
                      "transfer": transfer_targets(config, plan)},
                     {"methods": judge_methods(plan), "label": label,
-                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]})}),
+                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]})},
+                    files=("judge_labels",)),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
-                    " --label {params.label} --judge-labels {params.judge_labels:q}", "judge_validation",
+                    " --label {params.label} --judge-labels {params.judge_labels_file}", "judge_validation",
                     {"cross": [f"results/judge/cross/{task}.json" for task in tasks],
                      "agreement": [f"results/judge/calibration/{task}/agreement.json" for task in tasks]},
-                    {"ours": judge_ours(plan) if tasks else "", "label": label, "judge_labels": judge_labels}),
+                    {"ours": judge_ours(plan) if tasks else "", "label": label, "judge_labels": judge_labels},
+                    files=("judge_labels",)),
     ]
 
     scale = config["train"]["scale"]
@@ -229,12 +236,13 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
         _table_step("paper_ablation", "pipeline_lib.paper.ablation",
                     "table --data {input.csv} --label {params.label}", "ablation",
                     {"csv": f"{data}/ablation.csv"}, {"label": label, "differences": json.dumps(
-                        ablation_differences(plan))}, " --differences {params.differences:q}"),
+                        ablation_differences(plan))}, " --differences {params.differences_file}", ("differences",)),
         Step("paper_scale_data", "pipeline_lib.paper.scale",
-             "data --metrics {input.metrics} --main-label {params.main_label:q} --labels {params.labels:q}"
+             "data --metrics {input.metrics} --main-label {params.main_label:q} --labels {params.labels_file}"
              " --out {output.csv}", {"csv": f"{data}/scale.csv"}, {"metrics": scale_eval_targets(plan)},
              {"main_label": scale["label"],
-              "labels": json.dumps({name: spec.get("label", name) for name, spec in scale["models"].items()})}),
+              "labels": json.dumps({name: spec.get("label", name) for name, spec in scale["models"].items()})},
+             files=("labels",)),
         _table_step("paper_scale", "pipeline_lib.paper.scale", "table --data {input.csv} --label {params.label}",
                     "scale", {"csv": f"{data}/scale.csv"}, {"label": label}),
     ]

@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.judge.llm import cached_results, judge_with_llm
 from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
@@ -189,7 +190,8 @@ def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], resul
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--judge", required=True, help="the judge's config section, as JSON")
+    parser.add_argument("--judge", required=True, type=json_text,
+                        help="the judge's config section: a JSON file or inline JSON")
     parser.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
     parser.add_argument("--generations", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)

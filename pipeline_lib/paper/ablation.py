@@ -27,6 +27,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.cli import json_value
 from pipeline_lib.io import atomic_path
 from pipeline_lib.paper.captions import differences_text
 from pipeline_lib.paper.tables import write_table
@@ -103,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True)
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
-    p.add_argument("--differences", type=json.loads, required=True,
-                   help="JSON: setting -> [the cells' value, the main runs' value] (captions.ablation_differences)")
+    p.add_argument("--differences", type=json_value, required=True,
+                   help="JSON file or inline JSON: setting -> [the cells' value, the main runs' value]"
+                   " (captions.ablation_differences)")
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "data":

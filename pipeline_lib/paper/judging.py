@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.cli import json_value
 from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.tables import latex_escape, write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
@@ -171,14 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--methods", nargs="+", required=True)
     table.add_argument("--transfer", type=Path, nargs="*", default=[], help="lm_eval.json / alpaca_eval.json files")
     table.add_argument("--label", required=True)
-    table.add_argument("--judge-labels", type=json.loads, default=None, help='JSON {"primary": ..., "second": ...}')
+    table.add_argument("--judge-labels", type=json_value, default=None,
+                       help='JSON file or inline JSON: {"primary": ..., "second": ...}')
     table.add_argument("--stem", type=Path, required=True)
     validation = sub.add_parser("validation")
     validation.add_argument("--cross", type=Path, nargs="+", required=True)
     validation.add_argument("--agreement", type=Path, nargs="+", required=True)
     validation.add_argument("--ours", required=True)
     validation.add_argument("--label", required=True)
-    validation.add_argument("--judge-labels", type=json.loads, default=None, help="JSON {primary: ..., second: ...}")
+    validation.add_argument("--judge-labels", type=json_value, default=None,
+                            help='JSON file or inline JSON: {"primary": ..., "second": ...}')
     validation.add_argument("--stem", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "nonverifiable":

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline_lib.cli import json_value
 from pipeline_lib.io import atomic_path
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("data")
     p.add_argument("--metrics", nargs="+", type=Path, required=True)
     p.add_argument("--main-label", required=True)
-    p.add_argument("--labels", required=True, help="JSON: scale name -> label")
+    p.add_argument("--labels", required=True, type=json_value, help="JSON file or inline JSON: scale name -> label")
     p.add_argument("--out", required=True)
     p = sub.add_parser("table")
     p.add_argument("--data", required=True)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.command == "data":
         with atomic_path(args.out) as tmp:
-            scale_data(args.metrics, args.main_label, json.loads(args.labels)).to_csv(tmp, index=False)
+            scale_data(args.metrics, args.main_label, args.labels).to_csv(tmp, index=False)
         write_provenance([args.out], step="paper_scale_data", inputs=args.metrics, started_at=started)
     else:
         paths = scale_table(pd.read_csv(args.data), args.label, args.stem)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.cli import json_text
 from pipeline_lib.io import atomic_path, write_json, write_text
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.theory import formulas
@@ -143,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.theory.compute", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", required=True, help="JSON of the config's `theory` section")
+    parser.add_argument("--spec", required=True, type=json_text,
+                        help="the config's `theory` section: a JSON file or inline JSON")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--config-sha256", default=None)
     parser.add_argument("--strict", action=argparse.BooleanOptionalAction, default=True,

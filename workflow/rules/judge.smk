@@ -5,6 +5,7 @@
 # judge_score only if some item is not in the judge's response cache. The judged runs: the plan's judge study
 # (common.smk).
 
+from pipeline_lib.cli import with_files
 from pipeline_lib.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
 
 if PLAN.requests.get("judge"):
@@ -21,7 +22,7 @@ rule judge_score:
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
     params:
         code=code_digest("pipeline_lib.judge.score"),
-        **judge_params(config, PLAN, "score"),
+        **with_files(judge_params(config, PLAN, "score"), "judge"),
     wildcard_constraints:
         judge=pattern(JUDGES),
     resources:
@@ -33,7 +34,7 @@ rule judge_score:
     conda:
         "../../envs/judge.yaml"
     shell:
-        "python -m pipeline_lib.judge.score --judge {params.judge:q} --rubric {params.rubric}"
+        "python -m pipeline_lib.judge.score --judge {params.judge_file} --rubric {params.rubric}"
         " --generations {input.generations} --data {input.data} --mode {params.mode} --cache {params.cache}"
         " --out {params.out_dir} > {log} 2>&1"
 
