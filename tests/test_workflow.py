@@ -95,8 +95,13 @@ TINY_DATA_JOBS = {"config/config.yaml": {"data_tiny": 3, "data_tokenizer": 1}, "
 
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
 def test_dry_run_plans_the_dag(workflow_copy, configfile):
-    result = snakemake(workflow_copy, "-n", "--configfile", configfile)
+    """The plan of both configs, and no JSON on any shell command it shows (specs travel in files: pipeline_lib.cli);
+    Snakemake's own job blocks (``PIPELINE_CONSOLE=full``) and ``-p``, so every command is printed."""
+    result = snakemake(workflow_copy, "-n", "-p", "--configfile", configfile, full_console=True)
     assert result.returncode == 0, result.stderr
+    commands = [line for line in result.stdout.splitlines() if line.startswith("Shell command: ")]
+    assert commands, result.stdout[-3000:]
+    assert not [command for command in commands if '{"' in command], [c for c in commands if '{"' in c][:2]
     assert "paper_theory_data" in result.stdout and "paper_theory" in result.stdout
     counts = job_counts(result.stdout)
     tiny = {rule: counts[rule] for rule in ("data_tiny", "data_tokenizer") if rule in counts}
