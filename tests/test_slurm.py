@@ -126,7 +126,7 @@ def test_tiny_dag_runs_through_sbatch(slurm_cluster, probe_run, workflow_copy):
     assert result.returncode == 0, result.stderr[-6000:]
     output = result.stdout + result.stderr
     jobs = submitted_job_ids(output)
-    finished = re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output)
+    finished = re.findall(r"^\[\d+/\d+ [^\]]+\] (\w+)", output, flags=re.M)  # one console line per job finished
     print(f"tiny DAG through Slurm: {len(jobs)} sbatch jobs, {len(finished)} finished, {elapsed:.0f} s")
     assert len(jobs) == len(set(jobs)) == len([rule for rule in finished if rule != "all"]) > 20
     assert (workflow_copy / "results/paper/tables/table1.csv").is_file()
