@@ -337,7 +337,7 @@ def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
     # the RL runs train in the task's group job (grpo_exact, softmax_exact, softmax_ess...); SFT, a train_local job of
     # its own, is not planned (the console prints one line per job, naming the group's task and seed)
     assert "train_local" not in planned(result) and "data_tiny" not in planned(result), planned(result)
-    assert re.search(r"Job \d+: train_local_group countdown_tiny seed 0\\b", result.stdout), result.stdout[-3000:]
+    assert re.search(r"Job \d+: train_local_group countdown_tiny seed 0\b", result.stdout), result.stdout[-3000:]
     config["train"]["rl"]["lr"] = RL_LR
     # --forcerun one rule plans it and what depends on it only
     (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
