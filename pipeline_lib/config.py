@@ -132,10 +132,31 @@ def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, A
 
 
 def check_config_files(paths: Iterable[str | os.PathLike[str]]) -> None:
-    """Re-read the config files Snakemake loaded with :func:`load_config_file`: Snakemake's own loader keeps the
-    last of two equal keys, this one names them."""
-    for path in paths:
-        load_config_file(path)
+    """Re-read the config files Snakemake loaded with :func:`load_config_file` (Snakemake's own loader keeps the
+    last of two equal keys, this one names them), and stop a lone overlay: a ``--configfile`` on the command line
+    replaces the profile's config/config.yaml, so ``--configfile my.yaml`` with one key would run the schema's
+    defaults, the paper plan, under it. One of the files must be a base: it says which reproduction it is
+    (``label``: config/config.yaml, config/paper.yaml) or that it is the verl preflight (``preflight``:
+    config/preflight.yaml). No file at all is the schema's defaults, as asked."""
+    base_keys = ("label", "preflight")
+    paths = list(paths)
+    contents = [load_config_file(path) for path in paths]
+    if paths and not any(key in content for content in contents for key in base_keys):
+        given = " ".join(_shown(path) for path in paths)
+        raise ConfigError(
+            f"{given}: no base config among the config files (a base sets `label`, as config/config.yaml and "
+            "config/paper.yaml do, or `preflight`). A --configfile on the command line replaces the profile's "
+            "config/config.yaml, so this would overlay the schema's defaults: the paper plan. Name a base first: "
+            f"`snakemake --configfile config/config.yaml {given}` (the tiny default) or "
+            f"`snakemake --configfile config/paper.yaml {given}` (the paper)")
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """``path`` relative to the working directory where it lies under it (as a person typed it)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:

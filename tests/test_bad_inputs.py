@@ -133,7 +133,7 @@ def test_snakemake_dry_run_fails_at_parse_time_naming_each_key(workflow_copy):
     from tests.conftest import repo_env
 
     (workflow_copy / "bad.yaml").write_text(
-        "theory: {taus: [.inf], group_size: 8.0}\n"
+        "label: test\ntheory: {taus: [.inf], group_size: 8.0}\n"
         "train: {methods: {softmax_exact: {advantage: softmax, tau: .nan, reward: verifier}}}\n"
         "data: {datasets: {deepmath: {enabled: true, sources: {main: {hub: zwhe99/DeepMath-103K,"
         " local: data/missing.jsonl}}}}}\n")
