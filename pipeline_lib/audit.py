@@ -14,15 +14,20 @@ the workflow's own inside a job, else config/config.yaml). A file whose sidecar
 was deleted is flagged when the step that used it recorded a sidecar; only an input that
 had none when it was used (a fixture, a download) is a raw leaf of the chain.
 
-The tree is as compact as its facts: the files one step run wrote that a consumer read share one line
-(``run/final/{config.json, model.safetensors}``), each step run's inputs are printed once, and a later reference
-to it is a ``(see above: ...)`` line; every reference's recorded hash is still checked.
+The tree is as compact as its facts: the files one job wrote that a consumer read share one line
+(``run/final/{config.json, model.safetensors}``; a group job's runs too: ``countdown_tiny/{grpo_exact,
+softmax_exact}/seed0/final/...  [ok] step train_rl ..., 2 runs of job train_local_group (its log)``, the job read
+from Snakemake's record of each output, ``.snakemake/metadata``; a file made outside the workflow is its step run's),
+each job's inputs are printed once, and a later reference to it is a ``(see above: ...)`` line; every reference's
+recorded hash is still checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,10 +149,30 @@ class _File:
 
     flags: list[str]  # what is wrong with the file itself (MODIFIED, STALE CODE, ...); empty when it is sound
     tail: str  # the rest of its line: "step X @ commit", "raw input, sha256 ...", "NO SIDECAR", ...
-    job: tuple[str, ...]  # the step run that wrote it (its step and outputs), or the path alone: one node of the tree
+    job: tuple[str, ...]  # the job that wrote it (Snakemake's), else its step run, else the path: one node of the tree
     actual: str | None = None
     inputs: list[dict[str, Any]] = field(default_factory=list)
     outputs: list[dict[str, Any]] = field(default_factory=list)
+    run: tuple[str, ...] = ()  # the step run that wrote it: its step and outputs
+
+
+#: Where Snakemake's file-based persistence keeps its record of each output (relative to the workflow's directory).
+SNAKEMAKE_METADATA = Path(".snakemake") / "metadata"
+
+
+def _snakemake_job(path: Path) -> tuple[str, ...] | None:
+    """The Snakemake job that made ``path``, from Snakemake's record of it (``.snakemake/metadata/<base64 path>``):
+    ``("job", rule, log...)``; None when there is no readable record (made outside the workflow, another store)."""
+    record_path = SNAKEMAKE_METADATA / base64.urlsafe_b64encode(str(path).encode()).decode()
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("rule"), str):
+        return None
+    logs = record.get("log") if isinstance(record.get("log"), list) else []
+    return ("job", record["rule"], *(map(str, logs) if logs else (str(record.get("job_hash")),
+                                                                 str(record.get("starttime")))))
 
 
 class _Walk:
@@ -159,6 +184,7 @@ class _Walk:
         self.files: dict[Path, _File] = {}
         self.shown_jobs: set[tuple[str, ...]] = set()
         self.shown_files: set[Path] = set()
+        self.checked_runs: set[tuple[str, ...]] = set()
 
     def check(self, path: Path, raw: bool | None, top: bool) -> _File:
         if path not in self.files:
@@ -208,9 +234,13 @@ class _Walk:
         if drift:
             report.problems.append(f"{path}: {drift}")
             flags.append("STALE CONFIG")
-        job = (str(record.get("step")), *sorted(o["path"] for o in outputs)) if own is not None else alone
+        run = (str(record.get("step")), *sorted(o["path"] for o in outputs)) if own is not None else alone
+        # the job: Snakemake's record of this file, else of another output of its step run (a run's DONE.json is the
+        # rule's output, its model files are not)
+        made_by = (_snakemake_job(Path(p)) for p in dict.fromkeys([str(path), *(o["path"] for o in outputs)]))
+        job = next((j for j in made_by if j is not None), run) if own is not None else alone
         return _File(flags, f"step {record.get('step')} @ {str(code.get('git_commit'))[:10]}", job, actual,
-                     _file_entries(record, "inputs", sidecar, report), outputs)
+                     _file_entries(record, "inputs", sidecar, report), outputs, run)
 
     def edge(self, path: Path, expected_sha: str | None, consumer: Path | None) -> str | None:
         """The consuming step's recorded hash against the file now: "CHANGED" (and a problem) when they differ."""
@@ -236,9 +266,13 @@ class _Walk:
         for job, members in jobs.items():
             name = _names([p for p, _ in members])
             statuses = [", ".join(filter(None, [changed, *self.files[p].flags])) or "ok" for p, changed in members]
+            unique = len({p.name for p, _ in members}) == len(members)  # else a group job's runs: whole paths
             status = statuses[0] if len(set(statuses)) == 1 else "; ".join(
-                f"{p.name}: {s}" for (p, _), s in zip(members, statuses, strict=True))
+                f"{p.name if unique else p}: {s}" for (p, _), s in zip(members, statuses, strict=True))
             tail = self.files[members[0][0]].tail
+            runs = list(dict.fromkeys(self.files[p].run for p, _ in members))
+            if len(runs) > 1 and job[0] == "job":
+                tail += f", {len(runs)} runs of job {job[1]}" + (f" ({job[2]})" if len(job) == 3 else "")
             if job in self.shown_jobs:
                 new = [p for p, _ in members if p not in self.shown_files]
                 if new:  # other files of a step run shown above: their own line, its inputs not again
@@ -252,7 +286,10 @@ class _Walk:
             self.shown_jobs.add(job)
             self.shown_files.update(p for p, _ in members)
             self.report.lines.append(f"{indent}{name}  [{status}] {tail}".rstrip())
-            _check_done(self.files[members[0][0]].outputs, self.report)  # once per step run
+            for path, _ in members:  # once per step run
+                if self.files[path].run not in self.checked_runs:
+                    self.checked_runs.add(self.files[path].run)
+                    _check_done(self.files[path].outputs, self.report)
             inputs: list[dict[str, Any]] = []
             for path, _ in members:
                 inputs += [e for e in self.files[path].inputs if e not in inputs]
@@ -262,10 +299,21 @@ class _Walk:
 
 
 def _names(paths: list[Path]) -> str:
-    """Files of one directory as ``dir/{a, b}``; otherwise the paths joined."""
-    if len(paths) > 1 and len({p.parent for p in paths}) == 1:
-        return f"{paths[0].parent}/{{{', '.join(p.name for p in paths)}}}"
-    return ", ".join(str(p) for p in paths)
+    """Paths as one pattern with a ``{a, b}`` where they differ, when they are every combination of those
+    (``results/train/t/{grpo, softmax}/seed0/final/{config.json, model.safetensors}``); otherwise each directory's
+    files as ``dir/{a, b}``, joined."""
+    if len(paths) < 2:
+        return ", ".join(str(p) for p in paths)
+    parts = [p.parts for p in paths]
+    if len({len(x) for x in parts}) == 1:
+        options = [list(dict.fromkeys(x[i] for x in parts)) for i in range(len(parts[0]))]
+        if math.prod(len(o) for o in options) == len(set(parts)):
+            pieces = [o[0] if len(o) == 1 else f"{{{', '.join(o)}}}" for o in options]
+            return pieces[0] + "/".join(pieces[1:]) if pieces[0] == "/" else "/".join(pieces)
+    by_dir: dict[Path, list[str]] = {}
+    for path in paths:
+        by_dir.setdefault(path.parent, []).append(path.name)
+    return ", ".join(f"{d}/{{{', '.join(n)}}}" if len(n) > 1 else str(d / n[0]) for d, n in by_dir.items())
 
 
 def current_config(configfiles: Sequence[str | Path] | None = None) -> dict[str, Any] | None:

@@ -169,3 +169,49 @@ def test_a_shared_input_is_printed_once_and_later_references_point_back(chain):
     chain["raw"].write_text("x\n2\n")  # both consumers' recorded hashes are still checked
     changed = [p for p in audit(chain["table"]).problems if "raw.csv: content changed since it was used" in p]
     assert len(changed) == 2, changed
+
+
+GROUP_SNAKEFILE = '''
+from pipeline_lib.io import write_json, write_text
+from pipeline_lib.provenance import write_provenance
+
+rule table:
+    input: expand("runs/{name}/DONE.json", name=("a", "b"))
+    output: "table.tex"
+    run:
+        write_text(output[0], "table")
+        write_provenance([output[0]], step="paper", inputs=["runs/a/model.txt", "runs/b/model.txt"])
+
+rule group_job:  # one job, two step runs (as train_local_group runs a task's RL methods)
+    input: "raw.csv"
+    output: "runs/a/DONE.json", "runs/b/DONE.json"
+    log: "logs/group_job.log"
+    run:
+        for name in ("a", "b"):
+            write_json(f"runs/{name}/DONE.json", {"final_step": 1, "total_steps": 1})
+            write_text(f"runs/{name}/model.txt", name)
+            write_provenance([f"runs/{name}/DONE.json", f"runs/{name}/model.txt"], step="train", inputs=["raw.csv"])
+'''
+
+
+def test_a_group_jobs_runs_share_one_line_under_their_job_and_its_inputs_are_shown_once(tmp_path, monkeypatch):
+    """A real Snakemake run of a group job writing two step runs, then a table reading both: the audit reads which
+    job made each file from Snakemake's record (.snakemake/metadata), so the two runs are one line naming the job,
+    with their shared input once; without that record, each step run is its own line."""
+    from tests.conftest import snakemake
+
+    (tmp_path / "Snakefile").write_text(GROUP_SNAKEFILE)
+    (tmp_path / "raw.csv").write_text("x\n1\n")
+    result = snakemake(tmp_path, "--cores", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.chdir(tmp_path)
+    lines = audit("table.tex").lines
+    assert len(lines) == 3, lines
+    assert lines[1].startswith("  runs/{a, b}/model.txt  [") and lines[1].endswith(
+        ", 2 runs of job group_job (logs/group_job.log)"), lines
+    assert lines[2].startswith("    raw.csv  ["), lines
+    for record in (tmp_path / ".snakemake/metadata").iterdir():
+        record.unlink()
+    lines = audit("table.tex").lines
+    assert [line.split("  [")[0] for line in lines] == ["table.tex", "  runs/a/model.txt", "    raw.csv",
+                                                       "  runs/b/model.txt", "    (see above: raw.csv)"], lines
