@@ -135,18 +135,21 @@ def check_config_files(paths: Iterable[str | os.PathLike[str]]) -> None:
     """Re-read the config files Snakemake loaded with :func:`load_config_file` (Snakemake's own loader keeps the
     last of two equal keys, this one names them), and stop a lone overlay: a ``--configfile`` on the command line
     replaces the profile's config/config.yaml, so ``--configfile my.yaml`` with one key would run the schema's
-    defaults, the paper plan, under it. One of the files must be a base: it says which reproduction it is
-    (``label``: config/config.yaml, config/paper.yaml) or that it is the verl preflight (``preflight``:
-    config/preflight.yaml). No file at all is the schema's defaults, as asked."""
-    base_keys = ("label", "preflight")
+    defaults, the paper plan, under it. One of the files must be a base: a shipped one (config/config.yaml,
+    config/paper.yaml, config/preflight.yaml under the working directory, the workflow's), or one that says which
+    reproduction it is (``label``) or that it is the verl preflight (``preflight``), as a full config of yours does.
+    No file at all is the schema's defaults, as asked."""
+    shipped = {(Path.cwd() / "config" / name).resolve() for name in ("config.yaml", "paper.yaml", "preflight.yaml")}
     paths = list(paths)
     contents = [load_config_file(path) for path in paths]
-    if paths and not any(key in content for content in contents for key in base_keys):
+    if paths and not any(Path(path).resolve() in shipped or "label" in content or "preflight" in content
+                         for path, content in zip(paths, contents, strict=True)):
         given = " ".join(_shown(path) for path in paths)
         raise ConfigError(
-            f"{given}: no base config among the config files (a base sets `label`, as config/config.yaml and "
-            "config/paper.yaml do, or `preflight`). A --configfile on the command line replaces the profile's "
-            "config/config.yaml, so this would overlay the schema's defaults: the paper plan. Name a base first: "
+            f"{given}: no base config among the config files (config/config.yaml, config/paper.yaml, "
+            "config/preflight.yaml, or a file that sets `label` or `preflight`). A --configfile on the command line "
+            "replaces the profile's config/config.yaml, so this would overlay the schema's defaults: the paper plan. "
+            "Name a base first: "
             f"`snakemake --configfile config/config.yaml {given}` (the tiny default) or "
             f"`snakemake --configfile config/paper.yaml {given}` (the paper)")
 

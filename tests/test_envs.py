@@ -40,6 +40,10 @@ NOT_REACHED = {
         **_OPTIONAL_TRACKERS,
     },
     "train-verl.yaml": _OPTIONAL_TRACKERS,
+    "judge.yaml": {**_OPTIONAL_TRACKERS,
+                   "tensorboardX": "pipeline_lib.tracking's default store, opened only by a trainer; judge.score "
+                                   "imports tracking through pipeline_lib.cli (its --judge file type) and never opens "
+                                   "a store"},
     "eval.yaml": {**_OPTIONAL_TRACKERS,
                   "tensorboardX": "pipeline_lib.tracking's default store, opened only by a trainer; evaluation imports "
                                   "tracking through pipeline_lib.cli's --tracking parser and never opens a store"},

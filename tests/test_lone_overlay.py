@@ -31,7 +31,8 @@ def test_the_documented_overlay_plans_the_tiny_default_with_the_change(workflow_
 
 
 @pytest.mark.parametrize("base", ["config/config.yaml", "config/paper.yaml", "config/preflight.yaml"])
-def test_every_shipped_base_is_one_alone_and_under_an_overlay(base, tmp_path):
+def test_every_shipped_base_is_one_alone_and_under_an_overlay(base, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # the workflow's directory, where Snakemake runs
     overlay = tmp_path / "my.yaml"
     overlay.write_text("train:\n  seeds: [0]\n")
     check_config_files([REPO / base])
@@ -39,3 +40,5 @@ def test_every_shipped_base_is_one_alone_and_under_an_overlay(base, tmp_path):
     check_config_files([])  # no file: the schema's defaults, as asked
     with pytest.raises(ConfigError, match="no base config among the config files"):
         check_config_files([overlay])
+    (tmp_path / "full.yaml").write_text("label: test\ntrain:\n  seeds: [0]\n")  # a full config of yours: a base
+    check_config_files([tmp_path / "full.yaml"])
