@@ -75,12 +75,14 @@ def _module_file(name: str) -> Path | None:
 
 
 @cache
-def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
-    """Every ``pipeline_lib`` name a module may import: import statements anywhere (lazy ones in functions
-    included), relative imports resolved, and string constants naming a module (verl's reward-function paths)."""
+def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """One parse of a module (every Snakemake start asks for ~100 of them): the ``pipeline_lib`` names it may import
+    (import statements anywhere, lazy ones in functions included, relative imports resolved, and string constants
+    naming a module: verl's reward-function paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: list[str] = []
+    data: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
@@ -91,24 +93,36 @@ def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[st
             else:
                 prefix = node.module or ""
             names += [prefix, *(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
-            names.append(node.value.removesuffix(".py").replace("/", "."))
-    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + "."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _MODULE_STRING.match(node.value):
+                names.append(node.value.removesuffix(".py").replace("/", "."))
+            elif _REPO_DATA_STRING.match(node.value):
+                data.add(node.value)
+    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data))
+
+
+def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """Every ``pipeline_lib`` name a module may import (see :func:`_scan`)."""
+    return _scan(path, module, stamp)[0]
 
 
 @cache
-def _repo_data(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+def _repo_data(path: Path, module: str, stamp: tuple[int, int]) -> tuple[Path, ...]:
     """The checkout's files a module names by a string constant ``config/...`` (a folder: every file in it)."""
-    named = {node.value for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path)))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _REPO_DATA_STRING.match(node.value)}
     files: set[Path] = set()
-    for relative in named:
+    for relative in _scan(path, module, stamp)[1]:
         target = _REPO_ROOT / relative
         if target.is_dir():
             files.update(p for p in target.rglob("*") if p.is_file() and not p.name.startswith("."))
         elif target.is_file():
             files.add(target)
     return tuple(sorted(files))
+
+
+@cache
+def _data_beside(folder: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+    """The data files in a package folder (re-listed when the folder's stamp changes: a file added or removed)."""
+    return tuple(p for p in folder.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
 
 
 def _parents(name: str) -> list[str]:
@@ -145,9 +159,10 @@ def _walk(entry: str) -> tuple[Path, ...]:
         if path is None or path in files:
             continue
         files.add(path)
-        files.update(p for p in path.parent.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
-        files.update(_repo_data(path, _stamp(path)))
-        todo += _imported_names(path, name, _stamp(path))
+        stamp = _stamp(path)
+        files.update(_data_beside(path.parent, _stamp(path.parent)))
+        files.update(_repo_data(path, name, stamp))
+        todo += _imported_names(path, name, stamp)
     return tuple(sorted(files))
 
 
