@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import cache, lru_cache
 from importlib import metadata
@@ -74,12 +74,39 @@ def _module_file(name: str) -> Path | None:
     return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
 
 
+#: Scan results by content (this file's own bytes, the module's name and its source): a Snakemake start asks for
+#: ~100 of them, and parsing them all again in every Snakemake and job process cost ~0.7 CPU s each time.
+_SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan"
+
+
 @cache
 def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """One parse of a module (every Snakemake start asks for ~100 of them): the ``pipeline_lib`` names it may import
-    (import statements anywhere, lazy ones in functions included, relative imports resolved, and string constants
-    naming a module: verl's reward-function paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+    """The ``pipeline_lib`` names a module may import and the ``config/...`` strings it names (:func:`_parse`),
+    kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered from it)."""
+    source = path.read_bytes()
+    key = hashlib.sha256(b"\0".join([_scanner_digest().encode(), module.encode(), source])).hexdigest()
+    cached = _SCAN_CACHE / f"{key}.json"
+    try:
+        names, data = json.loads(cached.read_text())
+        return tuple(names), tuple(data)
+    except (OSError, ValueError):
+        pass
+    scanned = _parse(source, path, module)
+    with suppress(OSError):  # a read-only checkout: scanned again next time
+        write_json(cached, [list(scanned[0]), list(scanned[1])])
+    return scanned
+
+
+@cache
+def _scanner_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """One parse of a module: the ``pipeline_lib`` names it may import (import statements anywhere, lazy ones in
+    functions included, relative imports resolved, and string constants naming a module: verl's reward-function
+    paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
+    tree = ast.parse(source, filename=str(path))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: list[str] = []
     data: set[str] = set()
