@@ -75,8 +75,9 @@ def _module_file(name: str) -> Path | None:
 
 
 #: Scan results by content (this file's own bytes, the module's name and its source): a Snakemake start asks for
-#: ~100 of them, and parsing them all again in every Snakemake and job process cost ~0.7 CPU s each time.
-_SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan"
+#: ~100 of them, and parsing them all again in every Snakemake and job process cost ~0.7 CPU s each time. Only in a
+#: checkout (Snakemake's own folder there), never inside an installed package.
+_SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan" if (_REPO_ROOT / "Snakefile").is_file() else None
 
 
 @cache
@@ -84,6 +85,8 @@ def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, .
     """The ``pipeline_lib`` names a module may import and the ``config/...`` strings it names (:func:`_parse`),
     kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered from it)."""
     source = path.read_bytes()
+    if _SCAN_CACHE is None:
+        return _parse(source, path, module)
     key = hashlib.sha256(b"\0".join([_scanner_digest().encode(), module.encode(), source])).hexdigest()
     cached = _SCAN_CACHE / f"{key}.json"
     try:
