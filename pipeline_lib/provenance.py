@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from functools import cache, lru_cache
 from importlib import metadata
@@ -74,13 +74,45 @@ def _module_file(name: str) -> Path | None:
     return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
 
 
+#: Scan results by content (this file's own bytes, the module's name and its source): a Snakemake start asks for
+#: ~100 of them, and parsing them all again in every Snakemake and job process cost ~0.7 CPU s each time. Only in a
+#: checkout (Snakemake's own folder there), never inside an installed package.
+_SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan" if (_REPO_ROOT / "Snakefile").is_file() else None
+
+
 @cache
-def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
-    """Every ``pipeline_lib`` name a module may import: import statements anywhere (lazy ones in functions
-    included), relative imports resolved, and string constants naming a module (verl's reward-function paths)."""
-    tree = ast.parse(path.read_bytes(), filename=str(path))
+def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ``pipeline_lib`` names a module may import and the ``config/...`` strings it names (:func:`_parse`),
+    kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered from it)."""
+    source = path.read_bytes()
+    if _SCAN_CACHE is None:
+        return _parse(source, path, module)
+    key = hashlib.sha256(b"\0".join([_scanner_digest().encode(), module.encode(), source])).hexdigest()
+    cached = _SCAN_CACHE / f"{key}.json"
+    try:
+        names, data = json.loads(cached.read_text())
+        return tuple(names), tuple(data)
+    except (OSError, ValueError):
+        pass
+    scanned = _parse(source, path, module)
+    with suppress(OSError):  # a read-only checkout: scanned again next time
+        write_json(cached, [list(scanned[0]), list(scanned[1])])
+    return scanned
+
+
+@cache
+def _scanner_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """One parse of a module: the ``pipeline_lib`` names it may import (import statements anywhere, lazy ones in
+    functions included, relative imports resolved, and string constants naming a module: verl's reward-function
+    paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
+    tree = ast.parse(source, filename=str(path))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: list[str] = []
+    data: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
@@ -91,24 +123,36 @@ def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[st
             else:
                 prefix = node.module or ""
             names += [prefix, *(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.match(node.value):
-            names.append(node.value.removesuffix(".py").replace("/", "."))
-    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + "."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _MODULE_STRING.match(node.value):
+                names.append(node.value.removesuffix(".py").replace("/", "."))
+            elif _REPO_DATA_STRING.match(node.value):
+                data.add(node.value)
+    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data))
+
+
+def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
+    """Every ``pipeline_lib`` name a module may import (see :func:`_scan`)."""
+    return _scan(path, module, stamp)[0]
 
 
 @cache
-def _repo_data(path: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+def _repo_data(path: Path, module: str, stamp: tuple[int, int]) -> tuple[Path, ...]:
     """The checkout's files a module names by a string constant ``config/...`` (a folder: every file in it)."""
-    named = {node.value for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path)))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _REPO_DATA_STRING.match(node.value)}
     files: set[Path] = set()
-    for relative in named:
+    for relative in _scan(path, module, stamp)[1]:
         target = _REPO_ROOT / relative
         if target.is_dir():
             files.update(p for p in target.rglob("*") if p.is_file() and not p.name.startswith("."))
         elif target.is_file():
             files.add(target)
     return tuple(sorted(files))
+
+
+@cache
+def _data_beside(folder: Path, stamp: tuple[int, int]) -> tuple[Path, ...]:
+    """The data files in a package folder (re-listed when the folder's stamp changes: a file added or removed)."""
+    return tuple(p for p in folder.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
 
 
 def _parents(name: str) -> list[str]:
@@ -145,9 +189,10 @@ def _walk(entry: str) -> tuple[Path, ...]:
         if path is None or path in files:
             continue
         files.add(path)
-        files.update(p for p in path.parent.iterdir() if p.suffix in _DATA_SUFFIXES and p.is_file())
-        files.update(_repo_data(path, _stamp(path)))
-        todo += _imported_names(path, name, _stamp(path))
+        stamp = _stamp(path)
+        files.update(_data_beside(path.parent, _stamp(path.parent)))
+        files.update(_repo_data(path, name, stamp))
+        todo += _imported_names(path, name, stamp)
     return tuple(sorted(files))
 
 

@@ -79,3 +79,20 @@ def test_atomic_write_gives_ordinary_permissions(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_module_scan_is_reused_only_for_the_same_source(tmp_path):
+    """The scan cache (.snakemake/module-scan) is keyed by the module's source: an edited module is scanned again."""
+    from pipeline_lib import provenance
+
+    module = tmp_path / "m.py"
+    module.write_text("import pipeline_lib.io\n")
+    assert provenance._scan(module, "pipeline_lib.m", (1, 1)) == (("pipeline_lib.io",), ())
+    module.write_text("from . import env\nPROMPTS = 'config/prompts'\n")
+    assert provenance._scan(module, "pipeline_lib.m", (2, 2)) == (("pipeline_lib", "pipeline_lib.env"),
+                                                                  ("config/prompts",))
+    provenance._scan.cache_clear()  # a new process: the answer comes from the cache, for this source only
+    assert provenance._scan(module, "pipeline_lib.m", (2, 2)) == (("pipeline_lib", "pipeline_lib.env"),
+                                                                  ("config/prompts",))
+    module.write_text("import pipeline_lib.io\n")
+    assert provenance._scan(module, "pipeline_lib.m", (3, 3)) == (("pipeline_lib.io",), ())
