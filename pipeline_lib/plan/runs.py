@@ -25,6 +25,7 @@ from typing import Any
 
 from pipeline_lib.cli import file_args
 from pipeline_lib.config import ConfigError, validate_config
+from pipeline_lib.estimators import params_from, schema_properties
 from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
 from pipeline_lib.plan.settings import (
     ablation_method,
@@ -36,7 +37,7 @@ from pipeline_lib.plan.settings import (
     scale_config,
     verl_tasks,
 )
-from pipeline_lib.run_spec import ENGINES, RunSpec
+from pipeline_lib.run_spec import ENGINES, Estimator, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
@@ -455,18 +456,34 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 
 
+#: The ImageNet study's maximum-likelihood objective (cross-entropy: no rollouts, no estimator); its other objectives
+#: are advantage estimators, run through :mod:`pipeline_lib.advantages` with their parameters from ``imagenet``.
+ML_OBJECTIVE = "ml"
+
+
+def _imagenet_estimator(objective: str, section: Mapping[str, Any]) -> Estimator:
+    """The ImageNet objective's estimator: its parameters read from the ``imagenet`` section by their dataclass's
+    field names (``imagenet.tau`` for SoftmaxGRPO), as a group-RL run's are from its ``train.methods`` entry."""
+    try:
+        return Estimator(objective, params_from(objective, section))
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"imagenet objective {objective!r}: {exc}") from None
+
+
 def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
     section = config.get("imagenet") or {}
     if not section.get("enabled"):
         return []
-    settings = imagenet_run_spec(section)
+    # an estimator's parameters (imagenet.tau) go to the estimator of the objectives that take them, nowhere else
+    settings = {k: v for k, v in imagenet_run_spec(section).items() if k not in schema_properties()}
     runs = []
     for objective in section["objectives"]:
-        for rollouts in [0] if objective == "ml" else section["rollouts"]:
+        estimator = None if objective == ML_OBJECTIVE else _imagenet_estimator(objective, section)
+        for rollouts in [0] if estimator is None else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
                 spec = RunSpec(method=objective, task="imagenet", engine="classify", settings=settings,
-                               baseline={"objective": objective, "rollouts": rollouts})
+                               estimator=estimator, baseline={"objective": objective, "rollouts": rollouts})
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
