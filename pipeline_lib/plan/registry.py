@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.plan import layouts
+from pipeline_lib.plan.layouts import Ctx, Job
 from pipeline_lib.plan.settings import (
     baseline_rl_spec,
     local_base_spec,
@@ -39,6 +41,7 @@ __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", 
            "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
+Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
 
 
 def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -66,8 +69,8 @@ class Preflight:
 @dataclass(frozen=True)
 class Entry:
     """How one engine trains a method: ``job`` is the Snakemake rule, ``entry_point`` the ``python -m`` module (and
-    subcommand), ``layout`` the command's shape (the inputs and flags the entry point takes:
-    :data:`pipeline_lib.plan.runs.LAYOUTS`), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
+    subcommand), ``layout`` the command's shape (the function of :mod:`pipeline_lib.plan.layouts` that gives the
+    inputs and flags the entry point takes), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
     trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time; ``overrides`` names the
     function (``module:function``, called with the run's spec and paths) that returns the overrides a verl baseline
     adds to its RL run's (:func:`pipeline_lib.engines.verl.translate.baseline_overrides` calls it; a name, as
@@ -75,7 +78,7 @@ class Entry:
 
     job: str
     entry_point: str
-    layout: str
+    layout: Layout
     spec: SpecBuilder
     verl_kind: str | None = None
     prelude: str | None = None  # a job that makes the training data first (pipeline_lib.plan.runs.PRELUDES)
@@ -121,8 +124,8 @@ def _named(build: Callable[..., RunSpec]) -> SpecBuilder:
     return lambda config, task, method: build(config, task, method)
 
 
-LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", local_rl_spec)
-VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", verl_rl_spec, "rl")
+LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", layouts.local_rl, local_rl_spec)
+VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, verl_rl_spec, "rl")
 #: The group-RL methods' engines: they differ from each other only in estimator and reward.
 GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
@@ -131,7 +134,7 @@ def verl_baseline(overrides: str) -> Entry:
     """A baseline that runs as a verl RL job (paper App. B): the task's App. B RL row, so only the method differs,
     plus the overrides ``overrides`` (``module:function``) returns (OPD through verl's ``distillation.*`` config,
     RL-Logit and RARO through the pipeline's agent loops)."""
-    return Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", baseline_rl_spec, "rl",
+    return Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, baseline_rl_spec, "rl",
                  overrides=overrides)
 
 
@@ -147,7 +150,7 @@ def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str
                   compared_with=compared_with or {})
 
 
-def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: str = "local_expert") -> Entry:
+def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
     return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, spec)
 
 
@@ -161,17 +164,17 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: b
 
 _TRANSLATE = "pipeline_lib.engines.verl.translate"
 _METHODS = (
-    baseline("base", "Base", *[_local("base", local_base_spec, "local_base")] * 2),  # on verl too: a copy
+    baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2),  # on verl too: a copy
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", local_sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", verl_sft_spec, "sft")},
+        "local": Entry("train_local", "pipeline_lib.engines.local.sft", layouts.local_sft, local_sft_spec),
+        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_sft, verl_sft_spec, "sft")},
         preflight=Preflight("sft")),
     baseline("rationalization", "Rationalization",
-             _local("rationalization", local_rationalization_spec, "local_rationalization"),
-             Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization", _named(verl_sft_spec),
-                   "sft", prelude="annotate")),
+             _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
+             Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_rationalization,
+                   _named(verl_sft_spec), "sft", prelude="annotate")),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
-             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_task(trl_dpo_spec)),
+             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              demonstrations=True),
     # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
     # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
@@ -180,7 +183,7 @@ _METHODS = (
              demonstrations=True, preflight=Preflight("rl_logit", log_prob_rewards=True)),
     baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), demonstrations=True,
              needs_references=True, preflight=Preflight("raro")),
-    baseline("opd", "OPD", _local("opd", layout="local_opd"), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
+    baseline("opd", "OPD", _local("opd", layout=layouts.local_opd), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
              preflight=Preflight("opd", nonzero_update=True, own_teacher=True)),
     # The preflight trains GRPO and SoftmaxGRPO as their -Sim jobs: a random tiny model never solves a Countdown
     # prompt, so under the verifier every group's rewards are equal, every advantage 0 and the update empty; the

@@ -1,20 +1,22 @@
-"""Every field of a registry entry that names something elsewhere names something that exists: a layout and prelude of
-the plan, a verl overrides function, a preflight kind of the preflight config, the methods of a paired comparison."""
+"""Every field of a registry entry that points elsewhere points at something that exists: a layout function and a
+prelude of the plan, a verl overrides function, a preflight kind of the preflight config, the methods of a paired
+comparison."""
 
 import importlib
 
 import pytest
 
 from pipeline_lib.config import load_config_file
+from pipeline_lib.plan import layouts
 from pipeline_lib.plan.registry import METHODS, pairs, preflight_kinds
-from pipeline_lib.plan.runs import LAYOUTS, PRELUDES
+from pipeline_lib.plan.runs import PRELUDES
 from tests.conftest import REPO
 
 
-def test_every_entrys_layout_and_prelude_is_one_the_plan_builds():
+def test_every_entrys_layout_is_a_layout_function_and_its_prelude_one_the_plan_builds():
     for name, m in METHODS.items():
         for engine, entry in m.engines.items():
-            assert entry.layout in LAYOUTS, (name, engine, entry.layout)
+            assert getattr(layouts, entry.layout.__name__) is entry.layout, (name, engine)
             assert entry.prelude is None or entry.prelude in PRELUDES, (name, engine, entry.prelude)
 
 
