@@ -2,8 +2,11 @@
 
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
 config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
-job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
-:class:`~pipeline_lib.run_spec.RunSpec`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
+job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout function, the builder of
+its :class:`~pipeline_lib.run_spec.RunSpec` and, for a verl baseline, the function of its overrides). What used to be
+tables keyed by method name elsewhere are fields here too: the verl preflight's kind and checks (:class:`Preflight`),
+whether verl checks every prompt's expert answer first (``needs_references``) and the report's paired comparisons
+(``compared_with``, :func:`pairs`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
 what each estimator takes (its parameter dataclass) and how verl runs it. :func:`pipeline_lib.plan.plan_runs`
 reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
 take their row labels from here.
@@ -234,6 +237,9 @@ def register(entry: Method) -> Method:
     ...))``."""
     if entry.name in METHODS:
         raise PlanError(f"method {entry.name!r} is already registered")
+    if entry.preflight is not None and entry.preflight.kind in preflight_kinds():
+        raise PlanError(f"method {entry.name!r}: preflight kind {entry.preflight.kind!r} is already "
+                        f"{preflight_kinds()[entry.preflight.kind].name!r}'s")
     if entry.new_estimator is not None:
         try:
             declare(entry.new_estimator)
