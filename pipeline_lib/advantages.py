@@ -39,6 +39,7 @@ __all__ = [
     "ess_group_tau",
     "group_advantages",
     "register_advantage",
+    "unregister_advantage",
 ]
 
 
@@ -113,6 +114,11 @@ def register_advantage(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
         return fn
 
     return decorator
+
+
+def unregister_advantage(name: str) -> None:
+    """Remove estimator ``name``'s function (a test's toy estimator cleans up after itself)."""
+    _REGISTRY.pop(name, None)
 
 
 def available_estimators() -> list[str]:

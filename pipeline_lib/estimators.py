@@ -21,7 +21,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from typing import Any
 
 __all__ = ["ESTIMATORS", "EpsParams", "EssParams", "EstimatorEntry", "NoParams", "SoftmaxParams", "check_params",
-           "declare", "estimator", "param", "param_names", "schema_properties", "takes", "undeclare"]
+           "declare", "estimator", "param", "param_names", "params_from", "schema_properties", "takes", "undeclare"]
 
 #: JSON-schema bounds a field's metadata may state (checked by :func:`check_params` exactly as the schema does).
 _BOUNDS = {"minimum": lambda v, b: v >= b, "exclusiveMinimum": lambda v, b: v > b,
@@ -130,6 +130,15 @@ def param_names(name: str) -> tuple[str, ...]:
 def takes(name: str, key: str) -> bool:
     """Whether estimator ``name`` has parameter ``key`` (``tau``: a temperature a task row or a study may set)."""
     return name in ESTIMATORS and key in ESTIMATORS[name].param_names
+
+
+def params_from(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of estimator ``name`` that a config section sets, read by the parameter dataclass's field names
+    (the ImageNet study's ``imagenet.tau`` is SoftmaxGRPO's ``tau``; a field the section leaves out keeps its default,
+    a required one it leaves out is an error); checked by :func:`check_params`."""
+    params = {key: section[key] for key in param_names(name) if key in section}
+    check_params(name, params)
+    return params
 
 
 def _required(f: Field) -> bool:

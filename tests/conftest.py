@@ -219,8 +219,10 @@ CLASSIFY_SPEC = {
                 "seed": 3},
     "model": {"kind": "mlp", "hidden": 16}, "epochs": 2, "batch_size": 32, "eval_batch_size": 128, "lr": 0.1,
     "momentum": 0.9, "weight_decay": 1e-4, "warmup_epochs": 1, "eval_every": 4, "checkpoint_every": 5,
-    "pass_k": [4], "num_workers": 0, "tau": 0.2,
+    "pass_k": [4], "num_workers": 0,
 }
+#: The softmax objective's estimator parameters in those tests (a run spec's ``estimator.params``).
+CLASSIFY_PARAMS = {"tau": 0.2}
 
 
 def final_parameters(run_dir):

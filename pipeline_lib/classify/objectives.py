@@ -4,23 +4,28 @@
 prompt: M class labels are sampled with replacement from the model's own softmax
 (the rollouts), reward = 1 if the label is the true class, advantages come from
 :func:`pipeline_lib.advantages.group_advantages`, and the loss is
-``-mean(log p(a) * A)`` over all rollouts. ``imagenet.tau`` reaches an objective whose estimator takes a ``tau``
-(its parameter dataclass in :mod:`pipeline_lib.estimators` says so), by the same path as every other run's.
+``-mean(log p(a) * A)`` over all rollouts. An RL objective is an estimator of the registry, run with the parameters
+its run spec carries (:attr:`pipeline_lib.run_spec.RunSpec.estimator`: the plan reads them from the ``imagenet``
+section by the estimator's parameter dataclass, so ``imagenet.tau`` reaches SoftmaxGRPO's ``tau``), by the same path
+as every other run's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from pipeline_lib.advantages import group_advantages
-from pipeline_lib.estimators import takes
 
-__all__ = ["OBJECTIVES", "ObjectiveOutput", "closed_form_metrics", "objective_loss"]
+__all__ = ["ML", "OBJECTIVES", "ObjectiveOutput", "closed_form_metrics", "objective_loss"]
 
-OBJECTIVES = ("ml", "reinforce", "grpo", "softmax")
+#: The maximum-likelihood objective (cross-entropy); the others are advantage estimators of the registry.
+ML = "ml"
+OBJECTIVES = (ML, "reinforce", "grpo", "softmax")
 
 
 @dataclass(frozen=True)
@@ -35,11 +40,12 @@ def objective_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,
     rollouts: int,
-    tau: float,
+    params: Mapping[str, Any] | None = None,
     generator: torch.Generator | None = None,
 ) -> ObjectiveOutput:
-    """Loss for a batch of logits [B, C] and labels [B]."""
-    if objective == "ml":
+    """Loss for a batch of logits [B, C] and labels [B]; ``params``: the RL objective's estimator parameters (its run
+    spec's ``estimator.params``)."""
+    if objective == ML:
         return ObjectiveOutput(F.cross_entropy(logits, labels), float("nan"), float("nan"))
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
@@ -50,8 +56,7 @@ def objective_loss(
     samples = torch.multinomial(log_probs.detach().exp(), rollouts, replacement=True, generator=generator)
     rewards = (samples == labels[:, None]).to(logits.dtype)
     group_ids = torch.arange(batch, device=logits.device).repeat_interleave(rollouts)
-    params = {"tau": tau} if takes(objective, "tau") else {}  # whether tau is a parameter: its dataclass says
-    advantages = group_advantages(objective, rewards.flatten(), group_ids, **params).view(batch, rollouts)
+    advantages = group_advantages(objective, rewards.flatten(), group_ids, **dict(params or {})).view(batch, rollouts)
     chosen = log_probs.gather(1, samples)
     loss = -(chosen * advantages).mean()
     mixed = (rewards.amax(1) > rewards.amin(1)).to(logits.dtype).mean()

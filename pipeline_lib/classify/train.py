@@ -18,6 +18,7 @@ import math
 import random
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,10 @@ from pipeline_lib.checkpoint import (
     set_rng_state,
     write_done,
 )
-from pipeline_lib.classify.objectives import OBJECTIVES, closed_form_metrics, objective_loss
+from pipeline_lib.classify.objectives import ML, OBJECTIVES, closed_form_metrics, objective_loss
 from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.data.imagenet import EpochSampler, SplitData, build_splits
+from pipeline_lib.estimators import check_params
 from pipeline_lib.io import atomic_path
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.run_spec import RunSpec
@@ -94,10 +96,15 @@ def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
 
 
 def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_dir: Path, progress: bool = True,
-          tracking: TrackingSettings | None = None) -> Path:
+          tracking: TrackingSettings | None = None, params: Mapping[str, Any] | None = None) -> Path:
+    """One run; ``params``: the RL objective's estimator parameters (its run spec's ``estimator.params``)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
-    run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed}
+    params = dict(params or {})
+    if objective != ML:
+        check_params(objective, params)  # exactly its parameter dataclass's fields (softmax: tau), within bounds
+    run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed,
+                  **({"params": params} if params else {})}
     digest = config_digest(run_config)
     run_dir.mkdir(parents=True, exist_ok=True)
     # resume only this run's state: same config and code (the data are generated from the spec and seed)
@@ -144,7 +151,7 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
                                 num_workers=spec["num_workers"])
             for inputs, labels in loader:
                 inputs, labels = inputs.to(device), labels.to(device)
-                out = objective_loss(objective, model(inputs), labels, rollouts, spec["tau"], generator)
+                out = objective_loss(objective, model(inputs), labels, rollouts, params, generator)
                 optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 optimizer.step()
@@ -190,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir,
-          tracking=args.tracking)
+    spec = RunSpec.from_json(args.spec)
+    if spec.estimator is not None and spec.estimator.name != args.objective:
+        raise SystemExit(f"--objective {args.objective} but the spec's estimator is {spec.estimator.name!r}")
+    train(dict(spec.settings), args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
+          params=spec.estimator.params if spec.estimator else None)
     return 0
 
 

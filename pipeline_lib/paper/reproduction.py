@@ -42,6 +42,7 @@ from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
 from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
+from pipeline_lib.plan.registry import pairs
 from pipeline_lib.provenance import write_provenance
 from pipeline_lib.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 
@@ -52,11 +53,11 @@ TASK_TO_PAPER = {"gsm8k": "gsm8k", "countdown": "countdown", "deepmath": "deepma
 #: Sections of config/paper_reference.yaml besides Table 1 and the gradient allocation, by the table that makes them.
 OTHER_TABLES = {"nonverifiable": "nonverifiable", "ablation_gsm8k": "ablation", "ablation_countdown": "ablation",
                 "scale": "scale", "judge_validation": "judge_validation"}
-#: Paired comparisons of the verifiable table: (a, b) means a minus b.
-VERIFIABLE_PAIRS = (("softmax_exact", "grpo_exact"), ("softmax_sim", "grpo_sim"), ("grpo_exact", "sft"),
-                    ("softmax_exact", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "sft"))
+#: Paired comparisons of the verifiable table: (a, b) means a minus b; each method states its own
+#: (:attr:`pipeline_lib.plan.registry.Method.compared_with`).
+VERIFIABLE_PAIRS = pairs("verifiable")
 #: Paired comparisons of the non-verifiable table.
-NONVERIFIABLE_PAIRS = (("softmax_sim", "grpo_sim"), ("softmax_sim", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "opd"))
+NONVERIFIABLE_PAIRS = pairs("nonverifiable")
 METRICS = {"pass@1_greedy": "greedy pass@1", "pass@1_sampled": "sampled pass@1"}
 
 

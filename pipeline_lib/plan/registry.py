@@ -2,8 +2,11 @@
 
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
 config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
-job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout and the builder of its
-:class:`~pipeline_lib.run_spec.RunSpec`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
+job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout function, the builder of
+its :class:`~pipeline_lib.run_spec.RunSpec` and, for a verl baseline, the function of its overrides). What used to be
+tables keyed by method name elsewhere are fields here too: the verl preflight's kind and checks (:class:`Preflight`),
+whether verl checks every prompt's expert answer first (``needs_references``) and the report's paired comparisons
+(``compared_with``, :func:`pairs`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
 what each estimator takes (its parameter dataclass) and how verl runs it. :func:`pipeline_lib.plan.plan_runs`
 reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
 take their row labels from here.
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.plan import layouts
+from pipeline_lib.plan.layouts import Ctx, Job
 from pipeline_lib.plan.settings import (
     baseline_rl_spec,
     local_base_spec,
@@ -35,9 +40,11 @@ from pipeline_lib.plan.settings import (
 from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
-           "PlanError", "group_rl", "method", "register", "unregister", "verl_estimators"]
+           "PlanError", "Preflight", "baseline", "group_rl", "method", "pairs", "preflight_kinds", "register",
+           "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
+Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
 
 
 def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -47,18 +54,38 @@ def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 
 @dataclass(frozen=True)
+class Preflight:
+    """How the verl preflight (:mod:`pipeline_lib.engines.verl.preflight`, ``config/preflight.yaml``) trains this
+    method's verl job 2 steps on CPU and what it checks afterwards."""
+
+    kind: str
+    """The preflight kind's name (``preflight.kinds``; the job ``results/preflight/<kind>/DONE.json``)."""
+    nonzero_update: bool = False
+    """Its rewards vary within a group even on a random tiny model, so some update must have a gradient."""
+    log_prob_rewards: bool = False
+    """Every reward is a log-prob of the expert answer (finite, < 0): RL-Logit's."""
+    own_teacher: bool = False
+    """The method's teacher (``train.baselines.<section>.teacher``) becomes the tiny model on a trainer GPU of its
+    own, beside the student's (OPD)."""
+
+
+@dataclass(frozen=True)
 class Entry:
     """How one engine trains a method: ``job`` is the Snakemake rule, ``entry_point`` the ``python -m`` module (and
-    subcommand), ``layout`` the command's shape (the inputs and flags the entry point takes:
-    :data:`pipeline_lib.plan.runs.LAYOUTS`), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
-    trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time."""
+    subcommand), ``layout`` the command's shape (the function of :mod:`pipeline_lib.plan.layouts` that gives the
+    inputs and flags the entry point takes), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
+    trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time; ``overrides`` names the
+    function (``module:function``, called with the run's spec and paths) that returns the overrides a verl baseline
+    adds to its RL run's (:func:`pipeline_lib.engines.verl.translate.baseline_overrides` calls it; a name, as
+    ``entry_point`` is, since the plan imports no engine)."""
 
     job: str
     entry_point: str
-    layout: str
+    layout: Layout
     spec: SpecBuilder
     verl_kind: str | None = None
     prelude: str | None = None  # a job that makes the training data first (pipeline_lib.plan.runs.PRELUDES)
+    overrides: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +106,15 @@ class Method:
     demonstrations: bool = False
     #: group_rl: a new estimator this method brings (declared in pipeline_lib.estimators by :func:`register`).
     new_estimator: EstimatorEntry | None = None
+    #: Its verl job's preflight kind and checks (None: the preflight has no kind for it).
+    preflight: Preflight | None = None
+    #: Every training prompt must carry its expert answer (``extra_info.reference``); the verl engine checks the
+    #: data before Ray starts (RARO's critic compares the expert answer with the policy's on every prompt).
+    needs_references: bool = False
+    #: The paired differences the report states with this method as ``a`` (a minus b): the other method's name by
+    #: table (``verifiable``: Table 1's metrics; ``nonverifiable``: the judge score), each with its row in the
+    #: report's list of that table (:func:`pairs`).
+    compared_with: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
@@ -91,60 +127,99 @@ def _named(build: Callable[..., RunSpec]) -> SpecBuilder:
     return lambda config, task, method: build(config, task, method)
 
 
-LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", "local_rl", local_rl_spec)
-VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", verl_rl_spec, "rl")
-#: Baselines that run as verl RL jobs (paper App. B): OPD through verl's ``distillation.*`` config, RL-Logit and RARO
-#: through the pipeline's agent loops; each keeps the task's App. B RL row, so only the method differs.
-VERL_BASELINE = Entry("train_verl", "pipeline_lib.engines.verl.train rl", "verl_rl", baseline_rl_spec, "rl")
+LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", layouts.local_rl, local_rl_spec)
+VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, verl_rl_spec, "rl")
 #: The group-RL methods' engines: they differ from each other only in estimator and reward.
 GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
 
-def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False) -> Method:
+def verl_baseline(overrides: str) -> Entry:
+    """A baseline that runs as a verl RL job (paper App. B): the task's App. B RL row, so only the method differs,
+    plus the overrides ``overrides`` (``module:function``) returns (OPD through verl's ``distillation.*`` config,
+    RL-Logit and RARO through the pipeline's agent loops)."""
+    return Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, baseline_rl_spec, "rl",
+                 overrides=overrides)
+
+
+def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False,
+             preflight: Preflight | None = None, compared_with: Mapping[str, Mapping[str, int]] | None = None
+             ) -> Method:
     """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this estimator and reward. A new
     estimator comes as its :class:`EstimatorEntry` (its parameter dataclass and verl name), which :func:`register`
     declares."""
     new = estimator if isinstance(estimator, EstimatorEntry) else None
     return Method(name, label, "group_rl", GROUP_RL, advantage=new.name if new else estimator, reward=reward,
-                  ours=ours, demonstrations=reward == "similarity", new_estimator=new)
+                  ours=ours, demonstrations=reward == "similarity", new_estimator=new, preflight=preflight,
+                  compared_with=compared_with or {})
 
 
-def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: str = "local_expert") -> Entry:
+def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
     return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, spec)
 
 
-def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False) -> Method:
-    """A baseline: its local and verl jobs and its config section ``train.baselines.<name>``."""
-    return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, demonstrations=demonstrations)
+def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False,
+             **fields: Any) -> Method:
+    """A baseline: its local and verl jobs, its config section ``train.baselines.<name>`` and any further
+    :class:`Method` field (``preflight=...``)."""
+    return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, demonstrations=demonstrations,
+                  **fields)
 
 
+_TRANSLATE = "pipeline_lib.engines.verl.translate"
 _METHODS = (
-    baseline("base", "Base", *[_local("base", local_base_spec, "local_base")] * 2),  # on verl too: a copy
+    baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2),  # on verl too: a copy
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.sft", "local_sft", local_sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_sft", verl_sft_spec, "sft")}),
+        "local": Entry("train_local", "pipeline_lib.engines.local.sft", layouts.local_sft, local_sft_spec),
+        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_sft, verl_sft_spec, "sft")},
+        preflight=Preflight("sft")),
     baseline("rationalization", "Rationalization",
-             _local("rationalization", local_rationalization_spec, "local_rationalization"),
-             Entry("train_verl", "pipeline_lib.engines.verl.train sft", "verl_rationalization", _named(verl_sft_spec),
-                   "sft", prelude="annotate")),
+             _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
+             Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_rationalization,
+                   _named(verl_sft_spec), "sft", prelude="annotate")),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
-             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", "trl_dpo", _of_task(trl_dpo_spec)),
+             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              demonstrations=True),
-    baseline("rl_logit", "RL-Logit", _local("rl_logit"), VERL_BASELINE, demonstrations=True),
-    baseline("raro", "RARO", _local("raro"), VERL_BASELINE, demonstrations=True),
-    baseline("opd", "OPD", _local("opd", layout="local_opd"), VERL_BASELINE),
-    group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity"),
-    group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
-    group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True),
-    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True),
+    # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
+    # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
+    # is empty, every rollout of a group gets the same reward and the advantage is 0, as the method defines it.
+    baseline("rl_logit", "RL-Logit", _local("rl_logit"), verl_baseline(f"{_TRANSLATE}:rl_logit_overrides"),
+             demonstrations=True, preflight=Preflight("rl_logit", log_prob_rewards=True)),
+    baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), demonstrations=True,
+             needs_references=True, preflight=Preflight("raro")),
+    baseline("opd", "OPD", _local("opd", layout=layouts.local_opd), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
+             preflight=Preflight("opd", nonzero_update=True, own_teacher=True)),
+    # The preflight trains GRPO and SoftmaxGRPO as their -Sim jobs: a random tiny model never solves a Countdown
+    # prompt, so under the verifier every group's rewards are equal, every advantage 0 and the update empty; the
+    # similarity reward varies within a group.
+    group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity", preflight=Preflight("grpo", nonzero_update=True),
+             compared_with={"verifiable": {"sft": 4}, "nonverifiable": {"sft": 2}}),
+    group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier", compared_with={"verifiable": {"sft": 2}}),
+    group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True,
+             preflight=Preflight("softmax", nonzero_update=True),
+             compared_with={"verifiable": {"grpo_sim": 1, "sft": 5},
+                            "nonverifiable": {"grpo_sim": 0, "sft": 1, "opd": 3}}),
+    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True,
+             compared_with={"verifiable": {"grpo_exact": 0, "sft": 3}}),
     # Beyond the paper: SoftmaxGRPO with each group's tau set by a target effective sample size (App. A).
-    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier"),
+    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier", preflight=Preflight("softmax_ess")),
 )
 
 #: Every method by name, in the paper's table order.
 METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
 METHOD_LABELS: dict[str, str] = {name: m.label for name, m in METHODS.items()}
 METHOD_ORDER: list[str] = list(METHODS)
+
+
+def preflight_kinds() -> dict[str, Method]:
+    """The verl preflight's kinds: kind name -> the method whose verl job it trains (:attr:`Method.preflight`)."""
+    return {m.preflight.kind: m for m in METHODS.values() if m.preflight is not None}
+
+
+def pairs(table: str) -> tuple[tuple[str, str], ...]:
+    """The paired differences ``(a, b)`` (a minus b) the report states for ``table`` (``verifiable`` or
+    ``nonverifiable``), in the report's order: each method's :attr:`Method.compared_with`."""
+    rows = sorted((row, a, b) for a, m in METHODS.items() for b, row in m.compared_with.get(table, {}).items())
+    return tuple((a, b) for _, a, b in rows)
 
 
 def method(name: str) -> Method:
@@ -162,6 +237,9 @@ def register(entry: Method) -> Method:
     ...))``."""
     if entry.name in METHODS:
         raise PlanError(f"method {entry.name!r} is already registered")
+    if entry.preflight is not None and entry.preflight.kind in preflight_kinds():
+        raise PlanError(f"method {entry.name!r}: preflight kind {entry.preflight.kind!r} is already "
+                        f"{preflight_kinds()[entry.preflight.kind].name!r}'s")
     if entry.new_estimator is not None:
         try:
             declare(entry.new_estimator)

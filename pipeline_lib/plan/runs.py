@@ -25,6 +25,12 @@ from typing import Any
 
 from pipeline_lib.cli import file_args
 from pipeline_lib.config import ConfigError, validate_config
+from pipeline_lib.estimators import params_from, schema_properties
+from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
+from pipeline_lib.plan.layouts import Ctx as _Ctx
+from pipeline_lib.plan.layouts import run_dir as _run_dir
+from pipeline_lib.plan.layouts import sentinel as _done
+from pipeline_lib.plan.layouts import spec_json as _spec_json
 from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
 from pipeline_lib.plan.settings import (
     ablation_method,
@@ -36,13 +42,12 @@ from pipeline_lib.plan.settings import (
     scale_config,
     verl_tasks,
 )
-from pipeline_lib.run_spec import ENGINES, RunSpec
+from pipeline_lib.run_spec import Estimator, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
-__all__ = ["JOBS", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
+__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
            "softmax_exact_method", "trained_methods", "validate_planned_config"]
 
-TOKENIZER = "results/data/tokenizer/tokenizer.json"
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
 #: training job starts after it (an order-only prerequisite: its timestamp reruns nothing).
 VERL_CHECKED = "results/checks/verl_overrides.json"
@@ -162,13 +167,6 @@ class Plan:
 
 # --- which task runs where ---------------------------------------------------------------------------------------
 
-def engine_of(config: Mapping[str, Any], task: str) -> str:
-    engine = config["train"].get("engine", "local")
-    if engine not in ENGINES:
-        raise PlanError(f"train.engine {engine!r}: one of {ENGINES}")
-    return "verl" if task in verl_tasks(config) else "local"
-
-
 def trained_methods(config: Mapping[str, Any], task: str) -> list[str]:
     """RL methods trained on ``task``: every ``train.methods`` entry, or on a verl task its own list
     (``train.verl.tasks.<task>.methods``: the paper's non-verifiable tasks train only the -Sim pair)."""
@@ -212,133 +210,8 @@ def _check_verl_estimator(spec: RunSpec) -> None:
                         f"ESTIMATORS entry in pipeline_lib/plan/registry.py); available: {sorted(ESTIMATORS)}")
 
 
-# --- command layouts: the inputs and flags of each entry point ----------------------------------------------------
-
-def _done(task: str, name: str, seed: int) -> str:
-    return f"results/train/{task}/{name}/seed{seed}/DONE.json"
-
-
-def _final(sentinel: str) -> str:
-    return str(Path(sentinel).parent / "final")
-
-
-def _run_dir(task: str, name: str, seed: int) -> str:
-    return f"results/train/{task}/{name}/seed{seed}"
-
-
-class _Job:
-    """What a layout returns: the job's inputs, arguments after the entry point, and whether it takes --threads."""
-
-    def __init__(self, inputs: dict[str, str], args: list[str], threads: bool = True,
-                 output: str | None = None) -> None:
-        self.inputs, self.args, self.threads, self.output = inputs, args, threads, output
-
-
 def _module(entry_point: str) -> list[str]:
     return ["python", "-m", *entry_point.split()]
-
-
-def _spec_json(spec: RunSpec) -> str:
-    return spec.to_json()
-
-
-@dataclass
-class _Ctx:
-    """One run being built: where it lives and what it starts from."""
-
-    config: Mapping[str, Any]
-    task: str
-    name: str
-    method: str
-    seed: int
-    init: str  # the SFT sentinel it starts from
-    data: str  # the RL prompts it trains on
-
-
-def _local_sft(c: _Ctx, spec: RunSpec) -> _Job:
-    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--tokenizer",
-                         str(Path(TOKENIZER).parent), "--run-dir", _run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)])
-
-
-def _local_rl(c: _Ctx, spec: RunSpec) -> _Job:
-    inputs = {"data": c.data, "init": c.init}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--init", _final(c.init),
-                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
-
-
-def _local_base(c: _Ctx, spec: RunSpec) -> _Job:
-    """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
-    model built from scratch on the pipeline's tokenizer."""
-    if engine_of(c.config, c.task) == "verl":
-        return _Job({}, ["--spec", _spec_json(spec), "--run-dir", _run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed), "--init", c.config["train"]["verl"]["model"]], threads=False)
-    return _Job({"tokenizer": TOKENIZER}, ["--spec", _spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
-                                           "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)],
-                threads=False)
-
-
-def _local_rationalization(c: _Ctx, spec: RunSpec) -> _Job:
-    annotator = _done(c.task, c.config["train"]["baselines"]["rationalization"]["annotator"], c.seed)
-    base = _done(c.task, "base", c.seed)
-    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, "annotator": annotator,
-              "base": base}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--annotator", _final(annotator),
-                         "--init", _final(base), "--tokenizer", str(Path(TOKENIZER).parent),
-                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
-
-
-def _local_expert(c: _Ctx, spec: RunSpec) -> _Job:
-    inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
-              "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--demonstrations",
-                         inputs["demonstrations"], "--init", _final(c.init),
-                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
-
-
-def _local_opd(c: _Ctx, spec: RunSpec) -> _Job:
-    hub = c.config["train"]["baselines"]["opd"]["teacher"].get("hub")
-    teacher = hub or _done(c.task, "opd_teacher", c.seed)
-    inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
-              **({} if hub else {"teacher": teacher})}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--teacher",
-                         hub or _final(teacher), "--init", _final(c.init),
-                         "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
-
-
-def _local_opd_teacher(c: _Ctx, spec: RunSpec) -> _Job:
-    from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
-    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
-              **({"init": c.init} if from_sft else {})}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", inputs["data"], "--tokenizer",
-                         str(Path(TOKENIZER).parent), "--run-dir", _run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed), *(["--init", _final(c.init)] if from_sft else []),
-                         "--kind", "opd_teacher"])
-
-
-def _verl_sft(c: _Ctx, spec: RunSpec, data: str | None = None) -> _Job:
-    data = data or f"results/data/{c.task}/sft_train.parquet"
-    return _Job({"data": data}, ["--spec", _spec_json(spec), "--data", data,
-                                 "--run-dir", _run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)], threads=False)
-
-
-def _verl_rationalization(c: _Ctx, spec: RunSpec) -> _Job:
-    return _verl_sft(c, spec, f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet")
-
-
-def _verl_rl(c: _Ctx, spec: RunSpec) -> _Job:
-    inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--val-data", inputs["val"],
-                         "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)], threads=False)
-
-
-def _trl_dpo(c: _Ctx, spec: RunSpec) -> _Job:
-    inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
-    return _Job(inputs, ["--spec", _spec_json(spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
-                         "--init", _final(c.init), "--run-dir", _run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)], threads=False)
 
 
 def _annotate(c: _Ctx, study: str) -> Run:
@@ -356,15 +229,6 @@ def _annotate(c: _Ctx, study: str) -> Run:
 #: Preparatory job name (registry ``Entry.prelude``) -> builder.
 PRELUDES: dict[str, Callable[[_Ctx, str], Run]] = {"annotate": _annotate}
 
-#: Command layout name (registry ``Entry.layout``) -> builder.
-LAYOUTS: dict[str, Callable[[_Ctx, RunSpec], _Job]] = {
-    "local_sft": _local_sft, "local_rl": _local_rl, "local_base": _local_base,
-    "local_rationalization": _local_rationalization, "local_expert": _local_expert, "local_opd": _local_opd,
-    "local_opd_teacher": _local_opd_teacher, "verl_sft": _verl_sft, "verl_rationalization": _verl_rationalization,
-    "verl_rl": _verl_rl, "trl_dpo": _trl_dpo,
-}
-
-
 # --- building runs -------------------------------------------------------------------------------------------------
 
 #: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's, TRL's Iterative
@@ -380,7 +244,7 @@ def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
 
 def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
     _check_verl_estimator(spec)
-    job = LAYOUTS[entry.layout](c, spec)
+    job = entry.layout(c, spec)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
                args=(*_module(entry.entry_point), *job.args), spec=spec, resources=dict(spec.resources),
@@ -451,22 +315,38 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
     c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, "sft", seed), "")
-    entry = Entry("train_local", "pipeline_lib.engines.local.sft", "local_opd_teacher", opd_teacher_spec)
+    entry = Entry("train_local", "pipeline_lib.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
+
+
+#: The ImageNet study's maximum-likelihood objective (cross-entropy: no rollouts, no estimator); its other objectives
+#: are advantage estimators, run through :mod:`pipeline_lib.advantages` with their parameters from ``imagenet``.
+ML_OBJECTIVE = "ml"
+
+
+def _imagenet_estimator(objective: str, section: Mapping[str, Any]) -> Estimator:
+    """The ImageNet objective's estimator: its parameters read from the ``imagenet`` section by their dataclass's
+    field names (``imagenet.tau`` for SoftmaxGRPO), as a group-RL run's are from its ``train.methods`` entry."""
+    try:
+        return Estimator(objective, params_from(objective, section))
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"imagenet objective {objective!r}: {exc}") from None
 
 
 def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
     section = config.get("imagenet") or {}
     if not section.get("enabled"):
         return []
-    settings = imagenet_run_spec(section)
+    # an estimator's parameters (imagenet.tau) go to the estimator of the objectives that take them, nowhere else
+    settings = {k: v for k, v in imagenet_run_spec(section).items() if k not in schema_properties()}
     runs = []
     for objective in section["objectives"]:
-        for rollouts in [0] if objective == "ml" else section["rollouts"]:
+        estimator = None if objective == ML_OBJECTIVE else _imagenet_estimator(objective, section)
+        for rollouts in [0] if estimator is None else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
                 spec = RunSpec(method=objective, task="imagenet", engine="classify", settings=settings,
-                               baseline={"objective": objective, "rollouts": rollouts})
+                               estimator=estimator, baseline={"objective": objective, "rollouts": rollouts})
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),

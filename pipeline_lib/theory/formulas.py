@@ -20,6 +20,7 @@ from scipy.special import betainc
 from scipy.stats import binom
 
 from pipeline_lib.advantages import group_advantages
+from pipeline_lib.estimators import params_from
 
 __all__ = [
     "MC_OBJECTIVES",
@@ -168,9 +169,8 @@ def omega_monte_carlo(
     if objective == "ml":
         advantages = rewards / p - 1.0
     else:
-        params = {"tau": tau} if objective == "softmax" else {}
-        if objective == "softmax" and tau is None:
-            raise ValueError("objective 'softmax' needs tau")
+        # the estimator's parameters by its dataclass's field names (softmax: tau), as a training run's are
+        params = params_from(objective, {} if tau is None else {"tau": tau})
         group_ids = torch.arange(n_groups).repeat_interleave(M)
         advantages = group_advantages(objective, rewards.flatten(), group_ids, **params).view(n_groups, M)
     # One covariance sample per group (the mean over its members) keeps samples independent.

@@ -10,9 +10,10 @@ from pipeline_lib.checkpoint import CHECKPOINT_NAME, STALE_DIR
 from pipeline_lib.classify import train as train_module
 from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.data.imagenet import validate_imagefolder
-from pipeline_lib.plan import plan_runs
+from pipeline_lib.estimators import params_from
+from pipeline_lib.plan import Estimator, PlanError, plan_runs
 from pipeline_lib.plan.settings import imagenet_run_spec
-from tests.conftest import CLASSIFY_SPEC, final_parameters
+from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, final_parameters
 
 
 def flat_grad(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -31,11 +32,11 @@ def small_problem():
 
 def test_softmax_direction_approaches_ml_with_many_rollouts_at_low_tau():
     model, inputs, labels = small_problem()
-    ml = flat_grad(model, objective_loss("ml", model(inputs), labels, 0, 0.0).loss)
+    ml = flat_grad(model, objective_loss("ml", model(inputs), labels, 0).loss)
     gen = torch.Generator().manual_seed(1)
     cosines = {}
     for rollouts in (4, 4096):
-        rl = flat_grad(model, objective_loss("softmax", model(inputs), labels, rollouts, 0.01, gen).loss)
+        rl = flat_grad(model, objective_loss("softmax", model(inputs), labels, rollouts, {"tau": 0.01}, gen).loss)
         cosines[rollouts] = F.cosine_similarity(ml, rl, dim=0).item()
     assert cosines[4096] > 0.97
     assert cosines[4096] > cosines[4]
@@ -46,7 +47,8 @@ def test_no_correct_sample_means_no_update(objective):
     model, inputs, labels = small_problem()
     with torch.no_grad():
         model.bias[labels.unique()] = -1e4  # the true classes are never sampled
-    out = objective_loss(objective, model(inputs), labels, 64, 0.2, torch.Generator().manual_seed(0))
+    out = objective_loss(objective, model(inputs), labels, 64, params_from(objective, {"tau": 0.2}),
+                         torch.Generator().manual_seed(0))
     assert out.reward_mean == 0.0 and out.groups_with_signal == 0.0
     assert torch.count_nonzero(flat_grad(model, out.loss)) == 0
 
@@ -65,14 +67,14 @@ def test_pass_at_k_closed_form_matches_monte_carlo():
 def test_unknown_objective_and_bad_rollouts():
     model, inputs, labels = small_problem()
     with pytest.raises(ValueError, match="unknown objective"):
-        objective_loss("ppo", model(inputs), labels, 4, 0.2)
+        objective_loss("ppo", model(inputs), labels, 4)
     with pytest.raises(ValueError, match="rollouts"):
-        objective_loss("grpo", model(inputs), labels, 0, 0.2)
+        objective_loss("grpo", model(inputs), labels, 0)
 
 
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False)
+    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False, params=CLASSIFY_PARAMS)
 
     interrupted = tmp_path / "interrupted"
     real_save = train_module.save_checkpoint
@@ -84,10 +86,10 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypa
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False)
+        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
     assert not (interrupted / "DONE.json").exists()
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False)
+    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
 
     a, b = final_parameters(straight), final_parameters(interrupted)
     for key in a:
@@ -130,9 +132,32 @@ def test_imagefolder_validation(tmp_path):
 
 
 def test_run_targets_and_spec():
-    section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1}
+    section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1,
+               "tau": 0.1}
     runs = plan_runs({"imagenet": section}).requests["imagenet"]
     assert "results/train/imagenet/ml/m0/seed1/DONE.json" in runs
     assert "results/train/imagenet/softmax/m16/seed0/DONE.json" in runs
     assert len(runs) == 2 + 4
-    assert imagenet_run_spec(section) == {"lr": 0.1}
+    assert imagenet_run_spec(section) == {"lr": 0.1, "tau": 0.1}
+
+
+def test_an_imagenet_objective_is_an_estimator_with_its_parameters_from_the_imagenet_section():
+    section = {"enabled": True, "objectives": ["ml", "grpo", "softmax"], "rollouts": [4], "seeds": [0], "lr": 0.1,
+               "tau": 0.3}
+    specs = {run.method: run.spec for run in plan_runs({"imagenet": section}).runs}
+    assert specs["softmax"].estimator == Estimator("softmax", {"tau": 0.3})  # imagenet.tau: softmax's tau field
+    assert specs["grpo"].estimator == Estimator("grpo", {})  # eps keeps its dataclass default
+    assert specs["ml"].estimator is None
+    assert all("tau" not in spec.settings for spec in specs.values())  # one home: the estimator's params
+    retuned = {run.method: run.spec for run in plan_runs({"imagenet": {**section, "tau": 3.0}}).runs}
+    assert retuned["ml"] == specs["ml"] and retuned["grpo"] == specs["grpo"]  # a new tau reruns softmax only
+    assert retuned["softmax"] != specs["softmax"]
+    with pytest.raises(PlanError, match=r"imagenet objective 'softmax'.*needs parameter\(s\) \['tau'\]"):
+        plan_runs({"imagenet": {k: v for k, v in section.items() if k != "tau"}})
+
+
+def test_the_trainer_takes_the_estimator_parameters_its_spec_carries(tmp_path):
+    with pytest.raises(TypeError, match=r"needs parameter\(s\) \['tau'\]"):
+        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, tmp_path, progress=False)
+    with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['tau'\]"):
+        train_module.train(CLASSIFY_SPEC, "grpo", 8, 0, tmp_path, progress=False, params=CLASSIFY_PARAMS)

@@ -1,11 +1,15 @@
 """Adding an estimator as a user would: its function, its parameter dataclass, one registry line and one
-``train.methods`` entry that the real schema validates. The toy estimator is then planned, trained two steps on the
-local engine (its advantages in ``rollouts.jsonl`` checked against a direct computation) and translated for verl."""
+``train.methods`` entry in a config file that the real schema validates (the schema learns the new parameters from
+the dataclass). The toy estimator is then planned, trained two steps on the local engine (its advantages in
+``rollouts.jsonl`` checked against a direct computation on the logged rewards) and, on the paper config, turned into
+verl overrides that verl validates and whose algorithm config runs the toy estimator with the configured parameters
+through verl's own estimator registry."""
 
 import copy
 import json
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -13,7 +17,7 @@ import yaml
 from pipeline_lib import advantages
 from pipeline_lib.config import ConfigError
 from pipeline_lib.data.build import build_tiny, build_tokenizer
-from pipeline_lib.estimators import EstimatorEntry, param
+from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, param
 from pipeline_lib.model import build_model, save_model_atomic
 from pipeline_lib.plan import Estimator, group_rl, plan_runs, register, unregister, validate_planned_config
 from tests.conftest import REPO
@@ -21,8 +25,11 @@ from tests.conftest import REPO
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 TOY = "toy_shifted"  # the estimator's name
 METHOD = "toy_exact"  # the method that trains with it
-ENTRY = {"advantage": TOY, "scale": 2.0, "shift": 0.25, "reward": "verifier"}  # its train.methods entry
+SCALE, SHIFT = 2.0, 0.25
+ENTRY = {"advantage": TOY, "scale": SCALE, "shift": SHIFT, "reward": "verifier"}  # its train.methods entry
 
+
+# --- what the user writes -------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class ToyParams:
@@ -32,25 +39,34 @@ class ToyParams:
     shift: float = param("Added to every advantage (so even a group of equal rewards shows the parameters).")
 
 
-def _toy_advantage(rewards: torch.Tensor, index: advantages.GroupIndex, scale: float, shift: float) -> torch.Tensor:
+def toy_advantage(rewards: torch.Tensor, index: advantages.GroupIndex, scale: float, shift: float) -> torch.Tensor:
     """``scale * (R - group mean) + shift``."""
     return float(scale) * (rewards - index.expand(index.mean(rewards))) + float(shift)
 
 
+def expected(rewards: list[float], groups: list) -> list[float]:
+    """The toy's formula computed directly (plain Python, not the estimator): the test's oracle."""
+    means = {g: sum(r for r, h in zip(rewards, groups, strict=True) if h == g) / groups.count(g) for g in groups}
+    return [SCALE * (r - means[g]) + SHIFT for r, g in zip(rewards, groups, strict=True)]
+
+
 @pytest.fixture
 def toy_method():
-    """The user's steps (undone afterwards: the registries are process-wide): one registry line, the function."""
+    """The user's two steps (undone afterwards: the registries are process-wide): the registry line, and the
+    function registered as ``@register_advantage(TOY)`` would be."""
     register(group_rl(METHOD, "Toy-Exact", EstimatorEntry(TOY, ToyParams), "verifier"))
     try:
-        advantages.register_advantage(TOY)(_toy_advantage)
+        advantages.register_advantage(TOY)(toy_advantage)
         yield
     finally:
         unregister(METHOD)
-        advantages._REGISTRY.pop(TOY, None)
+        advantages.unregister_advantage(TOY)
+    assert TOY not in ESTIMATORS and TOY not in advantages.available_estimators()
 
 
 def _config(name: str, entry: dict | None = None) -> dict:
-    """``config/<name>`` with the toy method's entry (and the tiny run's RL settings), validated by the real schema."""
+    """``config/<name>`` as read from disk with the toy method's ``train.methods`` entry added, then validated by the
+    real schema (the one the workflow loads)."""
     config = yaml.safe_load((REPO / "config" / name).read_text())
     train = config.setdefault("train", {})
     if "methods" not in train:  # paper.yaml takes train.methods from the schema's defaults: keep them
@@ -59,6 +75,8 @@ def _config(name: str, entry: dict | None = None) -> dict:
     train["methods"][METHOD] = dict(entry or ENTRY)
     return validate_planned_config(config, SCHEMA, base_dir=REPO)
 
+
+# --- the checks -----------------------------------------------------------------------------------------------------
 
 def test_an_undeclared_estimators_parameters_are_unknown_keys_of_the_real_schema():
     with pytest.raises(ConfigError, match=rf"train\.methods\.{METHOD}"):
@@ -76,7 +94,7 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
     config = _config("config.yaml")
     config["train"]["rl"].update(steps=2, prompts_per_step=2, group_size=4, minibatches=1, checkpoint_every=1)
     run = plan_runs(config).get("train_local", f"countdown_tiny/{METHOD}/seed0")
-    assert run.spec.estimator == Estimator(TOY, {"scale": 2.0, "shift": 0.25})
+    assert run.spec.estimator == Estimator(TOY, {"scale": SCALE, "shift": SHIFT})
     assert run.entry_module == "pipeline_lib.engines.local.rl"
 
     # the run's inputs where its command expects them (relative to the workflow directory)
@@ -95,25 +113,34 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
     module = run.args.index("-m")
     assert rl_main([*run.args[module + 2:], *run.extra_args(threads=1, tracking=False)]) == 0
     run_dir = tmp_path / run.output.rsplit("/", 1)[0]
-    assert (run_dir / "DONE.json").is_file()
+    assert json.loads((run_dir / "DONE.json").read_text())["advantage"] == TOY
     rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all(len(row["advantage"]) == 2 * 4 for row in rows)  # 2 steps of 2 prompts x M = 4
+    assert [row["step"] for row in rows] == [1, 2] and all(len(row["advantage"]) == 2 * 4 for row in rows)
     for row in rows:  # the toy's formula, computed directly from the logged rewards and groups
-        rewards, groups = row["reward"], row["group"]
-        for i, (reward, group) in enumerate(zip(rewards, groups, strict=True)):
-            members = [r for r, g in zip(rewards, groups, strict=True) if g == group]
-            expected = 2.0 * (reward - sum(members) / len(members)) + 0.25
-            assert row["advantage"][i] == pytest.approx(expected, abs=1e-6), (row["step"], i)
+        assert row["advantage"] == pytest.approx(expected(row["reward"], row["group"]), abs=1e-6), row["step"]
 
 
-def test_a_toy_estimator_becomes_verl_overrides_that_verl_accepts(toy_method, tmp_path):
+def test_a_toy_estimator_becomes_verl_overrides_that_verl_validates_and_runs(toy_method, tmp_path):
+    from pipeline_lib.engines.verl import estimators as verl_side
     from pipeline_lib.engines.verl.translate import plan_overrides
-    from pipeline_lib.engines.verl.validate import check_override_keys
+    from pipeline_lib.engines.verl.validate import validate_rl
 
     runs = [r for r in plan_overrides(plan_runs(_config("paper.yaml"))) if r[0] == f"gsm8k/{METHOD}/seed0"]
     assert len(runs) == 1
     overrides = runs[0][2]
     assert f"algorithm.adv_estimator={TOY}" in overrides
-    assert "+algorithm.scale=2.0" in overrides and "+algorithm.shift=0.25" in overrides
+    assert f"+algorithm.scale={SCALE}" in overrides and f"+algorithm.shift={SHIFT}" in overrides
     assert not any("algorithm.tau" in o for o in overrides)  # gsm8k's row tau is not this estimator's parameter
-    assert check_override_keys(runs, cache_dir=tmp_path)["composed"] == 1
+
+    verl_side.register()  # as importing it in a fresh process does: every estimator the registry declares as ours
+    config = validate_rl(overrides, label=runs[0][0])  # verl's own checks, the estimator run through compute_advantage
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.5]
+    groups = ["a", "a", "a", "a", "b", "b", "b", "b"]
+    token_rewards = torch.zeros(8, 3)
+    token_rewards[:, -1] = torch.tensor(rewards)
+    advantage, _ = get_adv_estimator_fn(config.algorithm.adv_estimator)(
+        token_level_rewards=token_rewards, response_mask=torch.ones(8, 3), index=np.array(groups, dtype=object),
+        config=config.algorithm)
+    assert advantage[:, 0].tolist() == pytest.approx(expected(rewards, groups), abs=1e-6)  # scale and shift arrived

@@ -194,11 +194,11 @@ def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one
     package = tmp_path / "pkg"
     shutil.copytree(REPO / "pipeline_lib", package / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
     registry = package / "pipeline_lib/plan/registry.py"
-    anchor = '    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True),\n'
+    anchor = '    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier"'
     text = registry.read_text()
     assert anchor in text
-    registry.write_text(text.replace(anchor, anchor + '    group_rl("dr_grpo_exact", "Dr.GRPO-Exact", "dr_grpo", '
-                                                      '"verifier"),\n'))
+    new = '    group_rl("dr_grpo_exact", "Dr.GRPO-Exact", "dr_grpo", "verifier"),\n'
+    registry.write_text(text.replace(anchor, new + anchor))
     workflow = tmp_path / "wf"
     workflow.mkdir()
     for part in WORKFLOW_PARTS:

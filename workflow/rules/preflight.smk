@@ -49,9 +49,9 @@ rule preflight_model:
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
-# SFT (the kind that reproduces no method) from the tiny model; every RL kind from the SFT run's merged model, as the
+# SFT (the kind whose trainer is verl's SFT) from the tiny model; every RL kind from the SFT run's merged model, as the
 # real RL runs start from theirs.
-SFT_KIND = next(kind for kind, (_, method) in KINDS.items() if method is None)
+SFT_KIND = next(kind for kind, (trainer, _) in KINDS.items() if trainer == "sft")
 
 
 rule preflight_train:

@@ -38,6 +38,7 @@ from pipeline_lib.engines.verl.translate import TrainPaths
 from pipeline_lib.env import env
 from pipeline_lib.io import atomic_path
 from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
+from pipeline_lib.plan.registry import Preflight, preflight_kinds
 from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_advantages", "check_run", "check_weight_syncs",
@@ -45,30 +46,22 @@ __all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_advantages", "c
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
-#: Preflight kind -> (verl trainer, the paper config's method or baseline whose real run it reproduces). GRPO and
-#: SoftmaxGRPO run their -Sim jobs: a random tiny model never solves a Countdown prompt, so under the verifier every
-#: group's rewards are equal, every advantage 0 and the update empty; the similarity reward varies within a group.
-KINDS: dict[str, tuple[str, str | None]] = {
-    "sft": ("sft", None),
-    "grpo": ("rl", "grpo_sim"),
-    "softmax": ("rl", "softmax_sim"),
-    "softmax_ess": ("rl", "softmax_ess"),
-    "opd": ("rl", "opd"),
-    "raro": ("rl", "raro"),
-    "rl_logit": ("rl", "rl_logit"),
-}
+#: Preflight kind -> (verl trainer, the paper config's method whose real run it reproduces): each registry entry's
+#: :attr:`~pipeline_lib.plan.registry.Method.preflight` (its kind and checks live there, beside the method).
+KINDS: dict[str, tuple[str, str]] = {kind: (str(m.engines["verl"].verl_kind), m.name)
+                                     for kind, m in preflight_kinds().items()}
 #: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
 PROBS_DIFF_TOLERANCE = 1e-2
-#: Kinds whose rewards vary within a group even on a random tiny model, so their update must have a gradient.
-#: RL-Logit is not one: its reward is log pi(a* | q, z) with z the rollout's reasoning, the text before ``</think>``
-#: or an ``<answer>`` line; the tiny model's 32-token rollouts rarely hold either, so z is empty, every rollout of a
-#: group gets the same reward and the advantage is 0, as the method defines it. Its check is
-#: :func:`check_advantages` (a gradient wherever an advantage is not 0) and a log-prob reward on every rollout.
-NONZERO_UPDATE = ("grpo", "softmax", "opd")
-
-
 class PreflightError(RuntimeError):
     """A preflight job found verl not training as the real run would; the message names the kind and the check."""
+
+
+def _checks(kind: str) -> Preflight:
+    """What the preflight checks for ``kind``: its method's :attr:`~pipeline_lib.plan.registry.Method.preflight`."""
+    found = preflight_kinds().get(kind)
+    if found is None or found.preflight is None:
+        raise PreflightError(f"unknown preflight kind {kind!r}; known: {sorted(KINDS)} (a registry entry's preflight)")
+    return found.preflight
 
 
 def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -127,13 +120,11 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
     for baseline, settings in (section.get("baselines") or {}).items():  # sizes only, e.g. RARO's critic prompts
         config["train"]["baselines"][baseline] = {**config["train"]["baselines"][baseline], **settings}
     task = section["task"]
-    if trainer == "sft":
-        method = "sft"
-    elif method == "opd":  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on one
-        # trainer "GPU" of its own beside the student's, as on a GPU node
-        opd = config["train"]["baselines"]["opd"]
-        opd["teacher"] = {"hub": model_dir}
-        opd["verl"] = {**(opd.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
+    if _checks(kind).own_teacher:  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on
+        # one trainer "GPU" of its own beside the student's, as on a GPU node
+        own = config["train"]["baselines"][METHODS[method].section]
+        own["teacher"] = {"hub": model_dir}
+        own["verl"] = {**(own.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
         config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
     spec = METHODS[method].engines["verl"].spec(config, task, method)
     cpu_settings = cpu_overrides(trainer, spec.settings["gpus_per_node"], dict(env_vars or {}))
@@ -189,7 +180,7 @@ def check_advantages(kind: str, run_dir: Path, rows: Sequence[Mapping[str, Any]]
         if moving and not grad.get(step["step"], 0.0) > 0:
             raise PreflightError(f"{kind}: step {step['step']} has {moving} rollout(s) with a non-zero advantage "
                                  f"but actor/grad_norm 0 ({path}): verl did not train on them")
-        if kind == "rl_logit" and not all(math.isfinite(r) and r < 0 for r in step["reward"]):
+        if _checks(kind).log_prob_rewards and not all(math.isfinite(r) and r < 0 for r in step["reward"]):
             raise PreflightError(f"{kind}: step {step['step']} rewards {step['reward']} are not all log-probs "
                                  f"(finite, < 0) of the expert answer ({path}): the RL-Logit reward did not run")
 
@@ -204,7 +195,7 @@ def check_run(kind: str, run_dir: Path, steps: int, sync_log: Path | None = None
     trained = sorted(row["step"] for row in rows if row["step"] > 0)  # step 0: validation before training
     if trained != list(range(1, steps + 1)):
         raise PreflightError(f"{kind}: verl logged steps {trained}, expected 1..{steps} ({run_dir}/metrics.jsonl)")
-    if kind in NONZERO_UPDATE and not max(abs(row.get("actor/grad_norm", 0.0)) for row in rows) > 0:
+    if _checks(kind).nonzero_update and not max(abs(row.get("actor/grad_norm", 0.0)) for row in rows) > 0:
         raise PreflightError(f"{kind}: every step's actor/grad_norm is 0: verl trained nothing ({run_dir})")
     if KINDS[kind][0] == "rl":
         if sync_log is None:

@@ -83,7 +83,7 @@ FRESH_ANSWER_TIMEOUT_S = 1800.0
 
 @dataclass(frozen=True)
 class RaroSettings:
-    """What the loops and the buffer need: ``+raro`` (translate._raro_overrides), data.seed, trainer.save_freq."""
+    """What the loops and the buffer need: ``+raro`` (translate.raro_overrides), data.seed, trainer.save_freq."""
 
     critic_system_prompt: str
     critic_max_new_tokens: int
@@ -98,7 +98,7 @@ class RaroSettings:
     def from_config(cls, config: Any) -> RaroSettings:
         raro = config.get("raro")
         if raro is None:
-            raise KeyError("the verl config has no `raro` section (set by translate._raro_overrides as +raro=...)")
+            raise KeyError("the verl config has no `raro` section (set by translate.raro_overrides as +raro=...)")
         rewards = raro["rewards"]
         for role in ("policy", "critic"):
             missing = [v for v in VERDICTS if v not in rewards[role]]

@@ -372,7 +372,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
         return None
     if kind != "sft":
         require_installed_project()
-    if spec.method == "raro":  # every prompt needs its expert answer; fail before Ray and the GPUs start
+    if METHODS[spec.method].needs_references:  # every prompt needs its expert answer; fail before Ray and the GPUs
         from pipeline_lib.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)

@@ -14,13 +14,14 @@ policy update per step.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.plan import ESTIMATORS, METHODS, Plan, Run, RunSpec
+from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
 from pipeline_lib.run_spec import VerlRLKnobs
 from pipeline_lib.tracking import TrackingSettings
 
@@ -38,16 +39,20 @@ __all__ = [
     "experiment_name",
     "hydra_value",
     "metrics_log_path",
+    "opd_overrides",
     "opd_teacher_settings",
     "plan_overrides",
+    "raro_overrides",
     "reward_health_dir",
     "rl_logit_agent_loop",
+    "rl_logit_overrides",
     "rl_overrides",
     "rollout_dump_dir",
     "run_overrides",
     "run_paths",
     "sft_overrides",
     "tracking_env",
+    "verl_baseline",
 ]
 
 #: Module that registers our estimators; Ray workers import it through VERL_USE_EXTERNAL_MODULES too.
@@ -110,11 +115,24 @@ def _overrides(pairs: Mapping[str, Any]) -> list[str]:
 # --- the baselines' own overrides --------------------------------------------------------------------------------
 
 def baseline_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
-    """The overrides a verl baseline adds to (or replaces in) its RL run's."""
-    builders = {"opd": _opd_overrides, "rl_logit": _rl_logit_overrides, "raro": _raro_overrides}
-    if spec.method not in builders:
-        raise ValueError(f"{spec.method!r} is not a verl RL baseline; verl RL baselines: {sorted(builders)}")
-    return builders[spec.method](spec, paths)
+    """The overrides a verl baseline adds to (or replaces in) its RL run's: those its registry entry's
+    ``overrides`` function (``module:function``, :class:`pipeline_lib.plan.registry.Entry`) returns."""
+    entry = METHODS[spec.method].engines.get("verl")
+    if entry is None or not entry.overrides:
+        raise ValueError(f"{spec.method!r} is not a verl RL baseline (its registry entry names no verl overrides); "
+                         f"verl RL baselines: {sorted(m.name for m in METHODS.values() if verl_baseline(m))}")
+    module, _, name = entry.overrides.partition(":")
+    build = getattr(importlib.import_module(module), name, None)
+    if not callable(build):
+        raise ValueError(f"method {spec.method!r}: its verl overrides {entry.overrides!r} name no function "
+                         f"(pipeline_lib/plan/registry.py)")
+    return build(spec, paths)
+
+
+def verl_baseline(method: Method) -> bool:
+    """Whether ``method`` runs as a verl RL job with overrides of its own (OPD, RL-Logit, RARO)."""
+    entry = method.engines.get("verl")
+    return entry is not None and bool(entry.overrides)
 
 
 #: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key). The
@@ -159,7 +177,7 @@ def opd_teacher_settings(spec: RunSpec) -> dict[str, Any]:
     return {"model": hub, **teacher, "student_gpus_per_node": student}
 
 
-def _opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+def opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     """On-policy distillation (lu2025) through verl's ``distillation.*``: student rollouts, per-token reverse KL to
     the teacher as the policy-gradient reward (``k1`` + ``use_policy_gradient``); the task reward is only logged.
 
@@ -211,7 +229,7 @@ def rl_logit_agent_loop(variant: str) -> str:
     return f"rl_logit_{variant}"
 
 
-def _rl_logit_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+def rl_logit_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     """RL-Logit: every rollout runs the pipeline's agent loop, which scores log pi(a* | q, z) on the rollout server
     (current weights, no gradient) and hands it to verl as the rollout's reward (``rm_scores``)."""
     variant = spec.baseline.get("variant", "logprob")
@@ -237,7 +255,7 @@ def raro_replay_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "raro_replay"
 
 
-def _raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     """RARO: per step ``prompts_per_step`` policy rows plus ``critic_prompts_per_step`` critic rows (each M rollouts,
     one GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
     reward both roles by the critic's verdicts; the replay buffer lives beside the run.
@@ -427,7 +445,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
            REWARD_HEALTH_ENV: str(reward_health_dir(paths.run_dir)), **tracking_env(paths)}
     for name, value in env.items():
         pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
-    if METHODS[spec.method].family == "baseline":
+    if verl_baseline(METHODS[spec.method]):
         pairs.update(baseline_overrides(spec, paths))
     return _overrides(pairs) + list(spec.extra_overrides)
 

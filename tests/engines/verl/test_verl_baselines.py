@@ -13,11 +13,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigW
 from pipeline_lib.engines.local.expert import split_reasoning
 from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
-from pipeline_lib.engines.verl.translate import rl_overrides
+from pipeline_lib.engines.verl.translate import rl_overrides, verl_baseline
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
 from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
 from pipeline_lib.plan import METHODS
-from pipeline_lib.plan.registry import VERL_BASELINE
 from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
 from tests.conftest import MODEL
 from tests.engines.verl.conftest import PATHS, paper_baselines
@@ -140,7 +139,7 @@ def test_rl_logit_loop_leaves_validation_rows_to_the_verifier_and_needs_the_refe
 
 
 #: The baselines the registry trains as verl RL jobs.
-VERL_BASELINES = [name for name, entry in METHODS.items() if entry.engines.get("verl") is VERL_BASELINE]
+VERL_BASELINES = [name for name, entry in METHODS.items() if verl_baseline(entry)]
 
 
 def baseline_runs(config):

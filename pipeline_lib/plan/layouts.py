@@ -1,0 +1,155 @@
+"""Command layouts: the inputs and flags of each training entry point, one function per shape of command.
+
+A registry entry's :attr:`~pipeline_lib.plan.registry.Entry.layout` is one of these functions (the entry holds the
+function itself, not a name): given the run being built (:class:`Ctx`) and its spec, it returns the job's inputs and
+the arguments after ``python -m <entry point>`` (:class:`Job`). :mod:`pipeline_lib.plan.runs` calls it; this module
+imports neither the registry nor the runs, so the registry can name its layouts directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.plan.settings import verl_tasks
+from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
+
+__all__ = ["TOKENIZER", "Ctx", "Job", "engine_of", "final_dir", "local_base", "local_expert", "local_opd",
+           "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel", "spec_json",
+           "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
+
+TOKENIZER = "results/data/tokenizer/tokenizer.json"
+
+
+def engine_of(config: Mapping[str, Any], task: str) -> str:
+    engine = config["train"].get("engine", "local")
+    if engine not in ENGINES:
+        raise PlanError(f"train.engine {engine!r}: one of {ENGINES}")
+    return "verl" if task in verl_tasks(config) else "local"
+
+
+def sentinel(task: str, name: str, seed: int) -> str:
+    """A run's sentinel, ``DONE.json`` in its run directory."""
+    return f"results/train/{task}/{name}/seed{seed}/DONE.json"
+
+
+def final_dir(done: str) -> str:
+    """The merged model beside a run's sentinel ``done``."""
+    return str(Path(done).parent / "final")
+
+
+def run_dir(task: str, name: str, seed: int) -> str:
+    return f"results/train/{task}/{name}/seed{seed}"
+
+
+class Job:
+    """What a layout returns: the job's inputs, arguments after the entry point, and whether it takes --threads."""
+
+    def __init__(self, inputs: dict[str, str], args: list[str], threads: bool = True,
+                 output: str | None = None) -> None:
+        self.inputs, self.args, self.threads, self.output = inputs, args, threads, output
+
+
+def spec_json(spec: RunSpec) -> str:
+    return spec.to_json()
+
+
+@dataclass
+class Ctx:
+    """One run being built: where it lives and what it starts from."""
+
+    config: Mapping[str, Any]
+    task: str
+    name: str
+    method: str
+    seed: int
+    init: str  # the SFT sentinel it starts from
+    data: str  # the RL prompts it trains on
+
+
+def local_sft(c: Ctx, spec: RunSpec) -> Job:
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent), "--run-dir", run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)])
+
+
+def local_rl(c: Ctx, spec: RunSpec) -> Job:
+    inputs = {"data": c.data, "init": c.init}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--init", final_dir(c.init),
+                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def local_base(c: Ctx, spec: RunSpec) -> Job:
+    """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
+    model built from scratch on the pipeline's tokenizer."""
+    if engine_of(c.config, c.task) == "verl":
+        return Job({}, ["--spec", spec_json(spec), "--run-dir", run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed), "--init", c.config["train"]["verl"]["model"]], threads=False)
+    return Job({"tokenizer": TOKENIZER}, ["--spec", spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
+                                           "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)],
+                threads=False)
+
+
+def local_rationalization(c: Ctx, spec: RunSpec) -> Job:
+    annotator = sentinel(c.task, c.config["train"]["baselines"]["rationalization"]["annotator"], c.seed)
+    base = sentinel(c.task, "base", c.seed)
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, "annotator": annotator,
+              "base": base}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--annotator", final_dir(annotator),
+                         "--init", final_dir(base), "--tokenizer", str(Path(TOKENIZER).parent),
+                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def local_expert(c: Ctx, spec: RunSpec) -> Job:
+    inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
+              "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--demonstrations",
+                         inputs["demonstrations"], "--init", final_dir(c.init),
+                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def local_opd(c: Ctx, spec: RunSpec) -> Job:
+    hub = c.config["train"]["baselines"]["opd"]["teacher"].get("hub")
+    teacher = hub or sentinel(c.task, "opd_teacher", c.seed)
+    inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
+              **({} if hub else {"teacher": teacher})}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--teacher",
+                         hub or final_dir(teacher), "--init", final_dir(c.init),
+                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+
+
+def local_opd_teacher(c: Ctx, spec: RunSpec) -> Job:
+    from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
+              **({"init": c.init} if from_sft else {})}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent), "--run-dir", run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed), *(["--init", final_dir(c.init)] if from_sft else []),
+                         "--kind", "opd_teacher"])
+
+
+def verl_sft(c: Ctx, spec: RunSpec, data: str | None = None) -> Job:
+    data = data or f"results/data/{c.task}/sft_train.parquet"
+    return Job({"data": data}, ["--spec", spec_json(spec), "--data", data,
+                                 "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)], threads=False)
+
+
+def verl_rationalization(c: Ctx, spec: RunSpec) -> Job:
+    return verl_sft(c, spec, f"{run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet")
+
+
+def verl_rl(c: Ctx, spec: RunSpec) -> Job:
+    inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--val-data", inputs["val"],
+                         "--init", final_dir(c.init), "--run-dir", run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)], threads=False)
+
+
+def trl_dpo(c: Ctx, spec: RunSpec) -> Job:
+    inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
+    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
+                         "--init", final_dir(c.init), "--run-dir", run_dir(c.task, c.name, c.seed),
+                         "--seed", str(c.seed)], threads=False)
