@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train(dict(RunSpec.from_json(args.spec).settings), args.objective, args.rollouts, args.seed, args.run_dir,
+    train(dict(RunSpec.from_json(args.spec).imagenet or {}), args.objective, args.rollouts, args.seed, args.run_dir,
           tracking=args.tracking)
     return 0
 

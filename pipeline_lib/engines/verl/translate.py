@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.plan import ESTIMATORS, METHODS, Plan, Run, RunSpec
-from pipeline_lib.run_spec import VerlRLKnobs
+from pipeline_lib.run_spec import VerlRLKnobs, VerlSFTKnobs
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = [
@@ -348,6 +348,17 @@ def tracking_env(paths: TrainPaths) -> dict[str, str]:
 
 # --- overrides ---------------------------------------------------------------------------------------------------
 
+#: The KL estimators of the one vocabulary (:data:`pipeline_lib.run_spec.KL_ESTIMATORS`) in verl's
+#: ``kl_loss_type`` names (verl 0.9.1 also takes k1/k2/k3; its own names keep the paper runs' overrides as they were).
+VERL_KL_NAMES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs"}
+
+
+def _verl_kl_name(estimator: str) -> str:
+    if estimator not in VERL_KL_NAMES:
+        raise ValueError(f"kl_estimator {estimator!r}: verl computes only {sorted(VERL_KL_NAMES)}")
+    return VERL_KL_NAMES[estimator]
+
+
 def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
     if paths.init is None or paths.val_files is None:
@@ -357,8 +368,8 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
                          f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
                          f"{sorted(ESTIMATORS)}")
     estimator, rl = ESTIMATORS[spec.estimator.name], spec.rl
-    if not isinstance(rl.knobs, VerlRLKnobs):
-        raise ValueError(f"run spec {spec.task}/{spec.method}: engine {spec.engine!r} is not verl")
+    if rl is None or not isinstance(rl.knobs, VerlRLKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl group-RL settings (engine {spec.engine!r})")
     pairs: dict[str, Any] = {
         "algorithm.adv_estimator": estimator.verl,
         **estimator.verl_overrides,
@@ -385,7 +396,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "actor_rollout_ref.actor.clip_ratio_high": float(rl.clip_high),
         "actor_rollout_ref.actor.use_kl_loss": rl.beta > 0,
         "actor_rollout_ref.actor.kl_loss_coef": float(rl.beta),
-        "actor_rollout_ref.actor.kl_loss_type": rl.kl_estimator,
+        "actor_rollout_ref.actor.kl_loss_type": _verl_kl_name(rl.kl_estimator),
         "actor_rollout_ref.actor.loss_agg_mode": rl.aggregation,
         "actor_rollout_ref.actor.entropy_coeff": 0.0,
         "actor_rollout_ref.actor.grad_clip": float(rl.grad_clip),
@@ -434,26 +445,29 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
 
 def sft_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``torchrun -m verl.trainer.sft_trainer`` (verl's ``sft_trainer_engine`` config)."""
+    sft = spec.sft
+    if sft is None or not isinstance(sft.knobs, VerlSFTKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl SFT settings (engine {spec.engine!r})")
     pairs: dict[str, Any] = {
         "data.train_files": str(paths.train_files),
         "data.val_files": None,
         "data.messages_key": "messages",
-        "data.train_batch_size": spec.settings["batch_size"],
-        "data.micro_batch_size_per_gpu": spec.settings["micro_batch_per_gpu"],
-        "data.max_length": spec.settings["max_length"],
-        "data.truncation": spec.settings["truncation"],
+        "data.train_batch_size": sft.batch_size,
+        "data.micro_batch_size_per_gpu": sft.knobs.micro_batch_per_gpu,
+        "data.max_length": sft.knobs.max_length,
+        "data.truncation": sft.knobs.truncation,
         "model.path": spec.model,
         "model.enable_gradient_checkpointing": True,
         "model.use_remove_padding": True,
         "+model.override_config.attn_implementation": ATTENTION,
-        "optim.lr": float(spec.settings["lr"]),
-        "optim.weight_decay": float(spec.settings["weight_decay"]),
-        "optim.lr_warmup_steps_ratio": float(spec.settings["warmup_ratio"]),
-        "trainer.total_training_steps": spec.settings["steps"],
+        "optim.lr": float(sft.lr),
+        "optim.weight_decay": float(sft.weight_decay),
+        "optim.lr_warmup_steps_ratio": float(sft.knobs.warmup_ratio),
+        "trainer.total_training_steps": sft.steps,
         "trainer.total_epochs": 1000,
-        "trainer.n_gpus_per_node": spec.settings["gpus_per_node"],
+        "trainer.n_gpus_per_node": sft.knobs.gpus_per_node,
         "trainer.nnodes": 1,
-        "trainer.save_freq": spec.settings["save_freq"],
+        "trainer.save_freq": sft.checkpoint_every,
         "trainer.test_freq": -1,
         "trainer.resume_mode": "auto",
         "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
