@@ -63,8 +63,8 @@ def build_data(config: dict[str, Any], out: Path) -> Path:
 def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: list[str], split: str) -> None:
     import torch
 
-    from pipeline_lib.engines.local.rl import rl_settings, train_rl
-    from pipeline_lib.engines.local.sft import sft_settings, train_sft
+    from pipeline_lib.engines.local.rl import train_rl
+    from pipeline_lib.engines.local.sft import train_sft
     from pipeline_lib.eval.evaluate import evaluate_to
     from pipeline_lib.plan.settings import local_rl_spec, local_sft_spec
 
@@ -83,14 +83,14 @@ def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: li
 
     sft_dir = out / "train" / task / "sft" / f"seed{seed}"
     if not (sft_dir / "DONE.json").is_file():
-        timed("sft", lambda: train_sft(sft_settings(local_sft_spec(config, task)), data / task / "sft_train.parquet",
+        timed("sft", lambda: train_sft(local_sft_spec(config, task), data / task / "sft_train.parquet",
                                        data / "tokenizer", sft_dir, seed, progress=False))
     runs = {"sft": sft_dir}
     for method in methods:
         run_dir = out / "train" / task / method / f"seed{seed}"
         if not (run_dir / "DONE.json").is_file():
             timed("rl", lambda run_dir=run_dir, method=method: train_rl(
-                rl_settings(local_rl_spec(config, task, method)), data / task / "rl_train.parquet", sft_dir / "final",
+                local_rl_spec(config, task, method), data / task / "rl_train.parquet", sft_dir / "final",
                 run_dir, seed, progress=False))
         runs[method] = run_dir
     for method, run_dir in runs.items():

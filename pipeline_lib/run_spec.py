@@ -5,8 +5,10 @@ boundary as JSON (``--spec``, :meth:`RunSpec.to_json` / :meth:`RunSpec.from_json
 its own edge: the local trainers take their arguments from it (``pipeline_lib.engines.local.*``), the verl engine
 turns it into Hydra overrides (:mod:`pipeline_lib.engines.verl.translate`). Nothing downstream re-reads the config.
 
-The estimator's parameters live in one mapping (:attr:`Estimator.params`), tau among them under the name ``tau``:
-config -> plan -> spec -> estimator, one name on both engines.
+The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
+each engine's own knobs in ``knobs``) and cross as JSON with the spec. The estimator's parameters live in one mapping
+(:attr:`Estimator.params`), tau among them under the name ``tau``: config -> plan -> spec -> estimator, one name on
+both engines, one home per run.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["ENGINES", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "PlanError", "RLSettings", "RunSpec",
-           "VerlRLKnobs"]
+__all__ = ["AGGREGATIONS", "ENGINES", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "LocalSFTKnobs",
+           "PlanError", "RLSettings", "RunSpec", "SFTSettings", "VerlRLKnobs", "VerlSFTKnobs"]
 
 #: Values of ``train.engine``.
 ENGINES = ("local", "verl")
@@ -26,6 +28,13 @@ ENGINES = ("local", "verl")
 SPEC_ENGINES = ("local", "verl", "trl", "classify")
 #: Rewards a group-RL run trains on: the task's verifier or the similarity to the expert answer.
 REWARDS = ("verifier", "similarity")
+#: Per-token KL estimators, one vocabulary on both engines (Schulman's k1 = log-ratio, k2 = half its square, k3 = the
+#: low-variance one, verl's ``low_var_kl``; abs = |log-ratio|). Each engine's knobs say which it computes.
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+#: Loss normalisers, one vocabulary on both engines (``group-token-mean``: the paper's, each group's token sum over its
+#: tokens; the rest verl's ``loss_agg_mode`` names). Each engine's knobs say which it computes.
+AGGREGATIONS = ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                "seq-mean-token-sum-norm")
 
 
 class PlanError(ValueError):
@@ -69,6 +78,11 @@ class Estimator:
 class LocalRLKnobs:
     """Local-engine-only group-RL knobs (no App. B row)."""
 
+    #: The KL estimators and aggregations the local engine computes (:mod:`pipeline_lib.losses`).
+    computes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kl_estimator": ("k1", "k2", "k3"),
+        "aggregation": ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum")}
+
     minibatches: int
     """Minibatches (whole groups) per pass; more than one makes later ones off-policy so clipping acts."""
 
@@ -76,6 +90,12 @@ class LocalRLKnobs:
 @dataclass(frozen=True)
 class VerlRLKnobs:
     """verl-only group-RL knobs: how App. B's run is laid out on GPUs, and verl's own switches."""
+
+    #: The KL estimators and aggregations verl 0.9.1 computes (its ``kl_penalty`` has no ``full``; no per-group
+    #: normaliser).
+    computes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kl_estimator": ("k1", "k2", "k3", "abs"),
+        "aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}
 
     mini_batch_per_device: int
     """App. B "mini-batch size (per device)" (verl ppo_micro_batch_size_per_gpu)."""
@@ -101,6 +121,43 @@ class VerlRLKnobs:
 RL_KNOBS: dict[str, type] = {"local": LocalRLKnobs, "verl": VerlRLKnobs}
 
 
+def _from_flat(cls: type, knobs_by_engine: Mapping[str, type], kind: str, settings: Mapping[str, Any], engine: str,
+               where: str) -> Any:
+    """``cls`` (shared fields + the engine's ``knobs``) from one flat mapping; a key missing or unknown is an error
+    naming it."""
+    if engine not in knobs_by_engine:
+        raise PlanError(f"{where}: no {kind} settings for engine {engine!r}; engines: {sorted(knobs_by_engine)}")
+    if not isinstance(settings, Mapping):
+        raise PlanError(f"{where}: {kind} settings must be a mapping, got {type(settings).__name__}")
+    knobs = knobs_by_engine[engine]
+    shared = [f.name for f in fields(cls) if f.name != "knobs"]
+    own = [f.name for f in fields(knobs)]
+    missing = [k for k in (*shared, *own) if k not in settings]
+    unknown = sorted(set(settings) - {*shared, *own})
+    if missing or unknown:
+        raise PlanError(f"{where}: {engine} {kind} settings lack {missing} / have unknown {unknown}")
+    try:
+        return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
+    except PlanError as error:
+        raise PlanError(f"{where}: {error}") from None
+
+
+def _flat(settings: Any) -> dict[str, Any]:
+    data = asdict(settings)
+    return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
+
+
+def _from_nested(cls: type, knobs_by_engine: Mapping[str, type], kind: str, data: Any, engine: str,
+                 where: str) -> Any:
+    """``cls`` from its JSON form (:func:`dataclasses.asdict`: shared fields and a ``knobs`` mapping)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("knobs"), Mapping):
+        raise PlanError(f"{where}: {kind} settings must be a mapping with a 'knobs' mapping")
+    if set(data["knobs"]) & (set(data) - {"knobs"}):
+        raise PlanError(f"{where}: {kind} knobs {sorted(set(data['knobs']) & set(data))} repeat a shared setting")
+    return _from_flat(cls, knobs_by_engine, kind, {**{k: v for k, v in data.items() if k != "knobs"},
+                                                   **data["knobs"]}, engine, where)
+
+
 @dataclass(frozen=True)
 class RLSettings:
     """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
@@ -120,10 +177,9 @@ class RLSettings:
     beta: float
     """App. B "KL regularization beta": the reference-KL coefficient (0: no KL term)."""
     kl_estimator: str
-    """The per-token KL estimator, in the engine's value names (local k1/k2/k3/low_var_kl; verl kl/abs/mse/
-    low_var_kl/full)."""
+    """The per-token KL estimator, one of :data:`KL_ESTIMATORS` (the paper's runs: k3)."""
     aggregation: str
-    """The loss normaliser, in the engine's value names (local adds group-token-mean, the paper's)."""
+    """The loss normaliser, one of :data:`AGGREGATIONS` (the paper: group-token-mean; verl's runs: token-mean)."""
     group_size: int
     """App. B "rollout group size M": rollouts per prompt."""
     prompts_per_step: int
@@ -141,25 +197,98 @@ class RLSettings:
     knobs: LocalRLKnobs | VerlRLKnobs
     """The engine's own knobs."""
 
+    def __post_init__(self) -> None:
+        """A value the engine cannot compute is an error naming the key (on verl at parse time, before a GPU)."""
+        engine = next((name for name, knobs in RL_KNOBS.items() if isinstance(self.knobs, knobs)), None)
+        if engine is None:
+            raise PlanError(f"group-RL knobs must be one of {[k.__name__ for k in RL_KNOBS.values()]}")
+        for key, vocabulary in (("kl_estimator", KL_ESTIMATORS), ("aggregation", AGGREGATIONS)):
+            value, computed = getattr(self, key), type(self.knobs).computes[key]
+            if value not in vocabulary:
+                raise PlanError(f"{key} {value!r} is not one of {list(vocabulary)}")
+            if value not in computed:
+                raise PlanError(f"{key} {value!r}: the {engine} engine computes only {list(computed)}")
+
     @classmethod
     def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
-        """Read an engine's flat settings (a config section, a spec's ``settings``); any key missing or unknown is
-        an error naming it."""
-        if engine not in RL_KNOBS:
-            raise PlanError(f"{where}: no group-RL settings for engine {engine!r}; engines: {sorted(RL_KNOBS)}")
-        knobs = RL_KNOBS[engine]
-        shared = [f.name for f in fields(cls) if f.name != "knobs"]
-        own = [f.name for f in fields(knobs)]
-        missing = [k for k in (*shared, *own) if k not in settings]
-        unknown = sorted(set(settings) - {*shared, *own})
-        if missing or unknown:
-            raise PlanError(f"{where}: {engine} group-RL settings lack {missing} / have unknown {unknown}")
-        return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
+        """Read an engine's flat settings (a config section, a task row merged over it); any key missing or unknown
+        is an error naming it."""
+        return _from_flat(cls, RL_KNOBS, "group-RL", settings, engine, where)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
+        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
+        return _from_nested(cls, RL_KNOBS, "group-RL", data, engine, where)
 
     def flat(self) -> dict[str, Any]:
-        """The settings as one flat mapping, as the config and the spec's JSON state them."""
-        data = asdict(self)
-        return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
+        """The settings as one flat mapping, as the config states them."""
+        return _flat(self)
+
+
+@dataclass(frozen=True)
+class LocalSFTKnobs:
+    """Local-engine-only SFT knobs."""
+
+    warmup_steps: int
+    """Linear warm-up steps (then cosine to 10%)."""
+    max_response_tokens: int
+    """Demonstrations are cut to this many response tokens."""
+    grad_clip: float
+    """Gradient-norm clip."""
+
+
+@dataclass(frozen=True)
+class VerlSFTKnobs:
+    """verl-only SFT knobs (verl.trainer.sft_trainer)."""
+
+    warmup_ratio: float
+    """Share of steps in linear warm-up."""
+    micro_batch_per_gpu: int
+    """Demonstrations per forward/backward pass per GPU (memory only)."""
+    max_length: int
+    """Longest demonstration in tokens (prompt + answer)."""
+    truncation: str
+    """What verl does with a longer demonstration (error, left, right)."""
+    gpus_per_node: int
+    """GPUs of the SFT job (one node)."""
+
+
+#: The engine-only knobs of each engine's SFT settings.
+SFT_KNOBS: dict[str, type] = {"local": LocalSFTKnobs, "verl": VerlSFTKnobs}
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """A supervised fine-tuning run's settings (the paper gives none: these are ours), one name each on both engines;
+    what only one engine has lives in :attr:`knobs`. ``train.sft`` and ``train.verl.sft`` (with a verl task row's
+    ``sft``) are these fields flat."""
+
+    steps: int
+    """Optimizer steps."""
+    lr: float
+    """Peak AdamW learning rate."""
+    weight_decay: float
+    """AdamW weight decay."""
+    batch_size: int
+    """Demonstrations per step (global)."""
+    checkpoint_every: int
+    """Steps between resumable checkpoints (verl trainer.save_freq)."""
+    knobs: LocalSFTKnobs | VerlSFTKnobs
+    """The engine's own knobs."""
+
+    @classmethod
+    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
+        """Read an engine's flat SFT settings; any key missing or unknown is an error naming it."""
+        return _from_flat(cls, SFT_KNOBS, "SFT", settings, engine, where)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
+        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
+        return _from_nested(cls, SFT_KNOBS, "SFT", data, engine, where)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as one flat mapping, as the config states them."""
+        return _flat(self)
 
 
 @dataclass(frozen=True)
@@ -176,9 +305,15 @@ class RunSpec:
     model: Any = None
     """The model: on the local engine the architecture (hidden size, layers, ...) or None (starts from ``--init``);
     on verl / TRL the Hugging Face model id the run (or its SFT start) loads."""
-    settings: dict[str, Any] = field(default_factory=dict)
-    """The trainer's budget and optimisation settings (steps, lr, group size, batch, lengths, clip, KL...): the
-    engine's shared section with the task's row on verl, as the config states them."""
+    rl: RLSettings | None = None
+    """The group-RL settings (group-RL runs and the RL baselines): the engine's shared section with, on verl, the
+    task's row."""
+    sft: SFTSettings | None = None
+    """The SFT settings (SFT, Rationalization's SFT, the OPD teacher): the engine's SFT section with, on verl, the
+    task's ``sft`` row."""
+    imagenet: dict[str, Any] | None = None
+    """An ImageNet classifier run's settings (the ``imagenet`` section without its sweep keys), as that section
+    states them."""
     estimator: Estimator | None = None
     """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
     reward: str | None = None
@@ -204,19 +339,31 @@ class RunSpec:
             raise PlanError(f"run spec {self.task}/{self.method}: reward {self.reward!r} is not one of {REWARDS}")
         if self.estimator is not None and not isinstance(self.estimator, Estimator):
             raise PlanError(f"run spec {self.task}/{self.method}: estimator must be an Estimator")
-        for name in ("settings", "baseline", "resources"):
+        for name, cls in (("rl", RLSettings), ("sft", SFTSettings)):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
+                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be {cls.__name__} or None")
+        if self.rl is not None and self.sft is not None:
+            raise PlanError(f"run spec {self.task}/{self.method}: a run has group-RL or SFT settings, not both")
+        for name in ("baseline", "resources"):
             if not isinstance(getattr(self, name), dict):
                 raise PlanError(f"run spec {self.task}/{self.method}: {name} must be a mapping")
+        if self.imagenet is not None and not isinstance(self.imagenet, dict):
+            raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be a mapping or None")
         if not isinstance(self.extra_overrides, tuple):
             object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
-        for name in ("model", "settings", "reward_weights", "baseline", "generation", "resources"):
+        for name in ("model", "imagenet", "reward_weights", "baseline", "generation", "resources"):
             _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
+        for name in ("rl", "sft"):
+            if getattr(self, name) is not None:
+                _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name).flat())
 
     @property
-    def rl(self) -> RLSettings:
-        """The group-RL settings, typed (a run with an estimator: group RL and the RL baselines); an error naming the
-        keys where :attr:`settings` is not exactly the engine's group-RL settings."""
-        return RLSettings.from_flat(self.settings, self.engine, f"run spec {self.task}/{self.method}")
+    def settings(self) -> dict[str, Any]:
+        """The trainer's settings as one flat mapping (:attr:`rl`, :attr:`sft` or :attr:`imagenet`; empty where it
+        has none), for what shows or compares settings by name (captions, the ablation's differences); the engines
+        read the typed fields."""
+        typed = self.rl or self.sft
+        return typed.flat() if typed is not None else dict(self.imagenet or {})
 
     @property
     def tau(self) -> float | None:
@@ -236,8 +383,12 @@ class RunSpec:
         if unknown:
             raise PlanError(f"run spec has unknown field(s) {unknown}; fields: {sorted(cls.__dataclass_fields__)}")
         data = dict(data)
+        where = f"run spec {data.get('task')}/{data.get('method')}"
         if data.get("estimator") is not None:
             data["estimator"] = Estimator(**data["estimator"])
+        for name, typed in (("rl", RLSettings), ("sft", SFTSettings)):
+            if data.get(name) is not None:
+                data[name] = typed.from_dict(data[name], data.get("engine"), f"{where} {name}")
         data["extra_overrides"] = tuple(data.get("extra_overrides", ()))
         return cls(**data)
 

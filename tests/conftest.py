@@ -10,8 +10,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from pipeline_lib.run_spec import Estimator, RLSettings, RunSpec, SFTSettings
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "envs", "profiles")
@@ -148,12 +151,29 @@ def _golds(out):
 ENGINE_TINY = {"n_train": 40, "n_test": 8, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
                "max_target": 100}
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2, "kv_heads": 1, "max_positions": 256}
-SFT = {"model": MODEL, "lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 2, "steps": 6, "batch_size": 8,
-       "max_response_tokens": 48, "grad_clip": 1.0, "checkpoint_every": 3}
-RL = {"advantage": "softmax", "advantage_params": {"tau": 0.3}, "reward_weights": {"similarity": 1.0}, "group_size": 4,
-      "prompts_per_step": 3, "steps": 4, "ppo_epochs": 1, "minibatches": 3, "lr": 1e-3, "weight_decay": 0.0,
-      "clip_low": 0.2, "clip_high": 0.28, "beta": 0.01, "kl_estimator": "k3", "aggregation": "group-token-mean",
-      "max_response_tokens": 16, "temperature": 1.0, "grad_clip": 1.0, "checkpoint_every": 2}
+SFT = {"lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 2, "steps": 6, "batch_size": 8, "max_response_tokens": 48,
+       "grad_clip": 1.0, "checkpoint_every": 3}
+RL = {"group_size": 4, "prompts_per_step": 3, "steps": 4, "ppo_epochs": 1, "minibatches": 3, "lr": 1e-3,
+      "weight_decay": 0.0, "clip_low": 0.2, "clip_high": 0.28, "beta": 0.01, "kl_estimator": "k3",
+      "aggregation": "group-token-mean", "max_response_tokens": 16, "temperature": 1.0, "grad_clip": 1.0,
+      "checkpoint_every": 2}
+
+
+def sft_spec(**changes: Any) -> RunSpec:
+    """A local SFT run's spec on the tiny shapes: :data:`SFT` with ``changes`` (flat setting names)."""
+    return RunSpec(method="sft", task="countdown_tiny", engine="local", model=MODEL,
+                   sft=SFTSettings.from_flat({**SFT, **changes}, "local"))
+
+
+def rl_spec(advantage: str = "softmax", params: dict | None = None, reward_weights: dict | None = None,
+            baseline: dict | None = None, method: str = "softmax_sim", **changes: Any) -> RunSpec:
+    """A local group-RL run's spec on the tiny shapes: :data:`RL` with ``changes`` (flat setting names), SoftmaxGRPO
+    (tau 0.3) on the similarity reward unless told otherwise."""
+    return RunSpec(method=method, task="countdown_tiny", engine="local",
+                   rl=RLSettings.from_flat({**RL, **changes}, "local"),
+                   estimator=Estimator(advantage, {"tau": 0.3} if params is None else params),
+                   reward_weights={"similarity": 1.0} if reward_weights is None else reward_weights or None,
+                   baseline=baseline or {})
 
 
 @pytest.fixture(scope="module")

@@ -260,9 +260,9 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
 
 def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):
     from pipeline_lib.engines.local import rl as rl_module
-    from tests.conftest import RL
+    from tests.conftest import rl_spec
 
-    spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
+    spec = rl_spec("softmax_ess", {"ess_fraction": 0.5}, steps=2)
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)
     for line in (tmp_path / "rollouts.jsonl").read_text().splitlines():
         record = json.loads(line)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, RL, SFT, repo_env
+from tests.conftest import REPO, repo_env, rl_spec, sft_spec
 
 # --- class 5: a diverged run stops non-zero naming the step ---------------------------------------------------------
 
@@ -19,7 +19,7 @@ def test_an_rl_run_whose_loss_turns_nan_stops_naming_the_step_and_writes_no_fina
     from pipeline_lib.engines.local import rl as rl_module
     from pipeline_lib.engines.local.common import DivergedError
 
-    spec = RL | {"advantage_params": {"tau": 1e-300}, "steps": 2}
+    spec = rl_spec(params={"tau": 1e-300}, steps=2)
     with pytest.raises(DivergedError, match=r"step 1 diverged: loss nan"):
         rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)
     assert not (tmp_path / "DONE.json").exists() and not (tmp_path / "final").exists()
@@ -30,7 +30,7 @@ def test_an_sft_run_whose_weights_overflow_stops_naming_the_step(tiny, tmp_path)
     from pipeline_lib.engines.local.common import DivergedError
 
     with pytest.raises(DivergedError, match=r"SFT .*: step \d+ diverged"):
-        sft_module.train_sft(SFT | {"lr": 1e30, "warmup_steps": 0}, tiny / "data/sft_train.parquet", tiny / "tok",
+        sft_module.train_sft(sft_spec(lr=1e30, warmup_steps=0), tiny / "data/sft_train.parquet", tiny / "tok",
                              tmp_path, 0, progress=False)
     assert not (tmp_path / "DONE.json").exists() and not (tmp_path / "final").exists()
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,8 @@ import yaml
 from pipeline_lib.checkpoint import MetricsLog
 from pipeline_lib.config import ConfigError, validate_config
 from pipeline_lib.engines.local import rl as rl_module
-from pipeline_lib.plan import Estimator, RunSpec
 from pipeline_lib.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
-from tests.conftest import RL
+from tests.conftest import rl_spec
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -128,7 +128,7 @@ def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, m
 
 
 def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tmp_path):
-    spec = RL | {"advantage": "softmax_ess", "advantage_params": {"ess_fraction": 0.5}, "steps": 2}
+    spec = rl_spec("softmax_ess", {"ess_fraction": 0.5}, steps=2)
     rl_module.train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path / "run", 0, progress=False,
                        tracking=settings(tmp_path))
     metrics = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
@@ -149,7 +149,7 @@ def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp
     from pipeline_lib.paper.curves import curves
 
     local = tmp_path / "train/countdown_tiny/softmax_exact/seed0"
-    rl_module.train_rl(RL | {"steps": 2}, tiny / "data/rl_train.parquet", tiny / "init", local, 0, progress=False)
+    rl_module.train_rl(rl_spec(steps=2), tiny / "data/rl_train.parquet", tiny / "init", local, 0, progress=False)
     verl = tmp_path / "train/gsm8k/softmax_exact/seed0"  # verl's file-logger records, as its trainer writes them
     verl.mkdir(parents=True)
     metrics_log_path(verl).write_text("".join(json.dumps({"step": s, "data": {
@@ -173,11 +173,11 @@ def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny,
 
     monkeypatch.setattr(MetricsLog, "write", write_then_die)
     with pytest.raises(KeyboardInterrupt):
-        rl_module.train_rl(RL, data, init, tmp_path / "run", 0, progress=False, tracking=tracking)
+        rl_module.train_rl(rl_spec(), data, init, tmp_path / "run", 0, progress=False, tracking=tracking)
     before = event_scalars(tracking.run_dir())
     assert [step for step, _ in before["critic/score/mean"]] == [1, 2, 3]
     monkeypatch.undo()
-    rl_module.train_rl(RL, data, init, tmp_path / "run", 0, progress=False, tracking=tracking)
+    rl_module.train_rl(rl_spec(), data, init, tmp_path / "run", 0, progress=False, tracking=tracking)
     metrics = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     after = event_scalars(tracking.run_dir())
     assert [step for step, _ in after["critic/score/mean"]] == [1, 2, 3, 4]
@@ -187,11 +187,7 @@ def test_a_killed_and_resumed_run_continues_its_curve_with_every_step_once(tiny,
 def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):
     """A real job (the entry point in its own process): its curve can be read before it finishes."""
     tracking = settings(tmp_path)
-    own = ("advantage", "advantage_params", "reward_weights")  # the estimator's and the reward's, in the spec's fields
-    spec = RunSpec(method="softmax_sim", task="countdown_tiny", engine="local",
-                   settings={k: v for k, v in RL.items() if k not in own} | {"steps": 40},
-                   estimator=Estimator(RL["advantage"], RL["advantage_params"]), reward="similarity",
-                   reward_weights=RL["reward_weights"])
+    spec = replace(rl_spec(steps=40), reward="similarity")
     command = [sys.executable, "-m", "pipeline_lib.engines.local.rl", "--spec", spec.to_json(),
                "--data", str(tiny / "data/rl_train.parquet"), "--init", str(tiny / "init"),
                "--run-dir", str(tmp_path / "run"), "--seed", "0", "--tracking", tracking.to_json()]

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_json(args.spec)
     if spec.estimator is not None and spec.estimator.name != args.objective:
         raise SystemExit(f"--objective {args.objective} but the spec's estimator is {spec.estimator.name!r}")
-    train(dict(spec.settings), args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
+    train(dict(spec.imagenet or {}), args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
           params=spec.estimator.params if spec.estimator else None)
     return 0
 

@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from pipeline_lib.plan.settings import (
     ablation_method,
     annotation_spec,
     check_estimator,
+    estimator_params,
     imagenet_run_spec,
     opd_teacher_spec,
     reference_prompts,
@@ -274,19 +275,16 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     return runs
 
 
-def _ablation_config(config: Mapping[str, Any], task: str, tau: float, group: int) -> dict[str, Any]:
-    """The config of one ablation cell: SoftmaxGRPO-Exact's tau and M (and the ablation's step count, where set)
-    replaced wherever the task's runs read them (``train.rl`` on the local engine, the task's row on verl)."""
+def _ablation_config(config: Mapping[str, Any], task: str, group: int) -> dict[str, Any]:
+    """The config of one ablation cell: M (and the ablation's step count, where set) replaced wherever the task's
+    runs read them (``train.rl`` on the local engine, the task's row on verl); its tau goes to the estimator
+    (:func:`~pipeline_lib.plan.settings.estimator_params`, where the precedence of tau is stated)."""
     changed = copy.deepcopy(dict(config))
-    base = softmax_exact_method(config)
     steps = config["train"]["ablation"]["steps"]
     row = changed["train"].get("verl", {}).get("tasks", {}).get(task)
     for section in (changed["train"]["rl"], row):
         if section is not None:
             section |= {"group_size": group, **({"steps": steps} if steps else {})}
-    changed["train"]["methods"][base]["tau"] = tau
-    if row is not None and "tau" in row:
-        row["tau"] = tau
     return changed
 
 
@@ -295,7 +293,10 @@ def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, ce
     base = softmax_exact_method(config)
     entry = METHODS[base].engines[engine_of(config, task)]
     c = _Ctx(config, task, name, base, seed, _done(task, "sft", seed), f"results/data/{task}/rl_train.parquet")
-    return _make(c, entry, entry.spec(_ablation_config(config, task, *cell), task, base), "ablation")
+    tau, group = cell
+    spec = entry.spec(_ablation_config(config, task, group), task, base)
+    spec = replace(spec, estimator=Estimator(spec.estimator.name, estimator_params(config, task, base, tau)))
+    return _make(c, entry, spec, "ablation")
 
 
 def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str) -> Run:
@@ -345,7 +346,7 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
         for rollouts in [0] if estimator is None else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
-                spec = RunSpec(method=objective, task="imagenet", engine="classify", settings=settings,
+                spec = RunSpec(method=objective, task="imagenet", engine="classify", imagenet=settings,
                                estimator=estimator, baseline={"objective": objective, "rollouts": rollouts})
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
@@ -465,7 +466,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
                             base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
     """:func:`pipeline_lib.config.validate_config`, then the run plan's own refusals (a method the registry cannot
-    build, a tau set twice) as a :class:`~pipeline_lib.config.ConfigError`: a config that cannot be planned fails where
+    build, a missing tau) as a :class:`~pipeline_lib.config.ConfigError`: a config that cannot be planned fails where
     it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
     no torch). The preflight's config plans nothing."""
     validate_config(config, schema_path, base_dir)

@@ -2,13 +2,13 @@
 the other jobs (data, evaluation, generation backends).
 
 The only place that reads a run's settings from the config: the engines read the spec these functions make, never
-the config. Parameter precedence (stated once, here): a run's settings are the engine's shared section
-(``train.rl`` / ``train.sft`` locally; ``train.verl.rl`` / ``train.verl.sft`` on verl), then, on verl, the task's
-App. B row (``train.verl.tasks.<task>``), then the method's own keys (``train.methods.<m>``: its estimator, the
-estimator's parameters, its reward). The one parameter both a task row and a method may set is ``tau``
-(:func:`estimator_params`): where both set it they must agree (:class:`PlanError` otherwise), so no value is picked
-silently. A study that varies a parameter (an ablation cell's tau / M, a scale's base model) replaces it in its own
-copy of the config. Which runs exist is decided in :mod:`pipeline_lib.plan.runs`.
+the config. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.run_spec.RLSettings`,
+:class:`~pipeline_lib.run_spec.SFTSettings`) are the engine's shared section (``train.rl`` / ``train.sft`` locally;
+``train.verl.rl`` / ``train.verl.sft`` on verl) with, on verl, the task's App. B row (``train.verl.tasks.<task>``)
+over it; the estimator's parameters, tau among them, are resolved by :func:`estimator_params`, whose docstring states
+their one precedence. A study that varies a setting (an ablation cell's M, a scale's base model) replaces it in its
+own copy of the config; an ablation cell's tau goes to :func:`estimator_params`. Which runs exist is decided in
+:mod:`pipeline_lib.plan.runs`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
+from dataclasses import MISSING, fields
 from typing import Any
 
 from pipeline_lib.estimators import check_params, takes
-from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
+from pipeline_lib.estimators import estimator as estimator_entry
+from pipeline_lib.run_spec import Estimator, PlanError, RLSettings, RunSpec, SFTSettings
 
 __all__ = [
     "IMAGENET_SWEEP_KEYS",
@@ -137,24 +139,35 @@ def takes_tau(name: str) -> bool:
     return takes(name, "tau")
 
 
-def estimator_params(config: Mapping[str, Any], task: str, method: str) -> dict[str, Any]:
-    """The parameters of method ``method``'s estimator on ``task``: its ``train.methods`` keys besides ``advantage``
-    and ``reward``, with, on a verl task, the row's ``tau`` for an estimator that takes one. The rule of which tau
-    wins, written once: a task row's tau is its methods' tau; a method that also sets one must agree with it (a
-    conflict is a :class:`PlanError`, never resolved silently); an estimator that takes tau must get one."""
+def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: float | None = None) -> dict[str, Any]:
+    """The parameters of method ``method``'s estimator on ``task``, the one home of a run's tau (the spec's
+    ``estimator.params``). The precedence, stated once (also in the schema's ``train.methods`` description), for an
+    estimator that takes tau: a study cell's ``tau`` (the tau x M ablation) > the task's row
+    (``train.verl.tasks.<task>.tau``, verl tasks) > the method's entry (``train.methods.<method>.tau``) > the
+    estimator's default (its parameter dataclass; SoftmaxGRPO has none, so a tau from nowhere is a
+    :class:`PlanError`). The other parameters are the method entry's keys besides ``advantage`` and ``reward``."""
     entry = config["train"]["methods"][method]
     params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
+    if not takes_tau(entry["advantage"]):
+        if tau is not None:
+            raise PlanError(f"a tau ({tau}) for {task}/{method}, whose {entry['advantage']!r} estimator takes none")
+        return params
     row = _verl_row(config, task) if task in verl_tasks(config) else {}
-    if "tau" in row and takes_tau(entry["advantage"]):
-        if "tau" in params and float(params["tau"]) != float(row["tau"]):
-            raise PlanError(f"tau set twice for {task}/{method}: train.methods.{method}.tau = {params['tau']} and "
-                            f"train.verl.tasks.{task}.tau = {row['tau']}; set it in one place")
-        params["tau"] = row["tau"]
-    if "tau" not in params and takes_tau(entry["advantage"]):
+    for value in (tau, row.get("tau")):  # higher precedence first; the method entry's is already in params
+        if value is not None:
+            params["tau"] = value
+            break
+    if "tau" not in params and not _has_default(entry["advantage"], "tau"):
         where = f"train.methods.{method}.tau" + (f" nor train.verl.tasks.{task}.tau" if row else "")
         raise PlanError(f"method {method!r} on task {task!r} uses the {entry['advantage']!r} estimator, which takes "
                         f"tau, but neither {where} is set")
     return params
+
+
+def _has_default(name: str, key: str) -> bool:
+    """Whether estimator ``name``'s parameter ``key`` has a default in its parameter dataclass."""
+    found = [f for f in fields(estimator_entry(name).params) if f.name == key]
+    return bool(found) and (found[0].default is not MISSING or found[0].default_factory is not MISSING)
 
 
 def _similarity_weights(config: Mapping[str, Any], task: str, reward: str) -> dict[str, float] | None:
@@ -176,7 +189,7 @@ def _own(config: Mapping[str, Any], method: str, drop: tuple[str, ...] = ("tasks
 def local_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
     """SFT on the local engine: ``train.sft`` and the architecture ``train.model``."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   settings=dict(config["train"]["sft"]))
+                   sft=SFTSettings.from_flat(config["train"]["sft"], "local", "train.sft"))
 
 
 def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
@@ -185,7 +198,8 @@ def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     entry = config["train"]["methods"][method]
-    return RunSpec(method=method, task=task, engine="local", settings=dict(config["train"]["rl"]),
+    return RunSpec(method=method, task=task, engine="local", rl=RLSettings.from_flat(config["train"]["rl"], "local",
+                                                                                     "train.rl"),
                    estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
                    reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]))
 
@@ -199,7 +213,8 @@ def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str
     """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
     the SFT settings it trains with."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   settings=dict(config["train"]["sft"]), baseline=_own(config, method, ("tasks", "annotator")))
+                   sft=SFTSettings.from_flat(config["train"]["sft"], "local", "train.sft"),
+                   baseline=_own(config, method, ("tasks", "annotator")))
 
 
 def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
@@ -211,7 +226,8 @@ def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) ->
     """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
     (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
     own = _own(config, method)
-    return RunSpec(method=method, task=task, engine="local", settings=dict(config["train"]["rl"]),
+    return RunSpec(method=method, task=task, engine="local", rl=RLSettings.from_flat(config["train"]["rl"], "local",
+                                                                                     "train.rl"),
                    estimator=Estimator(own.get("advantage", "grpo")), baseline=own)
 
 
@@ -224,8 +240,9 @@ def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
     sft = config["train"]["sft"]
     return RunSpec(method="opd_teacher", task=task, engine="local",
                    model={**config["train"]["model"], **teacher.get("model", {})},
-                   settings={**sft, "steps": teacher["steps"], "lr": teacher["lr"],
-                             "warmup_steps": min(sft["warmup_steps"], teacher["steps"] - 1)})
+                   sft=SFTSettings.from_flat({**sft, "steps": teacher["steps"], "lr": teacher["lr"],
+                                              "warmup_steps": min(sft["warmup_steps"], teacher["steps"] - 1)},
+                                             "local", "train.sft with train.baselines.opd.teacher"))
 
 
 # --- verl -------------------------------------------------------------------------------------------------------------
@@ -252,14 +269,17 @@ def verl_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> 
     ``train.verl.sft`` plus the task's ``sft``."""
     verl = config["train"]["verl"]
     return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   settings={**verl["sft"], **_verl_row(config, task).get("sft", {})},
+                   sft=SFTSettings.from_flat({**verl["sft"], **_verl_row(config, task).get("sft", {})}, "verl",
+                                             f"train.verl.sft with train.verl.tasks.{task}.sft"),
                    resources=verl_resources(config, task, "sft"),
                    extra_overrides=tuple(verl["extra_overrides"]["sft"]))
 
 
-def _verl_rl_settings(config: Mapping[str, Any], task: str) -> dict[str, Any]:
+def _verl_rl_settings(config: Mapping[str, Any], task: str) -> RLSettings:
     row = _verl_row(config, task)
-    return {**config["train"]["verl"]["rl"], **{k: v for k, v in row.items() if k not in _ROW_PLANNING}}
+    return RLSettings.from_flat({**config["train"]["verl"]["rl"], **{k: v for k, v in row.items()
+                                                                     if k not in _ROW_PLANNING}},
+                                "verl", f"train.verl.rl with train.verl.tasks.{task}")
 
 
 def verl_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
@@ -269,7 +289,7 @@ def verl_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     verl, entry = config["train"]["verl"], config["train"]["methods"][method]
     return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   settings=_verl_rl_settings(config, task),
+                   rl=_verl_rl_settings(config, task),
                    estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
                    reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]),
                    resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
@@ -284,7 +304,7 @@ def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSp
     if takes_tau(advantage):
         raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
     return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   settings=_verl_rl_settings(config, task), estimator=Estimator(advantage), baseline=settings,
+                   rl=_verl_rl_settings(config, task), estimator=Estimator(advantage), baseline=settings,
                    resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
 
 

@@ -55,10 +55,15 @@ def test_gradient_allocation_fractions(tmp_path):
 
 
 def test_paired_methods_differ_only_in_advantage_and_reward():
-    config = {"train": {"rl": {"group_size": 8, "lr": 1e-4}, "methods": {
+    from pipeline_lib.config import load_config_file, validate_config
+    from tests.conftest import REPO
+
+    schema = REPO / "workflow/schemas/config.schema.yaml"  # the typed settings need every train.rl key
+    config = validate_config(load_config_file(REPO / "config/config.yaml"), schema, base_dir=REPO)
+    config["train"]["methods"] = {
         "grpo_exact": {"advantage": "grpo", "reward": "verifier"},
         "softmax_exact": {"advantage": "softmax", "tau": 0.1, "reward": "verifier"},
-        "softmax_sim": {"advantage": "softmax", "tau": 0.1, "reward": "similarity"}}}}
+        "softmax_sim": {"advantage": "softmax", "tau": 0.1, "reward": "similarity"}}
     grpo, softmax = (local_rl_spec(config, "countdown", m).to_dict() for m in ("grpo_exact", "softmax_exact"))
     differing = {k for k in grpo if grpo[k] != softmax[k]}
     assert differing == {"method", "estimator"}

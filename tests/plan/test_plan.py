@@ -11,6 +11,7 @@ import yaml
 from pipeline_lib.config import validate_config
 from pipeline_lib.engines.verl.translate import plan_overrides, run_overrides
 from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
+from pipeline_lib.plan.settings import estimator_params
 from pipeline_lib.plan.table import main as plan_command
 from pipeline_lib.targets import stage_targets
 from tests.conftest import REPO, WORKFLOW_PARTS, repo_env, snakemake
@@ -62,14 +63,24 @@ def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_
     assert {run.method for run in plan.of(job="train_local")} == {"base"}  # Base copies the pretrained model
 
 
-def test_a_tau_set_by_both_the_task_and_the_method_is_an_error_not_a_silent_choice():
+def test_tau_has_one_stated_precedence_cell_then_task_row_then_method_entry():
+    """The precedence of :func:`pipeline_lib.plan.settings.estimator_params`: an ablation cell's tau > the task's row
+    > the method's entry; where none sets it, the error names where it may be set."""
     config = load("paper.yaml")
-    config["train"]["methods"]["softmax_exact"]["tau"] = 0.1  # deepmath's row says 0.3
-    with pytest.raises(PlanError, match=r"tau set twice for deepmath/softmax_exact.*0\.1.*0\.3"):
+    for name in ("softmax_exact", "softmax_sim"):
+        config["train"]["methods"][name]["tau"] = 0.7  # deepmath's row says 0.3
+    del config["train"]["verl"]["tasks"]["gsm8k"]["tau"]
+    taus = {(r.task, r.name): r.spec.tau for r in plan_runs(config).runs}
+    assert taus["deepmath", "softmax_exact"] == 0.3  # the row over the method entry
+    assert taus["gsm8k", "softmax_exact"] == 0.7  # no row tau: the method entry's
+    assert taus["countdown", "softmax_tau1p3_m4"] == 1.3  # the ablation cell over the row (countdown's: 0.1)
+    assert estimator_params(config, "deepmath", "softmax_exact", tau=2.0) == {"tau": 2.0}
+    del config["train"]["methods"]["softmax_exact"]["tau"], config["train"]["methods"]["softmax_sim"]["tau"]
+    with pytest.raises(PlanError, match=r"takes tau, but neither train.methods.softmax_exact.tau nor "
+                                        r"train.verl.tasks.gsm8k.tau is set"):
         plan_runs(config)
-    config["train"]["verl"]["tasks"]["deepmath"]["tau"] = 0.1  # agreeing values are fine
-    plan = plan_runs(config)
-    assert {r.spec.tau for r in plan.runs if r.name == "softmax_exact"} == {0.1}
+    with pytest.raises(PlanError, match="takes none"):
+        estimator_params(config, "gsm8k", "grpo_exact", tau=2.0)
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +44,7 @@ class OnPolicyDistillation(GroupRLMethod):
     kind = "opd"
     uses_reference = False  # the teacher is the only anchor
 
-    def __init__(self, spec: dict[str, Any], teacher: Path) -> None:
+    def __init__(self, spec: RunSpec, teacher: Path) -> None:
         super().__init__(spec)
         self.teacher_path = teacher
         self.teacher: torch.nn.Module | None = None
@@ -69,17 +68,10 @@ class OnPolicyDistillation(GroupRLMethod):
         return loss, {"actor/distillation/loss": float(loss.detach())}  # verl's OPD logs it under this name
 
 
-def opd_settings(spec: RunSpec) -> dict[str, Any]:
-    """The RL trainer's arguments (the estimator is only logged: the loss is the reverse KL to the teacher)."""
-    return {**spec.settings, "advantage": spec.estimator.name if spec.estimator else "grpo", "advantage_params": {},
-            "reward_weights": None}
-
-
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.opd", description=__doc__, step_name="train_opd",
                        extra_input=("teacher", "HF directory of the teacher model"),
-                       make_method=OnPolicyDistillation, tracked_file="model.safetensors",
-                       settings=opd_settings)
+                       make_method=OnPolicyDistillation, tracked_file="model.safetensors")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations
-from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main, rl_settings
+from pipeline_lib.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
 from pipeline_lib.model import encode_prompts, generate, pack, response_logprobs
 from pipeline_lib.rewards.extract import extract_answer
 from pipeline_lib.run_spec import RunSpec
@@ -89,7 +89,7 @@ def critic_messages(system: str, question: str, first: str, second: str) -> list
 class Raro(GroupRLMethod):
     kind = "raro"
 
-    def __init__(self, spec: dict[str, Any], demonstrations: Path) -> None:
+    def __init__(self, spec: RunSpec, demonstrations: Path) -> None:
         super().__init__(spec)
         self.demonstrations_path = demonstrations
         self.experts: list[str] = []
@@ -103,7 +103,7 @@ class Raro(GroupRLMethod):
     def _judge(self, ctx: StepContext, pairs: list[tuple[int, str]], samples: int, generator: torch.Generator
                ) -> tuple[list[list[int]], list[list[int]], list[str]]:
         """Critic prompts for (row, policy answer) pairs in random order, ``samples`` replies each."""
-        raro, tokenizer = self.spec["raro"], ctx.tokenizer
+        raro, tokenizer = self.spec.baseline, ctx.tokenizer
         expert_first = (torch.rand(len(pairs), generator=generator) < 0.5).tolist()
         messages = [critic_messages(raro["critic_system_prompt"], self.questions[row],
                                     *((self.experts[row], answer) if first else (answer, self.experts[row])))
@@ -111,10 +111,10 @@ class Raro(GroupRLMethod):
         unique = encode_prompts(tokenizer, messages)
         prompts = [p for p in unique for _ in range(samples)]
         if raro["critic_decoding"] == "choice":
-            replies = sample_critic_choices(ctx.model, tokenizer, unique, samples, ctx.spec["temperature"], generator)
+            replies = sample_critic_choices(ctx.model, tokenizer, unique, samples, ctx.spec.rl.temperature, generator)
         else:
             replies = generate(ctx.model, prompts, max_new_tokens=raro["critic_max_new_tokens"], greedy=False,
-                               temperature=ctx.spec["temperature"], eos_id=tokenizer.eos_token_id,
+                               temperature=ctx.spec.rl.temperature, eos_id=tokenizer.eos_token_id,
                                pad_id=tokenizer.pad_token_id)
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in replies]
         verdicts = [parse_verdict(t, first) for t, first in zip(texts, (f for f in expert_first for _ in
@@ -122,7 +122,7 @@ class Raro(GroupRLMethod):
         return prompts, replies, verdicts
 
     def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
-        raro, group_size = self.spec["raro"], ctx.spec["group_size"]
+        raro, group_size = self.spec.baseline, ctx.spec.rl.group_size
         generator = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.step)
         expanded, responses, texts = self.policy_rollouts(ctx, rows)
         _, correct = self.verifier(ctx, expanded, texts)
@@ -159,16 +159,9 @@ class Raro(GroupRLMethod):
         self.buffer = [tuple(pair) for pair in state.get("buffer", [])]
 
 
-def raro_settings(spec: RunSpec) -> dict[str, Any]:
-    """The RL trainer's arguments plus RARO's own section (``train.baselines.raro`` without its estimator)."""
-    return {**rl_settings(spec), "reward_weights": None,
-            "raro": {k: v for k, v in spec.baseline.items() if k != "advantage"}}
-
-
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.raro", description=__doc__, step_name="train_raro",
-                       extra_input=("demonstrations", "the task's sft_train.parquet"), make_method=Raro,
-                       settings=raro_settings)
+                       extra_input=("demonstrations", "the task's sft_train.parquet"), make_method=Raro)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pipeline_lib.checkpoint import read_json_state, run_identity
 from pipeline_lib.cli import add_run_arguments
 from pipeline_lib.data.schema import sft_row
 from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.sft import sft_settings, train_sft
+from pipeline_lib.engines.local.sft import train_sft
 from pipeline_lib.io import atomic_path, write_json
 from pipeline_lib.model import encode_prompts, generate, load_model
 from pipeline_lib.run_spec import RunSpec
@@ -79,10 +79,11 @@ def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list
     return assemble(out, answers)
 
 
-def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
+def train_rationalization(spec: RunSpec, data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
                           seed: int, init: Path | None = None, progress: bool = True,
                           tracking: TrackingSettings | None = None) -> Path:
-    """Annotate (once; reused on resume) then SFT from ``init``, the base model (None = the seeded scratch init)."""
+    """Annotate (once; reused on resume) with the spec's own section (``spec.baseline``), then SFT from ``init``,
+    the base model (None = the seeded scratch init), with the spec's SFT settings."""
     from transformers import AutoTokenizer
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -90,19 +91,19 @@ def train_rationalization(spec: dict[str, Any], data: Path, annotator: Path, tok
     stamp = run_dir / "rationalized_sft.json"
     # the annotation is reused only for the same settings, code and input contents (the resume rule of every engine:
     # pipeline_lib.checkpoint.run_identity); else it is made again
-    identity = {"annotate": spec["annotate"], "annotator": str(annotator), "data": str(data), "seed": seed,
-                "run": run_identity({"annotate": spec["annotate"], "seed": seed}, [data, annotator])}
+    identity = {"annotate": spec.baseline, "annotator": str(annotator), "data": str(data), "seed": seed,
+                "run": run_identity({"annotate": spec.baseline, "seed": seed}, [data, annotator])}
     if not annotated.is_file() or read_json_state(stamp) != identity:  # unreadable: set aside, redone
         frame = pd.read_parquet(data)
         conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
         tokenizer = AutoTokenizer.from_pretrained(annotator)
-        demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, spec["annotate"], seed)
+        demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, spec.baseline, seed)
         rows = rationalized_frame(frame, demos)
         with atomic_path(annotated) as tmp:
             rows.to_parquet(tmp, index=False)
         write_json(stamp, identity)  # after the parquet: a stamp always describes a complete file
         log.info("annotated %d demonstrations; first: %r", len(rows), demos[0][:200])
-    return train_sft(spec["sft"], annotated, tokenizer_dir, run_dir, seed, init=init, progress=progress,
+    return train_sft(spec, annotated, tokenizer_dir, run_dir, seed, init=init, progress=progress,
                      kind="rationalization", step_name="train_rationalization", tracking=tracking)
 
 
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", type=Path, required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    spec = RunSpec.from_json(args.spec)
-    train_rationalization({"annotate": spec.baseline, "sft": sft_settings(spec)}, args.data, args.annotator,
+    train_rationalization(RunSpec.from_json(args.spec), args.data, args.annotator,
                           args.tokenizer, args.run_dir, args.seed, args.init, tracking=args.tracking)
     return 0
 

@@ -51,7 +51,7 @@ from pipeline_lib.model import (
 )
 from pipeline_lib.provenance import config_digest, write_provenance
 from pipeline_lib.rewards import DATA_SOURCE_REWARDS, compute_scores, reward_health
-from pipeline_lib.run_spec import RunSpec
+from pipeline_lib.run_spec import LocalRLKnobs, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
@@ -85,7 +85,7 @@ def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weig
 class StepContext:
     """What a method may read while collecting a step: the live policy, the data and the run's settings."""
 
-    spec: dict[str, Any]
+    spec: RunSpec
     model: torch.nn.Module
     tokenizer: Any
     frame: pd.DataFrame
@@ -118,7 +118,7 @@ class GroupRLMethod:
     kind = "rl"
     uses_reference = True
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: RunSpec) -> None:
         self.spec = spec
 
     def prepare(self, ctx: StepContext) -> None:
@@ -126,18 +126,18 @@ class GroupRLMethod:
 
     def policy_rollouts(self, ctx: StepContext, rows: list[int]) -> tuple[list[int], list[list[int]], list[str]]:
         """M samples for each prompt row: (expanded rows, response ids, decoded texts)."""
-        spec, tokenizer = ctx.spec, ctx.tokenizer
-        expanded = [row for row in rows for _ in range(spec["group_size"])]
+        rl, tokenizer = ctx.spec.rl, ctx.tokenizer
+        expanded = [row for row in rows for _ in range(rl.group_size)]
         responses = generate(ctx.model, [ctx.prompt_ids[r] for r in expanded],
-                             max_new_tokens=spec["max_response_tokens"],
-                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
+                             max_new_tokens=rl.max_response_tokens,
+                             greedy=False, temperature=rl.temperature, eos_id=tokenizer.eos_token_id,
                              pad_id=tokenizer.pad_token_id)
         return expanded, responses, [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
 
     def score(self, ctx: StepContext, rows: list[int], responses: list[list[int]], texts: list[str]
               ) -> tuple[torch.Tensor, dict[str, float]]:
         """Training reward per rollout and extra metrics; the default is the task's reward registry entry."""
-        rewards, _ = rollout_rewards(ctx.frame, rows, texts, ctx.spec.get("reward_weights"))
+        rewards, _ = rollout_rewards(ctx.frame, rows, texts, ctx.spec.reward_weights)
         return rewards, {}
 
     def verifier(self, ctx: StepContext, rows: list[int], texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,12 +147,12 @@ class GroupRLMethod:
     def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
         expanded, responses, texts = self.policy_rollouts(ctx, rows)
         if type(self).score is GroupRLMethod.score:  # one registry call gives both reward and correctness
-            rewards, correct = rollout_rewards(ctx.frame, expanded, texts, ctx.spec.get("reward_weights"))
+            rewards, correct = rollout_rewards(ctx.frame, expanded, texts, ctx.spec.reward_weights)
             metrics: dict[str, float] = {}
         else:
             rewards, metrics = self.score(ctx, expanded, responses, texts)
             _, correct = self.verifier(ctx, expanded, texts)
-        group_ids = torch.arange(len(rows)).repeat_interleave(ctx.spec["group_size"])
+        group_ids = torch.arange(len(rows)).repeat_interleave(ctx.spec.rl.group_size)
         return RolloutBatch([ctx.prompt_ids[r] for r in expanded], responses, expanded, rewards, correct, group_ids,
                             len(expanded), metrics)
 
@@ -174,14 +174,20 @@ class GroupRLMethod:
         pass
 
 
-def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True,
+def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True,
              method: GroupRLMethod | None = None, step_name: str = "train_rl",
              extra_inputs: tuple[Path, ...] = (), tracking: TrackingSettings | None = None) -> Path:
+    """Train one group-RL run (GRPO family, or an RL-style baseline's ``method``) from its spec's typed settings
+    (:class:`~pipeline_lib.run_spec.RLSettings` with the local knobs) and estimator."""
     from transformers import AutoTokenizer
 
+    rl, estimator = spec.rl, spec.estimator
+    if rl is None or not isinstance(rl.knobs, LocalRLKnobs) or estimator is None:
+        raise ValueError(f"run spec {spec.task}/{spec.method}: a local RL run needs the local engine's group-RL "
+                         f"settings and an estimator")
     method = method or GroupRLMethod(spec)
     run_dir.mkdir(parents=True, exist_ok=True)
-    digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    digest = config_digest({"spec": spec.to_dict(), "seed": seed, "data": str(data), "init": str(init)})
     # resume only this run's state: same config, code and input contents (else it is set aside, and named)
     claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": method.kind},
                                         [data, init, *extra_inputs]), "local")
@@ -190,10 +196,10 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
     state = checkpoint.load()
     model = load_model(checkpoint.dir if state is not None else init)
     model.train()
-    reference = load_model(init).eval() if spec["beta"] > 0 and method.uses_reference else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
-    loss_config = PolicyLossConfig(clip_low=spec["clip_low"], clip_high=spec["clip_high"], beta=spec["beta"],
-                                   kl_estimator=spec["kl_estimator"], aggregation=spec["aggregation"])
+    reference = load_model(init).eval() if rl.beta > 0 and method.uses_reference else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=rl.lr, weight_decay=rl.weight_decay)
+    loss_config = PolicyLossConfig(clip_low=rl.clip_low, clip_high=rl.clip_high, beta=rl.beta,
+                                   kl_estimator=rl.kl_estimator, aggregation=rl.aggregation)
     frame = pd.read_parquet(data)
     ctx = StepContext(spec, model, tokenizer, frame, LazyPromptIds(tokenizer, list(frame["prompt"])), seed)
     method.prepare(ctx)
@@ -207,13 +213,13 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         log.info("resuming RL from step %d", step)
     metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
     rollouts = MetricsLog(run_dir / "rollouts.jsonl", step)
-    batch_prompts = spec["prompts_per_step"]
-    adv_params = spec.get("advantage_params", {})
+    batch_prompts = rl.prompts_per_step
+    adv_params = dict(estimator.params)
     started = time.time()
-    bar = tqdm(total=spec["steps"], initial=step, desc=f"{method.kind} {spec['advantage']} {data.parent.name} "
+    bar = tqdm(total=rl.steps, initial=step, desc=f"{method.kind} {estimator.name} {data.parent.name} "
                f"seed={seed}", file=sys.stderr, disable=not progress)
     n = len(frame)
-    while step < spec["steps"]:
+    while step < rl.steps:
         t0, health = time.perf_counter(), reward_health()
         epoch, offset = divmod(step * batch_prompts, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
@@ -221,8 +227,8 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
         ctx.step = step
         batch = method.collect(ctx, rows)
         rewards, correct, group_ids = batch.rewards, batch.correct, batch.group_ids
-        advantages = group_advantages(spec["advantage"], rewards, group_ids, **adv_params)
-        chosen = advantage_diagnostics(spec["advantage"], rewards, group_ids, **adv_params)  # e.g. softmax_ess's tau
+        advantages = group_advantages(estimator.name, rewards, group_ids, **adv_params)
+        chosen = advantage_diagnostics(estimator.name, rewards, group_ids, **adv_params)  # e.g. softmax_ess's tau
         ids, attention, response_mask = pack(batch.prompt_ids, batch.responses, tokenizer.pad_token_id)
         with torch.no_grad():
             # the old policy's entropy, from the same logits: verl's actor/entropy (computed with its old log-probs)
@@ -230,9 +236,9 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
             ref_logprobs = response_logprobs(reference, ids, attention, response_mask) if reference else None
         t1 = time.perf_counter()
         n_groups = int(group_ids.max()) + 1
-        groups_per_minibatch = max(1, n_groups // spec["minibatches"])
+        groups_per_minibatch = max(1, n_groups // rl.knobs.minibatches)
         update: dict[str, list[float]] = {}
-        for _ in range(spec["ppo_epochs"]):
+        for _ in range(rl.ppo_epochs):
             for first in range(0, n_groups, groups_per_minibatch):
                 sel = (group_ids >= first) & (group_ids < first + groups_per_minibatch)
                 loss, minibatch = method.loss(
@@ -240,7 +246,7 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
                     group_ids[sel], ref_logprobs[sel] if ref_logprobs is not None else None, loss_config)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                minibatch["actor/grad_norm"] = float(clip_finite_gradients(model, loss, spec["grad_clip"], step + 1,
+                minibatch["actor/grad_norm"] = float(clip_finite_gradients(model, loss, rl.grad_clip, step + 1,
                                                                            f"RL {run_dir}"))
                 optimizer.step()
                 check_finite_weights(model, step + 1, f"RL {run_dir}")
@@ -269,31 +275,21 @@ def train_rl(spec: dict[str, Any], data: Path, init: Path, run_dir: Path, seed: 
                         **{key: values[policy] for key, values in chosen.items()}})
         bar.set_postfix(reward=f"{float(rewards[policy].mean()):.2f}",
                         pass_rate=f"{float(correct[policy].mean()):.2f}")
-        if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
+        if step % rl.checkpoint_every == 0 or step == rl.steps:
             checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step,
                                                "method": method.state_dict()})
     bar.close()
     metrics.close()
     rollouts.close()
     final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind=method.kind,
-                      advantage=spec["advantage"], seed=seed)
+    done = write_done(run_dir, step=step, total_steps=rl.steps, config_sha256=digest, kind=method.kind,
+                      advantage=estimator.name, seed=seed)
     outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
                final / "model.safetensors"]
     write_provenance(outputs, step=step_name,
                      inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
-                     params={"spec": spec}, config_sha256=digest, seeds={"run": seed}, started_at=started)
+                     params={"spec": spec.to_dict()}, config_sha256=digest, seeds={"run": seed}, started_at=started)
     return done
-
-
-def rl_settings(spec: RunSpec) -> dict[str, Any]:
-    """The local RL trainer's arguments from a run spec: its settings, the estimator (name and parameters, tau among
-    them) and the reward weights."""
-    if spec.estimator is None:
-        raise ValueError(f"run spec {spec.task}/{spec.method} has no estimator; a local RL run needs one")
-    spec.rl  # noqa: B018 -- the typed check: exactly the local engine's group-RL settings (run_spec.RLSettings)
-    return {**spec.settings, "advantage": spec.estimator.name, "advantage_params": dict(spec.estimator.params),
-            "reward_weights": spec.reward_weights}
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -305,14 +301,12 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def method_main(argv: list[str] | None, *, module: str, description: str | None, step_name: str,
-                extra_input: tuple[str, str], make_method: Callable[[dict[str, Any], Path], GroupRLMethod],
-                tracked_file: str | None = None,
-                settings: Callable[[RunSpec], dict[str, Any]] = rl_settings) -> int:
+                extra_input: tuple[str, str], make_method: Callable[[RunSpec, Path], GroupRLMethod],
+                tracked_file: str | None = None) -> int:
     """The entry point of an RL-style baseline: the common arguments plus one extra input path.
 
-    ``extra_input`` is (flag name, help); ``make_method(settings, path)`` builds the method; the path (or
-    ``path / tracked_file``) is recorded as an input in the provenance. ``settings`` translates the run spec into
-    the trainer's arguments (the method's own keys beside :func:`rl_settings`').
+    ``extra_input`` is (flag name, help); ``make_method(spec, path)`` builds the method (which reads its own section,
+    ``spec.baseline``); the path (or ``path / tracked_file``) is recorded as an input in the provenance.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description,
@@ -322,7 +316,7 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
     parser.add_argument(f"--{flag}", type=Path, required=True, help=help_text)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    spec = settings(RunSpec.from_json(args.spec))
+    spec = RunSpec.from_json(args.spec)
     extra = getattr(args, flag)
     train_rl(spec, args.data, args.init, args.run_dir, args.seed, method=make_method(spec, extra),
              step_name=step_name, extra_inputs=(extra / tracked_file if tracked_file else extra,),
@@ -338,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_rl(rl_settings(RunSpec.from_json(args.spec)), args.data, args.init, args.run_dir, args.seed,
+    train_rl(RunSpec.from_json(args.spec), args.data, args.init, args.run_dir, args.seed,
              tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0

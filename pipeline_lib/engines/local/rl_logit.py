@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main, rl_settings
+from pipeline_lib.engines.local.rl import GroupRLMethod, StepContext, method_main
 from pipeline_lib.model import pack, response_logprobs
 from pipeline_lib.run_spec import RunSpec
 
@@ -49,7 +49,7 @@ def answer_logprob_rewards(model: torch.nn.Module, tokenizer: Any, prompt_ids: l
 class RLLogit(GroupRLMethod):
     kind = "rl_logit"
 
-    def __init__(self, spec: dict[str, Any], demonstrations: Path) -> None:
+    def __init__(self, spec: RunSpec, demonstrations: Path) -> None:
         super().__init__(spec)
         self.demonstrations_path = demonstrations
         self.answers: list[str] = []
@@ -61,19 +61,15 @@ class RLLogit(GroupRLMethod):
               ) -> tuple[torch.Tensor, dict[str, float]]:
         reasonings = [split_reasoning(t)[0] for t in texts]
         rewards, logprob = answer_logprob_rewards(ctx.model, ctx.tokenizer, [ctx.prompt_ids[r] for r in rows],
-                                                  reasonings, [self.answers[r] for r in rows], self.spec["variant"])
+                                                  reasonings, [self.answers[r] for r in rows],
+                                                  self.spec.baseline["variant"])
         return rewards, {"expert_answer_logprob": float(logprob.mean())}
-
-
-def rl_logit_settings(spec: RunSpec) -> dict[str, Any]:
-    """The RL trainer's arguments plus the RL-Logit reward's variant (``train.baselines.rl_logit.variant``)."""
-    return {**rl_settings(spec), "reward_weights": None, "variant": spec.baseline["variant"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     return method_main(argv, module="pipeline_lib.engines.local.rl_logit", description=__doc__,
                        step_name="train_rl_logit", extra_input=("demonstrations", "the task's sft_train.parquet"),
-                       make_method=RLLogit, settings=rl_logit_settings)
+                       make_method=RLLogit)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pipeline_lib.model import (
     save_model_atomic,
 )
 from pipeline_lib.provenance import config_digest, write_provenance
-from pipeline_lib.run_spec import RunSpec
+from pipeline_lib.run_spec import LocalSFTKnobs, RunSpec
 from pipeline_lib.tracking import TrackingSettings
 
 log = logging.getLogger("pipeline_lib.engines.local.sft")
@@ -54,14 +54,19 @@ def load_sft_examples(path: Path, tokenizer: Any, max_response_tokens: int) -> t
     return prompts, responses
 
 
-def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Path, seed: int,
+def train_sft(spec: RunSpec, data: Path, tokenizer_dir: Path, run_dir: Path, seed: int,
               init: Path | None = None, progress: bool = True, kind: str = "sft", step_name: str = "train_sft",
               tracking: TrackingSettings | None = None) -> Path:
-    """SFT from ``init`` (or from scratch, seeded); ``kind``/``step_name`` label runs that reuse it (STaR, teachers)."""
+    """SFT from ``init`` (or from scratch, seeded: ``spec.model``'s architecture) with the spec's typed settings
+    (:class:`~pipeline_lib.run_spec.SFTSettings`, local knobs); ``kind``/``step_name`` label runs that reuse it
+    (STaR, teachers)."""
     from transformers import AutoTokenizer
 
+    sft = spec.sft
+    if sft is None or not isinstance(sft.knobs, LocalSFTKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: a local SFT run needs the local engine's SFT settings")
     run_dir.mkdir(parents=True, exist_ok=True)
-    digest = config_digest({"spec": spec, "seed": seed, "data": str(data), "init": str(init)})
+    digest = config_digest({"spec": spec.to_dict(), "seed": seed, "data": str(data), "init": str(init)})
     # resume only this run's state: same config, code and input contents (else it is set aside, and named)
     claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": kind}, [data, tokenizer_dir, init]), "local")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -70,11 +75,11 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     if state is not None:
         model = load_model(checkpoint.dir)
     else:
-        model = load_model(init) if init else build_model(tokenizer, spec["model"], seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+        model = load_model(init) if init else build_model(tokenizer, spec.model, seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=sft.lr, weight_decay=sft.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: cosine_with_warmup(s, spec["warmup_steps"], spec["steps"]))
-    prompts, responses = load_sft_examples(data, tokenizer, spec["max_response_tokens"])
+        optimizer, lambda s: cosine_with_warmup(s, sft.knobs.warmup_steps, sft.steps))
+    prompts, responses = load_sft_examples(data, tokenizer, sft.knobs.max_response_tokens)
     torch.manual_seed(seed)
     step = 0
     if state is not None:
@@ -87,20 +92,20 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
     metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
     started = time.time()
     model.train()
-    bar = tqdm(total=spec["steps"], initial=step, desc=f"sft {data.parent.name} seed={seed}", file=sys.stderr,
+    bar = tqdm(total=sft.steps, initial=step, desc=f"sft {data.parent.name} seed={seed}", file=sys.stderr,
                disable=not progress)
     n = len(prompts)
-    while step < spec["steps"]:
-        epoch, offset = divmod(step * spec["batch_size"], n)
+    while step < sft.steps:
+        epoch, offset = divmod(step * sft.batch_size, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
-        batch = [order[(offset + i) % n] for i in range(spec["batch_size"])]
+        batch = [order[(offset + i) % n] for i in range(sft.batch_size)]
         ids, attention, response = pack([prompts[i] for i in batch], [responses[i] for i in batch],
                                         tokenizer.pad_token_id)
         logprobs = response_logprobs(model, ids, attention, response)
         loss = -logprobs.sum() / response.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = clip_finite_gradients(model, loss, spec["grad_clip"], step + 1, f"SFT {run_dir}")
+        grad_norm = clip_finite_gradients(model, loss, sft.knobs.grad_clip, step + 1, f"SFT {run_dir}")
         optimizer.step()
         check_finite_weights(model, step + 1, f"SFT {run_dir}")
         scheduler.step()
@@ -109,23 +114,18 @@ def train_sft(spec: dict[str, Any], data: Path, tokenizer_dir: Path, run_dir: Pa
         # verl's SFT trainer's names (docs/tracking.md)
         metrics.write({"step": step, "train/loss": float(loss.detach()), "train/lr": scheduler.get_last_lr()[0],
                        "train/grad_norm": float(grad_norm), "train/global_tokens": int(response.sum())})
-        if step % spec["checkpoint_every"] == 0 or step == spec["steps"]:
+        if step % sft.checkpoint_every == 0 or step == sft.steps:
             checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(),
                                                "scheduler": scheduler.state_dict(), "rng": rng_state(), "step": step})
     bar.close()
     metrics.close()
     final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=spec["steps"], config_sha256=digest, kind=kind, seed=seed)
+    done = write_done(run_dir, step=step, total_steps=sft.steps, config_sha256=digest, kind=kind, seed=seed)
     outputs = [done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"]
     write_provenance(outputs, step=step_name, inputs=[data, tokenizer_dir / "tokenizer.json"],
-                     params={"spec": spec, "init": str(init)}, config_sha256=digest, seeds={"run": seed},
+                     params={"spec": spec.to_dict(), "init": str(init)}, config_sha256=digest, seeds={"run": seed},
                      started_at=started)
     return done
-
-
-def sft_settings(spec: RunSpec) -> dict[str, Any]:
-    """The SFT trainer's arguments from a run spec: its settings and the model's architecture."""
-    return {**spec.settings, "model": spec.model}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     add_eval_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    train_sft(sft_settings(RunSpec.from_json(args.spec)), args.data, args.tokenizer, args.run_dir, args.seed, args.init,
+    train_sft(RunSpec.from_json(args.spec), args.data, args.tokenizer, args.run_dir, args.seed, args.init,
               kind=args.kind, step_name=f"train_{args.kind}", tracking=args.tracking)
     eval_after_training(args, args.run_dir / "final")
     return 0

@@ -127,7 +127,7 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
         own["verl"] = {**(own.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
         config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
     spec = METHODS[method].engines["verl"].spec(config, task, method)
-    cpu_settings = cpu_overrides(trainer, spec.settings["gpus_per_node"], dict(env_vars or {}))
+    cpu_settings = cpu_overrides(trainer, (spec.rl or spec.sft).knobs.gpus_per_node, dict(env_vars or {}))
     return replace(spec, extra_overrides=(*spec.extra_overrides, *cpu_settings))
 
 
@@ -254,7 +254,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path, res
         shutil.rmtree(out, ignore_errors=True)
     print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {spec.to_json()})", flush=True)
     done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
-    rows = check_run(kind, out, int(spec.settings["steps"]), sync_log if KINDS[kind][0] == "rl" else None)
+    rows = check_run(kind, out, (spec.rl or spec.sft).steps, sync_log if KINDS[kind][0] == "rl" else None)
     _print_steps(kind, rows)
     return done
 

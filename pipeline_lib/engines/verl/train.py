@@ -80,11 +80,11 @@ def build_command(kind: str, overrides: Sequence[str], spec: RunSpec) -> list[st
     """The command that runs verl for this run (RL behind the launcher, SFT under torchrun on one node)."""
     if kind == "sft":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc_per_node={spec.settings['gpus_per_node']}", "-m", "verl.trainer.sft_trainer", *overrides]
+                f"--nproc_per_node={spec.sft.knobs.gpus_per_node}", "-m", "verl.trainer.sft_trainer", *overrides]
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     if importlib.util.find_spec(LAUNCHER) is None:  # the launcher is part of this package; kept swappable here
         return command
-    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec.settings["gpus_per_node"]), "--", *command]
+    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec.rl.knobs.gpus_per_node), "--", *command]
 
 
 def finished_step(ckpt_dir: Path) -> int | None:
@@ -305,7 +305,7 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
         if step > total_steps:
             continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        uids = rollout_groups(rows, path, spec.settings.get("group_size"))
+        uids = rollout_groups(rows, path, spec.rl.group_size if spec.rl is not None else None)
         groups = group_index(uids)
         rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
         advantages = group_advantages(spec.estimator.name, rewards, groups, **spec.estimator.params)
@@ -379,7 +379,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
     claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
     _rotate_metrics(run_dir)
-    total = int(spec.settings["steps"])
+    total = int((spec.sft if kind == "sft" else spec.rl).steps)
     resume_step = logged_resume_point(run_dir, kind)
     if resume_step is not None and resume_step < total:
         overrides = resumed_overrides(overrides)

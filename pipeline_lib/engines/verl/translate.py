@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
-from pipeline_lib.run_spec import VerlRLKnobs
+from pipeline_lib.run_spec import VerlRLKnobs, VerlSFTKnobs
 from pipeline_lib.tracking import TrackingSettings
 
 __all__ = [
@@ -159,20 +159,20 @@ def opd_teacher_settings(spec: RunSpec) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"train.baselines.opd.verl has unknown key(s) {unknown}; known: "
                          f"{sorted(OPD_TEACHER_DEFAULTS)}")
-    gpus, student = int(teacher["gpus_per_node"]), spec.settings["gpus_per_node"] - int(teacher["gpus_per_node"])
+    gpus, student = int(teacher["gpus_per_node"]), spec.rl.knobs.gpus_per_node - int(teacher["gpus_per_node"])
     if student < 1:
         raise ValueError(f"train.baselines.opd.verl.gpus_per_node ({gpus}) leaves no GPU of the task's "
-                         f"{spec.settings['gpus_per_node']} per node to the student (task {spec.task!r})")
+                         f"{spec.rl.knobs.gpus_per_node} per node to the student (task {spec.task!r})")
     if gpus % teacher["tensor_parallel_size"]:
         raise ValueError(f"train.baselines.opd.verl.tensor_parallel_size ({teacher['tensor_parallel_size']}) must "
                          f"divide train.baselines.opd.verl.gpus_per_node ({gpus}) (task {spec.task!r})")
-    rollouts = spec.settings["prompts_per_step"] * spec.settings["group_size"]
-    per_gpu, rest = divmod(rollouts, student * spec.settings["nodes"])
-    if rest or per_gpu % spec.settings["mini_batch_per_device"]:
+    rollouts = spec.rl.prompts_per_step * spec.rl.group_size
+    per_gpu, rest = divmod(rollouts, student * spec.rl.knobs.nodes)
+    if rest or per_gpu % spec.rl.knobs.mini_batch_per_device:
         raise ValueError(f"OPD on task {spec.task!r}: train.baselines.opd.verl.gpus_per_node = {gpus} leaves the "
-                         f"student {student} GPUs per node x {spec.settings['nodes']} nodes, which do not split the "
+                         f"student {student} GPUs per node x {spec.rl.knobs.nodes} nodes, which do not split the "
                          f"{rollouts} rollouts per step into whole micro-batches of "
-                         f"{spec.settings['mini_batch_per_device']}; "
+                         f"{spec.rl.knobs.mini_batch_per_device}; "
                          f"choose a teacher share that does (4 of 8 does for every App. B task)")
     return {"model": hub, **teacher, "student_gpus_per_node": student}
 
@@ -195,10 +195,10 @@ def opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
         "distillation.distillation_loss.loss_mode": "k1",
         "distillation.distillation_loss.use_policy_gradient": True,
         "distillation.distillation_loss.use_task_rewards": False,
-        "distillation.distillation_loss.clip_ratio_low": float(spec.settings["clip_low"]),
-        "distillation.distillation_loss.clip_ratio_high": float(spec.settings["clip_high"]),
+        "distillation.distillation_loss.clip_ratio_low": float(spec.rl.clip_low),
+        "distillation.distillation_loss.clip_ratio_high": float(spec.rl.clip_high),
         "distillation.n_gpus_per_node": teacher["gpus_per_node"],
-        "distillation.nnodes": spec.settings["nodes"],
+        "distillation.nnodes": spec.rl.knobs.nodes,
         f"{base}.model_path": teacher["model"],
         f"{base}.inference.tensor_model_parallel_size": teacher["tensor_parallel_size"],
         f"{base}.inference.gpu_memory_utilization": float(teacher["gpu_memory_utilization"]),
@@ -271,8 +271,8 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     if missing:
         raise ValueError(f"train.baselines.raro lacks {missing} (the schema's defaults fill them; is the config "
                          f"validated?)")
-    policy, critic = int(spec.settings["prompts_per_step"]), int(settings["critic_prompts_per_step"])
-    n_gpus = spec.settings["gpus_per_node"] * spec.settings["nodes"]
+    policy, critic = int(spec.rl.prompts_per_step), int(settings["critic_prompts_per_step"])
+    n_gpus = spec.rl.knobs.gpus_per_node * spec.rl.knobs.nodes
     total = policy + critic
     if total % n_gpus:
         raise ValueError(f"RARO on task {spec.task!r}: prompts_per_step + "
@@ -282,9 +282,9 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
         raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
                          f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
                          f"only")
-    if settings["critic_max_new_tokens"] > spec.settings["max_response_tokens"]:
+    if settings["critic_max_new_tokens"] > spec.rl.max_response_tokens:
         raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
-                         f"the task's max_response_tokens ({spec.settings['max_response_tokens']})")
+                         f"the task's max_response_tokens ({spec.rl.max_response_tokens})")
     return {
         **LEGACY_TRAINER,
         "data.train_batch_size": total,
@@ -293,10 +293,10 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
         "data.custom_cls.name": "RaroDataset",
         "+data.raro": {"policy_per_step": policy, "critic_per_step": critic,
                        "replay_slots": round(float(settings["replay_fraction"]) * critic),
-                       "steps": spec.settings["steps"]},
+                       "steps": spec.rl.steps},
         "actor_rollout_ref.actor.ppo_mini_batch_size": total,  # one update per step, as the GRPO runs
-        "actor_rollout_ref.rollout.prompt_length": spec.settings["max_prompt_tokens"]
-        + 2 * spec.settings["max_response_tokens"] + RARO_CRITIC_PROMPT_OVERHEAD,
+        "actor_rollout_ref.rollout.prompt_length": spec.rl.knobs.max_prompt_tokens
+        + 2 * spec.rl.max_response_tokens + RARO_CRITIC_PROMPT_OVERHEAD,
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RARO_AGENT_LOOPS),
         "actor_rollout_ref.rollout.agent.default_agent_loop": "single_turn_agent",  # validation rows: the verifier
         "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": f"{RARO_MODULE}.RaroAgentLoopManager",
@@ -366,6 +366,17 @@ def tracking_env(paths: TrainPaths) -> dict[str, str]:
 
 # --- overrides ---------------------------------------------------------------------------------------------------
 
+#: The KL estimators of the one vocabulary (:data:`pipeline_lib.run_spec.KL_ESTIMATORS`) in verl's
+#: ``kl_loss_type`` names (verl 0.9.1 also takes k1/k2/k3; its own names keep the paper runs' overrides as they were).
+VERL_KL_NAMES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs"}
+
+
+def _verl_kl_name(estimator: str) -> str:
+    if estimator not in VERL_KL_NAMES:
+        raise ValueError(f"kl_estimator {estimator!r}: verl computes only {sorted(VERL_KL_NAMES)}")
+    return VERL_KL_NAMES[estimator]
+
+
 def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
     if paths.init is None or paths.val_files is None:
@@ -375,8 +386,8 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
                          f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
                          f"{sorted(ESTIMATORS)}")
     estimator, rl = ESTIMATORS[spec.estimator.name], spec.rl
-    if not isinstance(rl.knobs, VerlRLKnobs):
-        raise ValueError(f"run spec {spec.task}/{spec.method}: engine {spec.engine!r} is not verl")
+    if rl is None or not isinstance(rl.knobs, VerlRLKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl group-RL settings (engine {spec.engine!r})")
     pairs: dict[str, Any] = {
         "algorithm.adv_estimator": estimator.verl,
         **estimator.verl_overrides,
@@ -403,7 +414,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "actor_rollout_ref.actor.clip_ratio_high": float(rl.clip_high),
         "actor_rollout_ref.actor.use_kl_loss": rl.beta > 0,
         "actor_rollout_ref.actor.kl_loss_coef": float(rl.beta),
-        "actor_rollout_ref.actor.kl_loss_type": rl.kl_estimator,
+        "actor_rollout_ref.actor.kl_loss_type": _verl_kl_name(rl.kl_estimator),
         "actor_rollout_ref.actor.loss_agg_mode": rl.aggregation,
         "actor_rollout_ref.actor.entropy_coeff": 0.0,
         "actor_rollout_ref.actor.grad_clip": float(rl.grad_clip),
@@ -452,26 +463,29 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
 
 def sft_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``torchrun -m verl.trainer.sft_trainer`` (verl's ``sft_trainer_engine`` config)."""
+    sft = spec.sft
+    if sft is None or not isinstance(sft.knobs, VerlSFTKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl SFT settings (engine {spec.engine!r})")
     pairs: dict[str, Any] = {
         "data.train_files": str(paths.train_files),
         "data.val_files": None,
         "data.messages_key": "messages",
-        "data.train_batch_size": spec.settings["batch_size"],
-        "data.micro_batch_size_per_gpu": spec.settings["micro_batch_per_gpu"],
-        "data.max_length": spec.settings["max_length"],
-        "data.truncation": spec.settings["truncation"],
+        "data.train_batch_size": sft.batch_size,
+        "data.micro_batch_size_per_gpu": sft.knobs.micro_batch_per_gpu,
+        "data.max_length": sft.knobs.max_length,
+        "data.truncation": sft.knobs.truncation,
         "model.path": spec.model,
         "model.enable_gradient_checkpointing": True,
         "model.use_remove_padding": True,
         "+model.override_config.attn_implementation": ATTENTION,
-        "optim.lr": float(spec.settings["lr"]),
-        "optim.weight_decay": float(spec.settings["weight_decay"]),
-        "optim.lr_warmup_steps_ratio": float(spec.settings["warmup_ratio"]),
-        "trainer.total_training_steps": spec.settings["steps"],
+        "optim.lr": float(sft.lr),
+        "optim.weight_decay": float(sft.weight_decay),
+        "optim.lr_warmup_steps_ratio": float(sft.knobs.warmup_ratio),
+        "trainer.total_training_steps": sft.steps,
         "trainer.total_epochs": 1000,
-        "trainer.n_gpus_per_node": spec.settings["gpus_per_node"],
+        "trainer.n_gpus_per_node": sft.knobs.gpus_per_node,
         "trainer.nnodes": 1,
-        "trainer.save_freq": spec.settings["save_freq"],
+        "trainer.save_freq": sft.checkpoint_every,
         "trainer.test_freq": -1,
         "trainer.resume_mode": "auto",
         "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),

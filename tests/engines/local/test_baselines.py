@@ -3,6 +3,7 @@
 import copy
 import itertools
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -19,7 +20,8 @@ from pipeline_lib.engines.local.rl import train_rl
 from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
 from pipeline_lib.losses import PolicyLossConfig
 from pipeline_lib.model import build_model, pack, response_logprobs
-from tests.conftest import MODEL, RL, SFT, crash_after, params
+from pipeline_lib.run_spec import RunSpec
+from tests.conftest import MODEL, crash_after, params, rl_spec, sft_spec
 
 RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
         "critic_prompts_per_step": 2,
@@ -29,7 +31,11 @@ RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6,
 DPO = {"rounds": 2, "pairs_per_round": 8, "steps_per_round": 2, "batch_size": 4, "batch_size_generate": 8,
        "lr": 1e-3, "weight_decay": 0.0, "beta": 0.1, "grad_clip": 1.0, "validation_prompts": 4, "max_new_tokens": 8,
        "max_response_tokens": 32, "temperature": 1.0}
-GROUP_RL = RL | {"advantage": "grpo", "advantage_params": {}, "reward_weights": None, "steps": 2}
+
+
+def group_rl(baseline: dict | None = None, **changes) -> RunSpec:
+    """GRPO on the verifier reward, 2 steps: the settings an RL-style baseline runs with."""
+    return rl_spec("grpo", {}, {}, baseline, **{"steps": 2, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +88,7 @@ def test_dpo_steps_lower_the_loss_by_raising_the_chosen_vs_rejected_margin(token
 
 def test_opd_loss_and_gradient_vanish_when_student_equals_teacher(tokenizer):
     student = build_model(tokenizer, MODEL, 0)
-    method = OnPolicyDistillation(GROUP_RL, teacher=None)  # type: ignore[arg-type]
+    method = OnPolicyDistillation(group_rl(), teacher=None)  # type: ignore[arg-type]
     prompts = [sequence(tokenizer, "Using the numbers [1, 2], make 3.")] * 2
     responses = [sequence(tokenizer, "<think>1 + 2 = 3</think>"), sequence(tokenizer, "<answer>1 + 2</answer>")]
     ids, attention, mask = pack(prompts, responses, tokenizer.pad_token_id)
@@ -233,8 +239,8 @@ def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_pat
 
 
 def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):
-    spec = {"annotate": {"hint": "The answer is {answer}.", "max_new_tokens": 8, "temperature": 1.0,
-                         "batch_size": 16}, "sft": SFT | {"steps": 2}}
+    spec = replace(sft_spec(steps=2), method="rationalization", baseline={
+        "hint": "The answer is {answer}.", "max_new_tokens": 8, "temperature": 1.0, "batch_size": 16})
     train_rationalization(spec, tiny / "data/sft_train.parquet", tiny / "init", tiny / "tok", tmp_path, 0,
                           progress=False)
     assert done(tmp_path)["kind"] == "rationalization"
@@ -278,7 +284,7 @@ def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_p
 
 
 def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):
-    spec = GROUP_RL | {"variant": "neg_perplexity"}
+    spec = group_rl({"variant": "neg_perplexity"})
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=RLLogit(spec, tiny / "data/sft_train.parquet"))
     assert done(tmp_path)["kind"] == "rl_logit"
@@ -292,7 +298,7 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):
     data, init = tiny / "data/rl_train.parquet", tiny / "init"
     # teacher == student: zero KL on the first update (one minibatch, so it is measured before any step; later
     # steps would see Adam turn float round-off into a real step)
-    one = GROUP_RL | {"steps": 1, "minibatches": 1}
+    one = group_rl(steps=1, minibatches=1)
     train_rl(one, data, init, tmp_path / "same", 0, progress=False, method=OnPolicyDistillation(one, init))
     same = [json.loads(line)["actor/distillation/loss"]
             for line in (tmp_path / "same/metrics.jsonl").read_text().splitlines()]
@@ -302,8 +308,8 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     other = build_model(tokenizer, MODEL, 1)
     other.save_pretrained(tmp_path / "teacher")
-    train_rl(GROUP_RL, data, init, tmp_path / "other", 0, progress=False,
-             method=OnPolicyDistillation(GROUP_RL, tmp_path / "teacher"))
+    train_rl(group_rl(), data, init, tmp_path / "other", 0, progress=False,
+             method=OnPolicyDistillation(group_rl(), tmp_path / "teacher"))
     kls = [json.loads(line)["actor/distillation/loss"]
            for line in (tmp_path / "other/metrics.jsonl").read_text().splitlines()]
     assert min(kls) > 1e-3
@@ -313,7 +319,7 @@ def test_opd_run_distils_only_what_the_teacher_disagrees_on(tiny, tmp_path):
 
 def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(tiny, tmp_path,
                                                                              monkeypatch):
-    spec = GROUP_RL | {"steps": 3, "checkpoint_every": 1, "raro": RARO}
+    spec = group_rl(RARO, steps=3, checkpoint_every=1)
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
     train_rl(spec, data, init, tmp_path / "straight", 0, progress=False, method=raro_module.Raro(spec, demos))
     metrics = [json.loads(line) for line in (tmp_path / "straight/metrics.jsonl").read_text().splitlines()]
@@ -335,7 +341,7 @@ def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(t
 
 
 def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_reward_signal(tiny, tmp_path):
-    spec = GROUP_RL | {"steps": 2, "raro": RARO | {"critic_decoding": "choice"}}
+    spec = group_rl(RARO | {"critic_decoding": "choice"})
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=raro_module.Raro(spec, tiny / "data/sft_train.parquet"))
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -374,12 +380,12 @@ def test_paired_methods_share_every_setting_but_the_advantage():
     # an ablation cell is SoftmaxGRPO-Exact with another tau / M / step count, nothing else
     plan = plan_runs(config)
     cell, main = (plan.get("train_local", f"{task}/{name}/seed0").spec for name in ("softmax_tau1_m4", "softmax_exact"))
-    assert differing(cell.to_dict(), main.to_dict()) <= {"estimator", "settings"}
+    assert differing(cell.to_dict(), main.to_dict()) <= {"estimator", "rl"}
     assert differing(cell.settings, main.settings) <= {"group_size", "steps"} and cell.estimator.params == {"tau": 1.0}
     # the RL-style baselines keep every shared RL setting
     shared = config["train"]["rl"]
     for method in ("rl_logit", "raro", "opd"):
-        assert local_rl_baseline_spec(config, task, method).settings == shared, method
+        assert local_rl_baseline_spec(config, task, method).rl.flat() == shared, method
     # the paper's configuration pairs its methods the same way
     paper = validated()
     paper["train"]["methods"] = {"a": {"advantage": "grpo", "reward": "verifier"},

@@ -9,6 +9,7 @@ import pytest
 from pipeline_lib.cli import json_text
 from pipeline_lib.engines.local.batch import main, run_steps
 from pipeline_lib.plan import RunSpec
+from pipeline_lib.run_spec import SFTSettings
 
 SPEC = {"n_train": 20, "n_val": 5, "n_test": 5, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
         "max_target": 100}
@@ -62,7 +63,7 @@ def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_p
     test = str(tmp_path / "data" / "rl_test.parquet")
     run_steps([{"module": "pipeline_lib.engines.local.sft",
                 "args": ["--spec", RunSpec(method="sft", task="arith_tiny", engine="local", model=spec.pop("model"),
-                                           settings=spec).to_json(),
+                                           sft=SFTSettings.from_flat(spec, "local")).to_json(),
                          "--data", str(tmp_path / "data" / "sft_train.parquet"),
                          "--tokenizer", str(tmp_path / "tok"), "--run-dir", str(tmp_path / "sft"), "--seed", "0",
                          "--eval-data", test, "--eval-spec", eval_spec, "--eval-out", str(tmp_path / "eval_in")]}])

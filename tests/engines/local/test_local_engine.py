@@ -10,11 +10,11 @@ from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.engines.local import sft as sft_module
 from pipeline_lib.eval.evaluate import evaluate, pass_at_k
 from pipeline_lib.model import build_model, load_model, save_model_atomic
-from tests.conftest import MODEL, RL, SFT, crash_after, params
+from tests.conftest import MODEL, crash_after, params, rl_spec, sft_spec
 
 
 def test_sft_reduces_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
-    spec = SFT | {"steps": 30, "checkpoint_every": 30}
+    spec = sft_spec(steps=30, checkpoint_every=30)
     sft_module.train_sft(spec, tiny / "data/sft_train.parquet", tiny / "tok", tmp_path, 0, progress=False)
     losses = [json.loads(line)["train/loss"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
@@ -23,7 +23,7 @@ def test_sft_reduces_loss_and_writes_a_loadable_checkpoint(tiny, tmp_path):
 
 
 def test_two_rl_steps_change_the_parameters(tiny, tmp_path):
-    rl_module.train_rl(RL | {"steps": 2}, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)
+    rl_module.train_rl(rl_spec(steps=2), tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False)
     before, after = params(tiny / "init"), params(tmp_path / "final")
     assert any(not torch.equal(before[k], after[k]) for k in before)
     rollouts = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
@@ -38,12 +38,12 @@ def test_two_rl_steps_change_the_parameters(tiny, tmp_path):
 
 def test_rl_resume_after_a_kill_reproduces_the_uninterrupted_run(tiny, tmp_path, monkeypatch):
     data, init = tiny / "data/rl_train.parquet", tiny / "init"
-    rl_module.train_rl(RL, data, init, tmp_path / "straight", 0, progress=False)
+    rl_module.train_rl(rl_spec(), data, init, tmp_path / "straight", 0, progress=False)
     crash_after(rl_module, 2, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        rl_module.train_rl(RL, data, init, tmp_path / "killed", 0, progress=False)
+        rl_module.train_rl(rl_spec(), data, init, tmp_path / "killed", 0, progress=False)
     monkeypatch.undo()
-    rl_module.train_rl(RL, data, init, tmp_path / "killed", 0, progress=False)
+    rl_module.train_rl(rl_spec(), data, init, tmp_path / "killed", 0, progress=False)
     a, b = params(tmp_path / "straight/final"), params(tmp_path / "killed/final")
     for key in a:
         torch.testing.assert_close(a[key], b[key])
@@ -53,12 +53,12 @@ def test_rl_resume_after_a_kill_reproduces_the_uninterrupted_run(tiny, tmp_path,
 
 def test_sft_resume_reproduces(tiny, tmp_path, monkeypatch):
     data, tok = tiny / "data/sft_train.parquet", tiny / "tok"
-    sft_module.train_sft(SFT, data, tok, tmp_path / "straight", 0, progress=False)
+    sft_module.train_sft(sft_spec(), data, tok, tmp_path / "straight", 0, progress=False)
     crash_after(sft_module, 3, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        sft_module.train_sft(SFT, data, tok, tmp_path / "killed", 0, progress=False)
+        sft_module.train_sft(sft_spec(), data, tok, tmp_path / "killed", 0, progress=False)
     monkeypatch.undo()
-    sft_module.train_sft(SFT, data, tok, tmp_path / "killed", 0, progress=False)
+    sft_module.train_sft(sft_spec(), data, tok, tmp_path / "killed", 0, progress=False)
     a, b = params(tmp_path / "straight/final"), params(tmp_path / "killed/final")
     for key in a:
         torch.testing.assert_close(a[key], b[key])
@@ -87,15 +87,15 @@ def test_a_rerun_after_an_input_changed_trains_again_instead_of_resuming_the_fin
     init = tmp_path / "init"
     save_model_atomic(load_model(tiny / "init"), AutoTokenizer.from_pretrained(tiny / "init"), init)
     data, run = tiny / "data/rl_train.parquet", tmp_path / "run"
-    rl_module.train_rl(RL | {"steps": 2}, data, init, run, 0, progress=False)
+    rl_module.train_rl(rl_spec(steps=2), data, init, run, 0, progress=False)
     assert not (run / "checkpoint").exists()  # a finished run keeps only final/
-    sft_module.train_sft(SFT, tiny / "data/sft_train.parquet", tiny / "tok", tmp_path / "sft", 0, progress=False)
+    sft_module.train_sft(sft_spec(), tiny / "data/sft_train.parquet", tiny / "tok", tmp_path / "sft", 0, progress=False)
     assert not (tmp_path / "sft/checkpoint").exists()
     save_model_atomic(load_model(tmp_path / "sft/final"), AutoTokenizer.from_pretrained(
         tmp_path / "sft/final"), init)  # the upstream model changed in place
     (run / "DONE.json").unlink()
-    rl_module.train_rl(RL | {"steps": 2}, data, init, run, 0, progress=False)
-    rl_module.train_rl(RL | {"steps": 2}, data, init, tmp_path / "fresh", 0, progress=False)
+    rl_module.train_rl(rl_spec(steps=2), data, init, run, 0, progress=False)
+    rl_module.train_rl(rl_spec(steps=2), data, init, tmp_path / "fresh", 0, progress=False)
     rerun, fresh = params(run / "final"), params(tmp_path / "fresh/final")
     for key in fresh:
         torch.testing.assert_close(rerun[key], fresh[key])

@@ -5,6 +5,7 @@ starts clean."""
 import json
 import logging
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from pipeline_lib.checkpoint import RUN_IDENTITY, STALE_DIR, claim_run_dir, run_
 from pipeline_lib.data.build import build_tiny
 from pipeline_lib.engines.local import rl as rl_module
 from pipeline_lib.engines.local import sft as sft_module
-from tests.conftest import ENGINE_TINY, RL, SFT, crash_after, params
+from tests.conftest import ENGINE_TINY, SFT, crash_after, params, rl_spec, sft_spec
 
 
 def _same_weights(a, b) -> None:
@@ -32,7 +33,7 @@ def test_a_killed_sft_run_whose_data_was_replaced_at_the_same_path_starts_clean(
     run = tmp_path / "run"
     crash_after(sft_module, 3, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        sft_module.train_sft(SFT, data, tiny / "tok", run, 0, progress=False)
+        sft_module.train_sft(sft_spec(), data, tiny / "tok", run, 0, progress=False)
     monkeypatch.undo()
     assert (run / "checkpoint").is_dir()
     old_run = json.loads((run / RUN_IDENTITY).read_text())["run_sha256"]
@@ -40,8 +41,8 @@ def test_a_killed_sft_run_whose_data_was_replaced_at_the_same_path_starts_clean(
     build_tiny("countdown_tiny", ENGINE_TINY, 1, None, tmp_path / "other")  # another draw of the same task
     shutil.copy(tmp_path / "other/sft_train.parquet", data)
     with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
-        sft_module.train_sft(SFT, data, tiny / "tok", run, 0, progress=False)
-    sft_module.train_sft(SFT, tmp_path / "other/sft_train.parquet", tiny / "tok", tmp_path / "clean", 0,
+        sft_module.train_sft(sft_spec(), data, tiny / "tok", run, 0, progress=False)
+    sft_module.train_sft(sft_spec(), tmp_path / "other/sft_train.parquet", tiny / "tok", tmp_path / "clean", 0,
                          progress=False)
     _same_weights(run / "final", tmp_path / "clean/final")
     assert (run / STALE_DIR / old_run / "checkpoint").is_dir()  # kept, not deleted
@@ -56,12 +57,12 @@ def test_a_killed_rl_run_with_another_config_starts_clean_instead_of_resuming(ti
     data, init = tiny / "data/rl_train.parquet", tiny / "init"
     crash_after(rl_module, 2, monkeypatch)
     with pytest.raises(KeyboardInterrupt):
-        rl_module.train_rl(RL, data, init, tmp_path / "run", 0, progress=False)
+        rl_module.train_rl(rl_spec(), data, init, tmp_path / "run", 0, progress=False)
     monkeypatch.undo()
     with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
-        rl_module.train_rl(RL | {"lr": 5e-4}, data, init, tmp_path / "run", 0, progress=False)
+        rl_module.train_rl(rl_spec(lr=5e-4), data, init, tmp_path / "run", 0, progress=False)
     assert "changed: config" in caplog.text
-    rl_module.train_rl(RL | {"lr": 5e-4}, data, init, tmp_path / "clean", 0, progress=False)
+    rl_module.train_rl(rl_spec(lr=5e-4), data, init, tmp_path / "clean", 0, progress=False)
     _same_weights(tmp_path / "run/final", tmp_path / "clean/final")
     assert (tmp_path / "run/rollouts.jsonl").read_text() == (tmp_path / "clean/rollouts.jsonl").read_text()
 
@@ -113,8 +114,8 @@ def test_rationalization_annotates_again_when_its_data_changed_at_the_same_path(
 
     from pipeline_lib.engines.local.rationalization import train_rationalization
 
-    spec = {"annotate": {"hint": "The answer is {answer}.", "max_new_tokens": 4, "temperature": 1.0,
-                         "batch_size": 16}, "sft": SFT | {"steps": 1}}
+    spec = replace(sft_spec(steps=1), method="rationalization", baseline={
+        "hint": "The answer is {answer}.", "max_new_tokens": 4, "temperature": 1.0, "batch_size": 16})
     data = tmp_path / "sft_train.parquet"
     shutil.copy(tiny / "data/sft_train.parquet", data)
     train_rationalization(spec, data, tiny / "init", tiny / "tok", tmp_path / "run", 0, progress=False)

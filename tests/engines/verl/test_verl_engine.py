@@ -2,6 +2,7 @@
 the reward hook through verl's naive reward manager, and the override translation of every paper run."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -376,8 +377,8 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     trainer._shutdown_dump_executor()
     assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
 
-    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", settings={"group_size": group_size},
-                   estimator=Estimator("grpo"))
+    paper = verl_rl_spec(paper_config(), "gsm8k", "grpo_exact")
+    spec = replace(paper, task="countdown_tiny", rl=replace(paper.rl, group_size=group_size))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     for record in records:
@@ -488,8 +489,7 @@ def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
     for name in ("train.parquet", "test.parquet"):
         (tmp_path / name).write_bytes(b"rows")
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tmp_path / "test.parquet", tmp_path / "sft/final")
-    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", settings={"group_size": 4},
-                   estimator=Estimator("grpo"))
+    spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", estimator=Estimator("grpo"))
     first = verl_run_identity("rl", spec, paths, 0)
     assert set(first) == {"config_sha256", "code_sha256", "inputs"} and len(first["inputs"]) == 3
     assert verl_run_identity("rl", spec, paths, 0) == first

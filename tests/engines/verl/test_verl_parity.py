@@ -35,16 +35,16 @@ def verl_run_config(method: str, aggregation: str):
     """The composed verl config of a paper GSM8K run with this estimator and aggregation, as the trainer gets it."""
     base = verl_rl_spec(paper_config(), "gsm8k", "grpo_exact")
     spec = replace(base, estimator=Estimator(method, dict(PARAMS.get(method, {}))),
-                   settings={**base.settings, "aggregation": aggregation})
+                   rl=replace(base.rl, aggregation=aggregation))
     paths = TrainPaths("/r/run", "/r/train.parquet", "/r/test.parquet", "/r/sft/final")
     return spec, validate_rl(rl_overrides(spec, paths, seed=0), label=f"parity {method}")
 
 
 def local_loss_config(spec) -> PolicyLossConfig:
     """The local engine's loss settings for the same run (engines/local/rl.py builds it from these keys)."""
-    settings = spec.settings
-    return PolicyLossConfig(clip_low=settings["clip_low"], clip_high=settings["clip_high"], beta=settings["beta"],
-                            kl_estimator=settings["kl_estimator"], aggregation=settings["aggregation"])
+    rl = spec.rl
+    return PolicyLossConfig(clip_low=rl.clip_low, clip_high=rl.clip_high, beta=rl.beta, kl_estimator=rl.kl_estimator,
+                            aggregation=rl.aggregation)
 
 
 def log_probs(mask: torch.Tensor, seed: int, max_drift: float):
@@ -89,7 +89,7 @@ def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_b
     expected, actor = verl_loss(verl_config, data, current, old, reference)
     ours = policy_loss(current, old, local_advantages, mask, local_loss_config(spec), ref_log_prob=reference)
     assert (actor.clip_ratio_low, actor.clip_ratio_high, actor.kl_loss_coef) == (
-        spec.settings["clip_low"], spec.settings["clip_high"], spec.settings["beta"])
+        spec.rl.clip_low, spec.rl.clip_high, spec.rl.beta)
     assert ours.clip_fraction > 0  # the clipped branch is exercised
     torch.testing.assert_close(ours.loss, expected, rtol=1e-5, atol=1e-6)
 

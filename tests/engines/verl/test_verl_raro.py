@@ -31,6 +31,7 @@ from pipeline_lib.engines.verl.translate import TrainPaths, raro_replay_dir, rl_
 from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
 from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
 from pipeline_lib.plan.settings import baseline_rl_spec
+from pipeline_lib.run_spec import RLSettings
 from tests.conftest import MODEL
 from tests.engines.conftest import paper_config
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -274,9 +275,10 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")
     paper = baseline_rl_spec(paper_config(), "countdown", "raro")
-    spec = replace(paper, settings={**paper.settings, "prompts_per_step": 4, "mini_batch_per_device": 2,
-                                    "gpus_per_node": 1, "nodes": 1, "group_size": 3, "max_prompt_tokens": 128,
-                                    "max_response_tokens": 16, "steps": 3},
+    spec = replace(paper, rl=RLSettings.from_flat({**paper.settings, "prompts_per_step": 4, "mini_batch_per_device": 2,
+                                                   "gpus_per_node": 1, "nodes": 1, "group_size": 3,
+                                                   "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 3},
+                                                  "verl"),
                    baseline={**paper.baseline, "critic_prompts_per_step": 2, "replay_size": 6})
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
@@ -286,7 +288,7 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     tables = {0: config.raro.rewards.policy, 1: config.raro.rewards.critic}
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        server = TinyRolloutServer(model.eval(), tokenizer.eos_token_id, spec.settings["max_response_tokens"])
+        server = TinyRolloutServer(model.eval(), tokenizer.eos_token_id, spec.rl.max_response_tokens)
         manager = raro_loop.RaroAgentLoopManager.create(config=config, llm_client=server)
         size, n = config.data.train_batch_size, config.actor_rollout_ref.rollout.n
         for step in (1, 2):

@@ -21,6 +21,7 @@ from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
 from pipeline_lib.model import build_model, save_model_atomic
 from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
+from pipeline_lib.run_spec import RLSettings
 from tests.conftest import MODEL
 from tests.engines.conftest import paper_config
 from tests.engines.verl.conftest import PATHS, paper_baselines
@@ -80,9 +81,10 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0).eval()
     save_model_atomic(model, tokenizer, tmp_path / "init")
     paper = baseline_rl_spec(paper_config(), "countdown", "rl_logit")
-    spec = replace(paper, settings={**paper.settings, "prompts_per_step": 2, "mini_batch_per_device": 2,
-                                    "gpus_per_node": 1, "nodes": 1, "group_size": 2, "max_prompt_tokens": 128,
-                                    "max_response_tokens": 16, "steps": 2})
+    spec = replace(paper, rl=RLSettings.from_flat({**paper.settings, "prompts_per_step": 2, "mini_batch_per_device": 2,
+                                                   "gpus_per_node": 1, "nodes": 1, "group_size": 2,
+                                                   "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 2},
+                                                  "verl"))
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
     workers = "actor_rollout_ref.rollout.agent.num_workers=2"
@@ -97,7 +99,7 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     batch.meta_info["global_steps"] = 1
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        server = TinyRolloutServer(model, tokenizer.eos_token_id, spec.settings["max_response_tokens"], seed=1)
+        server = TinyRolloutServer(model, tokenizer.eos_token_id, spec.rl.max_response_tokens, seed=1)
         out = AgentLoopManager.create(config=config, llm_client=server).generate_sequences(batch)
     finally:
         ray.shutdown()
