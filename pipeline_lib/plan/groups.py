@@ -60,7 +60,7 @@ def pattern(values: Iterable[Any]) -> str:
 def _study_runs(plan: Plan, study: str, job: str) -> list[Run]:
     """The runs of rule ``job`` that ``study`` reads, in its order."""
     by_output = {run.output: run for run in plan.of(job=job)}
-    return [by_output[path] for path in plan.requests.get(study, []) if path in by_output]
+    return [by_output[request.path] for request in plan.requests.get(study, []) if request.path in by_output]
 
 
 def groups(plan: Plan) -> Groups:
