@@ -68,7 +68,7 @@ def argv(args: Sequence[Any]) -> list[str]:
 
 def _what(step: dict[str, Any]) -> str:
     """A step in a few words: its entry point and the run it writes (``local.rl arith_tiny/grpo/seed0``)."""
-    args, module = step.get("args", []), step["module"].removeprefix("pipeline_lib.").removeprefix("engines.")
+    args, module = step.get("args", []), ".".join(step["module"].split(".")[-2:])  # wherever the package keeps it
     for flag in ("--run-dir", "--out"):
         if flag in args[:-1]:
             return f"{module} {args[args.index(flag) + 1].removeprefix('results/').removeprefix('train/')}"
