@@ -104,10 +104,24 @@ def add_run_arguments(parser: argparse.ArgumentParser, spec_help: str = "the run
     """The training entry points' contract: ``--spec``, ``--seed``, and where they take them ``--run-dir``,
     ``--threads`` (the rule's threads) and ``--tracking`` (live tracking settings; pipeline_lib.tracking)."""
     add_spec_argument(parser, spec_help)
-    parser.add_argument("--seed", type=int, required=True)
+    add_seed_argument(parser)
     if run_dir:
         parser.add_argument("--run-dir", type=Path, required=True)
     if threads:
-        parser.add_argument("--threads", type=int, default=1)
+        add_threads_argument(parser)
     if tracking:
         add_tracking_argument(parser)
+
+
+def add_seed_argument(parser: argparse.ArgumentParser, required: bool = True, default: int = 0) -> None:
+    """``--seed``: the seed the entry point seeds itself from (required, or ``default`` where an evaluation's
+    sampling has one)."""
+    if required:
+        parser.add_argument("--seed", type=int, required=True)
+    else:
+        parser.add_argument("--seed", type=int, default=default)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """``--threads``: the rule's threads (torch's intra-op threads)."""
+    parser.add_argument("--threads", type=int, default=1)

@@ -6,12 +6,12 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pipeline_lib.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.env import env
-from pipeline_lib.plan import METHODS, Plan, plan_runs, trained_methods
+from pipeline_lib.plan import METHODS, Plan, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.runs import TOKENIZER
 from pipeline_lib.plan.settings import eval_spec
 from pipeline_lib.rubrics import RUBRICS
@@ -46,6 +46,7 @@ __all__ = [
     "paired_runs",
     "reads_tokenizer",
     "report_inputs",
+    "requests_of",
     "rl_runs",
     "runs_of",
     "scale_eval_targets",
@@ -139,14 +140,19 @@ def _evaluations(sentinels: list[str]) -> list[str]:
     return [p.replace("results/train/", "results/eval/").replace("DONE.json", "metrics.json") for p in sentinels]
 
 
+def requests_of(plan: Plan, study: str, methods: Collection[str] | None = None) -> list[RunId]:
+    """The runs one study reads (named one of ``methods`` only, where given), in its tables' order."""
+    return [r for r in plan.requests.get(study, []) if methods is None or r.name in methods]
+
+
 def runs_of(plan: Plan, study: str, methods: list[str] | None = None) -> list[str]:
     """Sentinels of the runs one study reads (of ``methods`` only, where given), e.g. the main RL runs."""
-    return [p for p in plan.requests.get(study, []) if methods is None or p.split("/")[3] in methods]
+    return [r.path for r in requests_of(plan, study, methods)]
 
 
 def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
     """Sentinels of the main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
-    return [p for p in runs_of(plan, "main", methods) if p.split("/")[3] != "sft"]
+    return [r.path for r in requests_of(plan, "main", methods) if r.name != "sft"]
 
 
 def paired_runs(plan: Plan) -> list[str]:
@@ -155,17 +161,23 @@ def paired_runs(plan: Plan) -> list[str]:
     ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
-    return [path for path in rl_runs(plan) if path.split("/")[3] in pair]
+    return [r.path for r in requests_of(plan, "main", pair) if r.name != "sft"]
 
 
 def baseline_eval_targets(plan: Plan) -> list[str]:
     return _evaluations(runs_of(plan, "baseline"))
 
 
+def _table1_requests(plan: Plan) -> list[RunId]:
+    """The runs Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs (each run once)."""
+    main = requests_of(plan, "main")
+    paths = {r.path for r in main}
+    return main + [r for r in requests_of(plan, "baseline") if r.path not in paths]
+
+
 def eval_targets(plan: Plan) -> list[str]:
     """Every evaluation Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs."""
-    main = _evaluations(runs_of(plan, "main"))
-    return main + [path for path in baseline_eval_targets(plan) if path not in main]
+    return _evaluations([r.path for r in _table1_requests(plan)])
 
 
 def table1_tasks(config: Mapping[str, Any]) -> list[str]:
@@ -182,7 +194,7 @@ def table1_tasks(config: Mapping[str, Any]) -> list[str]:
 def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
     """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task)."""
     tasks = set(table1_tasks(config))
-    return [path for path in eval_targets(plan) if path.split("/")[2] in tasks]
+    return _evaluations([r.path for r in _table1_requests(plan) if r.task in tasks])
 
 
 JUDGES = ("primary", "second")
@@ -190,24 +202,19 @@ JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverif
                      for ext in ("tex", "md", "csv"))
 
 
-def _judged(plan: Plan) -> list[tuple[str, str, str]]:
-    """(task, method, seed) of every judged run, in the order the judge study lists them (task, method, seed)."""
-    return [tuple(path.split("/")[2:5]) for path in runs_of(plan, "judge")]
-
-
 def judge_tasks(plan: Plan) -> list[str]:
-    return list(dict.fromkeys(task for task, _, _ in _judged(plan)))
+    return list(dict.fromkeys(r.task for r in requests_of(plan, "judge")))
 
 
 def judge_methods(plan: Plan) -> list[str]:
     """The judged methods in table order: the non-verifiable table's rows."""
-    return list(dict.fromkeys(method for _, method, _ in _judged(plan)))
+    return list(dict.fromkeys(r.name for r in requests_of(plan, "judge")))
 
 
 def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
     """Every judged run's summary of ``task`` under one judge, in table order (method, then seed)."""
-    return [f"results/judge/{judge}/{task}/{method}/{seed}/summary.json" for judged, method, seed in _judged(plan)
-            if judged == task]
+    return [f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json" for r in requests_of(plan, "judge")
+            if r.task == task]
 
 
 def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:

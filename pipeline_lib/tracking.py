@@ -15,7 +15,6 @@ checkpoint), so its curve continues with every step exactly once.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -34,7 +33,6 @@ __all__ = [
     "BACKEND_PACKAGES",
     "Tracker",
     "TrackingSettings",
-    "add_tracking_argument",
     "missing_backend_packages",
     "tracking_from_json",
 ]
@@ -103,12 +101,6 @@ def tracking_from_json(text: str | None) -> TrackingSettings | None:
         return None
     data = json.loads(text)
     return TrackingSettings(tuple(data["backends"]), data["dir"], data["project"], data["experiment"])
-
-
-def add_tracking_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tracking", type=tracking_from_json, default=None,
-                        help="JSON of the run's tracking settings (config `tracking` + the run id); none: "
-                             "metrics.jsonl only")
 
 
 def _scalars(record: Mapping[str, Any]) -> dict[str, float]:

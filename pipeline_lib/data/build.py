@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.cli import json_text
+from pipeline_lib.cli import add_seed_argument, add_spec_argument, json_text
 from pipeline_lib.data.poetry import synthesize_instructions
 from pipeline_lib.data.real import BUILDERS, build_dataset, source_files
 from pipeline_lib.data.schema import DatasetWriter
@@ -142,18 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     tiny = sub.add_parser("tiny", help="generate one tiny synthetic task")
     tiny.add_argument("--task", required=True, choices=sorted(TASKS))
-    tiny.add_argument("--spec", required=True, type=json_text, help="JSON of config `data.tiny`")
+    add_spec_argument(tiny, "config `data.tiny`")
     tiny.add_argument("--reward-weights", default="null", type=json_text,
                       help="JSON reward composition stored in extra_info")
-    tiny.add_argument("--seed", type=int, required=True)
+    add_seed_argument(tiny)
     tiny.add_argument("--out-dir", type=Path, required=True)
     real = sub.add_parser("real", help="build one of the paper's datasets")
     real.add_argument("--dataset", required=True, choices=sorted(BUILDERS))
-    real.add_argument("--spec", required=True, type=json_text, help="JSON of config `data.datasets.<name>`")
+    add_spec_argument(real, "config `data.datasets.<name>`")
     real.add_argument("--cache", type=Path, default=None, help="LLM response cache (poetry synthesis)")
     real.add_argument("--out-dir", type=Path, required=True)
     imagenet = sub.add_parser("imagenet", help="validate the ImageNet ImageFolder")
-    imagenet.add_argument("--spec", required=True, type=json_text, help="JSON of config `imagenet`")
+    add_spec_argument(imagenet, "config `imagenet`")
     imagenet.add_argument("--out-dir", type=Path, required=True)
     tok = sub.add_parser("tokenizer", help="train the pipeline's tokenizer on built datasets")
     tok.add_argument("--inputs", nargs="+", type=Path, required=True)

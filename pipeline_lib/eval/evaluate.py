@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from pipeline_lib.cli import json_text
+from pipeline_lib.cli import add_seed_argument, add_spec_argument, add_threads_argument, json_text
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json, write_text
 from pipeline_lib.provenance import write_provenance
@@ -193,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--spec", required=True, type=json_text, help="JSON of config `eval` (a file or inline)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_spec_argument(parser, "config `eval`")
+    add_seed_argument(parser, required=False)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--threads", type=int, default=1)
+    add_threads_argument(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     evaluate_to(args.out, args.model, args.data, json.loads(args.spec), args.seed, started=time.time())

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.cli import json_text
+from pipeline_lib.cli import add_seed_argument, add_spec_argument, json_text
 from pipeline_lib.eval.backends import open_backend
 from pipeline_lib.io import write_json
 from pipeline_lib.provenance import write_provenance
@@ -106,10 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", choices=["lm-eval", "alpaca-eval"])
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--spec", required=True, type=json_text, help="JSON of config `eval.transfer.<benchmark>`")
+    add_spec_argument(parser, "config `eval.transfer.<benchmark>`")
     parser.add_argument("--eval-spec", default="{}", type=json_text,
                         help="JSON of config `eval` (generation backend; alpaca-eval)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_seed_argument(parser, required=False)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()

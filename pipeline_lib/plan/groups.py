@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_lib.cli import json_file
+from pipeline_lib.cli import JSON_FLAGS, json_file
 from pipeline_lib.plan.registry import METHODS, PlanError
 from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.plan.settings import eval_spec
@@ -60,7 +60,7 @@ def pattern(values: Iterable[Any]) -> str:
 def _study_runs(plan: Plan, study: str, job: str) -> list[Run]:
     """The runs of rule ``job`` that ``study`` reads, in its order."""
     by_output = {run.output: run for run in plan.of(job=job)}
-    return [by_output[path] for path in plan.requests.get(study, []) if path in by_output]
+    return [by_output[request.path] for request in plan.requests.get(study, []) if request.path in by_output]
 
 
 def groups(plan: Plan) -> Groups:
@@ -120,10 +120,18 @@ def job_priority(rule: str, run_name: str | None = None) -> int:
     return 0
 
 
+def _step_args(args: list[str]) -> list[Any]:
+    """A step's arguments with the inline-JSON value of each JSON flag (``--spec``, ``--tracking``...) as the JSON
+    value itself, so the steps file is one JSON document (a list of steps carrying their specs), never a spec's JSON
+    text quoted inside it; the batch turns each back into the identical argument."""
+    return [json.loads(arg) if index and args[index - 1] in JSON_FLAGS and arg.lstrip()[:1] in ("{", "[") else arg
+            for index, arg in enumerate(args)]
+
+
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
-    """One shell command running ``(module, args)`` steps in order in one process; the steps (and their specs)
-    travel in a JSON file (:func:`pipeline_lib.cli.json_file`), not on the command line."""
-    payload = [{"module": module, "args": args} for module, args in steps]
+    """One shell command running ``(module, args)`` steps in order in one process; the steps (and their specs, as
+    JSON values) travel in one JSON file (:func:`pipeline_lib.cli.json_file`), not on the command line."""
+    payload = [{"module": module, "args": _step_args(args)} for module, args in steps]
     return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json_file(json.dumps(payload)))}"
 
 

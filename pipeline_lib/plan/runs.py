@@ -132,16 +132,27 @@ class Run:
         return {k: v for k, v in out.items() if v not in (None, "")}
 
 
+@dataclass(frozen=True)
+class RunId:
+    """Which run a study reads, as fields: the target lists select by them, never by splitting ``path``."""
+
+    study: str  # the study that reads it: main, baseline, ablation, scale, scale_reference, judge, transfer, imagenet
+    task: str
+    name: str  # the run directory (Run.name): a method, an ablation cell, <method>_at_<scale>, ImageNet's ml/m0
+    seed: int
+    path: str  # its sentinel, results/train/<task>/<name>/seed<seed>/DONE.json
+
+
 class Plan:
     """Every run of a config, addressable by (rule, run key) for the rules and iterable for the tables."""
 
-    def __init__(self, runs: Iterable[Run], targets: Iterable[str], requests: Mapping[str, list[str]]) -> None:
+    def __init__(self, runs: Iterable[Run], targets: Iterable[str], requests: Mapping[str, list[RunId]]) -> None:
         self.runs = list(runs)
         #: The train stage's targets (every study's own runs, not the runs they start from), in study order.
         self.train_targets = list(targets)
-        #: Per study (main, baseline, ablation, scale, scale_reference, judge, transfer, imagenet), the run sentinels
-        #: it reads, in the order its tables list them.
-        self.requests = {study: list(paths) for study, paths in requests.items()}
+        #: Per study (main, baseline, ablation, scale, scale_reference, judge, transfer, imagenet), the runs it
+        #: reads, in the order its tables list them.
+        self.requests = {study: list(ids) for study, ids in requests.items()}
         self._by_job: dict[tuple[str, str], Run] = {}
         for run in self.runs:
             if (run.job, run.key) in self._by_job:
@@ -425,7 +436,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
               for base in ["sft", *train.get("methods", {})]}
     built: dict[tuple[str, str, int], list[Run]] = {}
     targets: list[str] = []
-    requests: dict[str, list[str]] = {}
+    requests: dict[str, list[RunId]] = {}
 
     def build(task: str, name: str, seed: int, study: str) -> None:
         if (task, name, seed) in built:
@@ -450,8 +461,9 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
         sentinel = _done(task, name, seed)
         if target and sentinel not in targets:
             targets.append(sentinel)
-        if sentinel not in requests.setdefault(study, []):
-            requests[study].append(sentinel)
+        request = RunId(study, task, name, seed, sentinel)
+        if request not in requests.setdefault(study, []):
+            requests[study].append(request)
     if check_estimators:
         for estimator in {run.spec.estimator.name + repr(sorted(run.spec.estimator.params.items())):
                           run.spec.estimator for runs in built.values() for run in runs
@@ -459,7 +471,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
             check_estimator(estimator)
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
-    requests["imagenet"] = [run.output for run in imagenet]
+    requests["imagenet"] = [RunId("imagenet", run.task, run.name, run.seed, run.output) for run in imagenet]
     return Plan([run for runs in built.values() for run in runs] + imagenet, targets, requests)
 
 

@@ -135,8 +135,8 @@ def test_run_targets_and_spec():
     section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1,
                "tau": 0.1}
     runs = plan_runs({"imagenet": section}).requests["imagenet"]
-    assert "results/train/imagenet/ml/m0/seed1/DONE.json" in runs
-    assert "results/train/imagenet/softmax/m16/seed0/DONE.json" in runs
+    assert "results/train/imagenet/ml/m0/seed1/DONE.json" in {request.path for request in runs}
+    assert "results/train/imagenet/softmax/m16/seed0/DONE.json" in {request.path for request in runs}
     assert len(runs) == 2 + 4
     assert imagenet_run_spec(section) == {"lr": 0.1, "tau": 0.1}
 

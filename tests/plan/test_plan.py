@@ -44,6 +44,22 @@ def test_every_target_and_every_run_it_starts_from_is_planned_once(name):
     assert evaluated <= planned, sorted(evaluated - planned)[:5]
 
 
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(name):
+    """A request's task, name and seed are the planned run's own (ImageNet's run names hold a slash, so no split of
+    the path could recover them); the target lists select by these fields."""
+    config = load(name) | ({"imagenet": {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4],
+                                         "seeds": [0], "lr": 0.1}} if name == "config.yaml" else {})
+    plan = plan_runs(config)
+    by_output = {run.output: run for run in plan.runs}
+    requests = [r for study in plan.requests.values() for r in study]
+    assert {r.study for r in requests} >= {"main", "imagenet"}
+    for request in requests:
+        run = by_output[request.path]
+        assert (request.task, request.name, request.seed) == (run.task, run.name, run.seed), request
+    assert any("/" in r.name for r in plan.requests["imagenet"])
+
+
 def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_config():
     plan = plan_runs(load("paper.yaml"))
     verl = plan.of(engine="verl", job="train_verl")

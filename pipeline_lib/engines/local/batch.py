@@ -2,8 +2,10 @@
 
     python -m pipeline_lib.engines.local.batch --steps .snakemake/specs/<digest>.json
 
-where the file (written by the plan, pipeline_lib.plan.groups.batch_command) holds the steps,
-``[{"module": "pipeline_lib.engines.local.sft", "args": ["--spec", "...", "--run-dir", ...]}, ...]``.
+where the file (written by the plan, pipeline_lib.plan.groups.batch_command) holds the steps, each carrying its
+spec as a JSON value (not a spec's JSON text quoted in a string),
+``[{"module": "pipeline_lib.engines.local.sft", "args": ["--spec", {"method": "sft", ...}, "--run-dir", ...]}, ...]``;
+a step's ``main`` gets each such value back as the JSON text its own command line would pass (:func:`argv`).
 With file descriptor 3 open (the rules point it at the console), one line per step goes there.
 
 On a 2-core machine the start-up of a job (importing torch and transformers, ~7 CPU seconds) costs
@@ -31,7 +33,7 @@ from typing import Any, TextIO
 from pipeline_lib.cli import json_text
 from pipeline_lib.provenance import running_entry
 
-__all__ = ["run_steps"]
+__all__ = ["argv", "run_steps"]
 
 log = logging.getLogger("pipeline_lib.engines.local.batch")
 
@@ -50,14 +52,23 @@ def _validate(steps: Any) -> list[dict[str, Any]]:
         module, args = step["module"], step.get("args", [])
         if not module.startswith(ALLOWED_PREFIXES) or module == __name__:
             raise ValueError(f"step {number}: {module!r} is not a batchable entry point ({ALLOWED_PREFIXES})")
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise ValueError(f"step {number} ({module}): args must be a list of strings")
+        if not isinstance(args, list) or not all(
+                isinstance(a, str) or (index and isinstance(a, (dict, list)) and isinstance(args[index - 1], str)
+                                       and args[index - 1].startswith("--")) for index, a in enumerate(args)):
+            raise ValueError(f"step {number} ({module}): args must be a list of strings (a flag's value may be a "
+                             "JSON object or list)")
     return steps
+
+
+def argv(args: Sequence[Any]) -> list[str]:
+    """A step's command-line arguments: each JSON value (a spec) as its JSON text, the rest unchanged; the text is
+    what the member's own command passes (``json.dumps`` of the value the plan parsed from it)."""
+    return [a if isinstance(a, str) else json.dumps(a) for a in args]
 
 
 def _what(step: dict[str, Any]) -> str:
     """A step in a few words: its entry point and the run it writes (``local.rl arith_tiny/grpo/seed0``)."""
-    args, module = step.get("args", []), step["module"].removeprefix("pipeline_lib.").removeprefix("engines.")
+    args, module = step.get("args", []), ".".join(step["module"].split(".")[-2:])  # wherever the package keeps it
     for flag in ("--run-dir", "--out"):
         if flag in args[:-1]:
             return f"{module} {args[args.index(flag) + 1].removeprefix('results/').removeprefix('train/')}"
@@ -83,13 +94,14 @@ def run_steps(steps: Sequence[dict[str, Any]], console: TextIO | None = None) ->
     for number, step in enumerate(steps):
         module = importlib.import_module(step["module"])
         started = time.perf_counter()
-        log.info("step %d/%d: python -m %s %s", number + 1, len(steps), step["module"], " ".join(step["args"]))
+        args = argv(step.get("args", []))
+        log.info("step %d/%d: python -m %s %s", number + 1, len(steps), step["module"], " ".join(args))
         if console is not None:
             left = f", about {sum(seconds) / len(seconds) * (len(steps) - number):.0f} s left" if seconds else ""
             print(f"    [batch {number + 1}/{len(steps)}] {_what(step)} "
                   f"({time.perf_counter() - began:.0f} s in{left})", file=console, flush=True)
         with running_entry(step["module"]):  # its outputs' provenance records this module's code, not the batch's
-            status = module.main(list(step.get("args", [])))
+            status = module.main(args)
         if status not in (0, None):
             raise SystemExit(f"step {number} ({step['module']}) exited with status {status}")
         seconds.append(time.perf_counter() - started)
@@ -102,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.engines.local.batch", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", required=True, type=json_text,
-                        help="JSON list of {module, args}: a JSON file (what the plan writes) or inline JSON")
+                        help="JSON list of {module, args} (a flag's value may be a JSON value: a spec): a JSON file "
+                             "(what the plan writes) or inline JSON")
     args = parser.parse_args(argv)
     run_steps(json.loads(args.steps), console=_console())
     return 0

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
-from pipeline_lib.cli import add_run_arguments
+from pipeline_lib.cli import add_run_arguments, add_seed_argument, add_spec_argument
 from pipeline_lib.engines.local.expert import expert_demonstrations
 from pipeline_lib.engines.local.rl import rollout_rewards
 from pipeline_lib.eval.backends import open_backend
@@ -311,17 +311,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--init", type=Path, required=True, help="the SFT model (round 1's start and reference)")
     generate = commands.add_parser("generate", help="child step: one generation per prompt")
     generate.add_argument("--model", type=Path, required=True)
-    generate.add_argument("--spec", required=True, help="JSON generation settings (eval backend spec)")
+    add_spec_argument(generate, "the generation settings (eval backend spec)")
     generate.add_argument("--prompts", type=Path, required=True)
     generate.add_argument("--out", type=Path, required=True)
-    generate.add_argument("--seed", type=int, required=True)
+    add_seed_argument(generate)
     generate.add_argument("--greedy", action="store_true")
     round_ = commands.add_parser("train-round", help="child step: one round of DPO training")
-    round_.add_argument("--spec", required=True)
+    add_spec_argument(round_, "the Iterative DPO settings (the run spec's dpo_settings)")
     round_.add_argument("--pairs", type=Path, required=True)
     round_.add_argument("--start", type=Path, required=True)
     round_.add_argument("--out", type=Path, required=True)
-    round_.add_argument("--seed", type=int, required=True)
+    add_seed_argument(round_)
     args = parser.parse_args(argv)
     if args.command == "run":
         absolute = {k: getattr(args, k).resolve() for k in ("data", "demonstrations", "init", "run_dir")}

@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 from pipeline_lib.cli import json_text
-from pipeline_lib.engines.local.batch import main, run_steps
+from pipeline_lib.engines.local.batch import argv, main, run_steps
 from pipeline_lib.plan import RunSpec
 from pipeline_lib.run_spec import SFTSettings
 
@@ -88,9 +88,14 @@ def _default_config():
 
 
 def _steps(command):
-    """The steps of a batch command: its --steps names a JSON file (pipeline_lib.cli.json_file), not inline JSON."""
+    """The steps of a batch command: its --steps names a JSON file (pipeline_lib.cli.json_file), not inline JSON, and
+    that file is one JSON document: each spec a JSON value in it, no JSON text quoted in a string."""
     assert len(command) < 300 and "{" not in command, command
-    return json.loads(json_text(shlex.split(command)[-1]))
+    steps = json.loads(json_text(shlex.split(command)[-1]))
+    quoted = [arg for step in steps for arg in step["args"] if isinstance(arg, str) and arg.lstrip()[:1] in "{["]
+    assert not quoted, quoted[:1]
+    assert all(isinstance(step["args"][step["args"].index("--spec") + 1], dict) for step in steps)
+    return steps
 
 
 def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluation(tmp_path, monkeypatch):
@@ -135,7 +140,7 @@ def test_a_training_group_runs_exactly_its_members_own_commands(tmp_path, monkey
     steps = _steps(train_group_command(runs, 3))
     for run, step in zip(runs, steps, strict=True):
         alone = shlex.split(run.command(3, files=False))
-        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
+        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == argv(step["args"])
     inputs = train_group_inputs(runs)
     assert sorted(set(inputs.values())) == sorted({p for run in runs for p in run.inputs.values()})
     assert "results/train/countdown_tiny/sft/seed1/DONE.json" in inputs.values()
@@ -176,7 +181,7 @@ def test_imagenet_runs_of_one_seed_share_a_job_only_when_asked(tmp_path, monkeyp
                                             if run.seed == group.seeds[-1]}
     for run, step in zip(runs, _steps(train_group_command(runs, 2)), strict=True):
         alone = shlex.split(run.command(2, files=False))
-        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == step["args"]
+        assert alone[:3] == ["python", "-m", step["module"]] and alone[3:] == argv(step["args"])
     section["one_job_per_seed"] = False
     assert imagenet_groups(config, plan_runs(config)).seeds == ()
 
