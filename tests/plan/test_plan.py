@@ -49,7 +49,7 @@ def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(
     """A request's task, name and seed are the planned run's own (ImageNet's run names hold a slash, so no split of
     the path could recover them); the target lists select by these fields."""
     config = load(name) | ({"imagenet": {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4],
-                                         "seeds": [0], "lr": 0.1}} if name == "config.yaml" else {})
+                                         "seeds": [0], "lr": 0.1, "tau": 0.1}} if name == "config.yaml" else {})
     plan = plan_runs(config)
     by_output = {run.output: run for run in plan.runs}
     requests = [r for study in plan.requests.values() for r in study]
