@@ -22,7 +22,8 @@ from pipeline_lib.io import write_text
 from pipeline_lib.tracking import TrackingSettings, tracking_from_json
 
 __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_seed_argument", "add_spec_argument",
-           "add_threads_argument", "add_tracking_argument", "file_args", "json_file", "json_text", "json_value", "with_files"]
+           "add_threads_argument", "add_tracking_argument", "file_args", "json_file", "json_text", "json_value",
+           "with_files"]
 
 #: Where the specs of the commands live, relative to the working directory of the run (the repository root).
 SPEC_DIR = Path(".snakemake") / "specs"
