@@ -23,7 +23,7 @@ from pipeline_lib.tracking import TrackingSettings, tracking_from_json
 
 __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_seed_argument", "add_spec_argument",
            "add_threads_argument", "add_tracking_argument", "file_args", "json_file", "json_text", "json_value",
-           "with_files"]
+           "run_args", "with_files"]
 
 #: Where the specs of the commands live, relative to the working directory of the run (the repository root).
 SPEC_DIR = Path(".snakemake") / "specs"
@@ -81,6 +81,12 @@ def with_files(params: Mapping[str, Any], *keys: str) -> dict[str, Any]:
         return functools.wraps(value)(lambda *args, **kwargs: json_file(value(*args, **kwargs)))
 
     return {**params, **{f"{key}_file": in_file(params[key]) for key in keys}}
+
+
+def run_args(spec: str, run_dir: str, seed: int) -> list[str]:
+    """The contract's arguments of one run as the plan's command builders write them (:func:`add_run_arguments`
+    reads them back): its spec (a file's path or JSON), run directory and seed."""
+    return ["--spec", spec, "--run-dir", run_dir, "--seed", str(seed)]
 
 
 def add_spec_argument(parser: argparse.ArgumentParser, help: str = "the run spec (pipeline_lib.run_spec.RunSpec)",

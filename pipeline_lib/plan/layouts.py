@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.cli import run_args
 from pipeline_lib.plan.settings import verl_tasks
 from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
@@ -69,28 +70,28 @@ class Ctx:
     data: str  # the RL prompts it trains on
 
 
+def _contract(c: Ctx, spec: RunSpec) -> list[str]:
+    return run_args(spec_json(spec), run_dir(c.task, c.name, c.seed), c.seed)
+
+
 def local_sft(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--tokenizer",
-                         str(Path(TOKENIZER).parent), "--run-dir", run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)])
+    return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent)])
 
 
 def local_rl(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": c.data, "init": c.init}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--init", final_dir(c.init),
-                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+    return Job(inputs, [*_contract(c, spec), "--data", c.data, "--init", final_dir(c.init)])
 
 
 def local_base(c: Ctx, spec: RunSpec) -> Job:
     """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
     model built from scratch on the pipeline's tokenizer."""
     if engine_of(c.config, c.task) == "verl":
-        return Job({}, ["--spec", spec_json(spec), "--run-dir", run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed), "--init", c.config["train"]["verl"]["model"]], threads=False)
-    return Job({"tokenizer": TOKENIZER}, ["--spec", spec_json(spec), "--tokenizer", str(Path(TOKENIZER).parent),
-                                           "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)],
-                threads=False)
+        return Job({}, [*_contract(c, spec), "--init", c.config["train"]["verl"]["model"]], threads=False)
+    return Job({"tokenizer": TOKENIZER}, [*_contract(c, spec), "--tokenizer", str(Path(TOKENIZER).parent)],
+               threads=False)
 
 
 def local_rationalization(c: Ctx, spec: RunSpec) -> Job:
@@ -98,17 +99,15 @@ def local_rationalization(c: Ctx, spec: RunSpec) -> Job:
     base = sentinel(c.task, "base", c.seed)
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, "annotator": annotator,
               "base": base}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--annotator", final_dir(annotator),
-                         "--init", final_dir(base), "--tokenizer", str(Path(TOKENIZER).parent),
-                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+    return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--annotator", final_dir(annotator),
+                         "--init", final_dir(base), "--tokenizer", str(Path(TOKENIZER).parent)])
 
 
 def local_expert(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
               "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--demonstrations",
-                         inputs["demonstrations"], "--init", final_dir(c.init),
-                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+    return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--demonstrations",
+                         inputs["demonstrations"], "--init", final_dir(c.init)])
 
 
 def local_opd(c: Ctx, spec: RunSpec) -> Job:
@@ -116,25 +115,22 @@ def local_opd(c: Ctx, spec: RunSpec) -> Job:
     teacher = hub or sentinel(c.task, "opd_teacher", c.seed)
     inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
               **({} if hub else {"teacher": teacher})}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--teacher",
-                         hub or final_dir(teacher), "--init", final_dir(c.init),
-                         "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)])
+    return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--teacher",
+                         hub or final_dir(teacher), "--init", final_dir(c.init)])
 
 
 def local_opd_teacher(c: Ctx, spec: RunSpec) -> Job:
     from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
     inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
               **({"init": c.init} if from_sft else {})}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", inputs["data"], "--tokenizer",
-                         str(Path(TOKENIZER).parent), "--run-dir", run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed), *(["--init", final_dir(c.init)] if from_sft else []),
+    return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--tokenizer",
+                         str(Path(TOKENIZER).parent), *(["--init", final_dir(c.init)] if from_sft else []),
                          "--kind", "opd_teacher"])
 
 
 def verl_sft(c: Ctx, spec: RunSpec, data: str | None = None) -> Job:
     data = data or f"results/data/{c.task}/sft_train.parquet"
-    return Job({"data": data}, ["--spec", spec_json(spec), "--data", data,
-                                 "--run-dir", run_dir(c.task, c.name, c.seed), "--seed", str(c.seed)], threads=False)
+    return Job({"data": data}, [*_contract(c, spec), "--data", data], threads=False)
 
 
 def verl_rationalization(c: Ctx, spec: RunSpec) -> Job:
@@ -143,13 +139,11 @@ def verl_rationalization(c: Ctx, spec: RunSpec) -> Job:
 
 def verl_rl(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--val-data", inputs["val"],
-                         "--init", final_dir(c.init), "--run-dir", run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)], threads=False)
+    return Job(inputs, [*_contract(c, spec), "--data", c.data, "--val-data", inputs["val"],
+                         "--init", final_dir(c.init)], threads=False)
 
 
 def trl_dpo(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
-    return Job(inputs, ["--spec", spec_json(spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
-                         "--init", final_dir(c.init), "--run-dir", run_dir(c.task, c.name, c.seed),
-                         "--seed", str(c.seed)], threads=False)
+    return Job(inputs, [*_contract(c, spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
+                         "--init", final_dir(c.init)], threads=False)

@@ -5,7 +5,7 @@ import json
 
 from pipeline_lib.cli import json_file
 from pipeline_lib.config import load_config_file, validate_config
-from pipeline_lib.engines.verl.preflight import KINDS, eval_spec_for
+from pipeline_lib.engines.verl.preflight import KINDS, SFT_KIND, eval_spec_for
 from pipeline_lib.plan.runs import TOKENIZER
 
 PREFLIGHT = dict(config["preflight"])
@@ -49,10 +49,7 @@ rule preflight_model:
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
-# SFT (the kind whose trainer is verl's SFT) from the tiny model; every RL kind from the SFT run's merged model, as the
-# real RL runs start from theirs.
-SFT_KIND = next(kind for kind, (trainer, _) in KINDS.items() if trainer == "sft")
-
+# SFT_KIND from the tiny model; every RL kind from the SFT run's merged model, as the real RL runs start from theirs.
 
 rule preflight_train:
     input:

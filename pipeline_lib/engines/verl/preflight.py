@@ -41,8 +41,8 @@ from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
 from pipeline_lib.plan.registry import Preflight, preflight_kinds
 from pipeline_lib.plan.settings import eval_spec
 
-__all__ = ["KINDS", "PreflightError", "build_tiny_model", "check_advantages", "check_run", "check_weight_syncs",
-           "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
+__all__ = ["KINDS", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
+           "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
@@ -50,6 +50,8 @@ log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 #: :attr:`~pipeline_lib.plan.registry.Method.preflight` (its kind and checks live there, beside the method).
 KINDS: dict[str, tuple[str, str]] = {kind: (str(m.engines["verl"].verl_kind), m.name)
                                      for kind, m in preflight_kinds().items()}
+#: The kind whose trainer is verl's SFT: it starts from the tiny model, every RL kind from its merged model.
+SFT_KIND = next(kind for kind, (trainer, _) in KINDS.items() if trainer == "sft")
 #: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
 PROBS_DIFF_TOLERANCE = 1e-2
 class PreflightError(RuntimeError):
