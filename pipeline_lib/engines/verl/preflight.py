@@ -42,7 +42,8 @@ from pipeline_lib.plan.registry import Preflight, preflight_kinds
 from pipeline_lib.plan.settings import eval_spec
 
 __all__ = ["KINDS", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
-           "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind", "weight_syncs"]
+           "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind",
+           "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.engines.verl.preflight")
 
