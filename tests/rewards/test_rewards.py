@@ -160,7 +160,9 @@ def test_countdown_hostile_inputs_score_zero_and_execute_nothing(expression, tmp
     for solution in (f"<answer>{text}</answer>", f"\\boxed{{{text}}}", text):
         start = time.monotonic()
         result = score("countdown", solution, {"numbers": [3, 5, 3, 1], "target": 24})
-        assert time.monotonic() - start < 1.0
+        # a guard against a computation bomb (9**9**9**9 would never end), not a speed claim: generous for a loaded
+        # machine, where the million-digit literal once took over 1 s to refuse
+        assert time.monotonic() - start < 10.0
         assert result["score"] == 0.0
     assert not sentinel.exists()
 
