@@ -2,12 +2,12 @@
 # Logic lives in pipeline_lib/; each stage's rules in workflow/rules/<stage>.smk.
 from snakemake.utils import min_version
 
-from pipeline_lib.config import check_config_files
-from pipeline_lib.console import install as install_console
+from pipeline_lib.core.config import check_config_files
+from pipeline_lib.core.console import install as install_console
 from pipeline_lib.plan import validate_planned_config
 
 min_version("9.0")
-install_console()  # one short line per job, progress with elapsed time and an estimate (pipeline_lib.console)
+install_console()  # one short line per job, progress with elapsed time and an estimate (pipeline_lib.core.console)
 
 # The config is chosen on the command line (`--configfile`); plain `snakemake` from the repository root gets the tiny
 # default config/config.yaml from profiles/default. Keys a config leaves out take the schema's defaults; a key given

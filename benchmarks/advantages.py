@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from pipeline_lib.advantages import group_advantages
+from pipeline_lib.core.rl.advantages import group_advantages
 
 
 def verl_style_grpo_loop(scores: torch.Tensor, index: list[int], epsilon: float = 1e-6) -> torch.Tensor:

@@ -3,7 +3,7 @@
 Run: python benchmarks/batching.py [--evaluations 6]
 
 Jobs of the tiny default each start Python with torch and transformers; this measures what one process per job
-costs against one process for several jobs (``pipeline_lib.engines.local.batch``, which the group rules
+costs against one process for several jobs (``pipeline_lib.jobs.engines.local.batch``, which the group rules
 ``train_local_group``, ``train_ablation_group``, ``train_imagenet_group`` and ``eval_checkpoints_<task>_seed<N>``
 use), side by side in one run. It builds countdown_tiny and
 its tokenizer with the default config's settings, an untrained base model (what an evaluation costs does not
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline_lib.config import load_config_file, validate_config
+from pipeline_lib.core.config import load_config_file, validate_config
 from pipeline_lib.plan.settings import eval_spec, local_base_spec, tiny_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data, tokenizer, model = root / "data" / TASK, root / "tokenizer", root / "base"
-        timed([[python, "-m", "pipeline_lib.data.build", "tiny", "--task", TASK, "--spec",
+        timed([[python, "-m", "pipeline_lib.core.data.build", "tiny", "--task", TASK, "--spec",
                 json.dumps(tiny_task_spec(config)), "--seed", "0", "--out-dir", str(data)],
-               [python, "-m", "pipeline_lib.data.build", "tokenizer", "--inputs", str(data / "sft_train.parquet"),
+               [python, "-m", "pipeline_lib.core.data.build", "tokenizer", "--inputs", str(data / "sft_train.parquet"),
                 str(data / "rl_train.parquet"), "--vocab-size", str(config["data"]["tokenizer"]["vocab_size"]),
                 "--out-dir", str(tokenizer)],
-               [python, "-m", "pipeline_lib.engines.local.base", "--spec",
+               [python, "-m", "pipeline_lib.jobs.engines.local.base", "--spec",
                 local_base_spec(config, TASK).to_json(),
                 "--tokenizer", str(tokenizer), "--run-dir", str(model), "--seed", "0"]], env)
         spec = json.dumps(eval_spec(config))
@@ -69,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                     "--seed", str(seed), "--out", str(out / f"seed{seed}"), "--threads", "1"]
 
         seeds = range(args.evaluations)
-        separate = timed([[python, "-m", "pipeline_lib.eval.evaluate", *eval_args(s, root / "separate")]
+        separate = timed([[python, "-m", "pipeline_lib.jobs.eval.evaluate", *eval_args(s, root / "separate")]
                           for s in seeds], env)
-        steps = [{"module": "pipeline_lib.eval.evaluate", "args": eval_args(s, root / "batched")} for s in seeds]
-        batched = timed([[python, "-m", "pipeline_lib.engines.local.batch", "--steps", json.dumps(steps)]], env)
+        steps = [{"module": "pipeline_lib.jobs.eval.evaluate", "args": eval_args(s, root / "batched")} for s in seeds]
+        batched = timed([[python, "-m", "pipeline_lib.jobs.engines.local.batch", "--steps", json.dumps(steps)]], env)
         for seed in seeds:  # the same evaluations: identical scores either way
             a = json.loads((root / "separate" / f"seed{seed}" / "metrics.json").read_text())
             b = json.loads((root / "batched" / f"seed{seed}" / "metrics.json").read_text())

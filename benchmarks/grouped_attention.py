@@ -22,7 +22,7 @@ from shared_prompt import default_model_and_group_rows, timed
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from pipeline_lib.model import _grouped_sdpa_attention, generate, pack, response_logprobs
+from pipeline_lib.core.model import _grouped_sdpa_attention, generate, pack, response_logprobs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline_lib.judge.llm import judge_with_llm  # noqa: E402
-from pipeline_lib.llm_client import EndpointConfig  # noqa: E402
-from pipeline_lib.rubrics import RUBRICS  # noqa: E402
+from pipeline_lib.core.llm_client import EndpointConfig  # noqa: E402
+from pipeline_lib.core.rubrics import RUBRICS  # noqa: E402
+from pipeline_lib.jobs.judge.llm import judge_with_llm  # noqa: E402
 
 LATENCY_S = 0.2
 CONCURRENCY = 32

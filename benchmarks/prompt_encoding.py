@@ -4,7 +4,8 @@ Run: python benchmarks/prompt_encoding.py --results results          # needs res
 
 For each task, the rows one RL run reads (``train.rl``'s steps x prompts_per_step, in ``train_rl``'s order for seed
 0) are encoded both ways, side by side in this process: ``encode_prompts`` over the whole ``rl_train.parquet`` (what
-``train_rl`` did) and :class:`pipeline_lib.engines.local.common.LazyPromptIds` read at those rows (what it does now).
+``train_rl`` did) and :class:`pipeline_lib.jobs.engines.local.common.LazyPromptIds` read at those rows (what it does
+now).
 Prints the CPU seconds of each, their ratio, and checks that both give every read row the same token ids.
 """
 
@@ -19,8 +20,8 @@ import pandas as pd
 import torch
 import yaml
 
-from pipeline_lib.engines.local.common import LazyPromptIds
-from pipeline_lib.model import encode_prompts
+from pipeline_lib.core.model import encode_prompts
+from pipeline_lib.jobs.engines.local.common import LazyPromptIds
 
 REPO = Path(__file__).resolve().parents[1]
 

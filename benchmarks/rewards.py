@@ -18,9 +18,9 @@ from collections import Counter
 from math_verify import parse, verify
 from rouge_score import rouge_scorer
 
-from pipeline_lib.rewards import score_batch
-from pipeline_lib.rewards.mathverify import _get_pool, gold_answer, prediction_text
-from pipeline_lib.rewards.similarity import SIM_WEIGHTS, similarity_score
+from pipeline_lib.core.rewards import score_batch
+from pipeline_lib.core.rewards.mathverify import _get_pool, gold_answer, prediction_text
+from pipeline_lib.core.rewards.similarity import SIM_WEIGHTS, similarity_score
 
 
 def reference_similarity(prediction: str, reference: str, scorer: rouge_scorer.RougeScorer) -> float:

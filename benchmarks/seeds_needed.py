@@ -6,7 +6,7 @@ For every paired claim of the claims table that the run's seeds can test (RL −
 Sim, greedy pass@1; the gradient-allocation shift, and beside it its two parts, which the report shows but does not
 test), this reads the per-seed, per-prompt scores the report reads
 (:func:`pipeline_lib.paper.reproduction.prompt_scores`), computes the report's interval
-(:func:`pipeline_lib.stats.paired_interval`) and projects its half-width to n seeds with the same estimate of the
+(:func:`pipeline_lib.core.stats.paired_interval`) and projects its half-width to n seeds with the same estimate of the
 seed-to-seed spread: seed part t(n - 1)^2 sd^2 / n, prompt part t(prompts - 1)^2 v_prompts scaled by 3 / n (the
 seed-averaged per-prompt differences get less noisy with seeds; kept at the run's value it gives the "fixed" column).
 A claim "can exclude 0" at n seeds when the projected half-width is below its mean difference: alone at 95%, and
@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from pipeline_lib.core.stats import paired_interval
 from pipeline_lib.paper.allocation_split import allocation_split
 from pipeline_lib.paper.reproduction import allocation_shift, prompt_scores
-from pipeline_lib.stats import paired_interval
 
 #: (claim, a, b): the claims table's paired greedy comparisons on the verifiable tasks.
 CLAIMS = [("RL (GRPO-Exact) - SFT", "grpo_exact", "sft"), ("SoftmaxGRPO-Exact - SFT", "softmax_exact", "sft"),

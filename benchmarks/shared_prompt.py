@@ -20,8 +20,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from pipeline_lib.config import load_config_file, validate_config
-from pipeline_lib.model import build_model, pack, response_logprobs
+from pipeline_lib.core.config import load_config_file, validate_config
+from pipeline_lib.core.model import build_model, pack, response_logprobs
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ Imports: a tiny task's data job imported torch with the ImageNet validator it do
 process of the default run (train_local, train_local_group, train_ablation_group, eval_checkpoints_*) imports its
 entry module, then transformers' tokenizer and model classes and tensorboardX. "before" imports them in a fresh
 interpreter with scikit-learn visible to transformers and boto3 to accelerate (as every process did: the generation
-code imports ``sklearn.metrics``, accelerate boto3), "after" with :mod:`pipeline_lib.model` imported first (which
+code imports ``sklearn.metrics``, accelerate boto3), "after" with :mod:`pipeline_lib.core.model` imported first (which
 hides them from those checks). Job graph: "before" is the second ``snakemake --dag -n all`` that ``run_info`` ran in
 a subprocess at the start of each run; "after" it writes ``workflow.dag.dot()`` of the running workflow, which costs
 no new process (not timed here: formatting a graph already built). Each figure is the minimum over ``--repeats``
@@ -25,19 +25,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 #: What one model process imports (its entry module, then what it loads lazily when it runs).
-ENTRY_MODULES = ("pipeline_lib.engines.local.rl", "pipeline_lib.engines.local.sft", "pipeline_lib.eval.evaluate",
-                 "pipeline_lib.engines.local.batch")
+ENTRY_MODULES = ("pipeline_lib.jobs.engines.local.rl", "pipeline_lib.jobs.engines.local.sft",
+                 "pipeline_lib.jobs.eval.evaluate",
+                 "pipeline_lib.jobs.engines.local.batch")
 MODEL_IMPORTS = "from transformers import AutoTokenizer, AutoModelForCausalLM, DynamicCache; "
 TENSORBOARD_BEFORE = "from tensorboardX import SummaryWriter"
-# what pipeline_lib.tracking's TensorBoard writer does now
-TENSORBOARD_AFTER = ("from pipeline_lib.env import hidden_package\n"
+# what pipeline_lib.core.tracking's TensorBoard writer does now
+TENSORBOARD_AFTER = ("from pipeline_lib.core.env import hidden_package\n"
                      "with hidden_package('boto3'): from tensorboardX import SummaryWriter\n")
 # "before": what the process imported when transformers still found scikit-learn (the model module's import, with
 # its hiding undone first, so the entry modules load exactly as they do now)
 BEFORE = ("import sys, importlib.util; import torch; "
           "from transformers.utils import import_utils; import_utils.is_sklearn_available(); "
           "import accelerate.commands.config; ")
-AFTER = "import pipeline_lib.model; "
+AFTER = "import pipeline_lib.core.model; "
 
 #: Language-model processes per default run (c368181's results/benchmarks/: 19 train_local, 6 train_local_group, 1
 #: train_ablation_group, 7 eval_checkpoints_*).
@@ -76,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     after = child_cpu([sys.executable, "-c", "import sys; " + imports_code(AFTER)], args.repeats)
     rows.append(("imports of one model process", before, after))
     # a tiny task's data job (data_tiny): data.build imported the ImageNet validator, and torch with it, up front
-    data_before = child_cpu([sys.executable, "-c", "import pipeline_lib.data.imagenet, pipeline_lib.data.build"],
+    data_before = child_cpu([sys.executable, "-c",
+                             "import pipeline_lib.core.data.imagenet, pipeline_lib.core.data.build"],
                             args.repeats)
-    light = "import sys, pipeline_lib.data.build; assert 'torch' not in sys.modules"
+    light = "import sys, pipeline_lib.core.data.build; assert 'torch' not in sys.modules"
     data_after = child_cpu([sys.executable, "-c", light], args.repeats)
     rows.append(("imports of one data_tiny job", data_before, data_after))
     if not args.no_dag:

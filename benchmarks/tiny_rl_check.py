@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from pipeline_lib.config import load_config_file, validate_config
+from pipeline_lib.core.config import load_config_file, validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def load_config(patch: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_data(config: dict[str, Any], out: Path) -> Path:
-    from pipeline_lib.data.build import build_tiny, build_tokenizer
+    from pipeline_lib.core.data.build import build_tiny, build_tokenizer
 
     data, tiny = out / "data", config["data"]["tiny"]
     if not (data / "tokenizer" / "manifest.json").is_file():
@@ -63,9 +63,9 @@ def build_data(config: dict[str, Any], out: Path) -> Path:
 def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: list[str], split: str) -> None:
     import torch
 
-    from pipeline_lib.engines.local.rl import train_rl
-    from pipeline_lib.engines.local.sft import train_sft
-    from pipeline_lib.eval.evaluate import evaluate_to
+    from pipeline_lib.jobs.engines.local.rl import train_rl
+    from pipeline_lib.jobs.engines.local.sft import train_sft
+    from pipeline_lib.jobs.eval.evaluate import evaluate_to
     from pipeline_lib.plan.settings import local_rl_spec, local_sft_spec
 
     torch.set_num_threads(1)

@@ -2,11 +2,12 @@
 
 Run: python benchmarks/tracking.py [--steps 500]
 
-Times :class:`pipeline_lib.checkpoint.MetricsLog` writing the local RL loop's record (verl's names, ~20 scalars)
+Times :class:`pipeline_lib.core.checkpoint.MetricsLog` writing the local RL loop's record (verl's names, ~20 scalars)
 without tracking and with the default backend (``tensorboard``: event files, flushed every step), and the one-time
 rebuild of a resumed run's store from its kept records; then what computing the logged quantities adds to a step of
 the tiny default (16 groups of 8 rollouts, up to 40 response tokens, the tiny model's 671-token vocabulary): the
-``softmaxgrpo/*`` group metrics (:func:`pipeline_lib.group_metrics.group_step_metrics`) and ``actor/entropy`` from
+``softmaxgrpo/*`` group metrics (:func:`pipeline_lib.core.rl.group_metrics.group_step_metrics`) and ``actor/entropy``
+from
 the old-policy pass's logits. Compare with a tiny RL step (about 1 s on 2 cores,
 ``results/benchmarks/train_local_group/``).
 """
@@ -20,11 +21,11 @@ from pathlib import Path
 
 import torch
 
-from pipeline_lib.advantages import advantage_diagnostics
-from pipeline_lib.checkpoint import MetricsLog
-from pipeline_lib.group_metrics import group_step_metrics
-from pipeline_lib.model import _token_entropy
-from pipeline_lib.tracking import TrackingSettings
+from pipeline_lib.core.checkpoint import MetricsLog
+from pipeline_lib.core.model import _token_entropy
+from pipeline_lib.core.rl.advantages import advantage_diagnostics
+from pipeline_lib.core.rl.group_metrics import group_step_metrics
+from pipeline_lib.core.tracking import TrackingSettings
 
 RECORD = {"critic/score/mean": 0.4, "response_length/mean": 12.0, "actor/pg_loss": 0.01, "actor/kl_loss": 0.002,
           "actor/pg_clipfrac": 0.05, "actor/ppo_kl": 0.0001, "actor/grad_norm": 0.8, "timing_s/step": 1.0,

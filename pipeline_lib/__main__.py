@@ -2,7 +2,7 @@
 
 import sys
 
-from pipeline_lib import audit
+from pipeline_lib.jobs import audit
 from pipeline_lib.plan import table
 
 

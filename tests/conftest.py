@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pipeline_lib.run_spec import Estimator, RLSettings, RunSpec, SFTSettings
+from pipeline_lib.core.run_spec import Estimator, RLSettings, RunSpec, SFTSettings
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "envs", "profiles")
@@ -70,7 +70,7 @@ def repo_env() -> dict[str, str]:
 
 def snakemake(cwd: Path, *args: str, full_console: bool = False) -> subprocess.CompletedProcess:
     """``snakemake ARGS`` in ``cwd``; ``full_console``: Snakemake's own job blocks (every output listed), which tests
-    that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.console)."""
+    that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.core.console)."""
     env = repo_env() | ({"PIPELINE_CONSOLE": "full"} if full_console else {})
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=600, env=env)
@@ -128,7 +128,7 @@ def _deepmath_row(index: int, **fields) -> dict:
 
 
 def _build(name, source, tmp_path, **sources):
-    from pipeline_lib.data.build import build_real
+    from pipeline_lib.core.data.build import build_real
 
     spec = real_spec(name, holdout_fraction=0.5)
     spec["sources"]["main"]["local"] = str(source)
@@ -181,8 +181,8 @@ def tiny(tmp_path_factory):
     """Tiny countdown data, a tokenizer and an initial model (``data/``, ``tok/``, ``init/``), once per module."""
     from transformers import AutoTokenizer
 
-    from pipeline_lib.data.build import build_tiny, build_tokenizer
-    from pipeline_lib.model import build_model, save_model_atomic
+    from pipeline_lib.core.data.build import build_tiny, build_tokenizer
+    from pipeline_lib.core.model import build_model, save_model_atomic
 
     root = tmp_path_factory.mktemp("engine")
     build_tiny("countdown_tiny", ENGINE_TINY, 0, None, root / "data")
@@ -194,7 +194,7 @@ def tiny(tmp_path_factory):
 
 def params(path: Path) -> dict:
     """A checkpoint's parameters, by name (copies)."""
-    from pipeline_lib.model import load_model
+    from pipeline_lib.core.model import load_model
 
     return {k: v.clone() for k, v in load_model(path).state_dict().items()}
 

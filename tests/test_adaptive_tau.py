@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
 
-from pipeline_lib.advantages import (
+from pipeline_lib.core.rl.advantages import (
     ESS_BISECTION_STEPS,
     advantage_diagnostics,
     ess_group_tau,
     group_advantages,
 )
-from pipeline_lib.theory import formulas
+from pipeline_lib.core.theory import formulas
 
 
 def reference(rewards: np.ndarray, ids: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +145,7 @@ def test_binary_tau_is_the_papers_closed_form_and_scales_with_the_reward_range()
 
 def test_bisection_agrees_with_the_closed_form_on_binary_groups():
     """The scalar solve, run on two-level groups, returns the closed-form temperature."""
-    from pipeline_lib.advantages import GroupIndex, _bisect_log_beta
+    from pipeline_lib.core.rl.advantages import GroupIndex, _bisect_log_beta
 
     M = 8
     rewards = torch.tensor([[1.0] * k + [0.0] * (M - k) for k in range(1, M)], dtype=torch.float64)
@@ -239,9 +239,9 @@ def test_parameters_are_checked_and_methods_without_choices_report_none():
 def test_verl_estimator_through_compute_advantage_equals_group_advantages():
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
-    from pipeline_lib.advantages import broadcast_to_tokens
-    from pipeline_lib.engines.verl.estimators import group_index
-    from pipeline_lib.engines.verl.validate import compose
+    from pipeline_lib.core.rl.advantages import broadcast_to_tokens
+    from pipeline_lib.jobs.engines.verl.estimators import group_index
+    from pipeline_lib.jobs.engines.verl.validate import compose
     from tests.conftest import rollout_batch
 
     for binary in (True, False):
@@ -259,7 +259,7 @@ def test_verl_estimator_through_compute_advantage_equals_group_advantages():
 
 
 def test_local_rl_records_the_chosen_tau_per_rollout(tiny, tmp_path):
-    from pipeline_lib.engines.local import rl as rl_module
+    from pipeline_lib.jobs.engines.local import rl as rl_module
     from tests.conftest import rl_spec
 
     spec = rl_spec("softmax_ess", {"ess_fraction": 0.5}, steps=2)

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_lib.advantages import available_estimators, broadcast_to_tokens, group_advantages
+from pipeline_lib.core.rl.advantages import available_estimators, broadcast_to_tokens, group_advantages
 
 PARAMS = {"softmax": {"tau": 0.3}, "sage": {"tau": 0.3}}
 
@@ -171,7 +171,7 @@ def test_broadcast_to_tokens_zeroes_padding():
 def test_group_index_skips_the_sort_only_where_it_gives_what_unique_gives(runs, start, dtype, shuffle):
     """Ids laid out as consecutive runs (a, a, a+1, ...) take the path without torch.unique's sort; gaps, repeats
     out of order and shuffles take unique. The inverse is the same tensor either way."""
-    from pipeline_lib.advantages import GroupIndex, _dense_sorted_inverse
+    from pipeline_lib.core.rl.advantages import GroupIndex, _dense_sorted_inverse
 
     ids = torch.tensor([start + i for i, run in enumerate(runs) for _ in range(run)], dtype=dtype)
     if ids.numel() == 0:

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from pipeline_lib import provenance
-from pipeline_lib.audit import audit
-from pipeline_lib.io import write_json, write_text
-from pipeline_lib.provenance import write_provenance
+from pipeline_lib.core import provenance
+from pipeline_lib.core.io import write_json, write_text
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.audit import audit
 from tests.conftest import REPO
 
 CLEAN = {"git_commit": "abc123", "dirty": False, "diff_sha256": None, "pipeline_lib_version": "0.1.0"}
@@ -70,7 +70,7 @@ def test_dirty_or_mixed_code_versions_are_caught(chain, monkeypatch):
     (lambda text: '{"outputs": [{"path": 1}], "inputs": [null]}', "1 of its 'outputs' entries lack a path or sha256"),
 ], ids=["truncated", "list", "null", "outputs_not_a_list", "entries_without_path"])
 def test_a_damaged_sidecar_is_named_by_the_audit_command_not_a_traceback(chain, damage, says, capsys):
-    from pipeline_lib.audit import main
+    from pipeline_lib.jobs.audit import main
 
     sidecar = chain["model"].parent / "model.txt.prov.json"
     sidecar.write_text(damage(sidecar.read_text()))
@@ -140,7 +140,7 @@ def test_only_the_settings_a_step_read_are_compared(made_in_workflow):
 def test_the_audit_command_compares_with_the_config_files_it_is_given(made_in_workflow, tmp_path, capsys):
     import yaml
 
-    from pipeline_lib.audit import main
+    from pipeline_lib.jobs.audit import main
 
     (tmp_path / "lr.yaml").write_text(yaml.safe_dump({"train": {"sft": {"lr": 1e-3}}}))
     assert main([str(made_in_workflow["sft"]), "--configfile", str(REPO / "config/config.yaml")]) == 0
@@ -172,8 +172,8 @@ def test_a_shared_input_is_printed_once_and_later_references_point_back(chain):
 
 
 GROUP_SNAKEFILE = '''
-from pipeline_lib.io import write_json, write_text
-from pipeline_lib.provenance import write_provenance
+from pipeline_lib.core.io import write_json, write_text
+from pipeline_lib.core.provenance import write_provenance
 
 rule table:
     input: expand("runs/{name}/DONE.json", name=("a", "b"))

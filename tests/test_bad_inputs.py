@@ -8,8 +8,8 @@ import sqlite3
 
 import pytest
 
-from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
-from pipeline_lib.rubrics import RUBRICS
+from pipeline_lib.core.rubrics import RUBRICS
+from pipeline_lib.jobs.judge.parse import VerdictParseError, parse_verdict
 from tests.conftest import _build, _deepmath_row, _golds, _planned, _tiny_config
 
 POETRY = RUBRICS["poetry"]
@@ -40,8 +40,8 @@ def test_deeply_nested_or_non_string_answers_are_parse_errors():
 
 
 def _judge(tmp_path, server, items):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import EndpointConfig
+    from pipeline_lib.core.llm_client import EndpointConfig
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
 
     endpoint = EndpointConfig.from_config({"base_url": server.base_url, "model": "judge", "backoff_s": 0.01,
                                            "concurrency": 2}, "judge")
@@ -103,7 +103,7 @@ def test_non_finite_verdicts_are_reasked_then_failed_and_the_cache_never_wedges_
      "data.datasets.deepmath.sources.main.local", "does not exist"),
 ])
 def test_config_rejects_non_finite_float_integers_and_missing_local_paths(tmp_path, edit, key, says):
-    from pipeline_lib.config import ConfigError, validate_config
+    from pipeline_lib.core.config import ConfigError, validate_config
 
     from .conftest import REPO
 
@@ -116,7 +116,7 @@ def test_config_rejects_non_finite_float_integers_and_missing_local_paths(tmp_pa
 
 
 def test_non_finite_value_in_a_free_form_section_is_rejected():
-    from pipeline_lib.config import ConfigError, validate_config
+    from pipeline_lib.core.config import ConfigError, validate_config
 
     from .conftest import REPO
 
@@ -160,7 +160,7 @@ def _reference_metrics(prediction: str, reference: str) -> tuple[float, float]:
 def test_similarity_is_bit_exact_with_the_references_up_to_the_cap():
     import random
 
-    from pipeline_lib.rewards.similarity import SIM_MAX_CHARS, SIM_MAX_TOKENS, rouge_l_f, squad_f1
+    from pipeline_lib.core.rewards.similarity import SIM_MAX_CHARS, SIM_MAX_TOKENS, rouge_l_f, squad_f1
 
     rng = random.Random(1)
     words = ["The", "cat", "sat", "on", "a", "mat.", "dogs", "café", "42", "(yes)", "x", "NO!", "東京"]  # <= 1 token
@@ -174,7 +174,7 @@ def test_similarity_is_bit_exact_with_the_references_up_to_the_cap():
 
 def test_similarity_beyond_the_cap_counts_the_whole_text():
     """Text past a cap only lowers the score (issue 35: it was invisible; tests/rewards has the garbage cases)."""
-    from pipeline_lib.rewards.similarity import SIM_MAX_TOKENS, rouge_l_f, squad_f1
+    from pipeline_lib.core.rewards.similarity import SIM_MAX_TOKENS, rouge_l_f, squad_f1
 
     head = " ".join(["cat", "dog"] * (SIM_MAX_TOKENS // 2))
     reference = "cat dog bird " * 50
@@ -187,7 +187,7 @@ def test_similarity_beyond_the_cap_counts_the_whole_text():
 def test_similarity_of_a_1mb_pair_takes_milliseconds(kind):
     import random
 
-    from pipeline_lib.rewards import score
+    from pipeline_lib.core.rewards import score
 
     rng = random.Random(0)
     words = ["the", "cat", "sat", "on", "mat", "Hello,", "world.", "x1", "alpha"]
@@ -226,10 +226,10 @@ def package_copy(tmp_path):
     script = (
         "from pathlib import Path\n"
         "import pandas as pd\n"
-        "from pipeline_lib.provenance import write_provenance\n"
+        "from pipeline_lib.core.provenance import write_provenance\n"
         "pd.DataFrame({'x': [1]}).to_parquet('features.parquet')\n"
         "write_provenance(['features.parquet'], step='features', inputs=['raw.csv'],"
-        " entry='pipeline_lib.theory.formulas')\n"
+        " entry='pipeline_lib.core.theory.formulas')\n"
         "Path('table.tex').write_text('table')\n"
         "write_provenance(['table.tex'], step='table', inputs=['features.parquet'])\n"  # whole-package digest
     )
@@ -252,7 +252,7 @@ def test_audit_flags_outputs_made_with_older_code(package_copy):
     assert result.returncode == 1
     problems = [line for line in result.stdout.splitlines() if "made with older code" in line]
     # both steps imported theory/formulas.py: the features step (its entry) and the table (whole package)
-    changed = "changed pipeline_lib/theory/formulas.py"
+    changed = "changed pipeline_lib/core/theory/formulas.py"
     assert len(problems) == 2 and all(changed in line for line in problems), result.stdout
 
 
@@ -261,7 +261,7 @@ def test_audit_flags_an_untracked_new_module(package_copy):
     (package / "helpers_new.py").write_text("VALUE = 1\n")
     result = audit()
     assert result.returncode == 1 and "new pipeline_lib/helpers_new.py" in result.stdout, result.stdout
-    # only the whole-package step is stale: pipeline_lib.theory.formulas does not import the new module
+    # only the whole-package step is stale: pipeline_lib.core.theory.formulas does not import the new module
     assert sum("made with older code" in line for line in result.stdout.splitlines()) == 1
 
 
@@ -277,16 +277,16 @@ def test_audit_flags_a_deleted_sidecar_of_an_intermediate_output(package_copy):
 def test_code_digest_follows_imports_and_is_cached_per_process():
     import time
 
-    from pipeline_lib.provenance import code_digest, code_modules
+    from pipeline_lib.core.provenance import code_digest, code_modules
 
-    judge, trainer = code_modules("pipeline_lib.judge.score"), code_modules("pipeline_lib.engines.local.rl")
-    assert "pipeline_lib/judge/parse.py" in judge and "pipeline_lib/judge/parse.py" not in trainer
-    assert "pipeline_lib/engines/local/rl.py" in trainer and "pipeline_lib/engines/local/rl.py" not in judge
-    assert "pipeline_lib/losses.py" in trainer and "pipeline_lib/__init__.py" in trainer
-    code_digest("pipeline_lib.engines.verl.train")
+    judge, trainer = code_modules("pipeline_lib.jobs.judge.score"), code_modules("pipeline_lib.jobs.engines.local.rl")
+    assert "pipeline_lib/jobs/judge/parse.py" in judge and "pipeline_lib/jobs/judge/parse.py" not in trainer
+    assert "pipeline_lib/jobs/engines/local/rl.py" in trainer and "pipeline_lib/jobs/engines/local/rl.py" not in judge
+    assert "pipeline_lib/core/rl/losses.py" in trainer and "pipeline_lib/__init__.py" in trainer
+    code_digest("pipeline_lib.jobs.engines.verl.train")
     start = time.perf_counter()
     for _ in range(20):
-        code_digest("pipeline_lib.engines.verl.train")
+        code_digest("pipeline_lib.jobs.engines.verl.train")
     assert (time.perf_counter() - start) / 20 < 0.05  # cached: a Snakefile calls it once per rule
     with pytest.raises(ValueError, match="not a module"):
         code_digest("pipeline_lib.no_such_module")
@@ -307,7 +307,7 @@ def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
     snakemake = touched_workflow(tmp_path, full_console=True)
     assert _planned(snakemake("-n")) == set()
 
-    judge = tmp_path / "pipeline_lib/judge/parse.py"
+    judge = tmp_path / "pipeline_lib/jobs/judge/parse.py"
     original = judge.read_text()
     judge.write_text(original + "\n# a change to the judge\n")
     jobs = _planned(snakemake("-n"))
@@ -315,7 +315,7 @@ def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
     judge.write_text(original)
     assert _planned(snakemake("-n")) == set()
 
-    trainer = tmp_path / "pipeline_lib/engines/local/rl.py"
+    trainer = tmp_path / "pipeline_lib/jobs/engines/local/rl.py"
     trainer.write_text(trainer.read_text() + "\n# a change to the RL trainer\n")
     result = snakemake("-n")
     jobs, outputs = _planned(result), _planned_outputs(result)
@@ -342,7 +342,7 @@ def _write_jsonl(path, rows, blank_lines_at=()):
 
 @pytest.mark.parametrize("missing", [{"final_answer": None}, "drop"], ids=["null", "absent"])
 def test_deepmath_row_without_final_answer_is_an_error_naming_file_and_line(tmp_path, missing):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
 
     rows = [_deepmath_row(i) for i in range(12)]
     # three duplicates first, so a row count after de-duplication would differ from the file line
@@ -373,7 +373,7 @@ def test_deepmath_golds_are_read_as_written(tmp_path):
 
 @pytest.mark.parametrize("value", [7.5, 1e29, True, [1]], ids=["float", "float_big", "bool", "list"])
 def test_deepmath_gold_of_another_type_is_an_error(tmp_path, value):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
 
     rows = [_deepmath_row(i) for i in range(10)]
     rows[4]["final_answer"] = value
@@ -384,7 +384,7 @@ def test_deepmath_gold_of_another_type_is_an_error(tmp_path, value):
 def test_csv_is_read_without_type_guessing(tmp_path):
     import csv
 
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
 
     rows = [_deepmath_row(i) for i in range(16)]
     rows[0]["final_answer"] = "007"
@@ -423,7 +423,7 @@ COUNTDOWN_BAD = [
 
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD, ids=[str(i) for i in range(len(COUNTDOWN_BAD))])
 def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, message):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import FIXTURES
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
@@ -435,7 +435,7 @@ def test_bad_countdown_task_is_an_error_naming_file_and_line(tmp_path, row, mess
 
 @pytest.mark.parametrize("row, message", COUNTDOWN_BAD[:3], ids=["float", "float_integral", "string"])
 def test_bad_countdown_gold_task_is_an_error_naming_file_and_line(tmp_path, row, message):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import FIXTURES
 
     gold = (FIXTURES / "countdown/gold/train.jsonl").read_text().splitlines()
@@ -449,14 +449,14 @@ def test_bad_countdown_gold_task_is_an_error_naming_file_and_line(tmp_path, row,
                                    '{"numbers": "123", "target": 6}', {"numbers": [1, 2, 3], "target": True}])
 def test_countdown_ground_truth_is_never_truncated_at_scoring(truth):
     """Not scored as if 6.5 were 6: unscorable, 0 (a reward never raises for one item; the data stage rejects it)."""
-    from pipeline_lib.rewards import score
+    from pipeline_lib.core.rewards import score
 
     result = score("countdown", "<answer>1 + 2 + 3</answer>", truth)
     assert (result["score"], result["unscorable"]) == (0.0, 1.0)
 
 
 def test_bad_jsonl_lines_name_file_and_line(tmp_path):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
 
     rows = [json.dumps(_deepmath_row(i)) for i in range(5)]
     for bad, message in (("{not json", "line 3: not valid JSON"), ("[1, 2]", "line 3: expected a JSON object")):
@@ -484,7 +484,7 @@ def test_failed_python_m_build_leaves_no_partial_outputs(tmp_path):
     (out / "synthesis.sqlite").write_text("a cache is kept")
 
     def build() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pipeline_lib.data.build", "real", "--dataset", "deepmath",
+        return subprocess.run([sys.executable, "-m", "pipeline_lib.core.data.build", "real", "--dataset", "deepmath",
                                "--spec", json.dumps(spec), "--out-dir", str(out)], capture_output=True, text=True,
                               timeout=300, env=repo_env() | {"OMP_NUM_THREADS": "1"})
 
@@ -541,8 +541,8 @@ def test_missing_or_mistyped_field_in_other_datasets_names_file_and_line(tmp_pat
                                                                          field, expected):
     import shutil
 
-    from pipeline_lib.data.build import build_real
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.build import build_real
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import FIXTURES, real_spec
 
     spec = real_spec(name)

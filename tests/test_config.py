@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from snakemake.common.configfile import load_configfile as snakemake_load_configfile
 
-from pipeline_lib.config import ConfigError, load_config_file, validate_config
+from pipeline_lib.core.config import ConfigError, load_config_file, validate_config
 from pipeline_lib.plan.table import load_config as plan_load_config
 
 REPO = Path(__file__).resolve().parents[1]

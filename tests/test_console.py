@@ -1,6 +1,6 @@
 """The console of a run a person can follow (issue 36): short commands with no JSON on them, one line per finished job
 with the progress, elapsed time and an estimate of the time left weighed by what each rule costs, errors in full;
-the command-line contract defined once (pipeline_lib.cli)."""
+the command-line contract defined once (pipeline_lib.core.cli)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import re
 import pytest
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from pipeline_lib.cli import add_run_arguments, file_args, json_file
-from pipeline_lib.console import ConsoleFilter, benchmark_priors
+from pipeline_lib.core.cli import add_run_arguments, file_args, json_file
+from pipeline_lib.core.console import ConsoleFilter, benchmark_priors
 from tests.conftest import snakemake
 
 pytestmark = pytest.mark.fast
@@ -117,7 +117,7 @@ def test_a_failed_job_shows_its_log_path_and_error(tmp_path):
     """Snakemake's error block passes whole through the console: the rule, the log's path and, with
     ``show-failed-logs``, the log's text."""
     (tmp_path / "Snakefile").write_text(
-        "from pipeline_lib.console import install\ninstall()\n\n"
+        "from pipeline_lib.core.console import install\ninstall()\n\n"
         "rule boom:\n    output: 'out.txt'\n    log: 'logs/boom.log'\n"
         "    shell: 'echo the planted failure > {log}; exit 3'\n")
     result = snakemake(tmp_path, "--cores", "1", "--show-failed-logs")

@@ -43,11 +43,11 @@ SUMMARY_CONFIGS = {"tiny": (), "paper": ("--configfile", "config/paper.yaml"),
                    "preflight": ("--configfile", "config/preflight.yaml")}
 #: Files under results/ that no rule declares: each with the file that makes it and the text there that does.
 OUTSIDE_GRAPH = {
-    "results/run_info/": ("pipeline_lib/run_info.py", '"results/run_info"'),
+    "results/run_info/": ("pipeline_lib/core/run_info.py", '"results/run_info"'),
     "results/tracking/": ("workflow/schemas/config.schema.yaml", "results/tracking"),
     "results/benchmarks/": ("workflow/rules/train.smk", '"results/benchmarks/'),
     "results/report.html": (".ci/run", "snakemake --report results/report.html"),
-    "results/data/{task}/rl_val.parquet": ("pipeline_lib/data/build.py", '"rl_val"'),
+    "results/data/{task}/rl_val.parquet": ("pipeline_lib/core/data/build.py", '"rl_val"'),
 }
 #: Top-level names a path in the docs starts with.
 REPO_ROOTS = ("pipeline_lib/", "workflow/", "config/", "tests/", "benchmarks/", "envs/", "profiles/", "docs/", ".ci/",
@@ -171,7 +171,7 @@ def is_config_key(span: str) -> bool:
 
 @cache
 def resolved_configs() -> list[dict]:
-    from pipeline_lib.config import load_config_file, validate_config
+    from pipeline_lib.core.config import load_config_file, validate_config
 
     return [validate_config(load_config_file(REPO / name), REPO / "workflow/schemas/config.schema.yaml")
             for name in ("config/config.yaml", "config/paper.yaml")]
@@ -500,7 +500,8 @@ def test_output_doc_covers_every_rule_with_its_outputs(checked, pages):
 def test_the_checks_fail_on_a_renamed_path_key_or_command(checked, tmp_path):
     """The same checks on a doc that names a renamed file, output, module, key, link, flag, extra and rule find each."""
     page = read_page("docs/renamed.md", "`pipeline_lib/advantage.py` `results/paper/tables/table_1.md` `train.rl.step`"
-                     " `report.min_seeds: 5` `pipeline_lib.provenance.code_digests` [x](nowhere.md) `-m fastest`\n")
+                     " `report.min_seeds: 5` `pipeline_lib.core.provenance.code_digests` [x](nowhere.md) `-m "
+                     "fastest`\n")
     failing = check_names(page, checked.outputs)
 
     def fail(page_: Page, name: str, message: str) -> None:
@@ -509,7 +510,7 @@ def test_the_checks_fail_on_a_renamed_path_key_or_command(checked, tmp_path):
     check_script(page, "python benchmarks/default_run.py --runs", "benchmarks/default_run.py", ["--runs"], fail)
     found = {name for _, name, _ in failing}
     assert {"pipeline_lib/advantage.py", "results/paper/tables/table_1.md", "train.rl.step", "report.min_seeds: 5",
-            "pipeline_lib.provenance.code_digests", "nowhere.md", "--runs", "-m fastest"} <= found, found
+            "pipeline_lib.core.provenance.code_digests", "nowhere.md", "--runs", "-m fastest"} <= found, found
     assert "gpus" not in extras() and "cpu" in extras()
     assert snakemake_argv(["-n", "--until", "paper_theory_dat", "--configfile", "a.yaml", "paper"]) == (
         ["--configfile", "a.yaml"], ["paper_theory_dat", "paper"])

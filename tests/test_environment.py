@@ -1,4 +1,4 @@
-"""Environment variables: every one the pipeline reads goes through ``pipeline_lib.env`` and a bad value is an
+"""Environment variables: every one the pipeline reads goes through ``pipeline_lib.core.env`` and a bad value is an
 error naming it (issue "Nothing silent, round two": ``PIPELINE_MATH_TIMEOUT=nan`` removed the verifier's limit)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_lib.env import VARIABLES, EnvironmentVariableError, env, env_number
+from pipeline_lib.core.env import VARIABLES, EnvironmentVariableError, env, env_number
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline_lib"
 READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
@@ -34,7 +34,7 @@ def test_no_module_reads_an_environment_variable_around_the_checks():
     readers = [f"{path.relative_to(PACKAGE.parent)}:{number}" for path in PACKAGE.rglob("*.py")
                if path.name != "env.py"
                for number, line in enumerate(path.read_text().splitlines(), 1) if READ.search(line)]
-    assert readers == [], "read these through pipeline_lib.env (env, env_number, env_text)"
+    assert readers == [], "read these through pipeline_lib.core.env (env, env_number, env_text)"
 
 
 @pytest.mark.parametrize("name", sorted(VARIABLES))
@@ -61,7 +61,7 @@ def test_numbers_must_be_finite_and_positive(monkeypatch, value):
 
 
 def test_a_bad_slurm_job_id_is_named_where_the_launcher_reads_it(monkeypatch):
-    from pipeline_lib.engines.verl.launch import allocation_per_node
+    from pipeline_lib.jobs.engines.verl.launch import allocation_per_node
 
     monkeypatch.setenv("SLURM_JOB_ID", "$(reboot)")
     with pytest.raises(EnvironmentVariableError, match="SLURM_JOB_ID"):

@@ -16,37 +16,39 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline_lib.envlock import locked_packages
-from pipeline_lib.provenance import _module_file
+from pipeline_lib.core.provenance import _module_file
+from pipeline_lib.jobs.envlock import locked_packages
 from tests.conftest import snakemake
 
 from .conftest import REPO, WORKFLOW_PARTS
 
 CONFIGS = ("config/config.yaml", "config/paper.yaml")
 #: Imports inside functions that an env's rules never call, each with why. Everything else a module imports is needed.
-_OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.tracking), imported only when "
+_OPTIONAL_TRACKERS = {name: "an optional tracking backend (pipeline_lib.core.tracking), imported only when "
                       "tracking.backends names it; config validation requires its extra then"
                       for name in ("wandb", "mlflow", "swanlab", "trackio")}
 NOT_REACHED = {
     "cpu-steps.yaml": {
-        "vllm": "pipeline_lib.eval.backends' vLLM backend; eval jobs run in this env only with another backend "
+        "vllm": "pipeline_lib.jobs.eval.backends' vLLM backend; eval jobs run in this env only with another backend "
                 "(workflow/rules/eval.smk EVAL_ENV; tests/test_locks.py checks the backend's package)",
-        "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
+        "trl": "pipeline_lib.jobs.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
         **_OPTIONAL_TRACKERS,
     },
     "train-local.yaml": {
-        "vllm": "pipeline_lib.eval.backends' vLLM backend; the local engine samples with the hf one",
-        "trl": "pipeline_lib.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
+        "vllm": "pipeline_lib.jobs.eval.backends' vLLM backend; the local engine samples with the hf one",
+        "trl": "pipeline_lib.jobs.engines.trl.dpo.train_round, run only by train_trl (train-verl env)",
         **_OPTIONAL_TRACKERS,
     },
     "train-verl.yaml": _OPTIONAL_TRACKERS,
     "judge.yaml": {**_OPTIONAL_TRACKERS,
-                   "tensorboardX": "pipeline_lib.tracking's default store, opened only by a trainer; judge.score "
-                                   "imports tracking through pipeline_lib.cli (its --judge file type) and never opens "
+                   "tensorboardX": "pipeline_lib.core.tracking's default store, opened only by a trainer; judge.score "
+                                   "imports tracking through pipeline_lib.core.cli (its --judge file type) and never "
+                                   "opens "
                                    "a store"},
     "eval.yaml": {**_OPTIONAL_TRACKERS,
-                  "tensorboardX": "pipeline_lib.tracking's default store, opened only by a trainer; evaluation imports "
-                                  "tracking through pipeline_lib.cli's --tracking parser and never opens a store"},
+                  "tensorboardX": "pipeline_lib.core.tracking's default store, opened only by a trainer; evaluation "
+                                  "imports "
+                                  "tracking through pipeline_lib.core.cli's --tracking parser and never opens a store"},
 }
 #: Import name -> distribution, for packages not installed here (the GPU-only ones).
 NOT_INSTALLED = {"vllm": "vllm"}
@@ -73,7 +75,7 @@ def rule_envs(workdir: Path, configfile: str) -> dict[str, str]:
 
 def job_modules(dry_run: str) -> dict[str, set[str]]:
     """Rule name -> the pipeline_lib modules its jobs run (`snakemake -n -p` output: Snakemake's own "rule X:" blocks,
-    or the console's "Job N: X ..." lines, pipeline_lib.console)."""
+    or the console's "Job N: X ..." lines, pipeline_lib.core.console)."""
     modules: dict[str, set[str]] = {}
     for job in re.split(r"\n(?=(?:rule|localrule|checkpoint) \w+:|Job \d+: \w+)", dry_run):
         name = re.match(r"(?:(?:rule|localrule|checkpoint) (\w+):|Job \d+: (\w+))", job)
@@ -135,7 +137,7 @@ def imported_packages(entry: str) -> dict[str, str]:
 
 
 def env_packages(path: Path) -> set[str]:
-    """The distributions an env file installs: its lock (pipeline_lib.envlock), every package of the resolution."""
+    """The distributions an env file installs: its lock (pipeline_lib.jobs.envlock), every package of the resolution."""
     return set(locked_packages(path))
 
 

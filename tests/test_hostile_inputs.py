@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib.checkpoint import MetricsLog
+from pipeline_lib.core.checkpoint import MetricsLog
 
 # --- resume state: a torn or corrupt file is set aside, never a wedge -------------------------------------------
 
 def _kill_after_step_10(monkeypatch, run_dir):
-    from pipeline_lib.classify import train as train_module
+    from pipeline_lib.jobs.classify import train as train_module
     from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC
 
     real_save = train_module.save_checkpoint
@@ -34,7 +34,7 @@ def _kill_after_step_10(monkeypatch, run_dir):
 
 @pytest.mark.parametrize("damage", ["torn_metrics_line", "truncated_checkpoint", "binary_metrics_tail"])
 def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_run(tmp_path, monkeypatch, damage):
-    from pipeline_lib.classify import train as train_module
+    from pipeline_lib.jobs.classify import train as train_module
     from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, final_parameters
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
@@ -71,7 +71,7 @@ def test_metrics_log_keeps_the_lines_before_the_first_unreadable_one(tmp_path, c
 
 
 def test_unreadable_round_state_json_is_set_aside_and_recomputed(tmp_path):
-    from pipeline_lib.checkpoint import read_json_state
+    from pipeline_lib.core.checkpoint import read_json_state
 
     state = tmp_path / "round.json"
     assert read_json_state(state) is None
@@ -81,8 +81,8 @@ def test_unreadable_round_state_json_is_set_aside_and_recomputed(tmp_path):
 
 
 def test_a_killed_verl_attempts_torn_metrics_line_does_not_wedge_collecting_the_metrics(tmp_path):
-    from pipeline_lib.engines.verl.train import VerlRunError, collect_metrics
-    from pipeline_lib.engines.verl.translate import metrics_log_path
+    from pipeline_lib.jobs.engines.verl.train import VerlRunError, collect_metrics
+    from pipeline_lib.jobs.engines.verl.translate import metrics_log_path
 
     def record(step):
         return json.dumps({"step": step, "data": {"critic/score/mean": step / 10}})
@@ -100,7 +100,7 @@ def test_a_killed_verl_attempts_torn_metrics_line_does_not_wedge_collecting_the_
 # --- config mistakes that used to pass parse time ---------------------------------------------------------------
 
 def _validate(config, base_dir):
-    from pipeline_lib.config import validate_config
+    from pipeline_lib.core.config import validate_config
 
     from .conftest import REPO
 
@@ -185,7 +185,7 @@ CONFIG_MISTAKES = {  # name: (config maker taking tmp_path, key the error names,
 
 @pytest.mark.parametrize("name", sorted(CONFIG_MISTAKES))
 def test_config_mistakes_fail_at_parse_time_naming_the_key(tmp_path, name):
-    from pipeline_lib.config import ConfigError
+    from pipeline_lib.core.config import ConfigError
 
     make, key, says = CONFIG_MISTAKES[name]
     with pytest.raises(ConfigError) as excinfo:
@@ -208,8 +208,8 @@ def test_the_shipped_configs_and_a_complete_local_source_still_validate(tmp_path
 
 
 def test_schema_reward_names_are_the_registered_rewards():
-    from pipeline_lib.config import load_schema
-    from pipeline_lib.rewards import available_rewards
+    from pipeline_lib.core.config import load_schema
+    from pipeline_lib.core.rewards import available_rewards
 
     from .conftest import REPO
 
@@ -223,7 +223,7 @@ def test_schema_reward_names_are_the_registered_rewards():
     ("seed: 0\ntheory:\n  group_size: 8\nseed: 3\n", "line 4, column 1: duplicate key 'seed' (first given on line 1)"),
 ])
 def test_duplicate_yaml_keys_are_an_error_naming_the_line(tmp_path, text, says):
-    from pipeline_lib.config import ConfigError, load_config_file
+    from pipeline_lib.core.config import ConfigError, load_config_file
 
     (tmp_path / "dup.yaml").write_text(text)
     with pytest.raises(ConfigError, match=r"dup\.yaml, " + says.replace("(", r"\(").replace(")", r"\)")):
@@ -233,7 +233,7 @@ def test_duplicate_yaml_keys_are_an_error_naming_the_line(tmp_path, text, says):
 def test_yaml_merge_keys_still_load_and_may_be_overridden(tmp_path):
     """The Slurm profile shares resources through anchors and ``<<:`` merges; a merged key overridden in the mapping
     itself is YAML's intent, not a duplicate."""
-    from pipeline_lib.config import ConfigError, load_yaml
+    from pipeline_lib.core.config import ConfigError, load_yaml
     from pipeline_lib.plan.table import load_profile
 
     (tmp_path / "merge.yaml").write_text("base: &gpu {mem_mb: 100, runtime: 60}\n"
@@ -294,7 +294,7 @@ def test_snakemake_refuses_a_config_file_with_a_duplicate_key(workflow_copy):
 
 @pytest.mark.parametrize("gold", ["NaN", "nan", "inf", "-Infinity", "1e400", "1_000"])
 def test_gsm8k_non_finite_golds_are_counted_out_never_golds(tmp_path, gold):
-    from pipeline_lib.data.build import build_real
+    from pipeline_lib.core.data.build import build_real
     from tests.conftest import FIXTURES, real_spec
 
     main = tmp_path / "main"
@@ -332,7 +332,7 @@ def _deepmath_rows(n=10):
     (lambda rows: [*rows[:4], rows[4][:-2] + "é".encode()[:1]], r"train\.jsonl, line 5: a UTF-8 character cut off"),
 ], ids=["latin1_byte", "cut_mid_character"])
 def test_jsonl_that_is_not_utf8_names_file_and_line(tmp_path, damage, says):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import _build
 
     path = _deepmath_file(tmp_path, damage(_deepmath_rows()))
@@ -369,7 +369,7 @@ def test_csv_cells_longer_than_128kb_are_read(tmp_path):
 
 
 def test_csv_in_latin1_names_file_and_line(tmp_path):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import _build, _deepmath_row
 
     rows = [_deepmath_row(i) for i in range(8)]
@@ -381,7 +381,7 @@ def test_csv_in_latin1_names_file_and_line(tmp_path):
 @pytest.mark.parametrize("value", [2**63, -(2**63) - 1, 10**30], ids=["int64_max_plus_1", "int64_min_minus_1",
                                                                        "ten_to_30"])
 def test_countdown_integers_beyond_int64_name_file_and_line(tmp_path, value):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import FIXTURES, _build
 
     main = (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()
@@ -392,7 +392,7 @@ def test_countdown_integers_beyond_int64_name_file_and_line(tmp_path, value):
 
 
 def test_deepmath_difficulty_beyond_float_range_names_file_and_line(tmp_path):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import _build, _deepmath_row
 
     rows = [json.dumps(_deepmath_row(i)) for i in range(10)]
@@ -403,7 +403,7 @@ def test_deepmath_difficulty_beyond_float_range_names_file_and_line(tmp_path):
 
 
 def test_a_null_in_a_parquet_integer_column_is_blamed_on_its_own_row(tmp_path):
-    from pipeline_lib.data.schema import DataError
+    from pipeline_lib.core.data.schema import DataError
     from tests.conftest import FIXTURES, _build
 
     rows = [json.loads(line) for line in (FIXTURES / "countdown/main/train.jsonl").read_text().splitlines()]
@@ -425,24 +425,24 @@ def test_the_judges_code_digest_covers_its_rubric_prompts_and_the_audit_names_an
     import subprocess
     import sys
 
-    from pipeline_lib.provenance import code_modules
+    from pipeline_lib.core.provenance import code_modules
 
     from .conftest import REPO
 
     prompts = {"config/prompts/meetingbank.txt", "config/prompts/poetry.txt"}
-    assert prompts <= set(code_modules("pipeline_lib.judge.score"))
-    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.theory.formulas"))
+    assert prompts <= set(code_modules("pipeline_lib.jobs.judge.score"))
+    assert not any(k.startswith("config/") for k in code_modules("pipeline_lib.core.theory.formulas"))
 
     root = tmp_path / "checkout"
     shutil.copytree(REPO / "pipeline_lib", root / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "config/prompts", root / "config/prompts")
     work = tmp_path / "work"
     work.mkdir()
-    script = ("from pathlib import Path\nfrom pipeline_lib.provenance import write_provenance\n"
+    script = ("from pathlib import Path\nfrom pipeline_lib.core.provenance import write_provenance\n"
               "Path('scores.jsonl').write_text('{}\\n')\n"
-              "write_provenance(['scores.jsonl'], step='judge_score', entry='pipeline_lib.judge.score')\n"
+              "write_provenance(['scores.jsonl'], step='judge_score', entry='pipeline_lib.jobs.judge.score')\n"
               "Path('theory.csv').write_text('x\\n')\n"
-              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.theory.formulas')\n")
+              "write_provenance(['theory.csv'], step='theory', entry='pipeline_lib.core.theory.formulas')\n")
     env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     subprocess.run([sys.executable, "-c", script], cwd=work, env=env, check=True, timeout=120)
 
@@ -476,9 +476,9 @@ def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_
 
 
 def test_the_configs_source_roles_and_suffixes_are_the_builders_and_readers():
-    from pipeline_lib.config import DATA_SUFFIXES, DATASET_SOURCES
-    from pipeline_lib.data.real import BUILDERS
-    from pipeline_lib.data.sources import _READERS
+    from pipeline_lib.core.config import DATA_SUFFIXES, DATASET_SOURCES
+    from pipeline_lib.core.data.real import BUILDERS
+    from pipeline_lib.core.data.sources import _READERS
     from tests.conftest import real_spec
 
     assert set(DATA_SUFFIXES) == set(_READERS)

@@ -16,8 +16,8 @@ from tests.conftest import REPO, repo_env, rl_spec, sft_spec
 
 def test_an_rl_run_whose_loss_turns_nan_stops_naming_the_step_and_writes_no_final_model(tiny, tmp_path):
     """tau 1e-300 is 0 in float32: R / tau is NaN, so every weight would be NaN after step 1 (was: DONE.json)."""
-    from pipeline_lib.engines.local import rl as rl_module
-    from pipeline_lib.engines.local.common import DivergedError
+    from pipeline_lib.jobs.engines.local import rl as rl_module
+    from pipeline_lib.jobs.engines.local.common import DivergedError
 
     spec = rl_spec(params={"tau": 1e-300}, steps=2)
     with pytest.raises(DivergedError, match=r"step 1 diverged: loss nan"):
@@ -26,8 +26,8 @@ def test_an_rl_run_whose_loss_turns_nan_stops_naming_the_step_and_writes_no_fina
 
 
 def test_an_sft_run_whose_weights_overflow_stops_naming_the_step(tiny, tmp_path):
-    from pipeline_lib.engines.local import sft as sft_module
-    from pipeline_lib.engines.local.common import DivergedError
+    from pipeline_lib.jobs.engines.local import sft as sft_module
+    from pipeline_lib.jobs.engines.local.common import DivergedError
 
     with pytest.raises(DivergedError, match=r"SFT .*: step \d+ diverged"):
         sft_module.train_sft(sft_spec(lr=1e30, warmup_steps=0), tiny / "data/sft_train.parquet", tiny / "tok",
@@ -50,8 +50,8 @@ def test_an_sft_run_whose_weights_overflow_stops_naming_the_step(tiny, tmp_path)
 ], ids=["csv_duplicate_header", "jsonl_duplicate_key", "json_duplicate_key", "csv_header_only", "empty_jsonl",
         "blank_jsonl"])
 def test_duplicate_columns_and_empty_files_are_errors_naming_file_and_line(tmp_path, name, text, says):
-    from pipeline_lib.data.schema import DataError
-    from pipeline_lib.data.sources import SourceSpec, load_split
+    from pipeline_lib.core.data.schema import DataError
+    from pipeline_lib.core.data.sources import SourceSpec, load_split
 
     (tmp_path / name).write_text(text)
     with pytest.raises(DataError, match=says) as excinfo:
@@ -63,7 +63,7 @@ def test_duplicate_columns_and_empty_files_are_errors_naming_file_and_line(tmp_p
 
 def _tiny(**sections):
     """The tiny default with ``sections`` merged in (``train={"seeds": [0, 0]}``)."""
-    from pipeline_lib.config import merge_config
+    from pipeline_lib.core.config import merge_config
     from tests.conftest import _tiny_config
 
     return merge_config(_tiny_config(), sections)
@@ -113,7 +113,7 @@ SEMANTIC_MISTAKES = {  # name: (config, key the error names, what it says)
 
 @pytest.mark.parametrize("name", sorted(SEMANTIC_MISTAKES))
 def test_configs_the_schema_accepted_that_make_no_sense_fail_at_parse_time_naming_the_key(name):
-    from pipeline_lib.config import ConfigError, validate_config
+    from pipeline_lib.core.config import ConfigError, validate_config
 
     config, key, says = SEMANTIC_MISTAKES[name]
     with pytest.raises(ConfigError) as excinfo:
@@ -124,7 +124,7 @@ def test_configs_the_schema_accepted_that_make_no_sense_fail_at_parse_time_namin
 
 def test_a_plan_error_is_found_when_the_config_is_parsed():
     """A method the registry does not know passed the schema and failed in the first rule that planned."""
-    from pipeline_lib.config import ConfigError
+    from pipeline_lib.core.config import ConfigError
     from pipeline_lib.plan import validate_planned_config
 
     config = _tiny(train={"methods": {"softmax_exact": {"advantage": "grpo"}}})
@@ -148,8 +148,8 @@ def test_plan_on_a_config_that_makes_no_sense_prints_a_sentence_and_exits_2(tmp_
 
 def test_the_plan_commands_error_path_catches_plan_errors_too(monkeypatch, capsys):
     """An estimator check (import-time torch, so only where the workflow plans) raises PlanError after the parse."""
+    from pipeline_lib.core.run_spec import PlanError
     from pipeline_lib.plan import table
-    from pipeline_lib.run_spec import PlanError
 
     def refuse(config, *args, **kwargs):
         raise PlanError("softmax_exact: the estimator refused tau")
@@ -180,7 +180,7 @@ class _AlwaysRight:
                                                                                strict=True)}
 
     def generate(self, prompts, *, samples, greedy):
-        from pipeline_lib.eval.backends import Generation
+        from pipeline_lib.jobs.eval.backends import Generation
 
         return [[Generation(self.answers[p[0]["content"]], 9)] * samples for p in prompts]
 
@@ -192,9 +192,9 @@ def test_an_always_right_model_scores_accuracy_one_whatever_the_reward_weights(t
 
     import pandas as pd
 
-    from pipeline_lib.data.build import build_tiny
-    from pipeline_lib.eval import evaluate as evaluate_module
-    from pipeline_lib.rewards import score
+    from pipeline_lib.core.data.build import build_tiny
+    from pipeline_lib.core.rewards import score
+    from pipeline_lib.jobs.eval import evaluate as evaluate_module
 
     spec = {"n_train": 8, "n_test": 6, "n_val": 0, "imperfect_fraction": 0.0, "numbers_per_task": [3],
             "max_number": 9, "max_target": 100}
@@ -222,8 +222,8 @@ def test_an_evaluation_asked_for_pass_at_k_beyond_its_samples_says_so(tmp_path, 
 
     import pandas as pd
 
-    from pipeline_lib.data.build import build_tiny
-    from pipeline_lib.eval import evaluate as evaluate_module
+    from pipeline_lib.core.data.build import build_tiny
+    from pipeline_lib.jobs.eval import evaluate as evaluate_module
 
     build_tiny("arith_tiny", {"n_train": 8, "n_test": 3, "n_val": 0, "imperfect_fraction": 0.0,
                               "numbers_per_task": [3], "max_number": 9, "max_target": 100}, 0, None, tmp_path / "data")
@@ -242,9 +242,9 @@ def test_training_logs_a_right_answer_as_correct_whatever_the_reward_weights(tmp
     """The local trainers' pass rate (and iterative DPO's validation accuracy) is the verifier's correctness too."""
     import pandas as pd
 
-    from pipeline_lib.data.build import build_tiny
-    from pipeline_lib.engines.local.rl import rollout_rewards
-    from pipeline_lib.rewards import score
+    from pipeline_lib.core.data.build import build_tiny
+    from pipeline_lib.core.rewards import score
+    from pipeline_lib.jobs.engines.local.rl import rollout_rewards
 
     build_tiny("arith_tiny", {"n_train": 8, "n_test": 4, "n_val": 0, "imperfect_fraction": 0.0,
                               "numbers_per_task": [3], "max_number": 9, "max_target": 100}, 0, weights,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline_lib.llm_client import (
+from pipeline_lib.core.llm_client import (
     ChatRequest,
     EndpointConfig,
     EndpointNotConfiguredError,
@@ -125,7 +125,7 @@ def test_a_corrupt_cache_is_named_set_aside_and_recomputed(tmp_path, caplog, dam
         cache._connect().close()
         data = path.read_bytes()
         path.write_bytes(data[: len(data) // 3])
-    with caplog.at_level("WARNING", logger="pipeline_lib.llm_client"), ChatServer() as server:
+    with caplog.at_level("WARNING", logger="pipeline_lib.core.llm_client"), ChatServer() as server:
         results = run_chat_requests(config(server.base_url), requests(3), ResponseCache(path))
     assert all("content" in r for r in results) and len(server.requests) == 3
     aside = [p for p in tmp_path.iterdir() if ".corrupt-" in p.name and not p.name.endswith(("-wal", "-shm"))]
@@ -138,7 +138,7 @@ def test_a_cache_write_that_fails_stops_the_run_instead_of_failing_items(tmp_pat
     cache, never ``OperationalError`` recorded per item while the run goes on."""
     import sqlite3
 
-    from pipeline_lib.llm_client import CacheWriteError
+    from pipeline_lib.core.llm_client import CacheWriteError
 
     cache = ResponseCache(tmp_path / "cache.sqlite")
     pages = cache._connect().execute("PRAGMA page_count").fetchone()[0]
@@ -151,7 +151,7 @@ def test_a_cache_write_that_fails_stops_the_run_instead_of_failing_items(tmp_pat
 
 
 def test_environment_variables_the_client_reads_are_checked_and_named(monkeypatch, tmp_path):
-    from pipeline_lib.env import EnvironmentVariableError
+    from pipeline_lib.core.env import EnvironmentVariableError
 
     monkeypatch.setenv("OPENAI_BASE_URL", "127.0.0.1:8000/v1")  # no scheme
     with pytest.raises(EnvironmentVariableError, match="OPENAI_BASE_URL"):

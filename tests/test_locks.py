@@ -1,9 +1,10 @@
-"""The locked conda envs (pipeline_lib.envlock): each env file is the lock of its input, pins builds from PyPI (no
+"""The locked conda envs (pipeline_lib.jobs.envlock): each env file is the lock of its input, pins builds from PyPI (no
 local ``+cpu`` build), and holds what the planned runs of its rules ask for at run time (the rollout, the attention
 implementation, the generation and judge backends); and the attention the GPU runs use (sdpa, since no flash-attn
 wheel exists for the locked torch) computes over verl's packed micro-batches what attention per sequence does.
 
-CI re-resolves every lock against PyPI (`python -m pipeline_lib.envlock check` in .ci/run); these tests stay offline.
+CI re-resolves every lock against PyPI (`python -m pipeline_lib.jobs.envlock check` in .ci/run); these tests stay
+offline.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_lib import envlock
-from pipeline_lib.envlock import LockError, canonical, locked_packages
+from pipeline_lib.jobs import envlock
+from pipeline_lib.jobs.envlock import LockError, canonical, locked_packages
 
 from .conftest import REPO, WORKFLOW_PARTS
 
@@ -90,7 +91,7 @@ def _verl_asks(kind: str, overrides: list[str], label: str) -> dict[str, str]:
     """Distribution -> why, for one verl run: its config composed by verl's Hydra config as the job will."""
     from omegaconf import OmegaConf
 
-    from pipeline_lib.engines.verl.validate import compose
+    from pipeline_lib.jobs.engines.verl.validate import compose
 
     config = OmegaConf.to_container(compose({"sft": "sft_trainer_engine", "rl": "ppo_trainer"}[kind], overrides),
                                     resolve=True)
@@ -133,7 +134,7 @@ def test_each_lock_holds_what_the_paper_plans_runs_ask_for_at_run_time(paper_rul
     plan = plan_runs(config, check_estimators=False)
     asks: dict[str, dict[str, str]] = {}  # env file -> distribution -> why
     composed: dict[tuple[str, ...], dict[str, str]] = {}
-    from pipeline_lib.engines.verl.translate import run_overrides
+    from pipeline_lib.jobs.engines.verl.translate import run_overrides
 
     for run in plan.runs:
         need = asks.setdefault(JOBS[run.job].conda, {})
@@ -172,7 +173,7 @@ def test_sdpa_over_a_packed_micro_batch_equals_attention_per_sequence():
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from pipeline_lib.engines.verl.translate import ATTENTION
+    from pipeline_lib.jobs.engines.verl.translate import ATTENTION
 
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pipeline_lib.config import ConfigError, check_config_files
+from pipeline_lib.core.config import ConfigError, check_config_files
 from tests.conftest import REPO, snakemake
 
 pytestmark = pytest.mark.fast

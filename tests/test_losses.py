@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from pipeline_lib.advantages import broadcast_to_tokens
-from pipeline_lib.losses import PolicyLossConfig, aggregate, kl_estimate, policy_loss
+from pipeline_lib.core.rl.advantages import broadcast_to_tokens
+from pipeline_lib.core.rl.losses import PolicyLossConfig, aggregate, kl_estimate, policy_loss
 
 MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]], dtype=torch.float64)
 GROUPS = torch.tensor([0, 0, 1, 1])

@@ -9,9 +9,9 @@ import pytest
 
 CHECK = """
 import sys
-import pipeline_lib.model
+import pipeline_lib.core.model
 from transformers import AutoTokenizer, Qwen2ForCausalLM  # the generation code, imported by both
-from pipeline_lib.tracking import _TensorBoard, tracking_from_json
+from pipeline_lib.core.tracking import _TensorBoard, tracking_from_json
 _TensorBoard(tracking_from_json(sys.argv[1])).close()  # imports tensorboardX, as a run with tracking does
 assert "sklearn" not in sys.modules, "transformers imported sklearn"
 assert "boto3" not in sys.modules, "accelerate or tensorboardX imported boto3"

@@ -135,7 +135,7 @@ def test_slurm_extra_is_a_submit_host_without_gpu_packages():
     import tomllib
     from packaging.requirements import Requirement
 
-    from pipeline_lib.engines.verl import REQUIRED_VERL
+    from pipeline_lib.jobs.engines.verl import REQUIRED_VERL
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from pipeline_lib.io import atomic_path, sha256_file, write_text
-from pipeline_lib.provenance import config_digest, write_provenance
+from pipeline_lib.core.io import atomic_path, sha256_file, write_text
+from pipeline_lib.core.provenance import config_digest, write_provenance
 
 
 def test_sidecar_records_inputs_outputs_code_and_params(tmp_path):
@@ -83,16 +83,16 @@ def test_atomic_write_gives_ordinary_permissions(tmp_path):
 
 def test_a_module_scan_is_reused_only_for_the_same_source(tmp_path):
     """The scan cache (.snakemake/module-scan) is keyed by the module's source: an edited module is scanned again."""
-    from pipeline_lib import provenance
+    from pipeline_lib.core import provenance
 
     module = tmp_path / "m.py"
-    module.write_text("import pipeline_lib.io\n")
-    assert provenance._scan(module, "pipeline_lib.m", (1, 1)) == (("pipeline_lib.io",), ())
+    module.write_text("import pipeline_lib.core.io\n")
+    assert provenance._scan(module, "pipeline_lib.core.m", (1, 1)) == (("pipeline_lib.core.io",), ())
     module.write_text("from . import env\nPROMPTS = 'config/prompts'\n")
-    assert provenance._scan(module, "pipeline_lib.m", (2, 2)) == (("pipeline_lib", "pipeline_lib.env"),
+    assert provenance._scan(module, "pipeline_lib.core.m", (2, 2)) == (("pipeline_lib.core", "pipeline_lib.core.env"),
                                                                   ("config/prompts",))
     provenance._scan.cache_clear()  # a new process: the answer comes from the cache, for this source only
-    assert provenance._scan(module, "pipeline_lib.m", (2, 2)) == (("pipeline_lib", "pipeline_lib.env"),
+    assert provenance._scan(module, "pipeline_lib.core.m", (2, 2)) == (("pipeline_lib.core", "pipeline_lib.core.env"),
                                                                   ("config/prompts",))
-    module.write_text("import pipeline_lib.io\n")
-    assert provenance._scan(module, "pipeline_lib.m", (3, 3)) == (("pipeline_lib.io",), ())
+    module.write_text("import pipeline_lib.core.io\n")
+    assert provenance._scan(module, "pipeline_lib.core.m", (3, 3)) == (("pipeline_lib.core.io",), ())

@@ -1,6 +1,7 @@
 """Reruns as small as the docs say (issue 36): on a workflow whose every output Snakemake recorded as made (touched,
 no real run), an edit replans only the rules that use what changed. Each rule's params carry only the config keys its
-step reads, and its code digest only the modules its step imports (pipeline_lib.steps; pipeline_lib.provenance)."""
+step reads, and its code digest only the modules its step imports (pipeline_lib.paper.steps;
+pipeline_lib.core.provenance)."""
 
 import json
 import re
@@ -85,8 +86,8 @@ def test_a_plot_setting_reruns_only_its_figure(made: tuple[Path, Snakemake]) -> 
 def test_the_audit_names_the_label_a_drawing_step_used(step: str, key: str) -> None:
     """A drawing step's sidecar records the labels it draws, so ``python -m pipeline_lib audit OUTPUT --configfile
     ...`` names the key that changed since (what Snakemake's dry run shows only as before/now values)."""
+    from pipeline_lib.core.provenance import config_settings, step_sections
     from pipeline_lib.plan.table import load_config
-    from pipeline_lib.provenance import config_settings, step_sections
 
     from .conftest import REPO
 

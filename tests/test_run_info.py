@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 SNAKEFILE = """
-from pipeline_lib.run_info import write_run_info
+from pipeline_lib.core.run_info import write_run_info
 
 onstart:
     write_run_info(config, workflow.dag.dot())

@@ -1,5 +1,6 @@
 """One name per App. B setting on both engines (issue 37 part 1): the typed settings the run spec carries
-(:class:`pipeline_lib.run_spec.RLSettings`, :class:`~pipeline_lib.run_spec.SFTSettings`) are the local engine's
+(:class:`pipeline_lib.core.run_spec.RLSettings`, :class:`~pipeline_lib.core.run_spec.SFTSettings`) are the local
+engine's
 ``train.rl`` / ``train.sft`` and verl's ``train.verl.rl`` / ``train.verl.sft`` field for field, every planned run
 carries them and they survive the spec's JSON, and a config still using a name from before the rename is told the new
 one."""
@@ -11,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_lib.config import RENAMED_KEYS, ConfigError, load_config_file, load_schema, validate_config
-from pipeline_lib.plan import plan_runs
-from pipeline_lib.run_spec import (
+from pipeline_lib.core.config import RENAMED_KEYS, ConfigError, load_config_file, load_schema, validate_config
+from pipeline_lib.core.run_spec import (
     AGGREGATIONS,
     KL_ESTIMATORS,
     LocalRLKnobs,
@@ -25,6 +25,7 @@ from pipeline_lib.run_spec import (
     VerlRLKnobs,
     VerlSFTKnobs,
 )
+from pipeline_lib.plan import plan_runs
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"

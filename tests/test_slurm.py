@@ -64,12 +64,12 @@ rule ray_probe:
         # 1) Ray cannot detect the fake GPUs, yet the trainer's launch (no --declare-gpus) declares the allocation's
         #    GPU per node, so both nodes and 2 GPUs join; 2) with the GPUs Slurm gave each step declared, the same,
         #    and the probe runs a task on each node; a probe expecting a third node must fail.
-        "( python -m pipeline_lib.engines.verl.launch --gpus-per-node 1 --timeout 120 --"
-        " python -m pipeline_lib.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --timeout 30"
-        " && python -m pipeline_lib.engines.verl.launch --gpus-per-node 1 --declare-gpus --object-store-mb 80"
+        "( python -m pipeline_lib.jobs.engines.verl.launch --gpus-per-node 1 --timeout 120 --"
+        " python -m pipeline_lib.jobs.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --timeout 30"
+        " && python -m pipeline_lib.jobs.engines.verl.launch --gpus-per-node 1 --declare-gpus --object-store-mb 80"
         " --timeout 120 -- bash -c"
-        " 'python -m pipeline_lib.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --out {output}"
-        " && ! python -m pipeline_lib.engines.verl.ray_probe --expect-nodes 3 --timeout 10' ) > {log} 2>&1"
+        " 'python -m pipeline_lib.jobs.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --out {output}"
+        " && ! python -m pipeline_lib.jobs.engines.verl.ray_probe --expect-nodes 3 --timeout 10' ) > {log} 2>&1"
 """
 
 
@@ -106,11 +106,11 @@ def test_slurm_profile_gives_every_rule_its_resources():
 
 def test_launcher_without_slurm_runs_the_command_and_returns_its_status():
     env = snakemake_env()
-    result = subprocess.run([sys.executable, "-m", "pipeline_lib.engines.verl.launch", "--", sys.executable, "-c",
+    result = subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.engines.verl.launch", "--", sys.executable, "-c",
                              "import os, sys; print(os.environ.get('RAY_ADDRESS')); sys.exit(3)"],
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 3 and result.stdout.strip() == "None", result.stderr
-    failing = subprocess.run([sys.executable, "-m", "pipeline_lib.engines.verl.launch", "--", "false"],
+    failing = subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.engines.verl.launch", "--", "false"],
                              capture_output=True, text=True, env=env, timeout=60)
     assert failing.returncode == 1 and "without a Ray cluster" in failing.stderr
 
@@ -185,7 +185,7 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     ({"NumNodes": "1", "NumCPUs": "8"}, {"cpus": 8}),
 ])
 def test_the_job_resources_per_node_come_from_scontrol_fields(fields, expected):
-    from pipeline_lib.engines.verl.launch import per_node_resources
+    from pipeline_lib.jobs.engines.verl.launch import per_node_resources
 
     assert per_node_resources(fields) == expected
 
@@ -193,7 +193,7 @@ def test_the_job_resources_per_node_come_from_scontrol_fields(fields, expected):
 def test_each_nodes_ray_declares_the_allocations_gpus_without_being_asked(monkeypatch):
     """The trainer launches without --declare-gpus: `ray start` still gets the allocation's per-node GPUs, and a step
     that sees fewer devices than that fails before Ray places actors on devices it cannot reach."""
-    from pipeline_lib.engines.verl.launch import node_gpus, ray_start_command
+    from pipeline_lib.jobs.engines.verl.launch import node_gpus, ray_start_command
 
     args = argparse.Namespace(declare_gpus=False, node_gpus=None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
@@ -216,7 +216,7 @@ def _python(code: str) -> subprocess.Popen:
 def test_a_ray_node_that_dies_during_start_up_brings_the_cluster_up_again():
     """Ray gives a starting node 30 s to register; a loaded host can miss it (CI did). The launcher stops what it
     started and starts again; a node that never starts fails after the attempts, and a timeout is not retried."""
-    from pipeline_lib.engines.verl.launch import RayStartError, bring_up
+    from pipeline_lib.jobs.engines.verl.launch import RayStartError, bring_up
 
     stopped: list[str] = []
 

@@ -4,7 +4,7 @@ The end-to-end test runs a verl preflight job (GRPO, verl's own trainer behind t
 Slurm executor on the local CI cluster (.ci/slurm/local_cluster.py, shared with tests/test_slurm.py), lets Slurm's
 time limit cut it after a checkpoint, and checks that the retry, with the runtime the profile gives a second attempt,
 finishes the run from that checkpoint with every step's metrics and rollouts once. The unit tests below it pin the
-resume rules of :mod:`pipeline_lib.engines.verl.train` that a cut at the wrong moment needs.
+resume rules of :mod:`pipeline_lib.jobs.engines.verl.train` that a cut at the wrong moment needs.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline_lib.engines.verl.translate import checkpoint_dir, metrics_log_path, rollout_dump_dir
+from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, metrics_log_path, rollout_dump_dir
 from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitted_job_ids
 
 from .conftest import REPO
@@ -224,7 +224,7 @@ def test_a_checkpoint_whose_step_was_never_logged_is_redone(tmp_path, logged, du
     """verl saves step k's checkpoint before it validates, dumps and logs step k: a job cut in between must not
     resume at k + 1 (step k's metrics and rollouts would be lost for good, and after the last step the run could
     never be collected)."""
-    from pipeline_lib.engines.verl.train import finished_step, logged_resume_point
+    from pipeline_lib.jobs.engines.verl.train import finished_step, logged_resume_point
 
     _fake_run(tmp_path, [1, 2], 2, logged, dumped)
     assert logged_resume_point(tmp_path, "rl") == resumes_from
@@ -237,7 +237,7 @@ def test_a_checkpoint_whose_step_was_never_logged_is_redone(tmp_path, logged, du
 def test_a_pruned_checkpoint_is_not_resumed(tmp_path):
     """verl prunes an old checkpoint to its data.pt: the rollback skips it for the newest one that still has its
     actor."""
-    from pipeline_lib.engines.verl.train import finished_step, logged_resume_point
+    from pipeline_lib.jobs.engines.verl.train import finished_step, logged_resume_point
 
     _fake_run(tmp_path, [1, 2, 3], 3, {1: True, 2: True, 3: False}, [1, 2])
     shutil.rmtree(checkpoint_dir(tmp_path) / "global_step_2" / "actor")
@@ -245,7 +245,7 @@ def test_a_pruned_checkpoint_is_not_resumed(tmp_path):
 
 
 def test_an_unlogged_first_checkpoint_restarts_the_run_and_sft_is_left_alone(tmp_path):
-    from pipeline_lib.engines.verl.train import finished_step, logged_resume_point
+    from pipeline_lib.jobs.engines.verl.train import finished_step, logged_resume_point
 
     _fake_run(tmp_path / "rl", [1], 1, {}, [])
     assert logged_resume_point(tmp_path / "rl", "rl") is None
@@ -259,7 +259,7 @@ def test_an_unlogged_first_checkpoint_restarts_the_run_and_sft_is_left_alone(tmp
 def test_a_redone_step_keeps_only_the_later_attempts_record(tmp_path):
     """A step logged by the cut attempt and redone by the next is the next attempt's record, whole: no key of the cut
     attempt's record survives beside it."""
-    from pipeline_lib.engines.verl.train import collect_metrics
+    from pipeline_lib.jobs.engines.verl.train import collect_metrics
 
     (tmp_path / "verl_metrics.0.jsonl").write_text("".join(json.dumps(line) + "\n" for line in [
         {"step": 0, "data": {"val-core/x": 0.1}},
@@ -273,7 +273,7 @@ def test_a_redone_step_keeps_only_the_later_attempts_record(tmp_path):
 
 
 def test_a_resumed_run_does_not_validate_again_before_training():
-    from pipeline_lib.engines.verl.train import resumed_overrides
+    from pipeline_lib.jobs.engines.verl.train import resumed_overrides
 
     overrides = ["trainer.val_before_train=true", "trainer.resume_mode=auto", "trainer.test_freq=4"]
     assert resumed_overrides(overrides) == ["trainer.val_before_train=false", *overrides[1:]]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pipeline_lib.stats import NO_INTERVAL, T_SEEDS, holm_adjust, paired_interval
+from pipeline_lib.core.stats import NO_INTERVAL, T_SEEDS, holm_adjust, paired_interval
 
 TRUE_DIFFERENCE = 0.1
 PROMPTS = 200

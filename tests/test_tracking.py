@@ -1,4 +1,5 @@
-"""Live tracking (pipeline_lib.tracking): config key, verl's backends and names, the local TensorBoard store written
+"""Live tracking (pipeline_lib.core.tracking): config key, verl's backends and names, the local TensorBoard store
+written
 as steps happen, and a killed and resumed run's curve with every step once."""
 
 import json
@@ -14,10 +15,10 @@ import pytest
 import torch
 import yaml
 
-from pipeline_lib.checkpoint import MetricsLog
-from pipeline_lib.config import ConfigError, validate_config
-from pipeline_lib.engines.local import rl as rl_module
-from pipeline_lib.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
+from pipeline_lib.core.checkpoint import MetricsLog
+from pipeline_lib.core.config import ConfigError, validate_config
+from pipeline_lib.core.tracking import BACKEND_PACKAGES, BACKENDS, TrackingSettings
+from pipeline_lib.jobs.engines.local import rl as rl_module
 from tests.conftest import rl_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def test_the_plan_passes_each_run_its_id_and_verl_its_logger():
 
     config = validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
     config["tracking"]["backends"] = ["console", "tensorboard"]
-    from pipeline_lib.engines.verl.translate import run_overrides
+    from pipeline_lib.jobs.engines.verl.translate import run_overrides
 
     runs = plan_runs(config, check_estimators=False).runs
     run = next(r for r in runs if r.job == "train_verl" and r.verl_kind == "rl")
@@ -86,7 +87,7 @@ def test_verls_own_tracking_writes_where_the_plan_points_it(tmp_path, monkeypatc
     """verl's Tracking with the run's trainer.logger and environment: its event files land in the run's store."""
     from verl.utils.tracking import Tracking
 
-    from pipeline_lib.engines.verl.translate import TrainPaths, tracking_env
+    from pipeline_lib.jobs.engines.verl.translate import TrainPaths, tracking_env
 
     tracking = settings(tmp_path)
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tracking=tracking)
@@ -104,8 +105,8 @@ def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, m
     """verl's writer appends each attempt's steps; the store is rebuilt up to the checkpoint before verl restarts."""
     from verl.utils.tracking import Tracking
 
-    from pipeline_lib.engines.verl.train import _rotate_metrics, rebuild_tracking_store
-    from pipeline_lib.engines.verl.translate import TrainPaths, metrics_log_path, tracking_env
+    from pipeline_lib.jobs.engines.verl.train import _rotate_metrics, rebuild_tracking_store
+    from pipeline_lib.jobs.engines.verl.translate import TrainPaths, metrics_log_path, tracking_env
 
     tracking = settings(tmp_path)
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tracking=tracking)
@@ -144,8 +145,8 @@ def test_local_rl_logs_verls_names_and_the_store_holds_the_same_numbers(tiny, tm
 
 
 def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp_path):
-    from pipeline_lib.engines.verl.train import collect_metrics
-    from pipeline_lib.engines.verl.translate import metrics_log_path
+    from pipeline_lib.jobs.engines.verl.train import collect_metrics
+    from pipeline_lib.jobs.engines.verl.translate import metrics_log_path
     from pipeline_lib.paper.curves import curves
 
     local = tmp_path / "train/countdown_tiny/softmax_exact/seed0"
@@ -188,7 +189,7 @@ def test_the_store_is_written_while_the_run_goes(tiny, tmp_path):
     """A real job (the entry point in its own process): its curve can be read before it finishes."""
     tracking = settings(tmp_path)
     spec = replace(rl_spec(steps=40), reward="similarity")
-    command = [sys.executable, "-m", "pipeline_lib.engines.local.rl", "--spec", spec.to_json(),
+    command = [sys.executable, "-m", "pipeline_lib.jobs.engines.local.rl", "--spec", spec.to_json(),
                "--data", str(tiny / "data/rl_train.parquet"), "--init", str(tiny / "init"),
                "--run-dir", str(tmp_path / "run"), "--seed", "0", "--tracking", tracking.to_json()]
     env = os.environ | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -228,10 +229,10 @@ def test_verls_trainer_logs_the_softmaxgrpo_curves_live(tmp_path):
     import verl.trainer.ppo.ray_trainer as trainer
     from omegaconf import OmegaConf
 
-    from pipeline_lib.advantages import advantage_diagnostics, group_advantages
-    from pipeline_lib.engines.verl import step_metrics
-    from pipeline_lib.engines.verl.estimators import group_index
-    from pipeline_lib.group_metrics import PASS_RATE_BINS, allocation_key, group_step_metrics
+    from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advantages
+    from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS, allocation_key, group_step_metrics
+    from pipeline_lib.jobs.engines.verl import step_metrics
+    from pipeline_lib.jobs.engines.verl.estimators import group_index
     from pipeline_lib.paper.results import allocation_bins
 
     step_metrics.install_on_import()  # what the estimators' plugin does in every process
@@ -269,7 +270,7 @@ def test_every_verl_process_gets_the_curves_from_the_plugin():
     code = ("import verl, sys\n"
             "assert 'verl.trainer.ppo.ray_trainer' not in sys.modules\n"
             "import verl.trainer.ppo.ray_trainer as t\n"
-            "from pipeline_lib.engines.verl import step_metrics\n"
+            "from pipeline_lib.jobs.engines.verl import step_metrics\n"
             "before = (t.compute_advantage, t.compute_data_metrics)\n"
             "step_metrics.install(t)\n"
             "assert before == (t.compute_advantage, t.compute_data_metrics)\n"
@@ -286,7 +287,7 @@ def test_actor_entropy_is_verls_entropy_of_the_old_policy_over_response_tokens(t
     from transformers import AutoTokenizer
     from verl.utils.torch_functional import entropy_from_logits
 
-    from pipeline_lib.model import load_model, pack, response_logprobs, response_logprobs_and_entropy
+    from pipeline_lib.core.model import load_model, pack, response_logprobs, response_logprobs_and_entropy
 
     tokenizer, model = AutoTokenizer.from_pretrained(tiny / "init"), load_model(tiny / "init").eval()
     generator = torch.Generator().manual_seed(1)
@@ -368,7 +369,7 @@ def test_each_backend_writes_its_local_store_with_verls_names(backend, tmp_path,
     monkeypatch.setenv("HOME", str(tmp_path))  # nothing lands in (or is read from) the real home directory
     monkeypatch.chdir(tmp_path)
     tracking = settings(tmp_path, (backend,))
-    from pipeline_lib.tracking import Tracker
+    from pipeline_lib.core.tracking import Tracker
 
     tracker = Tracker(tracking, history=[{"step": 1, "critic/score/mean": 0.25, "actor/entropy": 1.5}])
     for step in (2, 3):
@@ -387,7 +388,7 @@ def test_each_backend_writes_its_local_store_with_verls_names(backend, tmp_path,
 def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
     """The objective study (synthetic data) writes each metrics.jsonl record to the run's store, under the names
     of metrics.jsonl; the plan gives each ImageNet run its tracking settings."""
-    from pipeline_lib.classify import train as classify_train
+    from pipeline_lib.jobs.classify import train as classify_train
     from pipeline_lib.plan import plan_runs
     from tests.conftest import CLASSIFY_PARAMS
     from tests.conftest import CLASSIFY_SPEC as SPEC
@@ -412,7 +413,7 @@ def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
 def test_iterative_dpo_logs_each_finished_round_once(tmp_path, capsys):
     """TRL's Iterative DPO (its GPU training is not run here): each finished round's TRL log lines, at the run's
     global step, and its validation accuracy reach the store; a resumed run rebuilds it with every step once."""
-    from pipeline_lib.engines.trl import dpo
+    from pipeline_lib.jobs.engines.trl import dpo
 
     spec = {"steps_per_round": 2, "rounds": 2}
     summaries = []
@@ -471,10 +472,10 @@ def test_verls_v1_trainer_gets_the_softmaxgrpo_curves_in_its_step_metrics(monkey
     from verl.trainer.ppo.v1 import trainer_base
     from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-    from pipeline_lib.advantages import advantage_diagnostics, group_advantages
-    from pipeline_lib.engines.verl import step_metrics
-    from pipeline_lib.engines.verl.estimators import group_index
-    from pipeline_lib.group_metrics import group_step_metrics
+    from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advantages
+    from pipeline_lib.core.rl.group_metrics import group_step_metrics
+    from pipeline_lib.jobs.engines.verl import step_metrics
+    from pipeline_lib.jobs.engines.verl.estimators import group_index
 
     step_metrics.install_on_import()
     data, scores, uids, mask = verl_step_batch()

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_lib.config import ConfigError, load_schema, validate_config
-from pipeline_lib.io import sha256_file
-from pipeline_lib.targets import THEORY_OUTPUTS, stage_targets
+from pipeline_lib.core.config import ConfigError, load_schema, validate_config
+from pipeline_lib.core.io import sha256_file
+from pipeline_lib.plan.targets import THEORY_OUTPUTS, stage_targets
 from tests.conftest import SMALL_THEORY, repo_env, snakemake
 
 from .conftest import REPO
@@ -95,7 +95,8 @@ TINY_DATA_JOBS = {"config/config.yaml": {"data_tiny": 3, "data_tokenizer": 1}, "
 
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
 def test_dry_run_plans_the_dag(workflow_copy, configfile):
-    """The plan of both configs, and no JSON on any shell command it shows (specs travel in files: pipeline_lib.cli);
+    """The plan of both configs, and no JSON on any shell command it shows (specs travel in files:
+    pipeline_lib.core.cli);
     Snakemake's own job blocks (``PIPELINE_CONSOLE=full``) and ``-p``, so every command is printed."""
     result = snakemake(workflow_copy, "-n", "-p", "--configfile", configfile, full_console=True)
     assert result.returncode == 0, result.stderr
@@ -131,11 +132,12 @@ def test_the_paper_plan_reads_nothing_tiny():
 
 @pytest.mark.parametrize("configfile", ["config/config.yaml", "config/paper.yaml"])
 def test_every_paper_output_is_made_by_exactly_one_step_of_one_command(configfile):
-    """paper.smk is one rule per step of pipeline_lib.steps.paper_steps: each paper target is one step's output, no
+    """paper.smk is one rule per step of pipeline_lib.paper.steps.paper_steps: each paper target is one step's output,
+    no
     output is two steps', and each step runs one ``python -m pipeline_lib...`` command that writes its log."""
+    from pipeline_lib.paper.steps import paper_steps
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.table import load_config
-    from pipeline_lib.steps import paper_steps
 
     config = load_config([REPO / configfile])
     plan = plan_runs(config, check_estimators=False)

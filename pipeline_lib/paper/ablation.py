@@ -27,12 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.cli import json_value
-from pipeline_lib.io import atomic_path
+from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.io import atomic_path
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import differences_text
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
-from pipeline_lib.provenance import write_provenance
 
 __all__ = ["ablation_data", "ablation_table"]
 

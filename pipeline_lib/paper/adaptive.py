@@ -8,7 +8,7 @@
     python -m pipeline_lib.paper.adaptive tau-figure --data CSV --label tiny --png P --pdf P
 
 ``compare`` writes two tables: ``<stem>`` (paired differences ours - baseline of held-out pass@1, greedy and
-sampled, with 95% intervals from :func:`pipeline_lib.stats.paired_interval`, the seed as the unit) and
+sampled, with 95% intervals from :func:`pipeline_lib.core.stats.paired_interval`, the seed as the unit) and
 ``<stem>_allocation`` (each method's share of the gradient budget sum_i T_i |A_i| by the group's pass-rate bin,
 and ours - baseline per bin with t-intervals over seeds). ``tau-data``/``tau-figure`` show the per-group
 temperature softmax_ess chose over training: read from the ``tau`` the local engine logs per rollout, or, for
@@ -28,13 +28,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline_lib.advantages import ess_group_tau
-from pipeline_lib.io import atomic_path, save_figure
+from pipeline_lib.core.io import atomic_path, save_figure
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.rl.advantages import ess_group_tau
+from pipeline_lib.core.stats import INTERVAL_METHOD, paired_interval
 from pipeline_lib.paper.reproduction import compare, prompt_scores
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _run_identity, allocation_data
 from pipeline_lib.paper.tables import write_table
-from pipeline_lib.provenance import write_provenance
-from pipeline_lib.stats import INTERVAL_METHOD, paired_interval
 
 __all__ = ["allocation_comparison", "paired_differences", "tau_data", "tau_figure"]
 

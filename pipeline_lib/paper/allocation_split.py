@@ -4,12 +4,12 @@ is the estimator's arithmetic rather than a change in what training visits.
 SoftmaxGRPO-Exact's share of sum_i T_i |A_i| on hard groups (pass rate < 0.5) minus GRPO-Exact's splits exactly into
 
 * **the estimator's arithmetic**: GRPO-Exact's own rollouts re-weighted with the softmax run's estimator (the
-  advantage registry, :func:`pipeline_lib.advantages.group_advantages`, on the logged rewards) minus GRPO's
+  advantage registry, :func:`pipeline_lib.core.rl.advantages.group_advantages`, on the logged rewards) minus GRPO's
   weights on them -- the shift with the visited groups held fixed;
 * **what training visits**: the softmax run's own rollouts minus GRPO-Exact's rollouts, both weighted by the
   softmax estimator -- the shift that comes from training reaching different groups.
 
-Each part is paired by seed with :func:`pipeline_lib.stats.paired_interval` (one number per run: seeds only).
+Each part is paired by seed with :func:`pipeline_lib.core.stats.paired_interval` (one number per run: seeds only).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.provenance import SIDECAR_SUFFIX
+from pipeline_lib.core.stats import PairedDifference, paired_interval
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, allocation_bins
 from pipeline_lib.paper.tables import to_markdown
-from pipeline_lib.provenance import SIDECAR_SUFFIX
-from pipeline_lib.stats import PairedDifference, paired_interval
 
 __all__ = ["HARD_BINS", "allocation_split", "bin_names", "run_advantage", "unfillable_bins"]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.io import save_figure
+from pipeline_lib.core.io import save_figure
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.results import _method_sort_key, _run_identity
 from pipeline_lib.plan.registry import METHOD_LABELS, METHODS
-from pipeline_lib.provenance import write_provenance
 
 __all__ = ["CURVE_WINDOW", "REWARD_PANELS", "curves", "curves_figure"]
 

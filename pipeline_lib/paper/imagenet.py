@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.io import atomic_path, save_figure
+from pipeline_lib.core.io import atomic_path, save_figure
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
-from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.imagenet")
 LABELS = {"ml": "ML (cross-entropy)", "reinforce": "REINFORCE", "grpo": "GRPO", "softmax": "SoftmaxGRPO"}

@@ -22,12 +22,12 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.cli import json_value
+from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.tables import latex_escape, write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS
-from pipeline_lib.provenance import write_provenance
 
 __all__ = ["nonverifiable_table", "validation_table"]
 

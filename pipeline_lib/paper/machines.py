@@ -1,7 +1,7 @@
 """The reproduction report's "which machine made these numbers": read from the provenance sidecars of its runs.
 
-Every step records its machine in its sidecar (:func:`pipeline_lib.provenance.hardware` and
-:func:`~pipeline_lib.provenance.numerics`: CPU model and count, torch version, threads, the CPU kernels torch
+Every step records its machine in its sidecar (:func:`pipeline_lib.core.provenance.hardware` and
+:func:`~pipeline_lib.core.provenance.numerics`: CPU model and count, torch version, threads, the CPU kernels torch
 dispatches to, determinism switches). The same code and seeds give bit-identical results on one machine and different
 ones on another, so a score is only comparable with another machine's as a different draw; the report names the
 machines behind its numbers and says so. An evaluation's sidecar names the model it read, whose sidecar is the
@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.core.provenance import SIDECAR_SUFFIX
 from pipeline_lib.paper.tables import to_markdown
-from pipeline_lib.provenance import SIDECAR_SUFFIX
 
 __all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines", "training_sidecar"]
 

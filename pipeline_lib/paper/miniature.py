@@ -1,6 +1,7 @@
 """The reproduction report's account of the miniature: what the tiny tasks plant, where the gains sit, what it can show.
 
-The tiny tasks (:mod:`pipeline_lib.data.tiny`) are built so RL has something to fix: the expert's demonstrations slip
+The tiny tasks (:mod:`pipeline_lib.core.data.tiny`) are built so RL has something to fix: the expert's demonstrations
+slip
 (``data.tiny.imperfect_fraction`` of prompts, ``blind_spot_slip`` on a blind spot the prompt reveals), SFT imitates
 the slip, and a verifier reward can unlearn it. A reader of an "RL improves on SFT" verdict needs to know that, and
 where the gain is; this module writes that next to the results: the planted design read from the run's own data
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.data.tiny import BLIND_SPOTS
+from pipeline_lib.core.data.tiny import BLIND_SPOTS
 from pipeline_lib.paper.results import METHOD_LABELS
 from pipeline_lib.paper.tables import to_markdown
 
@@ -124,7 +125,7 @@ def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str,
     comparisons = [(task, a, b, metric) for task in sorted(planted) for a, b in dict.fromkeys(pairs)
                    for metric in metrics if b == "sft" and {(task, a, metric), (task, b, metric)} <= runs]
     parts = ["## What the miniature plants, and where its gains are", "",
-             "The tiny tasks are built so RL has a known error to fix (pipeline_lib/data/tiny.py): the SFT "
+             "The tiny tasks are built so RL has a known error to fix (pipeline_lib/core/data/tiny.py): the SFT "
              "demonstrations come from an expert that slips, more often on a blind spot the prompt reveals, and a "
              "reward that checks the answer can unlearn the slip (this run's data settings):", "",
              *_plant_text(planted), "",

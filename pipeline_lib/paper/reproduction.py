@@ -7,7 +7,7 @@ synthetic tasks is not the paper's 1.5B model.
 
 What every run can judge on its own is *within-run* comparisons, and those are paired: methods
 share seeds (same SFT start, same data order) and test prompts, so each difference is shown with
-a 95% interval whose unit is the training seed (:func:`pipeline_lib.stats.paired_interval`; seeds
+a 95% interval whose unit is the training seed (:func:`pipeline_lib.core.stats.paired_interval`; seeds
 only for one-number-per-run quantities such as the gradient-allocation share). The claim ledger at
 the end gives each claim a verdict by the rules of :mod:`pipeline_lib.paper.verdicts` (supported,
 contradicted, inconclusive, or an estimate with no verdict below ``report.min_seeds`` seeds), with
@@ -32,8 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.config import load_yaml
-from pipeline_lib.io import write_text
+from pipeline_lib.core.config import load_yaml
+from pipeline_lib.core.io import write_text
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
@@ -43,8 +45,6 @@ from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstrati
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
 from pipeline_lib.plan.registry import pairs
-from pipeline_lib.provenance import write_provenance
-from pipeline_lib.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 
 #: Which paper column each of our tasks stands in for.
 TASK_TO_PAPER = {"gsm8k": "gsm8k", "countdown": "countdown", "deepmath": "deepmath",

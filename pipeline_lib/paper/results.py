@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.advantages import group_advantages
-from pipeline_lib.group_metrics import PASS_RATE_BINS
-from pipeline_lib.io import atomic_path
+from pipeline_lib.core.io import atomic_path
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.rl.advantages import group_advantages
+from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
-from pipeline_lib.provenance import write_provenance
 
 log = logging.getLogger("pipeline_lib.paper.results")
 
@@ -97,7 +97,7 @@ def allocation_data(rollout_paths: list[Path]) -> pd.DataFrame:
 def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> dict[str, float]:
     """One run's ``bin<i>`` totals of sum_i T_i |A_i|, ``group_size`` and ``binary_reward``; with ``advantage``
     (registry name, parameters) the logged advantages are replaced by that estimator's on the same rewards (the
-    same rollouts, re-weighted: :func:`pipeline_lib.advantages.group_advantages`)."""
+    same rollouts, re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`)."""
     import torch
 
     totals = np.zeros(len(PASS_RATE_BINS))

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from pipeline_lib.core.rewards.format_reward import format_score
 from pipeline_lib.paper.allocation_split import bin_names, unfillable_bins
 from pipeline_lib.paper.results import METHOD_LABELS, _method_sort_key
-from pipeline_lib.rewards.format_reward import format_score
 
 __all__ = ["SLIP_DETECTORS", "SlipGap", "artefact_notes", "blind_judges", "demonstration_quality", "load_slips",
            "slip_gaps", "summary_section"]
@@ -32,7 +32,7 @@ WELL_FORMED_FLOOR = 0.5
 
 def demonstration_quality(train_root: Path | None, tasks: Sequence[str]) -> pd.DataFrame:
     """Per task: how many of Rationalization's generated demonstrations (every seed's ``rationalized_sft.parquet``)
-    pass the format check (:func:`pipeline_lib.rewards.format_reward.format_score`: one non-empty
+    pass the format check (:func:`pipeline_lib.core.rewards.format_reward.format_score`: one non-empty
     ``<think>...</think>`` and then an answer). Empty when no run wrote them (a verl run, or none ran)."""
     rows = []
     for task in tasks if train_root is not None else ():
@@ -52,7 +52,7 @@ _VOTE = re.compile(r"(?<![\d-])(\d)\s*-\s*(\d)(?![\d-])")
 
 def _meeting_slip(facts: Mapping, response: str) -> str:
     """The vote a ``meeting_tiny`` summary states against the transcript's: the expert's slip writes it swapped
-    (``pipeline_lib/data/tiny.py``: ``against-for`` where the reference has ``for-against``)."""
+    (``pipeline_lib/core/data/tiny.py``: ``against-for`` where the reference has ``for-against``)."""
     votes_for, votes_against = int(facts["votes_for"]), int(facts["votes_against"])
     stated = _VOTE.search(response)
     if stated is None:
@@ -216,7 +216,7 @@ def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, SlipGap], allocati
                    if share < WELL_FORMED_FLOOR else "")
         notes.append(f"Rationalization on `{task}`: {ok:,} of its {made:,} generated demonstrations "
                      f"({100 * share:.1f}%) are well-formed (one non-empty `<think>` block, then an answer: the format "
-                     f"check of `pipeline_lib/rewards/format_reward.py`).{verdict}")
+                     f"check of `pipeline_lib/core/rewards/format_reward.py`).{verdict}")
     notes += [_blind_note(task, gap) for task, gap in blind.items()]
     return notes + _unfillable(allocation)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.io import atomic_path, write_text
+from pipeline_lib.core.io import atomic_path, write_text
 
 __all__ = ["latex_escape", "to_latex_booktabs", "to_markdown", "write_table"]
 

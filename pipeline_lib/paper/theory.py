@@ -1,4 +1,4 @@
-"""Fig. 1a/1b and the weight-view table, drawn from the CSVs of :mod:`pipeline_lib.theory.compute` only.
+"""Fig. 1a/1b and the weight-view table, drawn from the CSVs of :mod:`pipeline_lib.core.theory.compute` only.
 
 Pure assembly (rule ``paper_theory``): labels, styles, formulas as text; every number comes from the compute step,
 so a plot tweak never recomputes Monte Carlo.
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.io import save_figure
+from pipeline_lib.core.io import save_figure
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
-from pipeline_lib.provenance import write_provenance
 
 LABELS = {"reinforce": "REINFORCE", "ml": "ML", "grpo": "GRPO", "maxrl": "MaxRL", "softmax": "SoftmaxGRPO"}
 FORMULAS_TEXT = {

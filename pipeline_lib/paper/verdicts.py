@@ -1,6 +1,6 @@
 """The verdict rules of the claims table, written once (the reproduction report and benchmarks/tiny_rl_check.py).
 
-A claim is **supported** only when its paired interval (:func:`pipeline_lib.stats.paired_interval`) rests on at
+A claim is **supported** only when its paired interval (:func:`pipeline_lib.core.stats.paired_interval`) rests on at
 least ``min_seeds`` training seeds (config key ``report.min_seeds``, >= 3) and excludes 0 in the claimed direction
 after Holm's family-wise adjustment over every claim of the table that has enough seeds; **contradicted** when it
 excludes 0 the other way under the same rule; **inconclusive** when it does not exclude 0 (never "not
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline_lib.stats import PairedDifference, holm_adjust, paired_interval
+from pipeline_lib.core.stats import PairedDifference, holm_adjust, paired_interval
 
 __all__ = ["ALPHA", "BOLD_RULE", "MIN_SEEDS", "Verdict", "rules", "supported_best", "verdicts"]
 

@@ -2,11 +2,12 @@
 
 :func:`plan_runs` is the only place where runs are enumerated; the Snakemake rules, the verl parse-time validation,
 the target lists and ``python -m pipeline_lib plan`` all read its result. See :mod:`.registry` for what a method is,
-:mod:`pipeline_lib.run_spec` for the :class:`RunSpec` every engine reads, and :mod:`.settings` for how the config
+:mod:`pipeline_lib.core.run_spec` for the :class:`RunSpec` every engine reads, and :mod:`.settings` for how the config
 becomes one (the parameter precedence, and which tau wins). The plan imports no engine: engines translate its specs
 at their edge.
 """
 
+from pipeline_lib.core.run_spec import Estimator, PlanError, RunSpec
 from pipeline_lib.plan.registry import (
     ESTIMATORS,
     METHOD_LABELS,
@@ -35,7 +36,6 @@ from pipeline_lib.plan.runs import (
     validate_planned_config,
 )
 from pipeline_lib.plan.settings import verl_tasks
-from pipeline_lib.run_spec import Estimator, PlanError, RunSpec
 
 __all__ = [
     "ESTIMATORS",

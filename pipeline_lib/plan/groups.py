@@ -12,7 +12,7 @@ the local engine:
   (:func:`eval_batches`), evaluates every checkpoint of that task and seed the run's targets ask for (SFT, the
   methods, baselines, ablation cells, judged runs) in one process.
 
-Each step is the entry point's own ``main(argv)`` (:mod:`pipeline_lib.engines.local.batch`), so every run and
+Each step is the entry point's own ``main(argv)`` (:mod:`pipeline_lib.jobs.engines.local.batch`), so every run and
 evaluation keeps its own directory, outputs and provenance, exactly what its own job would write. The cost: a change
 to one member reruns its whole group (a method's tau retrains the other methods of that task and seed too, and a
 retrained checkpoint re-evaluates its task and seed's others). Every other training run (SFT, baselines, judged and
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_lib.cli import JSON_FLAGS, json_file
+from pipeline_lib.core.cli import JSON_FLAGS, json_file
 from pipeline_lib.plan.registry import METHODS, PlanError
 from pipeline_lib.plan.runs import Plan, Run
 from pipeline_lib.plan.settings import eval_spec
@@ -130,9 +130,9 @@ def _step_args(args: list[str]) -> list[Any]:
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
     """One shell command running ``(module, args)`` steps in order in one process; the steps (and their specs, as
-    JSON values) travel in one JSON file (:func:`pipeline_lib.cli.json_file`), not on the command line."""
+    JSON values) travel in one JSON file (:func:`pipeline_lib.core.cli.json_file`), not on the command line."""
     payload = [{"module": module, "args": _step_args(args)} for module, args in steps]
-    return f"python -m pipeline_lib.engines.local.batch --steps {shlex.quote(json_file(json.dumps(payload)))}"
+    return f"python -m pipeline_lib.jobs.engines.local.batch --steps {shlex.quote(json_file(json.dumps(payload)))}"
 
 
 def train_group_inputs(runs: list[Run]) -> dict[str, str]:
@@ -177,7 +177,8 @@ _EVALUATION = re.compile(r"results/eval/(?P<task>[^/]+)/(?P<method>[^/]+)/seed(?
 
 
 def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
-    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.targets.stage_targets`'s ``eval``) of checkpoints the
+    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.plan.targets.stage_targets`'s ``eval``) of checkpoints
+    the
     plan trains on the local engine, one batch per (task, seed), members in their first-listed order. Other paths
     (verl-trained checkpoints, transfer benchmarks) are left to their own rules."""
     local = {run.key for run in plan.of(engine="local")}
@@ -193,10 +194,11 @@ def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
 
 
 def eval_batch_command(config: Mapping[str, Any], batch: EvalBatch, threads: int) -> str:
-    """``pipeline_lib.eval.evaluate`` once per member of ``batch``, each with the arguments its own job would get."""
+    """``pipeline_lib.jobs.eval.evaluate`` once per member of ``batch``, each with the arguments its own job would
+    get."""
     spec = json.dumps(eval_spec(config))
     return batch_command([
-        ("pipeline_lib.eval.evaluate",
+        ("pipeline_lib.jobs.eval.evaluate",
          ["--model", f"results/train/{batch.task}/{method}/seed{batch.seed}/final",
           "--data", f"results/data/{batch.task}/rl_test.parquet", "--spec", spec, "--seed", str(batch.seed),
           "--out", f"results/eval/{batch.task}/{method}/seed{batch.seed}", "--threads", str(threads)])

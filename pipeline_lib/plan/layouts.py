@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.cli import run_args
+from pipeline_lib.core.cli import run_args
+from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan.settings import verl_tasks
-from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
 __all__ = ["TOKENIZER", "Ctx", "Job", "engine_of", "final_dir", "local_base", "local_expert", "local_opd",
            "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel", "spec_json",

@@ -3,10 +3,11 @@
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
 config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
 job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout function, the builder of
-its :class:`~pipeline_lib.run_spec.RunSpec` and, for a verl baseline, the function of its overrides). What used to be
+its :class:`~pipeline_lib.core.run_spec.RunSpec` and, for a verl baseline, the function of its overrides). What used to
+be
 tables keyed by method name elsewhere are fields here too: the verl preflight's kind and checks (:class:`Preflight`),
 whether verl checks every prompt's expert answer first (``needs_references``) and the report's paired comparisons
-(``compared_with``, :func:`pairs`). :data:`ESTIMATORS` (:mod:`pipeline_lib.estimators`, re-exported here) says
+(``compared_with``, :func:`pairs`). :data:`ESTIMATORS` (:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says
 what each estimator takes (its parameter dataclass) and how verl runs it. :func:`pipeline_lib.plan.plan_runs`
 reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
 take their row labels from here.
@@ -22,7 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.layouts import Ctx, Job
 from pipeline_lib.plan.settings import (
@@ -37,7 +39,6 @@ from pipeline_lib.plan.settings import (
     verl_rl_spec,
     verl_sft_spec,
 )
-from pipeline_lib.run_spec import ENGINES, PlanError, RunSpec
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
            "PlanError", "Preflight", "baseline", "group_rl", "method", "pairs", "preflight_kinds", "register",
@@ -55,7 +56,7 @@ def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 @dataclass(frozen=True)
 class Preflight:
-    """How the verl preflight (:mod:`pipeline_lib.engines.verl.preflight`, ``config/preflight.yaml``) trains this
+    """How the verl preflight (:mod:`pipeline_lib.jobs.engines.verl.preflight`, ``config/preflight.yaml``) trains this
     method's verl job 2 steps on CPU and what it checks afterwards."""
 
     kind: str
@@ -76,7 +77,7 @@ class Entry:
     inputs and flags the entry point takes), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
     trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time; ``overrides`` names the
     function (``module:function``, called with the run's spec and paths) that returns the overrides a verl baseline
-    adds to its RL run's (:func:`pipeline_lib.engines.verl.translate.baseline_overrides` calls it; a name, as
+    adds to its RL run's (:func:`pipeline_lib.jobs.engines.verl.translate.baseline_overrides` calls it; a name, as
     ``entry_point`` is, since the plan imports no engine)."""
 
     job: str
@@ -96,7 +97,8 @@ class Method:
     label: str
     family: str  # "sft", "group_rl" or "baseline"
     engines: Mapping[str, Entry] = field(default_factory=dict)
-    advantage: str | None = None  # group_rl: the estimator's name in pipeline_lib.advantages (an ESTIMATORS entry)
+    # group_rl: the estimator's name in pipeline_lib.core.rl.advantages (an ESTIMATORS entry)
+    advantage: str | None = None
     reward: str | None = None  # group_rl: "verifier" or "similarity"
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
     #: A baseline's config section (``train.baselines.<section>``), None for the main methods.
@@ -104,7 +106,7 @@ class Method:
     #: Trains on prompts that carry the expert answer (a similarity reward, or a baseline that prefers / scores the
     #: demonstration): on Countdown the GOLD prompts (pipeline_lib.plan.settings.reference_prompts).
     demonstrations: bool = False
-    #: group_rl: a new estimator this method brings (declared in pipeline_lib.estimators by :func:`register`).
+    #: group_rl: a new estimator this method brings (declared in pipeline_lib.core.rl.estimators by :func:`register`).
     new_estimator: EstimatorEntry | None = None
     #: Its verl job's preflight kind and checks (None: the preflight has no kind for it).
     preflight: Preflight | None = None
@@ -127,8 +129,8 @@ def _named(build: Callable[..., RunSpec]) -> SpecBuilder:
     return lambda config, task, method: build(config, task, method)
 
 
-LOCAL_RL = Entry("train_local", "pipeline_lib.engines.local.rl", layouts.local_rl, local_rl_spec)
-VERL_RL = Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, verl_rl_spec, "rl")
+LOCAL_RL = Entry("train_local", "pipeline_lib.jobs.engines.local.rl", layouts.local_rl, local_rl_spec)
+VERL_RL = Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, verl_rl_spec, "rl")
 #: The group-RL methods' engines: they differ from each other only in estimator and reward.
 GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
@@ -137,7 +139,7 @@ def verl_baseline(overrides: str) -> Entry:
     """A baseline that runs as a verl RL job (paper App. B): the task's App. B RL row, so only the method differs,
     plus the overrides ``overrides`` (``module:function``) returns (OPD through verl's ``distillation.*`` config,
     RL-Logit and RARO through the pipeline's agent loops)."""
-    return Entry("train_verl", "pipeline_lib.engines.verl.train rl", layouts.verl_rl, baseline_rl_spec, "rl",
+    return Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, baseline_rl_spec, "rl",
                  overrides=overrides)
 
 
@@ -154,7 +156,7 @@ def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str
 
 
 def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
-    return Entry("train_local", f"pipeline_lib.engines.local.{name}", layout, spec)
+    return Entry("train_local", f"pipeline_lib.jobs.engines.local.{name}", layout, spec)
 
 
 def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False,
@@ -165,19 +167,20 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: b
                   **fields)
 
 
-_TRANSLATE = "pipeline_lib.engines.verl.translate"
+_TRANSLATE = "pipeline_lib.jobs.engines.verl.translate"
 _METHODS = (
     baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2),  # on verl too: a copy
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.engines.local.sft", layouts.local_sft, local_sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_sft, verl_sft_spec, "sft")},
+        "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, local_sft_spec),
+        "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, verl_sft_spec,
+                      "sft")},
         preflight=Preflight("sft")),
     baseline("rationalization", "Rationalization",
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
-             Entry("train_verl", "pipeline_lib.engines.verl.train sft", layouts.verl_rationalization,
+             Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
                    _named(verl_sft_spec), "sft", prelude="annotate")),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
-             Entry("train_trl", "pipeline_lib.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
+             Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              demonstrations=True),
     # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
     # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
@@ -247,7 +250,8 @@ def register(entry: Method) -> Method:
             raise PlanError(str(exc)) from None
     if entry.family == "group_rl" and entry.advantage not in ESTIMATORS:
         raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} is not declared; declared: "
-                        f"{sorted(ESTIMATORS)} (pipeline_lib/estimators.py, or group_rl(..., EstimatorEntry(...)))")
+                        f"{sorted(ESTIMATORS)} (pipeline_lib/core/rl/estimators.py, or group_rl(..., "
+                        f"EstimatorEntry(...)))")
     METHODS[entry.name] = entry
     METHOD_LABELS[entry.name] = entry.label
     METHOD_ORDER.append(entry.name)

@@ -5,11 +5,12 @@ scale study, the judged and transfer runs, the ImageNet objectives), adds the ru
 model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
 (:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec and resources.
 
-Each run's settings are one :class:`~pipeline_lib.run_spec.RunSpec`, built by the registry entry's spec builder
+Each run's settings are one :class:`~pipeline_lib.core.run_spec.RunSpec`, built by the registry entry's spec builder
 (:mod:`pipeline_lib.plan.settings`, where the parameter precedence and the rule of which tau wins are stated); the
 command passes it as ``--spec`` JSON and the engine translates it at its edge (verl: its Hydra overrides, which
-:mod:`pipeline_lib.engines.verl.validate` checks at parse time). Every group-RL method's estimator and parameters are
-checked against :mod:`pipeline_lib.advantages`, which knows each estimator's parameters.
+:mod:`pipeline_lib.jobs.engines.verl.validate` checks at parse time). Every group-RL method's estimator and parameters
+are
+checked against :mod:`pipeline_lib.core.rl.advantages`, which knows each estimator's parameters.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.cli import file_args
-from pipeline_lib.config import ConfigError, validate_config
-from pipeline_lib.estimators import params_from, schema_properties
+from pipeline_lib.core.cli import file_args
+from pipeline_lib.core.config import ConfigError, validate_config
+from pipeline_lib.core.rl.estimators import params_from, schema_properties
+from pipeline_lib.core.run_spec import Estimator, RunSpec
+from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
@@ -43,8 +46,6 @@ from pipeline_lib.plan.settings import (
     scale_config,
     verl_tasks,
 )
-from pipeline_lib.run_spec import Estimator, RunSpec
-from pipeline_lib.tracking import TrackingSettings
 
 __all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
            "softmax_exact_method", "trained_methods", "validate_planned_config"]
@@ -110,7 +111,7 @@ class Run:
         """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
         and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
         change of dashboard never reruns). With ``files`` its JSON values (spec, tracking) travel in files
-        (:func:`pipeline_lib.cli.file_args`), so the command line stays short; without, inline (a rerun key that
+        (:func:`pipeline_lib.core.cli.file_args`), so the command line stays short; without, inline (a rerun key that
         shows what changed)."""
         args = [*self.args, *self.extra_args(threads, tracking)]
         return " ".join(shlex.quote(a) for a in (file_args(args) if files else args))
@@ -233,7 +234,7 @@ def _annotate(c: _Ctx, study: str) -> Run:
     spec = annotation_spec(c.config, c.task)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job="annotate_rationales", output=out, inputs={"data": data},
-               args=("python", "-m", "pipeline_lib.engines.verl.rationalization", "--spec", _spec_json(spec),
+               args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", _spec_json(spec),
                      "--data", data, "--out", out, "--seed", str(c.seed)),
                spec=spec, threads=False, study=study, resources=dict(spec.resources))
 
@@ -327,12 +328,12 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
     c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, "sft", seed), "")
-    entry = Entry("train_local", "pipeline_lib.engines.local.sft", local_opd_teacher, opd_teacher_spec)
+    entry = Entry("train_local", "pipeline_lib.jobs.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 
 
 #: The ImageNet study's maximum-likelihood objective (cross-entropy: no rollouts, no estimator); its other objectives
-#: are advantage estimators, run through :mod:`pipeline_lib.advantages` with their parameters from ``imagenet``.
+#: are advantage estimators, run through :mod:`pipeline_lib.core.rl.advantages` with their parameters from ``imagenet``.
 ML_OBJECTIVE = "ml"
 
 
@@ -361,7 +362,7 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
                                estimator=estimator, baseline={"objective": objective, "rollouts": rollouts})
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
-                                args=("python", "-m", "pipeline_lib.classify.train", "--spec", _spec_json(spec),
+                                args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", _spec_json(spec),
                                       "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
                                 spec=spec, study="imagenet",
@@ -424,7 +425,8 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     rationalization annotator) are added where a run starts from them.
 
     ``check_estimators`` checks each distinct estimator once against its parameter dataclass
-    (:func:`pipeline_lib.estimators.check_params`; nothing is run, no torch); the workflow turns it off where Snakemake
+    (:func:`pipeline_lib.core.rl.estimators.check_params`; nothing is run, no torch); the workflow turns it off where
+    Snakemake
     re-parses itself to run one job (a Slurm job), the submitting process having checked the same config already.
     The plan holds paths relative to the workflow; an engine makes them absolute at its edge (verl:
     ``translate.run_paths``)."""
@@ -477,8 +479,9 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
                             base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
-    """:func:`pipeline_lib.config.validate_config`, then the run plan's own refusals (a method the registry cannot
-    build, a missing tau) as a :class:`~pipeline_lib.config.ConfigError`: a config that cannot be planned fails where
+    """:func:`pipeline_lib.core.config.validate_config`, then the run plan's own refusals (a method the registry cannot
+    build, a missing tau) as a :class:`~pipeline_lib.core.config.ConfigError`: a config that cannot be planned fails
+    where
     it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
     no torch). The preflight's config plans nothing."""
     validate_config(config, schema_path, base_dir)

@@ -1,9 +1,9 @@
-"""Config -> settings: every :class:`~pipeline_lib.run_spec.RunSpec` of a training run, and the JSON settings of
+"""Config -> settings: every :class:`~pipeline_lib.core.run_spec.RunSpec` of a training run, and the JSON settings of
 the other jobs (data, evaluation, generation backends).
 
 The only place that reads a run's settings from the config: the engines read the spec these functions make, never
-the config. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.run_spec.RLSettings`,
-:class:`~pipeline_lib.run_spec.SFTSettings`) are the engine's shared section (``train.rl`` / ``train.sft`` locally;
+the config. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.core.run_spec.RLSettings`,
+:class:`~pipeline_lib.core.run_spec.SFTSettings`) are the engine's shared section (``train.rl`` / ``train.sft`` locally;
 ``train.verl.rl`` / ``train.verl.sft`` on verl) with, on verl, the task's App. B row (``train.verl.tasks.<task>``)
 over it; the estimator's parameters, tau among them, are resolved by :func:`estimator_params`, whose docstring states
 their one precedence. A study that varies a setting (an ablation cell's M, a scale's base model) replaces it in its
@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any
 
-from pipeline_lib.estimators import check_params, takes
-from pipeline_lib.estimators import estimator as estimator_entry
-from pipeline_lib.run_spec import Estimator, PlanError, RLSettings, RunSpec, SFTSettings
+from pipeline_lib.core.rl.estimators import check_params, takes
+from pipeline_lib.core.rl.estimators import estimator as estimator_entry
+from pipeline_lib.core.run_spec import Estimator, PlanError, RLSettings, RunSpec, SFTSettings
 
 __all__ = [
     "IMAGENET_SWEEP_KEYS",
@@ -127,7 +127,7 @@ def _verl_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
 
 def check_estimator(estimator: Estimator) -> None:
     """The estimator is declared and takes exactly these parameters, each within its bounds: read from its parameter
-    dataclass (:func:`pipeline_lib.estimators.check_params`); nothing is run and torch is not imported."""
+    dataclass (:func:`pipeline_lib.core.rl.estimators.check_params`); nothing is run and torch is not imported."""
     try:
         check_params(estimator.name, estimator.params)
     except (TypeError, ValueError) as exc:

@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.config import ConfigError, load_config_file, load_yaml, merge_config
+from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config
+from pipeline_lib.core.run_spec import PlanError
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
-from pipeline_lib.run_spec import PlanError
 
 __all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
 

@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline_lib.checkpoint import CHECKPOINT_NAME, STALE_DIR
-from pipeline_lib.classify import train as train_module
-from pipeline_lib.classify.objectives import closed_form_metrics, objective_loss
-from pipeline_lib.data.imagenet import validate_imagefolder
-from pipeline_lib.estimators import params_from
+from pipeline_lib.core.checkpoint import CHECKPOINT_NAME, STALE_DIR
+from pipeline_lib.core.data.imagenet import validate_imagefolder
+from pipeline_lib.core.rl.estimators import params_from
+from pipeline_lib.jobs.classify import train as train_module
+from pipeline_lib.jobs.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.plan import Estimator, PlanError, plan_runs
 from pipeline_lib.plan.settings import imagenet_run_spec
 from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, final_parameters

@@ -6,11 +6,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_lib.data.build import build_real, build_tiny, build_tokenizer, validate_imagenet
-from pipeline_lib.data.schema import DataError
-from pipeline_lib.data.tiny import TASKS, generate_task, solve_countdown
-from pipeline_lib.io import sha256_file
-from pipeline_lib.rewards import score
+from pipeline_lib.core.data.build import build_real, build_tiny, build_tokenizer, validate_imagenet
+from pipeline_lib.core.data.schema import DataError
+from pipeline_lib.core.data.tiny import TASKS, generate_task, solve_countdown
+from pipeline_lib.core.io import sha256_file
+from pipeline_lib.core.rewards import score
 from tests.chat_server import ChatServer
 from tests.conftest import FIXTURES, real_spec
 
@@ -208,7 +208,7 @@ def test_tokenizer_survives_being_saved_next_to_a_qwen2_model(tmp_path):
     """transformers rebuilds a Qwen2 model directory's tokenizer as Qwen2Tokenizer: ids must not change."""
     from transformers import AutoTokenizer
 
-    from pipeline_lib.model import build_model, save_model_atomic
+    from pipeline_lib.core.model import build_model, save_model_atomic
 
     build_tiny("countdown_tiny", TINY, 0, None, tmp_path / "data")
     build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 400, tmp_path / "tok")

@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_lib.data.build import build_real, build_tiny
-from pipeline_lib.data.real import BUILDERS, CONFLICTING_GOLDS
-from pipeline_lib.data.schema import model_prompt
-from pipeline_lib.data.tiny import TASKS
+from pipeline_lib.core.data.build import build_real, build_tiny
+from pipeline_lib.core.data.real import BUILDERS, CONFLICTING_GOLDS
+from pipeline_lib.core.data.schema import model_prompt
+from pipeline_lib.core.data.tiny import TASKS
 from tests.chat_server import ChatServer
 from tests.conftest import ENGINE_TINY, FIXTURES, _build, _deepmath_row, real_spec
 

@@ -8,9 +8,9 @@ import shutil
 import pytest
 import yaml
 
-from pipeline_lib.audit import audit, current_config
-from pipeline_lib.config import validate_config
-from pipeline_lib.data.real import source_files
+from pipeline_lib.core.config import validate_config
+from pipeline_lib.core.data.real import source_files
+from pipeline_lib.jobs.audit import audit, current_config
 from tests.conftest import FIXTURES, REPO, real_spec, snakemake
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"

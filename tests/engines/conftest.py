@@ -2,7 +2,7 @@
 
 import yaml
 
-from pipeline_lib.config import validate_config
+from pipeline_lib.core.config import validate_config
 from tests.conftest import REPO
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.trl import dpo as trl_dpo
-from pipeline_lib.engines.verl.rationalization import annotate, annotation_settings, rationalization_paths
-from pipeline_lib.eval.backends import open_backend
+from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
+from pipeline_lib.jobs.engines.trl import dpo as trl_dpo
+from pipeline_lib.jobs.engines.verl.rationalization import annotate, annotation_settings, rationalization_paths
+from pipeline_lib.jobs.eval.backends import open_backend
 from pipeline_lib.plan.settings import annotation_spec, trl_dpo_spec, verl_sft_spec
 from tests.conftest import params
 from tests.engines.conftest import paper_config
@@ -113,16 +113,16 @@ def test_trl_batch_layout_and_launch_command():
     with pytest.raises(ValueError, match="multiple of per_device_batch_size x num_processes"):
         trl_dpo.gradient_accumulation(spec | {"per_device_batch_size": 3})
     plain = trl_dpo.train_command(spec, "p", "s", "o", 0)
-    assert plain[1:4] == ["-m", "pipeline_lib.engines.trl.dpo", "train-round"]
+    assert plain[1:4] == ["-m", "pipeline_lib.jobs.engines.trl.dpo", "train-round"]
     launched = trl_dpo.train_command(spec | {"num_processes": 4, "accelerate_config": "zero3.yaml"}, "p", "s", "o", 0)
     assert launched[1:7] == ["-m", "accelerate.commands.launch", "--num_processes", "4", "--config_file",
                              "zero3.yaml"]
-    assert launched[7:10] == ["-m", "pipeline_lib.engines.trl.dpo", "train-round"]
+    assert launched[7:10] == ["-m", "pipeline_lib.jobs.engines.trl.dpo", "train-round"]
 
 
 def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_validates(tiny, tmp_path):
-    from pipeline_lib.engines.verl.translate import sft_overrides
-    from pipeline_lib.engines.verl.validate import planned_runs, validate_sft
+    from pipeline_lib.jobs.engines.verl.translate import sft_overrides
+    from pipeline_lib.jobs.engines.verl.validate import planned_runs, validate_sft
 
     config = paper_config()
     spec = annotation_settings(annotation_spec(config, "gsm8k"))
@@ -162,7 +162,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
         kind, planned_overrides = planned[f"{task}/rationalization/seed0"]
         assert kind == "sft" and any("rationalized_sft.parquet" in o for o in planned_overrides)
     # a typo'd SFT setting fails naming the run
-    from pipeline_lib.engines.verl.validate import VerlOverrideError
+    from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError
 
     with pytest.raises(VerlOverrideError, match="gsm8k/rationalization/seed0"):
         validate_sft([*overrides, "optim.lrr=1e-5"], label="gsm8k/rationalization/seed0")
@@ -178,14 +178,15 @@ def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(w
                        full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = with_specs(result.stdout, workflow_copy).split("\nrule ")[1:]
-    for rule, module, name in (("annotate_rationales", "pipeline_lib.engines.verl.rationalization", "rationalization"),
-                               ("train_verl", "pipeline_lib.engines.verl.train sft", "rationalization"),
-                               ("train_trl", "pipeline_lib.engines.trl.dpo run", "iterative_dpo")):
+    for rule, module, name in (("annotate_rationales", "pipeline_lib.jobs.engines.verl.rationalization",
+                                "rationalization"),
+                               ("train_verl", "pipeline_lib.jobs.engines.verl.train sft", "rationalization"),
+                               ("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", "iterative_dpo")):
         blocks = [b for b in jobs if b.startswith(f"{rule}:")
                   and b.split("wildcards: run=")[1].split()[0].split("/")[1] == name]
         planned = sorted(b.split("wildcards: run=")[1].split("/")[0] for b in blocks)
         assert planned == sorted(tasks), (rule, planned)
         assert all(module in b for b in blocks)
-    assert not any("pipeline_lib.engines.local." in b for b in jobs)  # no CPU engine
+    assert not any("pipeline_lib.jobs.engines.local." in b for b in jobs)  # no CPU engine
     annotations = [b for b in jobs if b.startswith("annotate_rationales:")]
     assert all('"model": "Qwen/Qwen2.5-1.5B"' in b for b in annotations)  # the annotator is the base model

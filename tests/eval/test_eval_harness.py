@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from pipeline_lib.data.build import build_tiny, build_tokenizer
-from pipeline_lib.eval import harness
-from pipeline_lib.model import build_model, save_model_atomic
+from pipeline_lib.core.data.build import build_tiny, build_tokenizer
+from pipeline_lib.core.model import build_model, save_model_atomic
+from pipeline_lib.jobs.eval import harness
 
 MODEL = {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2, "kv_heads": 1, "max_positions": 256}
 TASK_YAML = """task: tiny_mc

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pipeline_lib.judge.parse import VerdictParseError, parse_verdict
-from pipeline_lib.rubrics import RUBRICS
+from pipeline_lib.core.rubrics import RUBRICS
+from pipeline_lib.jobs.judge.parse import VerdictParseError, parse_verdict
 
 POETRY_KEYS = RUBRICS["poetry"].keys
 GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'
@@ -49,8 +49,8 @@ def test_normalisation_to_the_papers_scale():
 
 
 def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import EndpointConfig
+    from pipeline_lib.core.llm_client import EndpointConfig
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
     from tests.chat_server import ChatServer
 
     def content(body):
@@ -78,8 +78,8 @@ def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
 
 
 def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
-    from pipeline_lib.data.tiny import generate_task
-    from pipeline_lib.judge.programmatic import judge_meeting_summary
+    from pipeline_lib.core.data.tiny import generate_task
+    from pipeline_lib.jobs.judge.programmatic import judge_meeting_summary
 
     spec = {"n_train": 5, "n_test": 1, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
             "max_target": 100}
@@ -101,8 +101,8 @@ def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
 
 
 def test_overlap_judge_is_built_differently_from_the_facts_judge():
-    from pipeline_lib.data.tiny import generate_task
-    from pipeline_lib.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
+    from pipeline_lib.core.data.tiny import generate_task
+    from pipeline_lib.jobs.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
 
     spec = {"n_train": 5, "n_test": 1, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
             "max_target": 100}
@@ -147,7 +147,7 @@ def test_a_prompt_index_outside_the_data_is_an_error_naming_the_line(tmp_path, i
 
     import pandas as pd
 
-    from pipeline_lib.judge.score import load_items
+    from pipeline_lib.jobs.judge.score import load_items
 
     data = tmp_path / "data.parquet"
     pd.DataFrame({"prompt": ["p0", "p1", "p2"], "reward_model": [{"ground_truth": "g"}] * 3,
@@ -161,8 +161,8 @@ def test_a_prompt_index_outside_the_data_is_an_error_naming_the_line(tmp_path, i
 
 
 def test_cached_unparseable_verdicts_do_not_keep_items_failed_after_the_server_is_fixed(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import EndpointConfig
+    from pipeline_lib.core.llm_client import EndpointConfig
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
     from tests.chat_server import ChatServer
 
     items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
@@ -212,7 +212,7 @@ def test_judge_job_on_a_full_disk_exits_non_zero_and_a_rerun_keeps_what_was_stor
     with ChatServer(content=lambda request: "Fine work. " + "x" * 3000 + " " + GOOD) as server:
         judge = {"kind": "llm", "label": "t", "endpoint": {"base_url": server.base_url, "model": "judge",
                                                            "backoff_s": 0.01, "concurrency": 1}}
-        command = [sys.executable, "-m", "pipeline_lib.judge.score", "--judge", json.dumps(judge), "--rubric",
+        command = [sys.executable, "-m", "pipeline_lib.jobs.judge.score", "--judge", json.dumps(judge), "--rubric",
                    "poetry", "--generations", str(generations), "--data", str(data),
                    "--cache", str(tmp_path / "cache.sqlite"), "--out", str(tmp_path / "out")]
         full = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300,
@@ -233,7 +233,7 @@ def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_t
     import sys
     import time
 
-    from pipeline_lib.judge.serve import ServerStartError, served_endpoint
+    from pipeline_lib.jobs.judge.serve import ServerStartError, served_endpoint
     from tests.conftest import REPO
 
     with socket.socket() as probe:
@@ -250,8 +250,8 @@ def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_t
 def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tmp_path):
     """A cache written before this fix (or by another job) holds unparseable answers under every attempt's key:
     the first rerun against the fixed server scores every item, not a second one."""
-    from pipeline_lib.judge.llm import _request, judge_with_llm
-    from pipeline_lib.llm_client import EndpointConfig, ResponseCache
+    from pipeline_lib.core.llm_client import EndpointConfig, ResponseCache
+    from pipeline_lib.jobs.judge.llm import _request, judge_with_llm
     from tests.chat_server import ChatServer
 
     items = [{"POEM_TEXT": f"poem {i}"} for i in range(3)]
@@ -273,14 +273,14 @@ def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tm
 
 
 def _poetry_endpoint(server, **extra):
-    from pipeline_lib.llm_client import EndpointConfig
+    from pipeline_lib.core.llm_client import EndpointConfig
 
     return EndpointConfig.from_config({"base_url": server.base_url, "model": "judge", "backoff_s": 0.01,
                                        "concurrency": 4, **extra}, "judge")
 
 
 def test_retry_after_is_honoured(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
     from tests.chat_server import ChatServer
 
     with ChatServer(content=lambda r: GOOD, failures=[429], error_headers={"Retry-After": "1"}) as server:
@@ -292,8 +292,8 @@ def test_retry_after_is_honoured(tmp_path):
 
 
 def test_a_transport_failure_is_retried_with_the_same_prompt_and_never_re_evaluated(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import ResponseCache
+    from pipeline_lib.core.llm_client import ResponseCache
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
     from tests.chat_server import ChatServer
 
     with ChatServer(content=lambda r: GOOD, failures=[503] * 3) as server:
@@ -311,8 +311,8 @@ def test_a_transport_failure_is_retried_with_the_same_prompt_and_never_re_evalua
 
 
 def test_an_oversize_answer_is_refused_while_read_never_cached(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import ResponseCache
+    from pipeline_lib.core.llm_client import ResponseCache
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
     from tests.chat_server import ChatServer
 
     huge = GOOD + " " * 3_000_000
@@ -331,7 +331,7 @@ def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch, 
     bound, wherever the hostile part is."""
     import json
 
-    from pipeline_lib.judge import parse
+    from pipeline_lib.jobs.judge import parse
 
     class Counting(json.JSONDecoder):
         chars = 0

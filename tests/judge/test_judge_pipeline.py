@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from pipeline_lib.judge import calibration, cross, score
-from pipeline_lib.rubrics import RUBRICS
+from pipeline_lib.core.rubrics import RUBRICS
+from pipeline_lib.jobs.judge import calibration, cross, score
 from tests.chat_server import ChatServer, meetingbank_verdict
 
 MEETING = RUBRICS["meetingbank"]
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def meeting_data(tmp_path_factory) -> Path:
-    from pipeline_lib.data.tiny import generate_task
+    from pipeline_lib.core.data.tiny import generate_task
 
     spec = {"n_train": 2, "n_test": 12, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
             "max_target": 100}
@@ -115,7 +115,7 @@ def test_llm_judge_served_for_the_job_then_stopped(tmp_path, meeting_data):
 def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeting_data):
     """The cache is read before `serve.command` runs: a rerun with every answer cached succeeds with a server
     command that fails if started, and starts nothing; a job with an uncached item starts it (and fails here)."""
-    from pipeline_lib.judge.serve import ServerStartError
+    from pipeline_lib.jobs.judge.serve import ServerStartError
 
     served = {"kind": "llm", "label": "served", "parse_retries": 1,
               "endpoint": {"model": "judge", "concurrency": 4, "backoff_s": 0.01},
@@ -137,7 +137,7 @@ def test_served_judge_that_dies_is_a_clear_error(tmp_path, meeting_data):
     judge = {"kind": "llm", "label": "broken", "endpoint": {"model": "judge"},
              "serve": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "port": free_port(),
                        "startup_timeout_s": 30}}
-    from pipeline_lib.judge.serve import ServerStartError
+    from pipeline_lib.jobs.judge.serve import ServerStartError
 
     with pytest.raises(ServerStartError, match="exited with status 3"):
         run_score(tmp_path, meeting_data, judge, "primary", "sft", "good")
@@ -186,8 +186,8 @@ def test_timeouts_are_retried_then_recorded_as_failures(tmp_path, meeting_data):
 
 
 def test_server_killed_mid_run_then_restarted_loses_and_duplicates_nothing(tmp_path):
-    from pipeline_lib.judge.llm import judge_with_llm
-    from pipeline_lib.llm_client import EndpointConfig, ResponseCache
+    from pipeline_lib.core.llm_client import EndpointConfig, ResponseCache
+    from pipeline_lib.jobs.judge.llm import judge_with_llm
 
     items = [{"MEETING_TITLE": "", "TRANSCRIPT_TEXT": f"segment {i}", "SUMMARY_TEXT": "word " * (i % 30)}
              for i in range(40)]
@@ -357,8 +357,8 @@ def test_rating_page_in_headless_chromium(exported, tmp_path):
 def test_server_eval_backend_matches_the_generations_schema_and_resumes(tmp_path):
     """The OpenAI-compatible eval backend: same generations/metrics as the hf backend, per-sample seeds,
     greedy = temperature 0, token lengths from the server's usage, and a rerun served from its cache."""
-    from pipeline_lib.data.tiny import generate_task
-    from pipeline_lib.eval.evaluate import evaluate
+    from pipeline_lib.core.data.tiny import generate_task
+    from pipeline_lib.jobs.eval.evaluate import evaluate
 
     spec = {"n_train": 2, "n_test": 6, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
             "max_target": 100}
@@ -394,8 +394,8 @@ def test_judge_targets_and_parse_time_validation():
 
     import yaml
 
-    from pipeline_lib.config import validate_config
-    from pipeline_lib.targets import judge_spec, stage_targets, validate_judges
+    from pipeline_lib.core.config import validate_config
+    from pipeline_lib.plan.targets import judge_spec, stage_targets, validate_judges
 
     schema = REPO / "workflow/schemas/config.schema.yaml"
     tiny = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), schema)

@@ -1,4 +1,4 @@
-"""The judge behind a real vLLM server: ``pipeline_lib.judge.score`` starts vLLM's OpenAI server on a tiny random
+"""The judge behind a real vLLM server: ``pipeline_lib.jobs.judge.score`` starts vLLM's OpenAI server on a tiny random
 Qwen2 (the pipeline's own tokenizer, head_dim 32: vLLM's CPU attention has no head_dim-16 kernel), scores a handful
 of items through the real client, cache and parser, and stops the server by its PID; a rerun whose answers are all
 cached starts no server.
@@ -31,11 +31,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_lib.judge import score
-from pipeline_lib.judge.llm import _request
-from pipeline_lib.judge.serve import ServerStartError
-from pipeline_lib.llm_client import ResponseCache
-from pipeline_lib.rubrics import RUBRICS
+from pipeline_lib.core.llm_client import ResponseCache
+from pipeline_lib.core.rubrics import RUBRICS
+from pipeline_lib.jobs.judge import score
+from pipeline_lib.jobs.judge.llm import _request
+from pipeline_lib.jobs.judge.serve import ServerStartError
 
 MEETING = RUBRICS["meetingbank"]
 MAX_MODEL_LEN = 4096  # the tiny model's context: the MeetingBank rubric with a transcript is ~3,300 of its tokens
@@ -93,9 +93,9 @@ def judged(tmp_path_factory, vllm_available) -> dict:
     fewer tokens than a verdict takes (but enough for the re-ask's longer prompt to be accepted)."""
     from transformers import AutoTokenizer
 
-    from pipeline_lib.data.build import build_tokenizer
-    from pipeline_lib.data.tiny import generate_task
-    from pipeline_lib.model import build_model, save_model_atomic
+    from pipeline_lib.core.data.build import build_tokenizer
+    from pipeline_lib.core.data.tiny import generate_task
+    from pipeline_lib.core.model import build_model, save_model_atomic
 
     root = tmp_path_factory.mktemp("vllm_judge")
     spec = {"n_train": 2, "n_test": ITEMS, "imperfect_fraction": 0.0, "numbers_per_task": [3], "max_number": 9,
@@ -170,7 +170,7 @@ def _alive(pid: int) -> bool:
 def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_one(judged, tmp_path, monkeypatch,
                                                                                    caplog):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the default takes a share of the RAM
-    caplog.set_level(logging.INFO, logger="pipeline_lib.judge.serve")
+    caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
     cache, port = tmp_path / "judge.sqlite", _free_port()
     started = time.monotonic()
     summary = _score(_judge(judged["model"], port), judged["generations"], judged["data"], cache, tmp_path / "out")

@@ -6,12 +6,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from pipeline_lib.config import validate_config
+from pipeline_lib.core.config import validate_config
+from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.ablation import ablation_table
 from pipeline_lib.paper.captions import ablation_differences, base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.reproduction import build_report, load_scores
 from pipeline_lib.plan import plan_runs
-from pipeline_lib.provenance import write_provenance
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = yaml.safe_load((REPO / "config/paper_reference.yaml").read_text())
@@ -84,7 +84,7 @@ def test_claims_quote_the_papers_own_differences_on_every_task():
 
 
 def test_an_untrained_base_beside_the_papers_pretrained_base_carries_a_note(tmp_path):
-    from pipeline_lib.checkpoint import write_done
+    from pipeline_lib.core.checkpoint import write_done
 
     eval_dirs = []
     for method in ("base", "sft"):

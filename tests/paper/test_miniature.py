@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline_lib.data.build import build_tiny
-from pipeline_lib.data.tiny import BLIND_SPOTS
+from pipeline_lib.core.data.build import build_tiny
+from pipeline_lib.core.data.tiny import BLIND_SPOTS
+from pipeline_lib.core.provenance import hardware, write_provenance
 from pipeline_lib.paper.machines import MACHINE_NOTE, machines_section, run_machines
 from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted
 from pipeline_lib.paper.reproduction import build_report, load_scores
-from pipeline_lib.provenance import hardware, write_provenance
 
 REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
 SPEC = {"n_train": 40, "n_val": 0, "n_test": 120, "imperfect_fraction": 0.1, "blind_spot_slip": 0.7,

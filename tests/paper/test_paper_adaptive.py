@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib.advantages import advantage_diagnostics, group_advantages
+from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advantages
+from pipeline_lib.core.stats import paired_interval
+from pipeline_lib.core.theory import formulas
 from pipeline_lib.paper import adaptive
-from pipeline_lib.stats import paired_interval
-from pipeline_lib.theory import formulas
 
 TASK = "countdown_tiny"
 METHODS = {"softmax_ess": ("softmax_ess", {"ess_fraction": 0.5}), "softmax_exact": ("softmax", {"tau": 0.1}),

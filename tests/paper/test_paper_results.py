@@ -55,7 +55,7 @@ def test_gradient_allocation_fractions(tmp_path):
 
 
 def test_paired_methods_differ_only_in_advantage_and_reward():
-    from pipeline_lib.config import load_config_file, validate_config
+    from pipeline_lib.core.config import load_config_file, validate_config
     from tests.conftest import REPO
 
     schema = REPO / "workflow/schemas/config.schema.yaml"  # the typed settings need every train.rl key

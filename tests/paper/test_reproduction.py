@@ -9,12 +9,12 @@ import pytest
 import torch
 import yaml
 
-from pipeline_lib.advantages import group_advantages
+from pipeline_lib.core.rl.advantages import group_advantages
+from pipeline_lib.core.stats import paired_interval
 from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bins
 from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
 from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
-from pipeline_lib.stats import paired_interval
 from tests.conftest import REPO
 
 REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())

@@ -1,4 +1,5 @@
-"""An estimator's parameters are declared once (its dataclass in pipeline_lib.estimators); the schema, the plan's
+"""An estimator's parameters are declared once (its dataclass in pipeline_lib.core.rl.estimators); the schema, the
+plan's
 check and the functions follow from it, and planning imports no torch."""
 
 import subprocess
@@ -8,9 +9,9 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from pipeline_lib import advantages
-from pipeline_lib.config import load_schema, with_estimator_params
-from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, check_params, declare, param, undeclare
+from pipeline_lib.core.config import load_schema, with_estimator_params
+from pipeline_lib.core.rl import advantages
+from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, check_params, declare, param, undeclare
 from tests.conftest import REPO, repo_env
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -28,7 +29,7 @@ BLOCKER = textwrap.dedent("""
 """)
 #: Plans both configs behind the blocker.
 NO_TORCH = BLOCKER + textwrap.dedent("""
-    from pipeline_lib.config import load_config_file
+    from pipeline_lib.core.config import load_config_file
     from pipeline_lib.plan import plan_runs, validate_planned_config
 
     for name in ("config.yaml", "paper.yaml"):

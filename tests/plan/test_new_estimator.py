@@ -14,11 +14,11 @@ import pytest
 import torch
 import yaml
 
-from pipeline_lib import advantages
-from pipeline_lib.config import ConfigError
-from pipeline_lib.data.build import build_tiny, build_tokenizer
-from pipeline_lib.estimators import ESTIMATORS, EstimatorEntry, param
-from pipeline_lib.model import build_model, save_model_atomic
+from pipeline_lib.core.config import ConfigError
+from pipeline_lib.core.data.build import build_tiny, build_tokenizer
+from pipeline_lib.core.model import build_model, save_model_atomic
+from pipeline_lib.core.rl import advantages
+from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, param
 from pipeline_lib.plan import Estimator, group_rl, plan_runs, register, unregister, validate_planned_config
 from tests.conftest import REPO
 
@@ -95,7 +95,7 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
     config["train"]["rl"].update(steps=2, prompts_per_step=2, group_size=4, minibatches=1, checkpoint_every=1)
     run = plan_runs(config).get("train_local", f"countdown_tiny/{METHOD}/seed0")
     assert run.spec.estimator == Estimator(TOY, {"scale": SCALE, "shift": SHIFT})
-    assert run.entry_module == "pipeline_lib.engines.local.rl"
+    assert run.entry_module == "pipeline_lib.jobs.engines.local.rl"
 
     # the run's inputs where its command expects them (relative to the workflow directory)
     monkeypatch.chdir(tmp_path)
@@ -108,7 +108,7 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
     save_model_atomic(build_model(tokenizer, {"hidden_size": 32, "intermediate_size": 64, "layers": 2, "heads": 2,
                                               "kv_heads": 1, "max_positions": 256}, 0), tokenizer, init)
-    from pipeline_lib.engines.local.rl import main as rl_main
+    from pipeline_lib.jobs.engines.local.rl import main as rl_main
 
     module = run.args.index("-m")
     assert rl_main([*run.args[module + 2:], *run.extra_args(threads=1, tracking=False)]) == 0
@@ -121,9 +121,9 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
 
 
 def test_a_toy_estimator_becomes_verl_overrides_that_verl_validates_and_runs(toy_method, tmp_path):
-    from pipeline_lib.engines.verl import estimators as verl_side
-    from pipeline_lib.engines.verl.translate import plan_overrides
-    from pipeline_lib.engines.verl.validate import validate_rl
+    from pipeline_lib.jobs.engines.verl import estimators as verl_side
+    from pipeline_lib.jobs.engines.verl.translate import plan_overrides
+    from pipeline_lib.jobs.engines.verl.validate import validate_rl
 
     runs = [r for r in plan_overrides(plan_runs(_config("paper.yaml"))) if r[0] == f"gsm8k/{METHOD}/seed0"]
     assert len(runs) == 1

@@ -8,12 +8,12 @@ import sys
 import pytest
 import yaml
 
-from pipeline_lib.config import validate_config
-from pipeline_lib.engines.verl.translate import plan_overrides, run_overrides
+from pipeline_lib.core.config import validate_config
+from pipeline_lib.jobs.engines.verl.translate import plan_overrides, run_overrides
 from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
 from pipeline_lib.plan.settings import estimator_params
 from pipeline_lib.plan.table import main as plan_command
-from pipeline_lib.targets import stage_targets
+from pipeline_lib.plan.targets import stage_targets
 from tests.conftest import REPO, WORKFLOW_PARTS, repo_env, snakemake
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -196,7 +196,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
 
 
 def test_dry_run_names_the_run_whose_verl_override_key_is_misspelt(tmp_path):
-    from pipeline_lib.engines.verl.validate import VerlOverrideError, check_override_keys
+    from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, check_override_keys
 
     config = load("paper.yaml")
     config["train"]["verl"]["extra_overrides"]["rl"] = ["actor_rollout_ref.rollout.temperture=1.0"]
@@ -216,7 +216,8 @@ def test_plain_snakemake_runs_the_tiny_default_from_the_default_profile(workflow
 
 @pytest.mark.slow
 def test_adding_a_registered_advantage_as_a_method_is_one_registry_entry_and_one_config_entry(tmp_path):
-    """Dr.GRPO (registered in pipeline_lib.advantages and mapped to verl) as a new RL method: one line in the method
+    """Dr.GRPO (registered in pipeline_lib.core.rl.advantages and mapped to verl) as a new RL method: one line in the
+    method
     registry, one entry under train.methods; nothing under workflow/ changes, and both engines plan its runs."""
     package = tmp_path / "pkg"
     shutil.copytree(REPO / "pipeline_lib", package / "pipeline_lib", ignore=shutil.ignore_patterns("__pycache__"))

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from pipeline_lib.config import load_config_file
+from pipeline_lib.core.config import load_config_file
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.registry import METHODS, pairs, preflight_kinds
 from pipeline_lib.plan.runs import PRELUDES
@@ -26,7 +26,7 @@ def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():
     assert named, "no verl baseline names its overrides"
     for name, where in named.items():
         module, _, function = where.partition(":")
-        assert module.startswith("pipeline_lib.engines.verl.") and callable(
+        assert module.startswith("pipeline_lib.jobs.engines.verl.") and callable(
             getattr(importlib.import_module(module), function, None)), (name, where)
         assert METHODS[name].engines["verl"].verl_kind == "rl", name  # they add to an RL run's overrides
 

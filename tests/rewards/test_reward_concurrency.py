@@ -55,7 +55,7 @@ def score_through_verl(n: int, offset: int, threads: int) -> tuple[list[float], 
     from verl.trainer.ppo.reward import get_custom_reward_fn
 
     tokenizer = _tokenizer()
-    config = OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://pipeline_lib.rewards",
+    config = OmegaConf.create({"reward": {"custom_reward_function": {"path": "pkg://pipeline_lib.core.rewards",
                                                                      "name": "compute_score"}}})
     manager = NaiveRewardManager(config, tokenizer, compute_score=get_custom_reward_fn(config))
     manager.loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(threads))
@@ -95,7 +95,7 @@ def test_math_reward_from_several_processes_with_threads_each():
 
 def test_every_registered_reward_is_thread_safe():
     """Every scorer of the registry gives each of many concurrent threads the result it gives alone."""
-    from pipeline_lib.rewards import available_rewards, score
+    from pipeline_lib.core.rewards import available_rewards, score
 
     cases = {
         "math": [(f"\\boxed{{{v}.5}}", f"{v + (v % 2)}.5") for v in range(24)],  # decimals: through the pool
@@ -116,7 +116,7 @@ def test_every_registered_reward_is_thread_safe():
 
 def score_decimals(offset: int) -> list[float]:
     """Decimals (through the verifier pool, not the integer shortcut): right, then wrong."""
-    from pipeline_lib.rewards import score
+    from pipeline_lib.core.rewards import score
 
     return [score("math", f"\\boxed{{{offset}.5}}", f"{offset}.5")["score"],
             score("math", f"\\boxed{{{offset}.25}}", f"{offset}.5")["score"]]
@@ -151,7 +151,7 @@ def test_math_reward_from_plain_threads_and_a_forked_child_at_once():
 
 
 SCRIPT = """\
-from pipeline_lib.rewards import score
+from pipeline_lib.core.rewards import score
 
 print("RESULT", score("math", "so \\\\boxed{42.5}", "42.5")["score"], score("math", "\\\\boxed{41.5}", "42.5")["score"])
 """
@@ -183,8 +183,8 @@ def raise_with(*_args) -> None:
 
 
 def test_a_dead_or_raising_verifier_is_a_counted_failure_never_a_silent_wrong_answer():
-    from pipeline_lib.rewards import health_counts, mathverify, reward_health, score_batch
-    from pipeline_lib.rewards.pool import TimeoutPool
+    from pipeline_lib.core.rewards import health_counts, mathverify, reward_health, score_batch
+    from pipeline_lib.core.rewards.pool import TimeoutPool
 
     for target, error in (("tests.rewards.test_reward_concurrency:die_with", "worker died"),
                           ("tests.rewards.test_reward_concurrency:raise_with", "MemoryError")):
@@ -228,7 +228,7 @@ def test_hostile_items_of_one_caller_cannot_starve_another_callers_item():
     import threading
     import time
 
-    from pipeline_lib.rewards.pool import TimeoutPool
+    from pipeline_lib.core.rewards.pool import TimeoutPool
 
     limit = 1.0
     pool = TimeoutPool("time:sleep", processes=2, timeout=limit)

@@ -7,12 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline_lib.rewards import available_rewards, compute_score, score, score_batch
-from pipeline_lib.rewards.countdown import evaluate_expression
-from pipeline_lib.rewards.extract import extract_answer, last_boxed
-from pipeline_lib.rewards.mathverify import TIMEOUT_SECONDS, gold_answer
-from pipeline_lib.rewards.pool import TimeoutPool
-from pipeline_lib.rewards.similarity import rouge_l_f, squad_f1, squad_normalize
+from pipeline_lib.core.rewards import available_rewards, compute_score, score, score_batch
+from pipeline_lib.core.rewards.countdown import evaluate_expression
+from pipeline_lib.core.rewards.extract import extract_answer, last_boxed
+from pipeline_lib.core.rewards.mathverify import TIMEOUT_SECONDS, gold_answer
+from pipeline_lib.core.rewards.pool import TimeoutPool
+from pipeline_lib.core.rewards.similarity import rouge_l_f, squad_f1, squad_normalize
 from tests.conftest import official_squad_f1
 
 rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
@@ -76,7 +76,7 @@ def test_math_known_cases(solution, gold, expected):
 def test_math_agrees_with_direct_math_verify():
     from math_verify import parse, verify
 
-    from pipeline_lib.rewards.mathverify import prediction_text
+    from pipeline_lib.core.rewards.mathverify import prediction_text
 
     rng = random.Random(1)
     solutions, golds = [], []
@@ -186,7 +186,7 @@ def test_none_and_empty_solutions_score_zero(name):
                          ids=["wrong-key", "not-json", "deep-nesting", "huge-target", "float", "none", "int"])
 def test_countdown_bad_ground_truth_scores_zero_and_is_counted_unscorable(truth):
     """One malformed row's ground truth must not raise out of a training step's reward batch."""
-    from pipeline_lib.rewards import health_counts
+    from pipeline_lib.core.rewards import health_counts
 
     results = score_batch("countdown", ["<answer>1</answer>", "<answer>3 + 4</answer>"],
                           [truth, {"numbers": [3, 4], "target": 7}])
@@ -197,7 +197,7 @@ def test_countdown_bad_ground_truth_scores_zero_and_is_counted_unscorable(truth)
 # --- hostile answers and golds: every item gets a score, the fast path agrees with Math-Verify ----------------------
 def math_verify_says(prediction: str, gold: str) -> bool:
     """Math-Verify's own verdict, as the pool's worker asks it (the oracle of the integer fast path)."""
-    from pipeline_lib.rewards.mathverify import prediction_text, verify_pair
+    from pipeline_lib.core.rewards.mathverify import prediction_text, verify_pair
 
     return verify_pair(prediction_text(prediction), gold_answer(gold)) is True
 
@@ -261,7 +261,7 @@ def _integer_pairs(draw) -> tuple[str, str]:
 def test_integer_fast_path_agrees_with_math_verify(pair):
     """Wherever the math reward decides without Math-Verify (both sides plain ASCII integers), it decides as
     Math-Verify does."""
-    from pipeline_lib.rewards.mathverify import _fast_integer
+    from pipeline_lib.core.rewards.mathverify import _fast_integer
 
     answer, gold = pair
     fast = _fast_integer(f"\\boxed{{{answer}}}"), _fast_integer(f"\\boxed{{{gold}}}")
@@ -271,7 +271,7 @@ def test_integer_fast_path_agrees_with_math_verify(pair):
 
 @pytest.mark.parametrize("text", ["١٢٣", "１２３", "\t123", "\u2003123", "--5", "+-5", "1 2", "1,000", "7" * 1001])
 def test_the_integer_fast_path_leaves_everything_else_to_math_verify(text):
-    from pipeline_lib.rewards.mathverify import _fast_integer
+    from pipeline_lib.core.rewards.mathverify import _fast_integer
 
     assert _fast_integer(f"\\boxed{{{text}}}") is None
 
@@ -333,7 +333,7 @@ def test_compute_score_as_verls_naive_reward_manager_calls_it():
 
 
 def test_batch_scoring_equals_row_by_row():
-    from pipeline_lib.rewards import compute_scores
+    from pipeline_lib.core.rewards import compute_scores
 
     rows = [("openai/gsm8k", "\\boxed{72}", "#### 72", {"reference": "add to get \\boxed{72}"}),
             ("openai/gsm8k", "\\boxed{71}", "#### 72", {}),
@@ -363,7 +363,7 @@ def test_math_environment_variables_are_checked_and_named(variable, value):
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), variable: value}
-    done = subprocess.run([sys.executable, "-c", "import pipeline_lib.rewards"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", "import pipeline_lib.core.rewards"], capture_output=True, text=True,
                           env=env, timeout=120)
     assert done.returncode != 0
     assert "EnvironmentVariableError" in done.stderr and f"{variable}={value!r}" in done.stderr, done.stderr[-500:]
@@ -387,7 +387,7 @@ def test_a_float_gold_is_written_out_exactly(gold, right, wrong):
 def test_gold_normalisation_leaves_integer_and_text_golds_byte_identical():
     import numpy as np
 
-    from pipeline_lib.rewards.mathverify import gold_text
+    from pipeline_lib.core.rewards.mathverify import gold_text
 
     for gold in (12, -7, 0, 10**300, np.int64(42), "#### 1,234", "12.0", "1e-05", "\\frac{1}{2}", " 5 "):
         expected = str(gold).rsplit("####", 1)[-1].replace(",", "").strip() if isinstance(gold, str) else str(gold)
@@ -400,8 +400,8 @@ def test_gold_normalisation_leaves_integer_and_text_golds_byte_identical():
 def test_the_tiny_tasks_golds_are_unchanged_by_normalisation():
     """The default run's rewards must not move: every tiny gold is text (the number path never runs) and reaches
     the verifier exactly as before (text after the last ``####``, thousands commas dropped, stripped)."""
-    from pipeline_lib.data.tiny import TASKS, generate_task
-    from pipeline_lib.rewards.mathverify import gold_text
+    from pipeline_lib.core.data.tiny import TASKS, generate_task
+    from pipeline_lib.core.rewards.mathverify import gold_text
 
     spec = {"n_train": 60, "n_test": 20, "imperfect_fraction": 0.3, "numbers_per_task": [3, 4], "max_number": 9,
             "max_target": 100}
@@ -437,7 +437,7 @@ def test_r_sim_is_exact_up_to_the_longest_configured_response():
 
     import yaml
 
-    from pipeline_lib.rewards.similarity import SIM_MAX_TOKENS
+    from pipeline_lib.core.rewards.similarity import SIM_MAX_TOKENS
 
     def values(node):
         if isinstance(node, dict):
@@ -459,7 +459,7 @@ def test_reward_weights_read_back_from_a_mixed_parquet(tmp_path):
     """A parquet mixing tasks stores extra_info.reward_weights as one struct: a row's absent keys read back None."""
     import pandas as pd
 
-    from pipeline_lib.rewards import compute_scores, reward_health
+    from pipeline_lib.core.rewards import compute_scores, reward_health
 
     rows = [{"data_source": "openai/gsm8k", "solution": "\\boxed{5}", "gold": "5",
              "extra_info": {"reward_weights": {"math": 1.0}}},

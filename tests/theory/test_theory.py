@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from pipeline_lib.theory import formulas
+from pipeline_lib.core.theory import formulas
 
 P = np.linspace(0.0, 1.0, 41)
 

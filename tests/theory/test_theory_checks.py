@@ -2,9 +2,9 @@
 
 import pytest
 
-from pipeline_lib.advantages import group_advantages
-from pipeline_lib.theory import checks, formulas
-from pipeline_lib.theory.checks import CHECKS, VerificationSpec
+from pipeline_lib.core.rl.advantages import group_advantages
+from pipeline_lib.core.theory import checks, formulas
+from pipeline_lib.core.theory.checks import CHECKS, VerificationSpec
 
 SPEC = VerificationSpec(group_size=8, mc_groups=50_000, seed=0)
 

@@ -5,17 +5,17 @@ import json
 import os
 import sys
 
-from pipeline_lib.data.tiny import TASKS as TINY_TASKS
+from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
-from pipeline_lib.provenance import code_digest, config_digest, resolved_config_file
-from pipeline_lib.run_info import write_run_info
-from pipeline_lib.steps import data_params, dataset_pattern, eval_params, judge_inputs, judge_params, paper_steps
-from pipeline_lib.targets import stage_targets, tokenizer_inputs
+from pipeline_lib.core.provenance import code_digest, config_digest, resolved_config_file
+from pipeline_lib.core.run_info import write_run_info
+from pipeline_lib.paper.steps import data_params, dataset_pattern, eval_params, judge_inputs, judge_params, paper_steps
+from pipeline_lib.plan.targets import stage_targets, tokenizer_inputs
 
 CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest, and the resolved config's file; provenance sidecars
-# record the digest and the settings their step read (pipeline_lib.provenance.step_config), which the audit compares.
+# record the digest and the settings their step read (pipeline_lib.core.provenance.step_config), which the audit compares.
 shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; ")
 
 
@@ -38,13 +38,13 @@ PAPER_STEPS = paper_steps(config, PLAN, TARGETS["paper"])
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
 # (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
-# The verl engine translates each run's spec into its overrides (pipeline_lib.engines.verl.translate).
-from pipeline_lib.engines.verl.translate import plan_overrides
+# The verl engine translates each run's spec into its overrides (pipeline_lib.jobs.engines.verl.translate).
+from pipeline_lib.jobs.engines.verl.translate import plan_overrides
 
 VERL_RUNS = plan_overrides(PLAN)
 VERL_RUNS_DIGEST = hashlib.sha256(json.dumps(VERL_RUNS).encode()).hexdigest()
 if VERL_RUNS:
-    from pipeline_lib.engines.verl.validate import check_override_keys
+    from pipeline_lib.jobs.engines.verl.validate import check_override_keys
 
     print(f"verl override keys checked: {check_override_keys(VERL_RUNS)}", file=sys.stderr)
 

@@ -1,7 +1,7 @@
 # Stage "data": tiny synthetic tasks, the pipeline's tokenizer, the paper's datasets, ImageNet validation. Which tasks
-# and datasets exist (wildcard constraints) and each one's parameters: pipeline_lib.steps / pipeline_lib.targets.
+# and datasets exist (wildcard constraints) and each one's parameters: pipeline_lib.paper.steps / pipeline_lib.plan.targets.
 
-from pipeline_lib.cli import with_files
+from pipeline_lib.core.cli import with_files
 from pipeline_lib.plan.groups import job_priority
 
 
@@ -12,7 +12,7 @@ rule data_tiny:
         sft_train="results/data/{task}/sft_train.parquet",
         manifest="results/data/{task}/manifest.json",
     params:
-        code=code_digest("pipeline_lib.data.build"),
+        code=code_digest("pipeline_lib.core.data.build"),
         **with_files(data_params(config, "tiny"), "spec", "weights"),
     wildcard_constraints:
         task=pattern(TINY_TASKS),
@@ -24,7 +24,7 @@ rule data_tiny:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.data.build tiny --task {wildcards.task} --spec {params.spec_file}"
+        "python -m pipeline_lib.core.data.build tiny --task {wildcards.task} --spec {params.spec_file}"
         " --reward-weights {params.weights_file} --seed {params.seed} --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -36,7 +36,7 @@ rule data_tokenizer:
         config="results/data/tokenizer/tokenizer_config.json",
         manifest="results/data/tokenizer/manifest.json",
     params:
-        code=code_digest("pipeline_lib.data.build"),
+        code=code_digest("pipeline_lib.core.data.build"),
         **data_params(config, "tokenizer"),
     log:
         "logs/data_tokenizer.log",
@@ -46,13 +46,13 @@ rule data_tokenizer:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.data.build tokenizer --inputs {input} --vocab-size {params.vocab_size}"
+        "python -m pipeline_lib.core.data.build tokenizer --inputs {input} --vocab-size {params.vocab_size}"
         " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 # A paper dataset: data_build_reference also writes rl_sim_train (the prompts with an expert answer, where the RL
-# prompts have none: Countdown). Its inputs are the raw local files it reads (pipeline_lib.data.real.source_files).
-from pipeline_lib.data.real import source_files
+# prompts have none: Countdown). Its inputs are the raw local files it reads (pipeline_lib.core.data.real.source_files).
+from pipeline_lib.core.data.real import source_files
 
 for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_train": "rl_sim_train.parquet"}}.items():
 
@@ -66,7 +66,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
             **{name: f"results/data/{{dataset}}/{path}" for name, path in extra.items()},
             manifest="results/data/{dataset}/manifest.json",
         params:
-            code=code_digest("pipeline_lib.data.build"),
+            code=code_digest("pipeline_lib.core.data.build"),
             **with_files(data_params(config, "build"), "spec"),
         wildcard_constraints:
             dataset=dataset_pattern(config, with_reference_prompts=bool(extra)),
@@ -77,7 +77,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
         conda:
             "../../envs/cpu-steps.yaml"
         shell:
-            "python -m pipeline_lib.data.build real --dataset {wildcards.dataset} --spec {params.spec_file}"
+            "python -m pipeline_lib.core.data.build real --dataset {wildcards.dataset} --spec {params.spec_file}"
             " --out-dir {params.out_dir} > {log} 2>&1"
 
 
@@ -85,7 +85,7 @@ rule data_imagenet:
     output:
         manifest="results/data/imagenet/manifest.json",
     params:
-        code=code_digest("pipeline_lib.data.build"),
+        code=code_digest("pipeline_lib.core.data.build"),
         **with_files(data_params(config, "imagenet"), "spec"),
     log:
         "logs/data_imagenet.log",
@@ -94,4 +94,4 @@ rule data_imagenet:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.data.build imagenet --spec {params.spec_file} --out-dir {params.out_dir} > {log} 2>&1"
+        "python -m pipeline_lib.core.data.build imagenet --spec {params.spec_file} --out-dir {params.out_dir} > {log} 2>&1"

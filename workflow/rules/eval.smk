@@ -1,6 +1,6 @@
 # Stage "eval": every trained checkpoint on its task's held-out prompts, scored by the task's verifier.
 
-from pipeline_lib.cli import with_files
+from pipeline_lib.core.cli import with_files
 from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
 
@@ -24,7 +24,7 @@ for batch in EVAL_BATCHES:
             metrics=batch.paths("eval", "metrics.json"),
             generations=batch.paths("eval", "generations.jsonl"),
         params:
-            code=code_digest("pipeline_lib.engines.local.batch") + code_digest("pipeline_lib.eval.evaluate"),
+            code=code_digest("pipeline_lib.jobs.engines.local.batch") + code_digest("pipeline_lib.jobs.eval.evaluate"),
             spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
             command=lambda wildcards, threads, batch=batch: eval_batch_command(config, batch, threads),
         log:
@@ -49,7 +49,7 @@ rule eval_checkpoint:
         metrics="results/eval/{task}/{method}/seed{seed}/metrics.json",
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
     params:
-        code=code_digest("pipeline_lib.eval.evaluate"),
+        code=code_digest("pipeline_lib.jobs.eval.evaluate"),
         **with_files(eval_params(config, "checkpoint"), "spec"),
     log:
         "logs/eval_checkpoint/{task}_{method}_seed{seed}.log",
@@ -60,7 +60,7 @@ rule eval_checkpoint:
     conda:
         EVAL_ENV
     shell:
-        "python -m pipeline_lib.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec_file}"
+        "python -m pipeline_lib.jobs.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec_file}"
         " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"
 
 
@@ -71,7 +71,7 @@ rule eval_lm_eval:
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
     params:
-        code=code_digest("pipeline_lib.eval.harness"),
+        code=code_digest("pipeline_lib.jobs.eval.harness"),
         **with_files(eval_params(config, "lm_eval"), "spec"),
     log:
         "logs/eval_lm_eval/{task}_{method}_seed{seed}.log",
@@ -80,7 +80,7 @@ rule eval_lm_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.eval.harness lm-eval --model {params.model} --spec {params.spec_file}"
+        "python -m pipeline_lib.jobs.eval.harness lm-eval --model {params.model} --spec {params.spec_file}"
         " --seed {wildcards.seed} --out {output} > {log} 2>&1"
 
 
@@ -90,7 +90,7 @@ rule eval_alpaca_eval:
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:
-        code=code_digest("pipeline_lib.eval.harness"),
+        code=code_digest("pipeline_lib.jobs.eval.harness"),
         **with_files(eval_params(config, "alpaca_eval"), "spec", "eval_spec"),
     log:
         "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
@@ -99,5 +99,5 @@ rule eval_alpaca_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.eval.harness alpaca-eval --model {params.model} --spec {params.spec_file}"
+        "python -m pipeline_lib.jobs.eval.harness alpaca-eval --model {params.model} --spec {params.spec_file}"
         " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --out {output} > {log} 2>&1"

@@ -5,8 +5,8 @@
 # judge_score only if some item is not in the judge's response cache. The judged runs: the plan's judge study
 # (common.smk).
 
-from pipeline_lib.cli import with_files
-from pipeline_lib.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
+from pipeline_lib.core.cli import with_files
+from pipeline_lib.plan.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
 
 if PLAN.requests.get("judge"):
     validate_judges(config)
@@ -21,7 +21,7 @@ rule judge_score:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",
     params:
-        code=code_digest("pipeline_lib.judge.score"),
+        code=code_digest("pipeline_lib.jobs.judge.score"),
         **with_files(judge_params(config, PLAN, "score"), "judge"),
     wildcard_constraints:
         judge=pattern(JUDGES),
@@ -34,7 +34,7 @@ rule judge_score:
     conda:
         "../../envs/judge.yaml"
     shell:
-        "python -m pipeline_lib.judge.score --judge {params.judge_file} --rubric {params.rubric}"
+        "python -m pipeline_lib.jobs.judge.score --judge {params.judge_file} --rubric {params.rubric}"
         " --generations {input.generations} --data {input.data} --mode {params.mode} --cache {params.cache}"
         " --out {params.out_dir} > {log} 2>&1"
 
@@ -45,7 +45,7 @@ rule judge_cross:
     output:
         "results/judge/cross/{task}.json",
     params:
-        code=code_digest("pipeline_lib.judge.cross"),
+        code=code_digest("pipeline_lib.jobs.judge.cross"),
         **judge_params(config, PLAN, "cross"),
     log:
         "logs/judge_cross/{task}.log",
@@ -54,7 +54,7 @@ rule judge_cross:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.judge.cross --primary {input.primary} --second {input.second}"
+        "python -m pipeline_lib.jobs.judge.cross --primary {input.primary} --second {input.second}"
         " --methods {params.methods} --out {output} > {log} 2>&1"
 
 
@@ -67,7 +67,7 @@ rule judge_calibration_export:
         page="results/judge/calibration/{task}/rate.html",
         key="results/judge/calibration/{task}/key/key.csv",
     params:
-        code=code_digest("pipeline_lib.judge.calibration"),
+        code=code_digest("pipeline_lib.jobs.judge.calibration"),
         **judge_params(config, PLAN, "export"),
     log:
         "logs/judge_calibration_export/{task}.log",
@@ -76,7 +76,7 @@ rule judge_calibration_export:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.judge.calibration export --task {wildcards.task} --rubric {params.rubric}"
+        "python -m pipeline_lib.jobs.judge.calibration export --task {wildcards.task} --rubric {params.rubric}"
         " --scores {input.scores} --data {input.data} --size {params.size} --seed {params.seed}"
         " --out {params.out_dir} > {log} 2>&1"
 
@@ -89,7 +89,7 @@ rule judge_calibration_import:
     output:
         "results/judge/calibration/{task}/agreement.json",
     params:
-        code=code_digest("pipeline_lib.judge.calibration"),
+        code=code_digest("pipeline_lib.jobs.judge.calibration"),
         **judge_params(config, PLAN, "import"),
     log:
         "logs/judge_calibration_import/{task}.log",
@@ -98,5 +98,5 @@ rule judge_calibration_import:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.judge.calibration import --rubric {params.rubric} --key {input.key}"
+        "python -m pipeline_lib.jobs.judge.calibration import --rubric {params.rubric} --key {input.key}"
         " --scores {input.scores} --ratings={params.ratings:q} --out {output} > {log} 2>&1"

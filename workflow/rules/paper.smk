@@ -1,5 +1,5 @@
 # Paper assembly: every table and figure, and the data each is computed from (computation separate from plotting),
-# is one step of pipeline_lib.steps.paper_steps: one rule running one command, each output made by exactly one rule.
+# is one step of pipeline_lib.paper.steps.paper_steps: one rule running one command, each output made by exactly one rule.
 
 from pipeline_lib.plan.groups import job_priority
 

@@ -1,11 +1,11 @@
-# The verl preflight (`snakemake --configfile config/preflight.yaml`; pipeline_lib.engines.verl.preflight): every kind
+# The verl preflight (`snakemake --configfile config/preflight.yaml`; pipeline_lib.jobs.engines.verl.preflight): every kind
 # of verl job of the paper plan trains 2 real steps on CPU through the real run's code, then a verl checkpoint is
 # evaluated. The tiny task's data and the pipeline's tokenizer come from the tiny default's own data rules.
 import json
 
-from pipeline_lib.cli import json_file
-from pipeline_lib.config import load_config_file, validate_config
-from pipeline_lib.engines.verl.preflight import KINDS, SFT_KIND, eval_spec_for
+from pipeline_lib.core.cli import json_file
+from pipeline_lib.core.config import load_config_file, validate_config
+from pipeline_lib.jobs.engines.verl.preflight import KINDS, SFT_KIND, eval_spec_for
 from pipeline_lib.plan.runs import TOKENIZER
 
 PREFLIGHT = dict(config["preflight"])
@@ -37,7 +37,7 @@ rule preflight_model:
     params:
         preflight=PREFLIGHT_JSON,
         preflight_file=lambda wildcards: json_file(PREFLIGHT_JSON),  # the same JSON in a file, for the command
-        code=code_digest("pipeline_lib.engines.verl.preflight"),
+        code=code_digest("pipeline_lib.jobs.engines.verl.preflight"),
     log:
         "logs/preflight/model.log",
     benchmark:
@@ -45,7 +45,7 @@ rule preflight_model:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.preflight model --preflight {params.preflight_file}"
+        "python -m pipeline_lib.jobs.engines.verl.preflight model --preflight {params.preflight_file}"
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
@@ -63,7 +63,7 @@ rule preflight_train:
         preflight_file=lambda wildcards: json_file(PREFLIGHT_JSON),  # the same JSON in a file, for the command
         init=lambda wildcards: "results/preflight/model" if wildcards.kind == SFT_KIND
         else f"results/preflight/{SFT_KIND}/final",
-        code=code_digest("pipeline_lib.engines.verl.preflight"),
+        code=code_digest("pipeline_lib.jobs.engines.verl.preflight"),
     wildcard_constraints:
         kind="|".join(PREFLIGHT_TRAIN),
     log:
@@ -82,7 +82,7 @@ rule preflight_train:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.preflight run --preflight {params.preflight_file} --kind {wildcards.kind}"
+        "python -m pipeline_lib.jobs.engines.verl.preflight run --preflight {params.preflight_file} --kind {wildcards.kind}"
         " --init {params.init} --out results/preflight/{wildcards.kind} --attempt {resources.attempt} > {log} 2>&1"
         " && grep -F '[preflight' {log}"  # each verl step's numbers, in Snakemake's own log
 
@@ -106,5 +106,5 @@ rule preflight_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind python -m pipeline_lib.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
+        "VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind python -m pipeline_lib.jobs.eval.evaluate --model results/preflight/grpo/final --data {input.data}"
         " --spec {params.spec_file} --seed 0 --out results/preflight/eval > {log} 2>&1 && cat {output}"

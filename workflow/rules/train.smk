@@ -4,7 +4,7 @@
 # a rule matches exactly its own runs (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
-from pipeline_lib.cli import json_file
+from pipeline_lib.core.cli import json_file
 from pipeline_lib.plan.groups import job_priority, train_group_command, train_group_inputs
 
 for job, kind in JOBS.items():
@@ -91,7 +91,7 @@ rule validate_verl:
         VERL_CHECKED,
     params:
         runs=VERL_RUNS_DIGEST,
-        code=code_digest("pipeline_lib.engines.verl.validate"),
+        code=code_digest("pipeline_lib.jobs.engines.verl.validate"),
         config=lambda wildcards: json.dumps(config),
         config_file=lambda wildcards: json_file(json.dumps(config)),  # the same JSON, in a file: not on the command line
     log:
@@ -101,4 +101,4 @@ rule validate_verl:
     conda:
         "../../envs/train-verl.yaml"
     shell:
-        "python -m pipeline_lib.engines.verl.validate --config {params.config_file} --out {output} > {log} 2>&1"
+        "python -m pipeline_lib.jobs.engines.verl.validate --config {params.config_file} --out {output} > {log} 2>&1"

@@ -9,18 +9,18 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib.engines.local import dpo as dpo_module
-from pipeline_lib.engines.local import raro as raro_module
-from pipeline_lib.engines.local import rl as rl_module
-from pipeline_lib.engines.local.base import make_base
-from pipeline_lib.engines.local.expert import expert_demonstrations, split_reasoning
-from pipeline_lib.engines.local.opd import OnPolicyDistillation, reverse_kl_per_token
-from pipeline_lib.engines.local.rationalization import train_rationalization
-from pipeline_lib.engines.local.rl import train_rl
-from pipeline_lib.engines.local.rl_logit import RLLogit, answer_logprob_rewards
-from pipeline_lib.losses import PolicyLossConfig
-from pipeline_lib.model import build_model, pack, response_logprobs
-from pipeline_lib.run_spec import RunSpec
+from pipeline_lib.core.model import build_model, pack, response_logprobs
+from pipeline_lib.core.rl.losses import PolicyLossConfig
+from pipeline_lib.core.run_spec import RunSpec
+from pipeline_lib.jobs.engines.local import dpo as dpo_module
+from pipeline_lib.jobs.engines.local import raro as raro_module
+from pipeline_lib.jobs.engines.local import rl as rl_module
+from pipeline_lib.jobs.engines.local.base import make_base
+from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
+from pipeline_lib.jobs.engines.local.opd import OnPolicyDistillation, reverse_kl_per_token
+from pipeline_lib.jobs.engines.local.rationalization import train_rationalization
+from pipeline_lib.jobs.engines.local.rl import train_rl
+from pipeline_lib.jobs.engines.local.rl_logit import RLLogit, answer_logprob_rewards
 from tests.conftest import MODEL, crash_after, params, rl_spec, sft_spec
 
 RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
@@ -164,7 +164,7 @@ def test_raro_rewards_follow_the_outcome_table():
 
 
 def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_odds(tiny, tokenizer):
-    from pipeline_lib.model import encode_prompts, load_model
+    from pipeline_lib.core.model import encode_prompts, load_model
 
     model = load_model(tiny / "init")
     prompts = encode_prompts(tokenizer, [raro_module.critic_messages("You are a critic.", f"q{i}", "a", "b")
@@ -186,7 +186,7 @@ def test_constrained_critic_replies_are_valid_verdicts_drawn_by_the_model_s_own_
 
 
 def sum_logprob(model, prompt, reply):
-    from pipeline_lib.model import pack, response_logprobs
+    from pipeline_lib.core.model import pack, response_logprobs
 
     ids, attention, mask = pack([prompt], [reply], 0)
     with torch.no_grad():
@@ -224,7 +224,7 @@ def test_base_is_the_untrained_starting_point_of_sft(tiny, tmp_path):
 def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_path):
     from transformers import AutoTokenizer
 
-    from pipeline_lib.model import load_model, save_model_atomic
+    from pipeline_lib.core.model import load_model, save_model_atomic
 
     pretrained = tmp_path / "pretrained"
     save_model_atomic(load_model(tiny / "init").to(torch.bfloat16), AutoTokenizer.from_pretrained(tiny / "tok"),
@@ -355,7 +355,7 @@ def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_re
 def validated(**train):
     import yaml
 
-    from pipeline_lib.config import validate_config
+    from pipeline_lib.core.config import validate_config
     from tests.conftest import REPO
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -397,7 +397,7 @@ def test_paired_methods_share_every_setting_but_the_advantage():
 def test_baseline_and_ablation_targets_and_names():
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.settings import ablation_method
-    from pipeline_lib.targets import eval_targets, runs_of
+    from pipeline_lib.plan.targets import eval_targets, runs_of
 
     config = validated()
     plan = plan_runs(config)
@@ -413,7 +413,7 @@ def test_baseline_and_ablation_targets_and_names():
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.targets import runs_of, table1_eval_targets, table1_tasks
+    from pipeline_lib.plan.targets import runs_of, table1_eval_targets, table1_tasks
     from tests.engines.conftest import paper_config
 
     config = paper_config()
@@ -487,7 +487,7 @@ def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workfl
     """data -> SFT -> every baseline + a 2-cell ablation -> eval -> Table 1 (a row per method) and the ablation."""
     import yaml
 
-    from pipeline_lib.config import merge_config, validate_config
+    from pipeline_lib.core.config import merge_config, validate_config
     from tests.conftest import REPO, SMALL_THEORY, snakemake
 
     config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
@@ -541,13 +541,14 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     for rule in ("train_local", "annotate_rationales", "train_trl", "train_verl", "validate_verl", "paper_ablation",
                  "paper_scale", "paper_table1"):
         assert f"rule {rule}:" in plan or f"localrule {rule}:" in plan, rule
-    local = [line for line in plan.splitlines() if "python -m pipeline_lib.engines.local." in line]
-    assert local and all("python -m pipeline_lib.engines.local.base " in line for line in local)  # CPU only for Base
-    for run, entry_point in (("countdown/rationalization", "pipeline_lib.engines.verl.train sft"),
-                             ("gsm8k/iterative_dpo", "pipeline_lib.engines.trl.dpo run"),
-                             ("deepmath/raro", "pipeline_lib.engines.verl.train rl"),
-                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.engines.verl.train rl"),
-                             ("countdown/sft_at_qwen25_3b", "pipeline_lib.engines.verl.train sft")):
+    local = [line for line in plan.splitlines() if "python -m pipeline_lib.jobs.engines.local." in line]
+    # CPU only for Base
+    assert local and all("python -m pipeline_lib.jobs.engines.local.base " in line for line in local)
+    for run, entry_point in (("countdown/rationalization", "pipeline_lib.jobs.engines.verl.train sft"),
+                             ("gsm8k/iterative_dpo", "pipeline_lib.jobs.engines.trl.dpo run"),
+                             ("deepmath/raro", "pipeline_lib.jobs.engines.verl.train rl"),
+                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.jobs.engines.verl.train rl"),
+                             ("countdown/sft_at_qwen25_3b", "pipeline_lib.jobs.engines.verl.train sft")):
         assert any(f"--run-dir results/train/{run}/seed0 " in line and entry_point in line
                    for line in plan.splitlines()), run
     for path in ("results/train/countdown/raro/seed0/DONE.json", "results/train/poetry/opd/seed0/DONE.json",

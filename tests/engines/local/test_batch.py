@@ -6,10 +6,10 @@ import shlex
 
 import pytest
 
-from pipeline_lib.cli import json_text
-from pipeline_lib.engines.local.batch import argv, main, run_steps
+from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.run_spec import SFTSettings
+from pipeline_lib.jobs.engines.local.batch import argv, main, run_steps
 from pipeline_lib.plan import RunSpec
-from pipeline_lib.run_spec import SFTSettings
 
 SPEC = {"n_train": 20, "n_val": 5, "n_test": 5, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
         "max_target": 100}
@@ -20,12 +20,12 @@ def _digest(folder):
 
 
 def _build(task, out):
-    return {"module": "pipeline_lib.data.build",
+    return {"module": "pipeline_lib.core.data.build",
             "args": ["tiny", "--task", task, "--spec", json.dumps(SPEC), "--seed", "0", "--out-dir", str(out)]}
 
 
 def test_batched_steps_match_separate_runs(tmp_path):
-    from pipeline_lib.data.build import main as build_main
+    from pipeline_lib.core.data.build import main as build_main
 
     for task in ("countdown_tiny", "arith_tiny"):
         step = _build(task, tmp_path / "alone" / task)
@@ -42,15 +42,15 @@ def test_batch_rejects_other_modules_and_bad_steps():
     with pytest.raises(ValueError, match="not a batchable entry point"):
         run_steps([{"module": "os", "args": []}])
     with pytest.raises(ValueError, match="args must be a list of strings"):
-        run_steps([{"module": "pipeline_lib.data.build", "args": [1]}])
+        run_steps([{"module": "pipeline_lib.core.data.build", "args": [1]}])
     with pytest.raises(ValueError, match="non-empty"):
         main(["--steps", "[]"])
 
 
 def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_path):
-    """``--eval-*`` on a training entry point writes what ``pipeline_lib.eval.evaluate`` writes for that model."""
-    from pipeline_lib.data.build import build_tokenizer
-    from pipeline_lib.eval.evaluate import main as eval_main
+    """``--eval-*`` on a training entry point writes what ``pipeline_lib.jobs.eval.evaluate`` writes for that model."""
+    from pipeline_lib.core.data.build import build_tokenizer
+    from pipeline_lib.jobs.eval.evaluate import main as eval_main
 
     run_steps([_build("arith_tiny", tmp_path / "data")])
     build_tokenizer([tmp_path / "data" / "sft_train.parquet"], 300, tmp_path / "tok")
@@ -61,7 +61,7 @@ def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_p
     eval_spec = json.dumps({"batch_size": 8, "samples": 2, "max_new_tokens": 8, "temperature": 1.0, "pass_k": [2],
                             "max_prompts": 4})
     test = str(tmp_path / "data" / "rl_test.parquet")
-    run_steps([{"module": "pipeline_lib.engines.local.sft",
+    run_steps([{"module": "pipeline_lib.jobs.engines.local.sft",
                 "args": ["--spec", RunSpec(method="sft", task="arith_tiny", engine="local", model=spec.pop("model"),
                                            sft=SFTSettings.from_flat(spec, "local")).to_json(),
                          "--data", str(tmp_path / "data" / "sft_train.parquet"),
@@ -73,14 +73,14 @@ def test_sft_with_in_process_eval_in_a_batch_matches_a_separate_evaluation(tmp_p
         assert (tmp_path / "eval_in" / name).read_text() == (tmp_path / "eval_apart" / name).read_text()
     # the batch's sidecars record the code of the step that wrote them, so the audit checks the right modules
     batched = json.loads((tmp_path / "sft" / "DONE.json.prov.json").read_text())["code_digest"]
-    assert batched["entry"] == "pipeline_lib.engines.local.sft"
-    assert "pipeline_lib/engines/local/sft.py" in batched["modules"]
+    assert batched["entry"] == "pipeline_lib.jobs.engines.local.sft"
+    assert "pipeline_lib/jobs/engines/local/sft.py" in batched["modules"]
 
 
 def _default_config():
     import yaml
 
-    from pipeline_lib.config import validate_config
+    from pipeline_lib.core.config import validate_config
     from tests.conftest import REPO
 
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -88,7 +88,8 @@ def _default_config():
 
 
 def _steps(command):
-    """The steps of a batch command: its --steps names a JSON file (pipeline_lib.cli.json_file), not inline JSON, and
+    """The steps of a batch command: its --steps names a JSON file (pipeline_lib.core.cli.json_file), not inline JSON,
+    and
     that file is one JSON document: each spec a JSON value in it, no JSON text quoted in a string."""
     assert len(command) < 300 and "{" not in command, command
     steps = json.loads(json_text(shlex.split(command)[-1]))
@@ -103,7 +104,7 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
     monkeypatch.chdir(tmp_path)  # the commands write their steps files under .snakemake/specs here
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.groups import eval_batch_command, eval_batches
-    from pipeline_lib.targets import stage_targets
+    from pipeline_lib.plan.targets import stage_targets
 
     config = _default_config()
     evaluations = stage_targets(config, plan_runs(config))["eval"]
@@ -115,7 +116,7 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
     assert {"sft", "base", "rationalization", "softmax_tau10_m4", *config["train"]["methods"]} <= set(countdown)
     batch = batches["arith_tiny_seed2"]
     steps = _steps(eval_batch_command(config, batch, 1))
-    assert [s["module"] for s in steps] == ["pipeline_lib.eval.evaluate"] * len(batch.methods)
+    assert [s["module"] for s in steps] == ["pipeline_lib.jobs.eval.evaluate"] * len(batch.methods)
     assert [s["args"][s["args"].index("--out") + 1] for s in steps] == [
         f"results/eval/arith_tiny/{m}/seed2" for m in batch.methods]
     assert all(s["args"][s["args"].index("--seed") + 1] == "2" for s in steps)

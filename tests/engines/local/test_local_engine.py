@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from pipeline_lib.engines.local import rl as rl_module
-from pipeline_lib.engines.local import sft as sft_module
-from pipeline_lib.eval.evaluate import evaluate, pass_at_k
-from pipeline_lib.model import build_model, load_model, save_model_atomic
+from pipeline_lib.core.model import build_model, load_model, save_model_atomic
+from pipeline_lib.jobs.engines.local import rl as rl_module
+from pipeline_lib.jobs.engines.local import sft as sft_module
+from pipeline_lib.jobs.eval.evaluate import evaluate, pass_at_k
 from tests.conftest import MODEL, crash_after, params, rl_spec, sft_spec
 
 
@@ -114,7 +114,7 @@ def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, t
 
 def test_greedy_sampling_equals_transformers_generate(tiny):
     """The sampler's own decode loop continues each left-padded row exactly as ``model.generate`` does."""
-    from pipeline_lib.model import generate
+    from pipeline_lib.core.model import generate
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     torch.manual_seed(3)
@@ -139,7 +139,7 @@ def test_greedy_sampling_equals_transformers_generate(tiny):
 
 def test_sampling_draws_tokens_with_the_softmax_probabilities(tiny):
     """Inverse-CDF sampling: first-token frequencies over 20,000 draws match softmax(logits / T) (temperature 2)."""
-    from pipeline_lib.model import generate
+    from pipeline_lib.core.model import generate
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL, 2).eval()
@@ -163,7 +163,7 @@ def test_sampling_draws_tokens_with_the_softmax_probabilities(tiny):
 
 def test_shared_prompt_logprobs_equal_one_forward_per_row_values_and_gradients(tiny):
     """Rows of a group share their prompt's forward pass: the same log-probs and gradients as each row on its own."""
-    from pipeline_lib.model import pack, response_logprobs
+    from pipeline_lib.core.model import pack, response_logprobs
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL, 4)
@@ -199,7 +199,7 @@ def test_grouped_kv_attention_equals_transformers_sdpa_and_is_not_saved(tiny, tm
     from transformers import AttentionInterface
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from pipeline_lib.model import _grouped_sdpa_attention, pack, response_logprobs, use_grouped_sdpa
+    from pipeline_lib.core.model import _grouped_sdpa_attention, pack, response_logprobs, use_grouped_sdpa
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL, 5)
@@ -239,7 +239,7 @@ def test_rows_that_end_early_leave_the_batch_without_changing_the_other_rows(tin
     mid-generation) equals ``model.generate``, row by row."""
     import pandas as pd
 
-    from pipeline_lib.model import generate
+    from pipeline_lib.core.model import generate
 
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL, 7).eval()

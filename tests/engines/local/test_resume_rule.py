@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pipeline_lib.checkpoint import RUN_IDENTITY, STALE_DIR, claim_run_dir, run_identity
-from pipeline_lib.data.build import build_tiny
-from pipeline_lib.engines.local import rl as rl_module
-from pipeline_lib.engines.local import sft as sft_module
+from pipeline_lib.core.checkpoint import RUN_IDENTITY, STALE_DIR, claim_run_dir, run_identity
+from pipeline_lib.core.data.build import build_tiny
+from pipeline_lib.jobs.engines.local import rl as rl_module
+from pipeline_lib.jobs.engines.local import sft as sft_module
 from tests.conftest import ENGINE_TINY, SFT, crash_after, params, rl_spec, sft_spec
 
 
@@ -40,7 +40,7 @@ def test_a_killed_sft_run_whose_data_was_replaced_at_the_same_path_starts_clean(
 
     build_tiny("countdown_tiny", ENGINE_TINY, 1, None, tmp_path / "other")  # another draw of the same task
     shutil.copy(tmp_path / "other/sft_train.parquet", data)
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.core.checkpoint"):
         sft_module.train_sft(sft_spec(), data, tiny / "tok", run, 0, progress=False)
     sft_module.train_sft(sft_spec(), tmp_path / "other/sft_train.parquet", tiny / "tok", tmp_path / "clean", 0,
                          progress=False)
@@ -59,7 +59,7 @@ def test_a_killed_rl_run_with_another_config_starts_clean_instead_of_resuming(ti
     with pytest.raises(KeyboardInterrupt):
         rl_module.train_rl(rl_spec(), data, init, tmp_path / "run", 0, progress=False)
     monkeypatch.undo()
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.core.checkpoint"):
         rl_module.train_rl(rl_spec(lr=5e-4), data, init, tmp_path / "run", 0, progress=False)
     assert "changed: config" in caplog.text
     rl_module.train_rl(rl_spec(lr=5e-4), data, init, tmp_path / "clean", 0, progress=False)
@@ -71,7 +71,7 @@ def _identity(tmp_path, **change):
     source = tmp_path / "input.bin"
     if not source.exists():
         source.write_bytes(b"old")
-    identity = run_identity({"lr": 1e-3}, [source], entry="pipeline_lib.checkpoint")
+    identity = run_identity({"lr": 1e-3}, [source], entry="pipeline_lib.core.checkpoint")
     return identity | change
 
 
@@ -84,13 +84,13 @@ def test_the_rule_keys_config_code_and_every_input_content(tmp_path, caplog):
     (tmp_path / "input.bin").write_bytes(b"new")  # the same path, other content
     changed = _identity(tmp_path)
     assert changed["inputs"] != first["inputs"] and changed["config_sha256"] == first["config_sha256"]
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.core.checkpoint"):
         moved = claim_run_dir(run, changed, "local")
     assert [p.name for p in moved] == ["checkpoint"] and not (run / "checkpoint").exists()
     assert f"input {tmp_path / 'input.bin'}" in caplog.text
     (run / "checkpoint").mkdir()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.core.checkpoint"):
         assert claim_run_dir(run, changed | {"code_sha256": "edited"}, "local")  # another code digest
     assert "changed: code" in caplog.text
     assert len(list((run / STALE_DIR).iterdir())) == 2
@@ -112,7 +112,7 @@ def test_rationalization_annotates_again_when_its_data_changed_at_the_same_path(
     """The annotation the rationalization baseline reuses on resume was keyed by paths too."""
     import pandas as pd
 
-    from pipeline_lib.engines.local.rationalization import train_rationalization
+    from pipeline_lib.jobs.engines.local.rationalization import train_rationalization
 
     spec = replace(sft_spec(steps=1), method="rationalization", baseline={
         "hint": "The answer is {answer}.", "max_new_tokens": 4, "temperature": 1.0, "batch_size": 16})

@@ -1,6 +1,6 @@
 """Shared by the verl engine's tests: placeholder run paths and the paper config with only some baselines."""
 
-from pipeline_lib.engines.verl.translate import TrainPaths
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths
 from tests.engines.conftest import paper_config
 
 PATHS = TrainPaths("/r/run", "/d/rl_train.parquet", "/d/rl_test.parquet", "/r/sft/final")

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.plan import trained_methods
 from pipeline_lib.plan.settings import verl_rl_spec
 from tests.engines.conftest import paper_config

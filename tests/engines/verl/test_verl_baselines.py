@@ -10,12 +10,12 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap, ToolListWrap
 
-from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
-from pipeline_lib.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
-from pipeline_lib.engines.verl.translate import rl_overrides, verl_baseline
-from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
-from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.core.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.jobs.engines.local.expert import split_reasoning
+from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
+from pipeline_lib.jobs.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
+from pipeline_lib.jobs.engines.verl.translate import rl_overrides, verl_baseline
+from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
 from pipeline_lib.plan import METHODS
 from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
 from tests.conftest import MODEL
@@ -231,7 +231,7 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
 
 @pytest.mark.parametrize("method", ["opd", "rl_logit"])
 def test_the_train_entry_point_dry_runs_a_verl_baseline(tmp_path, capsys, method):
-    from pipeline_lib.engines.verl.train import main
+    from pipeline_lib.jobs.engines.verl.train import main
 
     spec = baseline_rl_spec(paper_baselines(), "countdown", method).to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),

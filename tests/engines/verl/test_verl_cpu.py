@@ -1,4 +1,5 @@
-"""verl's CPU support (pipeline_lib.engines.verl.cpu): inert unless PIPELINE_VERL_CPU=1, a bad value is named, verl's
+"""verl's CPU support (pipeline_lib.jobs.engines.verl.cpu): inert unless PIPELINE_VERL_CPU=1, a bad value is named,
+verl's
 own vLLM rollout runs on vLLM's CPU build, and a rollout that never receives the updated weights fails the preflight."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import sys
 
 import pytest
 
-from pipeline_lib.engines.verl.cpu import ENV, SYNC_LOG_ENV, cpu_enabled, cpu_overrides
-from pipeline_lib.engines.verl.preflight import KINDS, PreflightError, load_preflight_config
+from pipeline_lib.jobs.engines.verl.cpu import ENV, SYNC_LOG_ENV, cpu_enabled, cpu_overrides
+from pipeline_lib.jobs.engines.verl.preflight import KINDS, PreflightError, load_preflight_config
 
-PROBE = ("import verl, pipeline_lib.engines.verl.cpu as cpu; from verl.utils.device import get_device_name; "
+PROBE = ("import verl, pipeline_lib.jobs.engines.verl.cpu as cpu; from verl.utils.device import get_device_name; "
          "print(cpu._installed, get_device_name())")
 
 
@@ -102,9 +103,9 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     sync after the first skipped (PIPELINE_VERL_CPU_SKIP_SYNC=1). verl trains, the update has a gradient, but vLLM
     never holds the updated weights: the weight-sync check fails, naming the missing sync."""
     _require_vllm()
-    from pipeline_lib.config import load_config_file
-    from pipeline_lib.engines.verl.cpu import SKIP_SYNC_ENV
-    from pipeline_lib.engines.verl.preflight import build_tiny_model, run_kind, weight_syncs
+    from pipeline_lib.core.config import load_config_file
+    from pipeline_lib.jobs.engines.verl.cpu import SKIP_SYNC_ENV
+    from pipeline_lib.jobs.engines.verl.preflight import build_tiny_model, run_kind, weight_syncs
     from tests.conftest import REPO
 
     section = load_config_file(REPO / "config/preflight.yaml")["preflight"]
@@ -128,7 +129,7 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
 def test_weight_sync_check_needs_a_sync_per_step_and_new_weights_after_each_update(tmp_path):
     """One sync before training and one per step; every step with a gradient leaves vLLM holding weights it did not
     hold before; a step without a gradient (an all-zero advantage) may leave them as they were."""
-    from pipeline_lib.engines.verl.preflight import check_weight_syncs, weight_syncs
+    from pipeline_lib.jobs.engines.verl.preflight import check_weight_syncs, weight_syncs
 
     rows = [{"step": 0}, {"step": 1, "actor/grad_norm": 0.5}, {"step": 2, "actor/grad_norm": 0.4}]
     log = tmp_path / "syncs.jsonl"

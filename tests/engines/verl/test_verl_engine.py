@@ -12,11 +12,12 @@ import yaml
 from verl import DataProto
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
-from pipeline_lib.engines.verl import REQUIRED_VERL, check_verl_version
-from pipeline_lib.engines.verl.estimators import group_index
-from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE, TrainPaths, rl_overrides
-from pipeline_lib.engines.verl.validate import (
+from pipeline_lib.core.rewards import compute_score
+from pipeline_lib.core.rl.advantages import broadcast_to_tokens, group_advantages
+from pipeline_lib.jobs.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.jobs.engines.verl.estimators import group_index
+from pipeline_lib.jobs.engines.verl.translate import ESTIMATOR_MODULE, TrainPaths, rl_overrides
+from pipeline_lib.jobs.engines.verl.validate import (
     VerlOverrideError,
     compose,
     planned_runs,
@@ -25,14 +26,13 @@ from pipeline_lib.engines.verl.validate import (
 )
 from pipeline_lib.plan import ESTIMATORS, Estimator, RunSpec, plan_runs
 from pipeline_lib.plan.settings import verl_rl_spec
-from pipeline_lib.rewards import compute_score
-from pipeline_lib.targets import runs_of
+from pipeline_lib.plan.targets import runs_of
 from tests.conftest import REPO, rollout_batch, snakemake
 from tests.engines.conftest import paper_config
 
 
 def test_the_installed_verl_is_the_pinned_one(monkeypatch):
-    import pipeline_lib.engines.verl as engine
+    import pipeline_lib.jobs.engines.verl as engine
 
     assert check_verl_version() == REQUIRED_VERL == "0.9.1"
     monkeypatch.setattr(engine, "installed_verl_version", lambda: "0.8.0")
@@ -83,7 +83,7 @@ def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallbac
         import sys
         from importlib.metadata import entry_points
 
-        before = "pipeline_lib.engines.verl.estimators" in sys.modules
+        before = "pipeline_lib.jobs.engines.verl.estimators" in sys.modules
         plugins = [ep.value for ep in entry_points(group="verl.plugins")]
         import torch as worker_torch
         from verl.trainer.ppo.core_algos import get_adv_estimator_fn
@@ -121,7 +121,7 @@ def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallbac
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    from pipeline_lib.data.build import build_tiny, build_tokenizer
+    from pipeline_lib.core.data.build import build_tiny, build_tokenizer
 
     root = tmp_path_factory.mktemp("verl_tok")
     tiny = {"n_train": 30, "n_test": 6, "imperfect_fraction": 0.3, "numbers_per_task": [3], "max_number": 9,
@@ -143,7 +143,7 @@ def test_compute_score_through_verls_naive_reward_manager(tokenizer_dir):
     responses = [f"<think>try</think><answer>{expression}</answer>", "<think>no</think><answer>1+1</answer>",
                  "<think>x</think>"]
     for reward_weights in (None, {"similarity": 1.0}):
-        spec = {"custom_reward_function": {"path": "pkg://pipeline_lib.rewards", "name": "compute_score"}}
+        spec = {"custom_reward_function": {"path": "pkg://pipeline_lib.core.rewards", "name": "compute_score"}}
         if reward_weights:
             spec["custom_reward_function"]["reward_kwargs"] = {"reward_weights": reward_weights}
         from omegaconf import OmegaConf
@@ -239,7 +239,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
               "actor_rollout_ref.actor.loss_agg_mode": "token-mean",
               "actor_rollout_ref.rollout.temperature": 1.0, "actor_rollout_ref.actor.optim.lr": 1e-6,
               "trainer.resume_mode": "auto", "trainer.rollout_data_dir": f"/r/{task}/{method}/rollout_dump",
-              "reward.custom_reward_function.path": "pkg://pipeline_lib.engines.verl.reward",
+              "reward.custom_reward_function.path": "pkg://pipeline_lib.jobs.engines.verl.reward",
               "ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE}
     for key, value in (shared | expected).items():
         assert OmegaConf.select(verl_config, key) == value, key
@@ -277,7 +277,7 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
     """
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from pipeline_lib.engines.verl.train import collect_rollouts
+    from pipeline_lib.jobs.engines.verl.train import collect_rollouts
     from pipeline_lib.paper.results import allocation_data
 
     run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
@@ -307,7 +307,7 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
 
 
 def test_done_requires_verls_tracker_to_reach_the_last_step(tmp_path):
-    from pipeline_lib.engines.verl.train import TRACKER, VerlRunError, finished_step
+    from pipeline_lib.jobs.engines.verl.train import TRACKER, VerlRunError, finished_step
 
     assert finished_step(tmp_path) is None
     (tmp_path / TRACKER).write_text("40")
@@ -318,7 +318,7 @@ def test_done_requires_verls_tracker_to_reach_the_last_step(tmp_path):
 
 
 def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path, capsys):
-    from pipeline_lib.engines.verl.train import main
+    from pipeline_lib.jobs.engines.verl.train import main
 
     config = paper_config()
     spec = verl_rl_spec(config, "deepmath", "softmax_exact").to_json()
@@ -327,7 +327,7 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     out = capsys.readouterr().out
     printed = json.loads(out[out.index("{\n"):])
     command = printed["command"]
-    assert command[1:6] == ["-m", "pipeline_lib.engines.verl.launch", "--gpus-per-node", "8", "--"]
+    assert command[1:6] == ["-m", "pipeline_lib.jobs.engines.verl.launch", "--gpus-per-node", "8", "--"]
     assert command[7:9] == ["-m", "verl.trainer.main_ppo"] and "trainer.nnodes=2" in command
     assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
@@ -339,7 +339,7 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     from transformers import AutoTokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from pipeline_lib.engines.verl.train import collect_rollouts
+    from pipeline_lib.jobs.engines.verl.train import collect_rollouts
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
     rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(3).to_dict("records")
@@ -398,7 +398,7 @@ def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
     import sys
     from importlib.metadata import version
 
-    from pipeline_lib.engines.trl.dpo import REQUIRED_TRL
+    from pipeline_lib.jobs.engines.trl.dpo import REQUIRED_TRL
 
     assert version("trl") == REQUIRED_TRL
     pins = {"pyproject.toml": (REPO / "pyproject.toml").read_text(),
@@ -436,14 +436,15 @@ def _verl_identity(config: str, code: str = "code") -> dict:
 
 def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_resumes(tmp_path, caplog):
     """verl resumes whatever checkpoints/ holds and skips a finished run: under the resume rule every engine shares
-    (pipeline_lib.checkpoint.claim_run_dir, as verl's train.run calls it), another run's checkpoints, dumps, metrics
+    (pipeline_lib.core.checkpoint.claim_run_dir, as verl's train.run calls it), another run's checkpoints, dumps,
+    metrics
     and DONE.json are moved to stale/<run digest>/ (logged), not resumed."""
     import logging
 
-    from pipeline_lib.checkpoint import claim_run_dir
-    from pipeline_lib.engines.verl.train import collect_metrics, finished_step
-    from pipeline_lib.engines.verl.translate import checkpoint_dir
-    from pipeline_lib.provenance import config_digest
+    from pipeline_lib.core.checkpoint import claim_run_dir
+    from pipeline_lib.core.provenance import config_digest
+    from pipeline_lib.jobs.engines.verl.train import collect_metrics, finished_step
+    from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir
 
     run_a, run_b = _verl_identity("a"), _verl_identity("b")
     digest_a, digest_b = config_digest(run_a), config_digest(run_b)
@@ -453,7 +454,7 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
     assert claim_run_dir(run_dir, run_a, "verl", state=None) == []  # the same run again: verl resumes / finds it done
     assert finished_step(checkpoint_dir(run_dir)) == 2
 
-    with caplog.at_level(logging.WARNING, logger="pipeline_lib.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="pipeline_lib.core.checkpoint"):
         moved = claim_run_dir(run_dir, run_b, "verl", state=None)
     stale = run_dir / "stale" / digest_a
     assert sorted(p.name for p in moved) == sorted(["DONE.json", "checkpoints", "raro_replay", "rollout_dump",
@@ -482,7 +483,7 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
 
 def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
     """The RL run's config is unchanged when its SFT model is redone with another result; its identity is not."""
-    from pipeline_lib.engines.verl.train import verl_run_identity
+    from pipeline_lib.jobs.engines.verl.train import verl_run_identity
 
     (tmp_path / "sft/final").mkdir(parents=True)
     (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-1")
@@ -502,7 +503,7 @@ def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
 
 
 def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
-    from pipeline_lib.checkpoint import claim_run_dir
+    from pipeline_lib.core.checkpoint import claim_run_dir
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -533,10 +534,10 @@ def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v
     from verl.trainer.ppo.reward import get_custom_reward_fn
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from pipeline_lib.engines.verl.train import collect_metrics
-    from pipeline_lib.engines.verl.translate import REWARD_FUNCTION, REWARD_HEALTH_ENV, reward_health_dir
-    from pipeline_lib.rewards import mathverify
-    from pipeline_lib.rewards.pool import TimeoutPool
+    from pipeline_lib.core.rewards import mathverify
+    from pipeline_lib.core.rewards.pool import TimeoutPool
+    from pipeline_lib.jobs.engines.verl.train import collect_metrics
+    from pipeline_lib.jobs.engines.verl.translate import REWARD_FUNCTION, REWARD_HEALTH_ENV, reward_health_dir
 
     run_dir = tmp_path / "gsm8k/grpo/seed0"
     monkeypatch.setenv(REWARD_HEALTH_ENV, str(reward_health_dir(run_dir)))
@@ -596,10 +597,10 @@ def test_verifier_timeouts_and_failures_are_counted_from_the_reward_calls_of_a_v
 def test_every_preflight_kind_builds_its_spec_with_the_real_runs_builder_and_translates(tmp_path, monkeypatch):
     """The preflight's runs are the paper runs' specs (the registry's builders) on the tiny model: each kind's spec
     keeps the paper row's estimator and tau and becomes overrides whose every key verl knows."""
-    from pipeline_lib.config import load_config_file
-    from pipeline_lib.engines.verl.preflight import KINDS, kind_spec, load_preflight_config
-    from pipeline_lib.engines.verl.translate import sft_overrides
-    from pipeline_lib.engines.verl.validate import check_override_keys
+    from pipeline_lib.core.config import load_config_file
+    from pipeline_lib.jobs.engines.verl.preflight import KINDS, kind_spec, load_preflight_config
+    from pipeline_lib.jobs.engines.verl.translate import sft_overrides
+    from pipeline_lib.jobs.engines.verl.validate import check_override_keys
 
     monkeypatch.chdir(REPO)
     section, base = load_preflight_config(load_config_file(REPO / "config/preflight.yaml")["preflight"])

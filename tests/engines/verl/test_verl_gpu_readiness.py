@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_lib.engines.verl.train import VerlRunError, require_installed_project
-from pipeline_lib.engines.verl.translate import ESTIMATOR_MODULE
-from pipeline_lib.engines.verl.validate import validate_rl
+from pipeline_lib.jobs.engines.verl.train import VerlRunError, require_installed_project
+from pipeline_lib.jobs.engines.verl.translate import ESTIMATOR_MODULE
+from pipeline_lib.jobs.engines.verl.validate import validate_rl
 from tests.engines.verl.conftest import PATHS, paper_baselines
 
 REPO = Path(__file__).resolve().parents[3]
@@ -22,8 +22,8 @@ def test_each_run_names_the_trainer_its_agent_loops_were_written_for():
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
     from verl.trainer.ppo.v1 import AgentLoopManagerTQ  # importable: TransferQueue is in the test environment
 
-    from pipeline_lib.engines.verl.raro_loop import RaroAgentLoopManager
-    from pipeline_lib.engines.verl.translate import rl_overrides
+    from pipeline_lib.jobs.engines.verl.raro_loop import RaroAgentLoopManager
+    from pipeline_lib.jobs.engines.verl.translate import rl_overrides
     from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
 
     config = paper_baselines(methods=("opd", "rl_logit", "raro"))
@@ -58,8 +58,8 @@ def test_verl_metrics_carry_each_steps_verifier_timeouts_and_failures(tmp_path):
     dump has none: tests/engines/verl/test_verl_engine.py counts those from the reward hook's records)."""
     import json
 
-    from pipeline_lib.engines.verl.train import collect_metrics
-    from pipeline_lib.engines.verl.translate import metrics_log_path, rollout_dump_dir
+    from pipeline_lib.jobs.engines.verl.train import collect_metrics
+    from pipeline_lib.jobs.engines.verl.translate import metrics_log_path, rollout_dump_dir
 
     metrics_log_path(tmp_path).write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5}}) + "\n"
                                                   for s in (1, 2)))

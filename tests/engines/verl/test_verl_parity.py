@@ -1,6 +1,7 @@
 """Engine parity on one batch: the advantages and the policy loss verl computes (its own compute_advantage with our
 registered estimators, compute_policy_loss_vanilla, kl_penalty and agg_loss, on CPU tensors) equal the local engine's
-(pipeline_lib.advantages.group_advantages and pipeline_lib.losses.policy_loss), for every estimator of the registry.
+(pipeline_lib.core.rl.advantages.group_advantages and pipeline_lib.core.rl.losses.policy_loss), for every estimator of
+the registry.
 
 Tolerance: float32 tensors; advantages of our own estimators are bit-identical (verl calls our function), verl's
 GRPO / Dr.GRPO / RLOO agree to 1e-5 absolute and relative (the same formula summed in another order); the losses to
@@ -15,11 +16,11 @@ from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.trainer.ppo.ray_trainer import compute_advantage
 from verl.utils.config import omega_conf_to_dataclass
 
-from pipeline_lib.advantages import broadcast_to_tokens, group_advantages
-from pipeline_lib.engines.verl.estimators import group_index
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
-from pipeline_lib.engines.verl.validate import validate_rl
-from pipeline_lib.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.core.rl.advantages import broadcast_to_tokens, group_advantages
+from pipeline_lib.core.rl.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.jobs.engines.verl.estimators import group_index
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
+from pipeline_lib.jobs.engines.verl.validate import validate_rl
 from pipeline_lib.plan import ESTIMATORS, Estimator
 from pipeline_lib.plan.settings import verl_rl_spec
 from tests.conftest import rollout_batch

@@ -13,9 +13,11 @@ import torch
 from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
-from pipeline_lib.engines.local.raro import VERDICTS, critic_messages, parse_verdict
-from pipeline_lib.engines.verl import raro_loop
-from pipeline_lib.engines.verl.raro_loop import (
+from pipeline_lib.core.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.core.run_spec import RLSettings
+from pipeline_lib.jobs.engines.local.raro import VERDICTS, critic_messages, parse_verdict
+from pipeline_lib.jobs.engines.verl import raro_loop
+from pipeline_lib.jobs.engines.verl.raro_loop import (
     AGENT_LOOP_CONFIG,
     CRITIC_LOOP,
     POLICY_LOOP,
@@ -27,11 +29,9 @@ from pipeline_lib.engines.verl.raro_loop import (
     ReplayBuffer,
     check_training_data,
 )
-from pipeline_lib.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
-from pipeline_lib.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
-from pipeline_lib.model import build_model, encode_prompts, pack, response_logprobs
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
+from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
 from pipeline_lib.plan.settings import baseline_rl_spec
-from pipeline_lib.run_spec import RLSettings
 from tests.conftest import MODEL
 from tests.engines.conftest import paper_config
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -269,8 +269,8 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
     from verl import DataProto
     from verl.utils.dataset.rl_dataset import collate_fn
 
-    from pipeline_lib.engines.verl.validate import compose
-    from pipeline_lib.model import save_model_atomic
+    from pipeline_lib.core.model import save_model_atomic
+    from pipeline_lib.jobs.engines.verl.validate import compose
 
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")
@@ -409,7 +409,7 @@ def test_a_broken_raro_setting_fails_validation_naming_the_run(tmp_path):
     with pytest.raises(VerlOverrideError, match=r"countdown/raro/seed0: .*agent loop manager.*RaroAgentLoopManagr"):
         validate_rl(typo, label="countdown/raro/seed0")
     registry = tmp_path / "loops.yaml"
-    registry.write_text("- name: raro_policy\n  _target_: pipeline_lib.engines.verl.raro_loop.RaroPolicyLop\n")
+    registry.write_text("- name: raro_policy\n  _target_: pipeline_lib.jobs.engines.verl.raro_loop.RaroPolicyLop\n")
     moved = [o.split("=")[0] + f"={registry}" if o.startswith("actor_rollout_ref.rollout.agent.agent_loop_config_path")
              else o for o in overrides]
     with pytest.raises(VerlOverrideError, match=r"RaroPolicyLop"):

@@ -15,19 +15,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pipeline_lib.engines.local.expert import split_reasoning
-from pipeline_lib.engines.local.rl_logit import answer_logprob_rewards
-from pipeline_lib.engines.verl.translate import TrainPaths, rl_overrides
-from pipeline_lib.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
-from pipeline_lib.model import build_model, save_model_atomic
+from pipeline_lib.core.model import build_model, save_model_atomic
+from pipeline_lib.core.run_spec import RLSettings
+from pipeline_lib.jobs.engines.local.expert import split_reasoning
+from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
+from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
 from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
-from pipeline_lib.run_spec import RLSettings
 from tests.conftest import MODEL
 from tests.engines.conftest import paper_config
 from tests.engines.verl.conftest import PATHS, paper_baselines
 from tests.tiny_rollout_server import TinyRolloutServer
 
-RARO_MANAGER = "pipeline_lib.engines.verl.raro_loop.RaroAgentLoopManager"
+RARO_MANAGER = "pipeline_lib.jobs.engines.verl.raro_loop.RaroAgentLoopManager"
 TQ_MANAGER = "verl.trainer.ppo.v1.AgentLoopManagerTQ"
 
 

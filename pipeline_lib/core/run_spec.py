@@ -1,0 +1,404 @@
+"""The run spec: one typed, frozen description of a training run, made by the plan and read unchanged by every engine.
+
+The plan (:mod:`pipeline_lib.plan.settings`) resolves the config into a :class:`RunSpec` once; it crosses the process
+boundary as JSON (``--spec``, :meth:`RunSpec.to_json` / :meth:`RunSpec.from_json`), and each engine translates it at
+its own edge: the local trainers take their arguments from it (``pipeline_lib.jobs.engines.local.*``), the verl engine
+turns it into Hydra overrides (:mod:`pipeline_lib.jobs.engines.verl.translate`). Nothing downstream re-reads the config.
+
+The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
+each engine's own knobs in ``knobs``) and cross as JSON with the spec. The estimator's parameters live in one mapping
+(:attr:`Estimator.params`), tau among them under the name ``tau``: config -> plan -> spec -> estimator, one name on
+both engines, one home per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+__all__ = ["AGGREGATIONS", "ENGINES", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "LocalSFTKnobs",
+           "PlanError", "RLSettings", "RunSpec", "SFTSettings", "VerlRLKnobs", "VerlSFTKnobs"]
+
+#: Values of ``train.engine``.
+ENGINES = ("local", "verl")
+#: What trains a run: the local PyTorch engine, verl, TRL (Iterative DPO on GPU) or the ImageNet classifier.
+SPEC_ENGINES = ("local", "verl", "trl", "classify")
+#: Rewards a group-RL run trains on: the task's verifier or the similarity to the expert answer.
+REWARDS = ("verifier", "similarity")
+#: Per-token KL estimators, one vocabulary on both engines (Schulman's k1 = log-ratio, k2 = half its square, k3 = the
+#: low-variance one, verl's ``low_var_kl``; abs = |log-ratio|). Each engine's knobs say which it computes.
+KL_ESTIMATORS = ("k1", "k2", "k3", "abs")
+#: Loss normalisers, one vocabulary on both engines (``group-token-mean``: the paper's, each group's token sum over its
+#: tokens; the rest verl's ``loss_agg_mode`` names). Each engine's knobs say which it computes.
+AGGREGATIONS = ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                "seq-mean-token-sum-norm")
+
+
+class PlanError(ValueError):
+    """The config asks for a run the registry cannot build, or sets one parameter twice with different values."""
+
+
+def _json_value(where: str, value: Any) -> None:
+    """A spec holds JSON values only (it is passed as JSON): finite numbers, strings, lists and string-keyed maps."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PlanError(f"{where}: non-finite number {value!r}")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise PlanError(f"{where}: key {key!r} is not a string")
+            _json_value(f"{where}.{key}", item)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _json_value(f"{where}[{index}]", item)
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise PlanError(f"{where}: {type(value).__name__} {value!r} is not a JSON value")
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """A group advantage estimator of :mod:`pipeline_lib.core.rl.advantages` and its parameters."""
+
+    name: str
+    """The estimator's name in :mod:`pipeline_lib.core.rl.advantages` (``grpo``, ``softmax``, ...)."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Its keyword parameters, exactly as ``group_advantages`` takes them (SoftmaxGRPO: ``{"tau": 0.1}``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise PlanError(f"estimator name {self.name!r}: a non-empty string")
+        if not isinstance(self.params, dict):
+            raise PlanError(f"estimator {self.name!r}: params must be a mapping, got {type(self.params).__name__}")
+        _json_value(f"estimator {self.name!r} params", self.params)
+
+
+@dataclass(frozen=True)
+class LocalRLKnobs:
+    """Local-engine-only group-RL knobs (no App. B row)."""
+
+    #: The KL estimators and aggregations the local engine computes (:mod:`pipeline_lib.core.rl.losses`).
+    computes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kl_estimator": ("k1", "k2", "k3"),
+        "aggregation": ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum")}
+
+    minibatches: int
+    """Minibatches (whole groups) per pass; more than one makes later ones off-policy so clipping acts."""
+
+
+@dataclass(frozen=True)
+class VerlRLKnobs:
+    """verl-only group-RL knobs: how App. B's run is laid out on GPUs, and verl's own switches."""
+
+    #: The KL estimators and aggregations verl 0.9.1 computes (its ``kl_penalty`` has no ``full``; no per-group
+    #: normaliser).
+    computes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "kl_estimator": ("k1", "k2", "k3", "abs"),
+        "aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}
+
+    mini_batch_per_device: int
+    """App. B "mini-batch size (per device)" (verl ppo_micro_batch_size_per_gpu)."""
+    micro_batch_per_gpu: int
+    """Sequences per log-prob forward pass per GPU (memory only)."""
+    max_prompt_tokens: int
+    """Longest prompt kept (not stated in the paper)."""
+    gpus_per_node: int
+    """App. B "compute setup": GPUs per node."""
+    nodes: int
+    """App. B "compute setup": nodes."""
+    rollout_engine: str
+    """verl's rollout engine (vllm or sglang)."""
+    rollout_tp: int
+    """Tensor-parallel size of the rollout engine."""
+    gpu_memory_utilization: float
+    """Share of GPU memory the rollout engine may take."""
+    test_freq: int
+    """Steps between verl's own validation (-1 = never)."""
+
+
+#: The engine-only knobs of each engine's group-RL settings.
+RL_KNOBS: dict[str, type] = {"local": LocalRLKnobs, "verl": VerlRLKnobs}
+
+
+def _from_flat(cls: type, knobs_by_engine: Mapping[str, type], kind: str, settings: Mapping[str, Any], engine: str,
+               where: str) -> Any:
+    """``cls`` (shared fields + the engine's ``knobs``) from one flat mapping; a key missing or unknown is an error
+    naming it."""
+    if engine not in knobs_by_engine:
+        raise PlanError(f"{where}: no {kind} settings for engine {engine!r}; engines: {sorted(knobs_by_engine)}")
+    if not isinstance(settings, Mapping):
+        raise PlanError(f"{where}: {kind} settings must be a mapping, got {type(settings).__name__}")
+    knobs = knobs_by_engine[engine]
+    shared = [f.name for f in fields(cls) if f.name != "knobs"]
+    own = [f.name for f in fields(knobs)]
+    missing = [k for k in (*shared, *own) if k not in settings]
+    unknown = sorted(set(settings) - {*shared, *own})
+    if missing or unknown:
+        raise PlanError(f"{where}: {engine} {kind} settings lack {missing} / have unknown {unknown}")
+    try:
+        return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
+    except PlanError as error:
+        raise PlanError(f"{where}: {error}") from None
+
+
+def _flat(settings: Any) -> dict[str, Any]:
+    data = asdict(settings)
+    return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
+
+
+def _from_nested(cls: type, knobs_by_engine: Mapping[str, type], kind: str, data: Any, engine: str,
+                 where: str) -> Any:
+    """``cls`` from its JSON form (:func:`dataclasses.asdict`: shared fields and a ``knobs`` mapping)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("knobs"), Mapping):
+        raise PlanError(f"{where}: {kind} settings must be a mapping with a 'knobs' mapping")
+    if set(data["knobs"]) & (set(data) - {"knobs"}):
+        raise PlanError(f"{where}: {kind} knobs {sorted(set(data['knobs']) & set(data))} repeat a shared setting")
+    return _from_flat(cls, knobs_by_engine, kind, {**{k: v for k, v in data.items() if k != "knobs"},
+                                                   **data["knobs"]}, engine, where)
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
+    one engine has lives in :attr:`knobs`. Both engines' config sections (``train.rl``, ``train.verl.rl`` and a verl
+    task's row) are these fields flat: :meth:`from_flat` reads them, :meth:`flat` writes them back."""
+
+    steps: int
+    """App. B "total training iterations"."""
+    lr: float
+    """App. B "learning rate" (AdamW)."""
+    weight_decay: float
+    """AdamW weight decay (not in App. B)."""
+    clip_low: float
+    """App. B "PPO clip epsilon", below: ratio >= 1 - clip_low."""
+    clip_high: float
+    """App. B "PPO clip epsilon", above: ratio <= 1 + clip_high."""
+    beta: float
+    """App. B "KL regularization beta": the reference-KL coefficient (0: no KL term)."""
+    kl_estimator: str
+    """The per-token KL estimator, one of :data:`KL_ESTIMATORS` (the paper's runs: k3)."""
+    aggregation: str
+    """The loss normaliser, one of :data:`AGGREGATIONS` (the paper: group-token-mean; verl's runs: token-mean)."""
+    group_size: int
+    """App. B "rollout group size M": rollouts per prompt."""
+    prompts_per_step: int
+    """App. B "rollout batch size": prompts per step (rollouts per step = this x M)."""
+    max_response_tokens: int
+    """App. B "max response tokens": the response length cap."""
+    temperature: float
+    """Rollout sampling temperature."""
+    ppo_epochs: int
+    """Passes over each rollout batch."""
+    grad_clip: float
+    """Gradient-norm clip."""
+    checkpoint_every: int
+    """Steps between resumable checkpoints."""
+    knobs: LocalRLKnobs | VerlRLKnobs
+    """The engine's own knobs."""
+
+    def __post_init__(self) -> None:
+        """A value the engine cannot compute is an error naming the key (on verl at parse time, before a GPU)."""
+        engine = next((name for name, knobs in RL_KNOBS.items() if isinstance(self.knobs, knobs)), None)
+        if engine is None:
+            raise PlanError(f"group-RL knobs must be one of {[k.__name__ for k in RL_KNOBS.values()]}")
+        for key, vocabulary in (("kl_estimator", KL_ESTIMATORS), ("aggregation", AGGREGATIONS)):
+            value, computed = getattr(self, key), type(self.knobs).computes[key]
+            if value not in vocabulary:
+                raise PlanError(f"{key} {value!r} is not one of {list(vocabulary)}")
+            if value not in computed:
+                raise PlanError(f"{key} {value!r}: the {engine} engine computes only {list(computed)}")
+
+    @classmethod
+    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
+        """Read an engine's flat settings (a config section, a task row merged over it); any key missing or unknown
+        is an error naming it."""
+        return _from_flat(cls, RL_KNOBS, "group-RL", settings, engine, where)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
+        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
+        return _from_nested(cls, RL_KNOBS, "group-RL", data, engine, where)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as one flat mapping, as the config states them."""
+        return _flat(self)
+
+
+@dataclass(frozen=True)
+class LocalSFTKnobs:
+    """Local-engine-only SFT knobs."""
+
+    warmup_steps: int
+    """Linear warm-up steps (then cosine to 10%)."""
+    max_response_tokens: int
+    """Demonstrations are cut to this many response tokens."""
+    grad_clip: float
+    """Gradient-norm clip."""
+
+
+@dataclass(frozen=True)
+class VerlSFTKnobs:
+    """verl-only SFT knobs (verl.trainer.sft_trainer)."""
+
+    warmup_ratio: float
+    """Share of steps in linear warm-up."""
+    micro_batch_per_gpu: int
+    """Demonstrations per forward/backward pass per GPU (memory only)."""
+    max_length: int
+    """Longest demonstration in tokens (prompt + answer)."""
+    truncation: str
+    """What verl does with a longer demonstration (error, left, right)."""
+    gpus_per_node: int
+    """GPUs of the SFT job (one node)."""
+
+
+#: The engine-only knobs of each engine's SFT settings.
+SFT_KNOBS: dict[str, type] = {"local": LocalSFTKnobs, "verl": VerlSFTKnobs}
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """A supervised fine-tuning run's settings (the paper gives none: these are ours), one name each on both engines;
+    what only one engine has lives in :attr:`knobs`. ``train.sft`` and ``train.verl.sft`` (with a verl task row's
+    ``sft``) are these fields flat."""
+
+    steps: int
+    """Optimizer steps."""
+    lr: float
+    """Peak AdamW learning rate."""
+    weight_decay: float
+    """AdamW weight decay."""
+    batch_size: int
+    """Demonstrations per step (global)."""
+    checkpoint_every: int
+    """Steps between resumable checkpoints (verl trainer.save_freq)."""
+    knobs: LocalSFTKnobs | VerlSFTKnobs
+    """The engine's own knobs."""
+
+    @classmethod
+    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
+        """Read an engine's flat SFT settings; any key missing or unknown is an error naming it."""
+        return _from_flat(cls, SFT_KNOBS, "SFT", settings, engine, where)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
+        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
+        return _from_nested(cls, SFT_KNOBS, "SFT", data, engine, where)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as one flat mapping, as the config states them."""
+        return _flat(self)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one training run computes with; equal specs (and seeds and inputs) train the same model."""
+
+    method: str
+    """The registry method it trains (:data:`pipeline_lib.plan.registry.METHODS`; an ablation cell trains
+    ``softmax_exact``; the OPD teacher ``opd_teacher``; an ImageNet run its objective)."""
+    task: str
+    """The task (dataset) it trains on."""
+    engine: str
+    """What trains it: one of :data:`SPEC_ENGINES`."""
+    model: Any = None
+    """The model: on the local engine the architecture (hidden size, layers, ...) or None (starts from ``--init``);
+    on verl / TRL the Hugging Face model id the run (or its SFT start) loads."""
+    rl: RLSettings | None = None
+    """The group-RL settings (group-RL runs and the RL baselines): the engine's shared section with, on verl, the
+    task's row."""
+    sft: SFTSettings | None = None
+    """The SFT settings (SFT, Rationalization's SFT, the OPD teacher): the engine's SFT section with, on verl, the
+    task's ``sft`` row."""
+    imagenet: dict[str, Any] | None = None
+    """An ImageNet classifier run's settings (the ``imagenet`` section without its sweep keys), as that section
+    states them."""
+    estimator: Estimator | None = None
+    """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
+    reward: str | None = None
+    """``verifier`` or ``similarity`` (group-RL runs); None where the run has no task reward of its own choosing."""
+    reward_weights: dict[str, float] | None = None
+    """Reward component weights (similarity-reward runs); None: the task's verifier reward as it is."""
+    baseline: dict[str, Any] = field(default_factory=dict)
+    """A baseline's own settings (its ``train.baselines.<name>`` section, as the method reads them)."""
+    generation: dict[str, Any] | None = None
+    """How a GPU baseline generates (evaluation backend and sampling): Rationalization's annotator, Iterative DPO."""
+    resources: dict[str, Any] = field(default_factory=dict)
+    """The compute the run takes (Slurm nodes / GPUs): part of the experiment (App. B), not of the site."""
+    extra_overrides: tuple[str, ...] = ()
+    """verl only: extra Hydra overrides from the config (``train.verl.extra_overrides``), appended verbatim."""
+
+    def __post_init__(self) -> None:
+        for name in ("method", "task"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise PlanError(f"run spec: {name} {getattr(self, name)!r} must be a non-empty string")
+        if self.engine not in SPEC_ENGINES:
+            raise PlanError(f"run spec {self.task}/{self.method}: engine {self.engine!r} is not one of {SPEC_ENGINES}")
+        if self.reward is not None and self.reward not in REWARDS:
+            raise PlanError(f"run spec {self.task}/{self.method}: reward {self.reward!r} is not one of {REWARDS}")
+        if self.estimator is not None and not isinstance(self.estimator, Estimator):
+            raise PlanError(f"run spec {self.task}/{self.method}: estimator must be an Estimator")
+        for name, cls in (("rl", RLSettings), ("sft", SFTSettings)):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
+                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be {cls.__name__} or None")
+        if self.rl is not None and self.sft is not None:
+            raise PlanError(f"run spec {self.task}/{self.method}: a run has group-RL or SFT settings, not both")
+        for name in ("baseline", "resources"):
+            if not isinstance(getattr(self, name), dict):
+                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be a mapping")
+        if self.imagenet is not None and not isinstance(self.imagenet, dict):
+            raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be a mapping or None")
+        if not isinstance(self.extra_overrides, tuple):
+            object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
+        for name in ("model", "imagenet", "reward_weights", "baseline", "generation", "resources"):
+            _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
+        for name in ("rl", "sft"):
+            if getattr(self, name) is not None:
+                _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name).flat())
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The trainer's settings as one flat mapping (:attr:`rl`, :attr:`sft` or :attr:`imagenet`; empty where it
+        has none), for what shows or compares settings by name (captions, the ablation's differences); the engines
+        read the typed fields."""
+        typed = self.rl or self.sft
+        return typed.flat() if typed is not None else dict(self.imagenet or {})
+
+    @property
+    def tau(self) -> float | None:
+        """SoftmaxGRPO's temperature, where the estimator takes one."""
+        return None if self.estimator is None else self.estimator.params.get("tau")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """The spec as one JSON argument (``--spec``); :meth:`from_json` reads it back equal."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSpec:
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise PlanError(f"run spec has unknown field(s) {unknown}; fields: {sorted(cls.__dataclass_fields__)}")
+        data = dict(data)
+        where = f"run spec {data.get('task')}/{data.get('method')}"
+        if data.get("estimator") is not None:
+            data["estimator"] = Estimator(**data["estimator"])
+        for name, typed in (("rl", RLSettings), ("sft", SFTSettings)):
+            if data.get(name) is not None:
+                data[name] = typed.from_dict(data[name], data.get("engine"), f"{where} {name}")
+        data["extra_overrides"] = tuple(data.get("extra_overrides", ()))
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        """Read ``--spec``; anything but a run spec's JSON is an error naming what is wrong."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise PlanError(f"--spec is not JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise PlanError(f"--spec must be a JSON object (a RunSpec), got {type(data).__name__}")
+        return cls.from_dict(data)

@@ -1,0 +1,445 @@
+"""Entry point of the verl training rules: one SFT or RL run, resumable, published like the local engine's.
+
+    python -m pipeline_lib.jobs.engines.verl.train sft --spec JSON --data SFT.parquet --run-dir DIR --seed K
+    python -m pipeline_lib.jobs.engines.verl.train rl  --spec JSON --data RL.parquet --val-data TEST.parquet \
+        --init SFT_DIR/final --run-dir DIR --seed K
+
+A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them against verl
+(:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
+launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
+``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
+(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
+the same run: the run directory holds the digest of its config, code and inputs (``DIR/run.json``), and a run whose
+config, code or inputs changed first sets the other run's state aside
+(:func:`pipeline_lib.core.checkpoint.claim_run_dir`,
+the resume rule of every engine) and starts clean.
+
+After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
+configured step count (verl has exited 0 short of its last step before). Then the final actor is
+exported to Hugging Face format (``python -m verl.model_merger merge``) as ``DIR/final``, verl's
+rollout dumps become ``rollouts.jsonl`` in the local engine's schema (so the gradient-allocation table
+is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl`` (under verl's metric
+names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json`` is written last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.core.checkpoint import claim_run_dir, run_identity, write_done
+from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.io import write_text
+from pipeline_lib.core.provenance import config_digest, write_provenance
+from pipeline_lib.core.rewards import compute_scores, health_counts
+from pipeline_lib.core.rl.advantages import group_advantages
+from pipeline_lib.core.tracking import Tracker
+from pipeline_lib.jobs.engines.verl import check_verl_version
+from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
+from pipeline_lib.jobs.engines.verl.translate import (
+    ESTIMATOR_MODULE,
+    REWARD_HEALTH_ENV,
+    TrainPaths,
+    checkpoint_dir,
+    metrics_log_path,
+    reward_health_dir,
+    rl_overrides,
+    rollout_dump_dir,
+    sft_overrides,
+    tracking_env,
+)
+from pipeline_lib.jobs.engines.verl.validate import validate_rl, validate_sft
+from pipeline_lib.plan import METHODS, RunSpec
+
+check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
+
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "logged_resume_point", "main",
+           "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run", "verl_run_identity"]
+
+log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")
+
+TRACKER = "latest_checkpointed_iteration.txt"
+LAUNCHER = "pipeline_lib.jobs.engines.verl.launch"
+
+
+class VerlRunError(RuntimeError):
+    """verl failed or stopped short; the message says which and where its output is."""
+
+
+def build_command(kind: str, overrides: Sequence[str], spec: RunSpec) -> list[str]:
+    """The command that runs verl for this run (RL behind the launcher, SFT under torchrun on one node)."""
+    if kind == "sft":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                f"--nproc_per_node={spec.sft.knobs.gpus_per_node}", "-m", "verl.trainer.sft_trainer", *overrides]
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    if importlib.util.find_spec(LAUNCHER) is None:  # the launcher is part of this package; kept swappable here
+        return command
+    return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec.rl.knobs.gpus_per_node), "--", *command]
+
+
+def finished_step(ckpt_dir: Path) -> int | None:
+    """The step of verl's last complete checkpoint (its tracker file), or None before the first one."""
+    tracker = ckpt_dir / TRACKER
+    if not tracker.is_file():
+        return None
+    text = tracker.read_text().strip()
+    if not text.isdigit():
+        raise VerlRunError(f"{tracker}: expected a step number, found {text!r}")
+    return int(text)
+
+
+def verl_run_identity(kind: str, spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
+    """What a verl run's resume state depends on (:func:`pipeline_lib.core.checkpoint.run_identity`): its settings and
+    seed, the code this entry point imports, and the content of what it reads: the data files and the initial model's
+    files (an SFT run redone with another result leaves the RL run's config unchanged, yet its checkpoints are another
+    run's). verl resumes whatever ``checkpoints/`` holds and a finished tracker skips verl, so anything else in the
+    run directory (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) belongs to
+    this identity or is set aside."""
+    return run_identity({"kind": kind, "spec": spec.to_dict(), "seed": seed},
+                        [paths.train_files, paths.val_files, paths.init], entry="pipeline_lib.jobs.engines.verl.train")
+
+
+def logged_resume_point(run_dir: Path, kind: str) -> int | None:
+    """The step verl resumes from (None: from scratch), after setting aside a last checkpoint whose step was never
+    logged.
+
+    verl's RL trainer saves step k's checkpoint before it validates, dumps step k's rollouts and logs its metrics
+    (``fit`` in verl/trainer/ppo/v1/trainer_base.py and ppo/ray_trainer.py). A job killed in between (a Slurm time
+    limit, a preemption; the last step's validation makes the window long) resumes at k + 1, so step k's metrics and
+    rollouts are lost for good, and for the last step verl is skipped and the run can never be collected. Such a
+    checkpoint is removed and the tracker points at the previous complete one (verl keeps
+    ``max_actor_ckpt_to_keep`` >= 2), whose next step verl redoes; with none left, the run starts over. The SFT
+    trainer logs before it saves, so its checkpoints are always logged.
+    """
+    ckpt = checkpoint_dir(run_dir)
+    step = finished_step(ckpt)
+    if step is None or kind == "sft":
+        return step
+    records = _verl_records(run_dir, step)
+
+    def logged(k: int) -> bool:  # a training record (not only validation) and the step's rollout dump
+        trained = any(not key.startswith("val-") for key in records.get(k, {}))
+        return trained and (rollout_dump_dir(run_dir) / f"{k}.jsonl").is_file()
+
+    if logged(step):
+        return step
+    # verl prunes an old checkpoint to its data.pt (the actor goes): only one with its actor can be resumed
+    earlier = sorted((int(d.name.rsplit("_", 1)[1]) for d in ckpt.glob("global_step_*")
+                      if d.name.rsplit("_", 1)[1].isdigit() and int(d.name.rsplit("_", 1)[1]) < step
+                      and (d / "actor").is_dir()), reverse=True)
+    back = next((k for k in earlier if logged(k)), None)
+    for directory in ckpt.glob("global_step_*"):
+        suffix = directory.name.rsplit("_", 1)[1]
+        if suffix.isdigit() and (back is None or int(suffix) > back):
+            shutil.rmtree(directory)
+    if back is None:
+        (ckpt / TRACKER).unlink()
+    else:
+        write_text(ckpt / TRACKER, str(back))
+    log.warning("%s: verl's checkpoint of step %d was saved but the step's metrics/rollouts were never logged (the "
+                "job stopped in between): resuming from %s instead, so step %d is redone and logged", run_dir, step,
+                f"step {back}" if back is not None else "scratch", step)
+    return back
+
+
+def resumed_overrides(overrides: Sequence[str]) -> list[str]:
+    """A resumed run's overrides: no validation before training, which verl would log at the step it resumes from
+    (a second record of that step, and one more validation pass per resubmission)."""
+    return [("trainer.val_before_train=false" if item.startswith("trainer.val_before_train=") else item)
+            for item in overrides]
+
+
+def _rotate_metrics(run_dir: Path) -> None:
+    """verl's file logger truncates its file on open: keep each earlier attempt's file under a new name."""
+    current = metrics_log_path(run_dir)
+    if current.exists():
+        attempt = len(list(run_dir.glob("verl_metrics.*.jsonl")))
+        current.rename(run_dir / f"verl_metrics.{attempt}.jsonl")
+
+
+def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
+    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's record of a step replaces
+    an earlier attempt's whole, so no key of a step that was redone survives from the attempt that was cut)."""
+    by_step: dict[int, dict[str, Any]] = {}
+    files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
+    for path in [*files, metrics_log_path(run_dir)]:
+        if not path.exists():
+            continue
+        attempt: dict[int, dict[str, Any]] = {}
+        numbered = [(n, line) for n, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
+        for number, line in numbered:
+            try:
+                record = json.loads(line)
+                step, data = int(record["step"]), dict(record["data"])
+            except (ValueError, KeyError, TypeError) as exc:
+                if path != metrics_log_path(run_dir) and number == numbered[-1][0]:
+                    # an earlier attempt killed mid-write: its last step is redone (and logged) by a later attempt
+                    log.warning("%s:%d: torn last line of a killed attempt skipped (%s)", path, number, exc)
+                    continue
+                raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
+            if step <= last_step:
+                attempt.setdefault(step, {}).update(data)
+        by_step.update(attempt)
+    return dict(sorted(by_step.items()))
+
+
+def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
+    """Before verl (re)starts from ``resume_step``: the run's TensorBoard store holds exactly the earlier attempts'
+    steps up to it, and verl's writer appends from the next step on, so a resumed curve has every step once."""
+    if paths.tracking is None or "tensorboard" not in paths.tracking.backends:
+        return
+    records = _verl_records(paths.run_dir, resume_step)
+    Tracker(replace(paths.tracking, backends=("tensorboard",)),
+            [{"step": step, **data} for step, data in sorted(records.items())]).close()
+
+
+def collect_metrics(run_dir: Path, total_steps: int) -> Path:
+    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
+    by_step = _verl_records(run_dir, total_steps)
+    health = _health_source(run_dir)
+    lines = []
+    for step in sorted(by_step):
+        data = by_step[step]
+        lines.append(json.dumps({"step": step, **_reward_health(run_dir, step, health), **data}))  # one set of names
+    target = run_dir / "metrics.jsonl"
+    write_text(target, "".join(line + "\n" for line in lines))
+    return target
+
+
+def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
+    """The reward hook's timeout/failure records of this run, or None where it kept none (a run from before it)."""
+    directory = reward_health_dir(run_dir)
+    if not directory.is_dir():
+        log.warning("%s: no reward health records (%s missing), so reward_timeouts/reward_failures are logged as "
+                    "null (unknown): verl's v1 trainer passes the verifier's timeouts/failures to neither its rollout "
+                    "dump nor its training metrics", run_dir, directory)
+        return None
+    return read_health_records(directory)
+
+
+def _reward_health(run_dir: Path, step: int, records: Mapping[str, Mapping[str, int]] | None) -> dict[str, int | None]:
+    """Verifier items that timed out / failed in a step's training rollouts: from the dump where it carries the reward
+    extras (the legacy trainer dumps them), else from the reward hook's records of the dumped rollouts, else null."""
+    dump = rollout_dump_dir(run_dir) / f"{step}.jsonl"
+    if not dump.exists():
+        return {}
+    rows = [json.loads(line) for line in dump.read_text().splitlines() if line.strip()]
+    if rows and any(key.rsplit("/", 1)[-1] in ("timeouts", "failures") for key in rows[0]):
+        counts: Mapping[str, int | None] = health_counts(rows)
+    elif records is not None:
+        counts = dumped_health(rows, records)
+    else:
+        counts = {"timeouts": None, "failures": None}
+    return {f"softmaxgrpo/reward_{kind}": count for kind, count in counts.items()}
+
+
+def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: int | None = None) -> Any:
+    """Each dumped rollout's prompt group, from what verl's dump holds.
+
+    The v1 trainer dumps the rollout key ``{uid}_{session}_{index}`` as ``uid``; the legacy trainer (RARO, RL-Logit)
+    dumps no uid (``RayPPOTrainer._log_rollout_data``), and its batch is reordered by ``_balance_batch`` before the
+    dump, so neighbours are not a group: there the group is the decoded prompt (``input``), which is the same for
+    the ``rollout.n`` rollouts of one prompt. Two rows of one step with the same prompt text become one group of
+    ``2 n`` (logged: the recomputed advantage then normalises over both).
+    """
+    import numpy as np
+
+    if all("uid" in row for row in rows):
+        keys = np.array([str(row["uid"]).rsplit("_", 2)[0] for row in rows], dtype=object)
+    else:
+        missing = [number for number, row in enumerate(rows, start=1) if "input" not in row]
+        if missing:
+            raise VerlRunError(f"{path}: rows {missing[:10]} have neither `uid` nor `input`; cannot tell their "
+                               f"prompt groups apart (keys of row {missing[0]}: {sorted(rows[missing[0] - 1])})")
+        keys = np.array([row["input"] for row in rows], dtype=object)
+    if group_size:
+        names, sizes = np.unique(keys, return_counts=True)
+        wrong = [(str(name)[:80], int(size)) for name, size in zip(names, sizes, strict=True) if size % group_size]
+        if wrong:
+            raise VerlRunError(f"{path}: prompt groups of a size other than a multiple of group_size={group_size}: "
+                               f"{wrong[:5]}")
+        merged = int((sizes > group_size).sum())
+        if merged:
+            log.warning("%s: %d prompt(s) appear more than once in the step; their rollouts form one group each",
+                        path, merged)
+    return keys
+
+
+def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_source: str,
+                     total_steps: int) -> Path:
+    """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
+
+    verl 0.9.1 dumps input, output, ground truth and score, but not the advantage, so the advantage is
+    recomputed from the scores with the same registry
+    (:func:`pipeline_lib.core.rl.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
+    the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
+    -Sim runs the training reward is not the verifier).
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    from pipeline_lib.jobs.engines.verl.estimators import group_index
+
+    dump = rollout_dump_dir(run_dir)
+    files = sorted(dump.glob("*.jsonl"), key=lambda p: int(p.stem)) if dump.is_dir() else []
+    steps = [int(p.stem) for p in files if int(p.stem) <= total_steps]
+    if sorted(set(steps)) != list(range(1, total_steps + 1)):
+        missing = sorted(set(range(1, total_steps + 1)) - set(steps))[:10]
+        raise VerlRunError(f"{dump}: rollout dumps missing for steps {missing} (of {total_steps})")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if spec.estimator is None:
+        raise VerlRunError(f"{run_dir}: an RL run spec without an estimator")
+    lines = []
+    for path in files:
+        step = int(path.stem)
+        if step > total_steps:
+            continue
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        uids = rollout_groups(rows, path, spec.rl.group_size if spec.rl is not None else None)
+        groups = group_index(uids)
+        rewards = torch.tensor([float(row["score"]) for row in rows], dtype=torch.float64)
+        advantages = group_advantages(spec.estimator.name, rewards, groups, **spec.estimator.params)
+        outputs = [row["output"] for row in rows]
+        lengths = [len(ids) for ids in tokenizer(outputs, add_special_tokens=False)["input_ids"]]
+        verifier = compute_scores([data_source] * len(rows), outputs, [row["gts"] for row in rows],
+                                  [None] * len(rows))
+        lines.append(json.dumps({"step": step, "group": groups.tolist(), "prompt_uid": uids.tolist(),
+                                 "reward": rewards.tolist(), "advantage": advantages.tolist(), "length": lengths,
+                                 "correct": [float(v["score"]) for v in verifier]}))
+    target = run_dir / "rollouts.jsonl"
+    write_text(target, "".join(line + "\n" for line in lines))
+    return target
+
+
+def _merge_actor(step_dir: Path, target: Path) -> Path:
+    """verl's sharded FSDP checkpoint -> a Hugging Face model directory, published atomically."""
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(step_dir),
+               "--target_dir", str(staging)]
+    log.info("exporting %s: %s", step_dir, " ".join(command))
+    result = subprocess.run(command, check=False)
+    if result.returncode != 0:
+        raise VerlRunError(f"model merge of {step_dir} failed with exit code {result.returncode}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+PLUGIN_GROUP, PLUGIN_NAME = "verl.plugins", "softmaxgrpo"
+
+
+def require_installed_project(entry_points: Sequence[Any] | None = None) -> None:
+    """Fail before Ray starts unless this environment has the project installed (its ``verl.plugins`` entry point).
+
+    ``import verl`` loads that entry point in every Ray worker, which is what registers our advantage estimators on
+    other nodes; without it they are importable only where Ray happens to put the driver's directory on
+    ``sys.path``, and a worker fails deep inside verl with an unknown estimator. Every node runs the same
+    environment (the job's conda env), so checking it here checks the workers'.
+    """
+    if entry_points is None:
+        from importlib.metadata import entry_points as installed
+
+        entry_points = list(installed(group=PLUGIN_GROUP))
+    if not any(ep.name == PLUGIN_NAME and ep.value == ESTIMATOR_MODULE for ep in entry_points):
+        raise VerlRunError(
+            f"the project is not installed in this environment ({sys.executable}): the `{PLUGIN_GROUP}` entry point "
+            f"`{PLUGIN_NAME} = {ESTIMATOR_MODULE}` is missing, so Ray workers on other nodes would not register the "
+            f"pipeline's advantage estimators. Fix: `pip install --no-deps -e <repo>` in this environment (Snakemake's "
+            f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
+
+
+def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
+    """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
+    started = time.time()
+    run_dir = paths.run_dir
+    overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
+    label = f"{kind} run {run_dir}"
+    (validate_sft if kind == "sft" else validate_rl)(overrides, label=label)
+    command = build_command(kind, overrides, spec)
+    if dry_run:
+        print(json.dumps({"command": command, "overrides": overrides}, indent=1))
+        return None
+    if kind != "sft":
+        require_installed_project()
+    if METHODS[spec.method].needs_references:  # every prompt needs its expert answer; fail before Ray and the GPUs
+        from pipeline_lib.jobs.engines.verl.raro_loop import check_training_data
+
+        check_training_data(paths.train_files)
+    digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
+    claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
+    _rotate_metrics(run_dir)
+    total = int((spec.sft if kind == "sft" else spec.rl).steps)
+    resume_step = logged_resume_point(run_dir, kind)
+    if resume_step is not None and resume_step < total:
+        overrides = resumed_overrides(overrides)
+        command = build_command(kind, overrides, spec)
+    write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
+    rebuild_tracking_store(paths, resume_step or 0)
+    reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
+    env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
+                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
+                        REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
+    ckpt = checkpoint_dir(run_dir)
+    if finished_step(ckpt) != total:
+        log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
+        result = subprocess.run(command, env=env, check=False)
+        if result.returncode != 0:
+            raise VerlRunError(f"{label}: verl exited with code {result.returncode}; rerun to resume from {ckpt}")
+    reached = finished_step(ckpt)
+    if reached != total:
+        raise VerlRunError(f"{label}: verl exited 0 but its last checkpoint is step {reached} of {total} "
+                           f"({ckpt / TRACKER}); not marking the run done, rerun to resume")
+    step_dir = ckpt / f"global_step_{total}"
+    final = _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
+    outputs = [collect_metrics(run_dir, total)]
+    inputs = [paths.train_files]
+    if kind == "rl":
+        import pandas as pd
+
+        data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
+        outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
+        inputs += [paths.val_files, paths.init / "config.json"]
+    # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
+    done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
+                      kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
+                      advantage=spec.estimator.name if spec.estimator else None, seed=seed)
+    write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
+                     params={"spec": spec.to_dict(), "overrides": overrides}, config_sha256=digest,
+                     seeds={"run": seed}, started_at=started)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["sft", "rl"])
+    add_run_arguments(parser, threads=False)
+    parser.add_argument("--data", type=Path, required=True, help="training parquet")
+    parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
+    parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")
+    parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
+    args = parser.parse_args(argv)
+    if args.kind == "rl" and (args.val_data is None or args.init is None):
+        parser.error("rl needs --val-data and --init")
+    absolute = {name: (value.resolve() if value is not None else None)
+                for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
+                                    "init": args.init}.items()}
+    run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+        dry_run=args.dry_run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,519 @@
+"""Pipeline run spec -> Hydra overrides for ``verl.trainer.main_ppo`` (RL) and ``verl.trainer.sft_trainer`` (SFT).
+
+The verl engine's edge: a :class:`~pipeline_lib.core.run_spec.RunSpec` made by the plan (every hyperparameter from the
+config, ``train.verl`` in ``config/paper.yaml``: the App. B tables, none from a shell script) becomes verl's Hydra
+overrides here, and nowhere else. Plain Python, no verl import: the workflow translates every verl run of the plan
+at parse time (:func:`plan_overrides`) and :mod:`.validate` checks the overrides against verl's own config tree.
+
+Two App. B rows need a reading, recorded here and in ``config/README.md``; both follow the authors' own
+configs (``softmaxgrpo/configs/base.yaml`` of jeffhernandez1995/softmaxgrpo): "rollout batch size" is verl's
+``data.train_batch_size`` (prompts per step; each gets M rollouts), and "mini-batch size (per device)" is
+``ppo_micro_batch_size_per_gpu``, with ``ppo_mini_batch_size`` the whole rollout batch: one on-policy
+policy update per step.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.core.run_spec import VerlRLKnobs, VerlSFTKnobs
+from pipeline_lib.core.tracking import TrackingSettings
+from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
+
+__all__ = [
+    "ATTENTION",
+    "ESTIMATOR_MODULE",
+    "OPD_TEACHER_DEFAULTS",
+    "REWARD_FUNCTION",
+    "REWARD_HEALTH_ENV",
+    "RL_LOGIT_AGENT_LOOPS",
+    "RL_LOGIT_VARIANTS",
+    "TrainPaths",
+    "baseline_overrides",
+    "checkpoint_dir",
+    "experiment_name",
+    "hydra_value",
+    "metrics_log_path",
+    "opd_overrides",
+    "opd_teacher_settings",
+    "plan_overrides",
+    "raro_overrides",
+    "reward_health_dir",
+    "rl_logit_agent_loop",
+    "rl_logit_overrides",
+    "rl_overrides",
+    "rollout_dump_dir",
+    "run_overrides",
+    "run_paths",
+    "sft_overrides",
+    "tracking_env",
+    "verl_baseline",
+]
+
+#: Module that registers our estimators; Ray workers import it through VERL_USE_EXTERNAL_MODULES too.
+ESTIMATOR_MODULE = "pipeline_lib.jobs.engines.verl.estimators"
+#: Where the reward hook records verifier timeouts/failures (:func:`reward_health_dir`), set in the Ray runtime env.
+REWARD_HEALTH_ENV = "PIPELINE_REWARD_HEALTH_DIR"
+#: verl's custom reward hook: the pipeline's one reward registry, recording verifier timeouts/failures (reward.py).
+REWARD_FUNCTION = ("pkg://pipeline_lib.jobs.engines.verl.reward", "compute_score")
+
+PROJECT = "softmaxgrpo"
+#: The attention of verl's FSDP actor/reference/SFT models (verl 0.9.1 defaults to ``flash_attention_2``,
+#: verl/workers/config/model.py:185). PyPI's flash-attn is source-only (no wheel for any release, 2.8.3 included), and
+#: no official wheel exists for torch 2.11 (the locked torch, a CUDA 13.0 build): it would need nvcc and a long
+#: compile on the cluster. ``sdpa`` is torch's own and gives the same results: with ``use_remove_padding`` verl packs a
+#: micro-batch into one row with per-sequence position ids, verl's unpad/pad fall back to torch
+#: (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal mask from the position ids
+#: (tests/test_locks.py checks it equals per-sequence attention). The cost: with that mask torch's SDPA cannot take
+#: its flash kernel, and the memory-efficient one computes the whole packed row, about 2 x micro-batch times
+#: FA2-varlen's attention FLOPs (sequences of equal length), plus a (tokens x tokens) mask per forward. The rollout
+#: (vLLM) is unaffected: vLLM ships its own attention kernels.
+ATTENTION = "sdpa"
+_SAFE = re.compile(r"^[A-Za-z0-9_./~+@-]+$")
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar (strings quoted unless plainly safe)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite value {value!r} cannot be a verl override")
+        return repr(value)
+    if isinstance(value, str):
+        if _SAFE.match(value) and value.lower() not in ("true", "false", "null") and not _is_number(value):
+            return value
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    raise TypeError(f"cannot express {type(value).__name__} {value!r} as a Hydra override")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _overrides(pairs: Mapping[str, Any]) -> list[str]:
+    return [f"{key}={hydra_value(value)}" for key, value in pairs.items()]
+
+
+# --- the baselines' own overrides --------------------------------------------------------------------------------
+
+def baseline_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+    """The overrides a verl baseline adds to (or replaces in) its RL run's: those its registry entry's
+    ``overrides`` function (``module:function``, :class:`pipeline_lib.plan.registry.Entry`) returns."""
+    entry = METHODS[spec.method].engines.get("verl")
+    if entry is None or not entry.overrides:
+        raise ValueError(f"{spec.method!r} is not a verl RL baseline (its registry entry names no verl overrides); "
+                         f"verl RL baselines: {sorted(m.name for m in METHODS.values() if verl_baseline(m))}")
+    module, _, name = entry.overrides.partition(":")
+    build = getattr(importlib.import_module(module), name, None)
+    if not callable(build):
+        raise ValueError(f"method {spec.method!r}: its verl overrides {entry.overrides!r} name no function "
+                         f"(pipeline_lib/plan/registry.py)")
+    return build(spec, paths)
+
+
+def verl_baseline(method: Method) -> bool:
+    """Whether ``method`` runs as a verl RL job with overrides of its own (OPD, RL-Logit, RARO)."""
+    entry = method.engines.get("verl")
+    return entry is not None and bool(entry.overrides)
+
+
+#: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key). The
+#: teacher (Qwen3-8B, 16 GB in bf16) fits one GPU; 4 of each node's 8 leave the student 4, which still splits
+#: every App. B rollout batch evenly (7 or 6 would not split 64 x 8 rollouts).
+OPD_TEACHER_DEFAULTS = {"gpus_per_node": 4, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85}
+
+
+def opd_teacher_settings(spec: RunSpec) -> dict[str, Any]:
+    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl`` over the defaults).
+
+    The teacher's vLLM replicas take ``gpus_per_node`` GPUs of each of the task's nodes (verl's ``teacher_pool``);
+    the student trains on the rest, so the job keeps the App. B GPUs (one node for an 8-GPU task), not a second
+    node for the teacher.
+    """
+    settings = spec.baseline
+    hub = (settings.get("teacher") or {}).get("hub")
+    if not hub:
+        raise ValueError(f"train.baselines.opd.teacher.hub must name the teacher (the paper's: Qwen/Qwen3-8B) for the "
+                         f"verl OPD run on task {spec.task!r}; the trained tiny teacher exists on the local engine "
+                         f"only")
+    teacher = {**OPD_TEACHER_DEFAULTS, **(settings.get("verl") or {})}
+    unknown = sorted(set(teacher) - set(OPD_TEACHER_DEFAULTS))
+    if unknown:
+        raise ValueError(f"train.baselines.opd.verl has unknown key(s) {unknown}; known: "
+                         f"{sorted(OPD_TEACHER_DEFAULTS)}")
+    gpus, student = int(teacher["gpus_per_node"]), spec.rl.knobs.gpus_per_node - int(teacher["gpus_per_node"])
+    if student < 1:
+        raise ValueError(f"train.baselines.opd.verl.gpus_per_node ({gpus}) leaves no GPU of the task's "
+                         f"{spec.rl.knobs.gpus_per_node} per node to the student (task {spec.task!r})")
+    if gpus % teacher["tensor_parallel_size"]:
+        raise ValueError(f"train.baselines.opd.verl.tensor_parallel_size ({teacher['tensor_parallel_size']}) must "
+                         f"divide train.baselines.opd.verl.gpus_per_node ({gpus}) (task {spec.task!r})")
+    rollouts = spec.rl.prompts_per_step * spec.rl.group_size
+    per_gpu, rest = divmod(rollouts, student * spec.rl.knobs.nodes)
+    if rest or per_gpu % spec.rl.knobs.mini_batch_per_device:
+        raise ValueError(f"OPD on task {spec.task!r}: train.baselines.opd.verl.gpus_per_node = {gpus} leaves the "
+                         f"student {student} GPUs per node x {spec.rl.knobs.nodes} nodes, which do not split the "
+                         f"{rollouts} rollouts per step into whole micro-batches of "
+                         f"{spec.rl.knobs.mini_batch_per_device}; "
+                         f"choose a teacher share that does (4 of 8 does for every App. B task)")
+    return {"model": hub, **teacher, "student_gpus_per_node": student}
+
+
+def opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+    """On-policy distillation (lu2025) through verl's ``distillation.*``: student rollouts, per-token reverse KL to
+    the teacher as the policy-gradient reward (``k1`` + ``use_policy_gradient``); the task reward is only logged.
+
+    The teacher's vLLM replicas take ``train.baselines.opd.verl.gpus_per_node`` GPUs on each of the task's nodes
+    and the student the rest (:func:`opd_teacher_settings`), inside the task's own allocation. The student's batch
+    sizes are global, so the update is the GRPO run's on fewer GPUs. The student's PPO clip applies to the
+    distillation update, and verl drops the policy loss (KL to the reference included) when task rewards are off,
+    so the reference model is not loaded.
+    """
+    teacher = opd_teacher_settings(spec)
+    base = "distillation.teacher_models.teacher_model"
+    return {
+        "trainer.n_gpus_per_node": teacher["student_gpus_per_node"],
+        "distillation.enabled": True,
+        "distillation.distillation_loss.loss_mode": "k1",
+        "distillation.distillation_loss.use_policy_gradient": True,
+        "distillation.distillation_loss.use_task_rewards": False,
+        "distillation.distillation_loss.clip_ratio_low": float(spec.rl.clip_low),
+        "distillation.distillation_loss.clip_ratio_high": float(spec.rl.clip_high),
+        "distillation.n_gpus_per_node": teacher["gpus_per_node"],
+        "distillation.nnodes": spec.rl.knobs.nodes,
+        f"{base}.model_path": teacher["model"],
+        f"{base}.inference.tensor_model_parallel_size": teacher["tensor_parallel_size"],
+        f"{base}.inference.gpu_memory_utilization": float(teacher["gpu_memory_utilization"]),
+        "actor_rollout_ref.actor.use_kl_loss": False,
+        "actor_rollout_ref.actor.kl_loss_coef": 0.0,
+    }
+
+
+#: verl 0.9.1 trains with its v1 (TransferQueue) trainer unless ``trainer.use_v1=false``. The v1 trainer hands an
+#: agent-loop manager a ``TensorDict`` and expects it to put the outputs into TransferQueue itself; RARO's manager
+#: (``raro_loop.RaroAgentLoopManager``) subclasses the legacy ``AgentLoopManager`` and reads ``DataProto.meta_info``
+#: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
+#: runs therefore use the legacy trainer, explicitly; validation runs each run's own trainer start-up and refuses a
+#: legacy manager on v1 (``validate._check_v1_trainer``), and the tests drive RARO's and RL-Logit's loops through the
+#: legacy manager with a ``DataProto`` batch (``tests/engines/verl/test_verl_raro.py``,
+#: ``tests/engines/verl/test_verl_trainer_path.py``).
+#: GRPO/SoftmaxGRPO and OPD use verl's default (v1, with verl's own manager and single-turn loop).
+LEGACY_TRAINER = {"trainer.use_v1": False}
+
+
+#: verl agent loop registry for RL-Logit (``rl_logit_loop.RLLogitAgentLoop``, one entry per variant).
+RL_LOGIT_AGENT_LOOPS = Path(__file__).resolve().with_name("rl_logit_agent_loops.yaml")
+RL_LOGIT_VARIANTS = ("logprob", "neg_perplexity")
+
+
+def rl_logit_agent_loop(variant: str) -> str:
+    """The registered agent loop name of an RL-Logit variant (an entry of :data:`RL_LOGIT_AGENT_LOOPS`)."""
+    return f"rl_logit_{variant}"
+
+
+def rl_logit_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+    """RL-Logit: every rollout runs the pipeline's agent loop, which scores log pi(a* | q, z) on the rollout server
+    (current weights, no gradient) and hands it to verl as the rollout's reward (``rm_scores``)."""
+    variant = spec.baseline.get("variant", "logprob")
+    if variant not in RL_LOGIT_VARIANTS:
+        raise ValueError(f"train.baselines.rl_logit.variant {variant!r} not in {RL_LOGIT_VARIANTS}")
+    return {
+        **LEGACY_TRAINER,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RL_LOGIT_AGENT_LOOPS),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": rl_logit_agent_loop(variant),
+    }
+
+
+#: RARO's agent loops (``raro_loop.RaroPolicyLoop`` / ``RaroCriticLoop``), its dataset and agent loop manager.
+RARO_AGENT_LOOPS = Path(__file__).resolve().with_name("raro_agent_loops.yaml")
+RARO_MODULE = "pipeline_lib.jobs.engines.verl.raro_loop"
+#: Rollout prompt tokens beyond question + two answers that a critic prompt may use (system prompt, chat template,
+#: "Answer 1/2" framing and instructions); should a critic prompt still not fit, the loop shortens the expert answer.
+RARO_CRITIC_PROMPT_OVERHEAD = 256
+
+
+def raro_replay_dir(run_dir: str | Path) -> Path:
+    """Where the RARO replay buffer is saved after every step (a resumed run reloads it from here)."""
+    return Path(run_dir) / "raro_replay"
+
+
+def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
+    """RARO: per step ``prompts_per_step`` policy rows plus ``critic_prompts_per_step`` critic rows (each M rollouts,
+    one GRPO update over both), laid out by ``raro_loop.RaroDataset`` and read in order; the pipeline's agent loops
+    reward both roles by the critic's verdicts; the replay buffer lives beside the run.
+
+    The PPO update is one mini-batch over both roles, as the GRPO run's is one over its batch, and the rollout
+    prompt length grows so a critic prompt (question, expert answer, policy answer) fits; the task prompts are
+    filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
+    """
+    settings = spec.baseline
+    keys = ("critic_system_prompt", "critic_max_new_tokens", "critic_prompts_per_step", "replay_fraction",
+            "replay_size", "rewards")
+    missing = [k for k in keys if k not in settings]
+    if missing:
+        raise ValueError(f"train.baselines.raro lacks {missing} (the schema's defaults fill them; is the config "
+                         f"validated?)")
+    policy, critic = int(spec.rl.prompts_per_step), int(settings["critic_prompts_per_step"])
+    n_gpus = spec.rl.knobs.gpus_per_node * spec.rl.knobs.nodes
+    total = policy + critic
+    if total % n_gpus:
+        raise ValueError(f"RARO on task {spec.task!r}: prompts_per_step + "
+                         f"train.baselines.raro.critic_prompts_per_step = {total} prompts must split evenly over the "
+                         f"{n_gpus} GPUs; choose critic_prompts_per_step accordingly")
+    if settings.get("critic_decoding", "free") != "free":
+        raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
+                         f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
+                         f"only")
+    if settings["critic_max_new_tokens"] > spec.rl.max_response_tokens:
+        raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
+                         f"the task's max_response_tokens ({spec.rl.max_response_tokens})")
+    return {
+        **LEGACY_TRAINER,
+        "data.train_batch_size": total,
+        "data.shuffle": False,
+        "data.custom_cls.path": f"pkg://{RARO_MODULE}",
+        "data.custom_cls.name": "RaroDataset",
+        "+data.raro": {"policy_per_step": policy, "critic_per_step": critic,
+                       "replay_slots": round(float(settings["replay_fraction"]) * critic),
+                       "steps": spec.rl.steps},
+        "actor_rollout_ref.actor.ppo_mini_batch_size": total,  # one update per step, as the GRPO runs
+        "actor_rollout_ref.rollout.prompt_length": spec.rl.knobs.max_prompt_tokens
+        + 2 * spec.rl.max_response_tokens + RARO_CRITIC_PROMPT_OVERHEAD,
+        "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RARO_AGENT_LOOPS),
+        "actor_rollout_ref.rollout.agent.default_agent_loop": "single_turn_agent",  # validation rows: the verifier
+        "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": f"{RARO_MODULE}.RaroAgentLoopManager",
+        "+raro": {"critic_system_prompt": settings["critic_system_prompt"],
+                  "critic_max_new_tokens": int(settings["critic_max_new_tokens"]),
+                  "replay_size": int(settings["replay_size"]),
+                  "rewards": {role: {v: float(r) for v, r in settings["rewards"][role].items()}
+                              for role in ("policy", "critic")},
+                  "state_dir": str(raro_replay_dir(paths.run_dir))},
+    }
+
+
+# --- run directory layout ----------------------------------------------------------------------------------------
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def rollout_dump_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "rollout_dump"
+
+
+def reward_health_dir(run_dir: str | Path) -> Path:
+    """Where the reward hook records verifier timeouts/failures (verl's v1 trainer hands them over nowhere)."""
+    return Path(run_dir) / "reward_health"
+
+
+def metrics_log_path(run_dir: str | Path) -> Path:
+    """verl's file logger target; each attempt's file is rotated aside first (verl opens it with "wb")."""
+    return Path(run_dir) / "verl_metrics.jsonl"
+
+
+def experiment_name(spec: RunSpec, seed: int) -> str:
+    return f"{spec.task}-{spec.method}-seed{seed}"
+
+
+class TrainPaths:
+    """The files one run reads and writes (``tracking``: where its curves go); fixed at parse time so the overrides
+    are validated exactly."""
+
+    def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
+                 init: str | Path | None = None, tracking: TrackingSettings | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.train_files = Path(train_files)
+        self.val_files = Path(val_files) if val_files is not None else None
+        self.init = Path(init) if init is not None else None
+        self.tracking = tracking
+
+
+def _tracking_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
+    """verl's ``trainer.logger`` (config ``tracking.backends`` + console + file) and its names: the project, and the
+    run's id in the plan as the experiment."""
+    tracking = paths.tracking
+    if tracking is None:
+        return {"trainer.logger": ["console", "file"], "trainer.project_name": PROJECT,
+                "trainer.experiment_name": experiment_name(spec, seed)}
+    return {"trainer.logger": tracking.verl_loggers(), "trainer.project_name": tracking.project,
+            "trainer.experiment_name": tracking.experiment}
+
+
+def tracking_env(paths: TrainPaths) -> dict[str, str]:
+    """Where verl's ``tensorboard`` backend writes: the run's directory of the local store (``TENSORBOARD_DIR``)."""
+    if paths.tracking is None:
+        return {}
+    return {"TENSORBOARD_DIR": str(paths.tracking.run_dir().resolve())}
+
+
+# --- overrides ---------------------------------------------------------------------------------------------------
+
+#: The KL estimators of the one vocabulary (:data:`pipeline_lib.core.run_spec.KL_ESTIMATORS`) in verl's
+#: ``kl_loss_type`` names (verl 0.9.1 also takes k1/k2/k3; its own names keep the paper runs' overrides as they were).
+VERL_KL_NAMES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs"}
+
+
+def _verl_kl_name(estimator: str) -> str:
+    if estimator not in VERL_KL_NAMES:
+        raise ValueError(f"kl_estimator {estimator!r}: verl computes only {sorted(VERL_KL_NAMES)}")
+    return VERL_KL_NAMES[estimator]
+
+
+def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
+    """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
+    if paths.init is None or paths.val_files is None:
+        raise ValueError("an RL run needs the initial (SFT) model and validation prompts")
+    if spec.estimator is None or spec.estimator.name not in ESTIMATORS:
+        raise ValueError(f"run spec {spec.task}/{spec.method}: estimator "
+                         f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
+                         f"{sorted(ESTIMATORS)}")
+    estimator, rl = ESTIMATORS[spec.estimator.name], spec.rl
+    if rl is None or not isinstance(rl.knobs, VerlRLKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl group-RL settings (engine {spec.engine!r})")
+    pairs: dict[str, Any] = {
+        "algorithm.adv_estimator": estimator.verl,
+        **estimator.verl_overrides,
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": str(paths.train_files),
+        "data.val_files": str(paths.val_files),
+        "data.train_batch_size": rl.prompts_per_step,
+        "data.max_prompt_length": rl.knobs.max_prompt_tokens,
+        "data.max_response_length": rl.max_response_tokens,
+        "data.filter_overlong_prompts": True,
+        "data.truncation": "error",
+        "data.seed": seed,
+        "actor_rollout_ref.model.path": str(paths.init),
+        "actor_rollout_ref.model.use_remove_padding": True,
+        "+actor_rollout_ref.model.override_config.attn_implementation": ATTENTION,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+        "actor_rollout_ref.actor.optim.lr": float(rl.lr),
+        "actor_rollout_ref.actor.optim.weight_decay": float(rl.weight_decay),
+        # One on-policy update per rollout batch, App. B's per-device mini-batch as the micro-batch (authors' runs).
+        "actor_rollout_ref.actor.ppo_mini_batch_size": rl.prompts_per_step,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": rl.knobs.mini_batch_per_device,
+        "actor_rollout_ref.actor.ppo_epochs": rl.ppo_epochs,
+        "actor_rollout_ref.actor.clip_ratio_low": float(rl.clip_low),
+        "actor_rollout_ref.actor.clip_ratio_high": float(rl.clip_high),
+        "actor_rollout_ref.actor.use_kl_loss": rl.beta > 0,
+        "actor_rollout_ref.actor.kl_loss_coef": float(rl.beta),
+        "actor_rollout_ref.actor.kl_loss_type": _verl_kl_name(rl.kl_estimator),
+        "actor_rollout_ref.actor.loss_agg_mode": rl.aggregation,
+        "actor_rollout_ref.actor.entropy_coeff": 0.0,
+        "actor_rollout_ref.actor.grad_clip": float(rl.grad_clip),
+        "actor_rollout_ref.rollout.name": rl.knobs.rollout_engine,
+        "actor_rollout_ref.rollout.n": rl.group_size,
+        "actor_rollout_ref.rollout.temperature": float(rl.temperature),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": rl.knobs.rollout_tp,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": float(rl.knobs.gpu_memory_utilization),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": rl.knobs.micro_batch_per_gpu,
+        "actor_rollout_ref.rollout.seed": seed,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": rl.knobs.micro_batch_per_gpu,
+        "reward.custom_reward_function.path": REWARD_FUNCTION[0],
+        "reward.custom_reward_function.name": REWARD_FUNCTION[1],
+        "trainer.total_training_steps": rl.steps,
+        # The step count bounds the run; epochs only need to be enough to reach it.
+        "trainer.total_epochs": 1000,
+        "trainer.n_gpus_per_node": rl.knobs.gpus_per_node,
+        "trainer.nnodes": rl.knobs.nodes,
+        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.test_freq": rl.knobs.test_freq,
+        "trainer.val_before_train": True,  # the authors' runs: a step-0 point on the validation curve
+        "trainer.resume_mode": "auto",
+        "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
+        # Disk, not training: a 1.5B actor checkpoint with optimizer state is tens of GB; resuming needs the last.
+        "trainer.max_actor_ckpt_to_keep": 2,
+        "trainer.rollout_data_dir": str(rollout_dump_dir(paths.run_dir)),
+        **_tracking_overrides(spec, paths, seed),
+    }
+    # The estimator's parameters (tau among them) reach verl's algorithm config under their own names, as floats:
+    # the estimator reads them from there (pipeline_lib.jobs.engines.verl.estimators).
+    for key, value in spec.estimator.params.items():
+        pairs[f"+algorithm.{key}"] = float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            else value
+    if spec.reward_weights:
+        pairs["+reward.custom_reward_function.reward_kwargs"] = {"reward_weights": dict(spec.reward_weights)}
+    # Fallbacks that reach every Ray worker even where the entry point is not seen, and the metrics file path
+    # for verl's file logger (it runs in the TaskRunner actor, which does not inherit this process's env).
+    env = {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, "VERL_FILE_LOGGER_PATH": str(metrics_log_path(paths.run_dir)),
+           REWARD_HEALTH_ENV: str(reward_health_dir(paths.run_dir)), **tracking_env(paths)}
+    for name, value in env.items():
+        pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
+    if verl_baseline(METHODS[spec.method]):
+        pairs.update(baseline_overrides(spec, paths))
+    return _overrides(pairs) + list(spec.extra_overrides)
+
+
+def sft_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
+    """Overrides for ``torchrun -m verl.trainer.sft_trainer`` (verl's ``sft_trainer_engine`` config)."""
+    sft = spec.sft
+    if sft is None or not isinstance(sft.knobs, VerlSFTKnobs):
+        raise ValueError(f"run spec {spec.task}/{spec.method}: no verl SFT settings (engine {spec.engine!r})")
+    pairs: dict[str, Any] = {
+        "data.train_files": str(paths.train_files),
+        "data.val_files": None,
+        "data.messages_key": "messages",
+        "data.train_batch_size": sft.batch_size,
+        "data.micro_batch_size_per_gpu": sft.knobs.micro_batch_per_gpu,
+        "data.max_length": sft.knobs.max_length,
+        "data.truncation": sft.knobs.truncation,
+        "model.path": spec.model,
+        "model.enable_gradient_checkpointing": True,
+        "model.use_remove_padding": True,
+        "+model.override_config.attn_implementation": ATTENTION,
+        "optim.lr": float(sft.lr),
+        "optim.weight_decay": float(sft.weight_decay),
+        "optim.lr_warmup_steps_ratio": float(sft.knobs.warmup_ratio),
+        "trainer.total_training_steps": sft.steps,
+        "trainer.total_epochs": 1000,
+        "trainer.n_gpus_per_node": sft.knobs.gpus_per_node,
+        "trainer.nnodes": 1,
+        "trainer.save_freq": sft.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.resume_mode": "auto",
+        "trainer.default_local_dir": str(checkpoint_dir(paths.run_dir)),
+        "trainer.max_ckpt_to_keep": 2,
+        **_tracking_overrides(spec, paths, seed),
+        "trainer.seed": seed,
+    }
+    return _overrides(pairs) + list(spec.extra_overrides)
+
+
+# --- the plan's verl runs ----------------------------------------------------------------------------------------
+
+def run_paths(run: Run, root: str | Path = ".") -> TrainPaths:
+    """The files a planned verl run reads and writes, absolute under the workflow's ``root``."""
+    root = Path(root).resolve()
+    run_dir = root / Path(run.output).parent
+    if run.verl_kind == "sft":
+        return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], tracking=run.tracking)
+    return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], val_files=root / run.inputs["val"],
+                      init=root / Path(run.inputs["init"]).parent / "final", tracking=run.tracking)
+
+
+def run_overrides(run: Run, root: str | Path = ".") -> list[str]:
+    """The Hydra overrides of one planned verl run (``run.verl_kind``: sft or rl), as its job will pass them."""
+    build = {"sft": sft_overrides, "rl": rl_overrides}[run.verl_kind or ""]
+    return build(run.spec, run_paths(run, root), run.seed)
+
+
+def plan_overrides(plan: Plan, root: str | Path = ".") -> list[tuple[str, str, list[str]]]:
+    """(run key, verl trainer, overrides) of every verl run of the plan: what the parse-time check validates."""
+    return [(run.key, run.verl_kind, run_overrides(run, root)) for run in plan.runs if run.verl_kind]

@@ -1,0 +1,132 @@
+"""Transfer benchmarks of the OpenThoughts run through the libraries the field uses (never reimplemented).
+
+    python -m pipeline_lib.jobs.eval.harness lm-eval --model DIR --spec JSON --seed 0 --out .../lm_eval.json
+    python -m pipeline_lib.jobs.eval.harness alpaca-eval --model DIR --spec JSON --seed 0 --out .../alpaca_eval.json
+
+* ``lm-eval``: EleutherAI lm-evaluation-harness ``simple_evaluate`` (MMLU, GPQA...) with the model backend and
+  arguments from config (``vllm`` on GPU, ``hf`` on CPU); the output keeps every task's metrics plus the
+  harness version, task versions and the exact settings.
+* ``alpaca-eval``: the checkpoint answers AlpacaEval's instructions through the pipeline's generation backends
+  (greedy), then ``alpaca_eval evaluate`` scores them with its configured annotator; the output keeps the
+  length-controlled win rate, the raw win rate and the library version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, json_text
+from pipeline_lib.core.io import write_json
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.eval.backends import open_backend
+
+__all__ = ["alpaca_eval", "lm_eval_results", "run_lm_eval"]
+
+log = logging.getLogger("pipeline_lib.jobs.eval.harness")
+
+
+def _model_args(model_dir: Path, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"pretrained": str(model_dir), **extra}
+
+
+def lm_eval_results(raw: dict[str, Any], tasks: list[str]) -> dict[str, dict[str, float]]:
+    """``{task: {metric: value}}`` for the requested tasks (groups such as ``mmlu`` included), numbers only."""
+    results = raw.get("groups", {}) | raw["results"]
+    missing = [t for t in tasks if t not in results]
+    if missing:
+        raise KeyError(f"lm-eval returned no results for task(s) {missing}; got {sorted(results)}")
+    return {task: {k: v for k, v in results[task].items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            for task in tasks}
+
+
+def run_lm_eval(model_dir: Path, spec: dict[str, Any], seed: int) -> dict[str, Any]:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    task_manager = TaskManager(include_path=spec.get("include_path") or None)
+    raw = lm_eval.simple_evaluate(
+        model=spec["model"], model_args=_model_args(model_dir, spec.get("model_args", {})), tasks=spec["tasks"],
+        num_fewshot=spec.get("num_fewshot"), batch_size=spec.get("batch_size", "auto"), limit=spec.get("limit"),
+        apply_chat_template=spec.get("apply_chat_template", False), task_manager=task_manager, log_samples=False,
+        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+    if raw is None:  # a non-zero rank in a distributed run
+        raise RuntimeError("lm-eval returned no results on this process")
+    return {"harness": "lm-evaluation-harness", "version": importlib.metadata.version("lm_eval"),
+            "settings": {k: v for k, v in spec.items()}, "seed": seed,
+            "results": lm_eval_results(raw, spec["tasks"]), "task_versions": raw.get("versions", {}),
+            "n_samples": raw.get("n-samples", {})}
+
+
+def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path
+                ) -> dict[str, Any]:
+    """Generate answers to the AlpacaEval set with our backend, then run the ``alpaca_eval`` CLI on them."""
+    import pandas as pd
+
+    instructions = pd.read_json(spec["instructions"], lines=spec["instructions"].endswith(".jsonl"))
+    if "instruction" not in instructions:
+        raise KeyError(f"{spec['instructions']}: no 'instruction' column")
+    if spec.get("limit") is not None:  # the schema's minimum 1: 0 or a negative number is never "all"
+        instructions = instructions.iloc[: spec["limit"]]
+    prompts = [[{"role": "user", "content": text}] for text in instructions["instruction"]]
+    with open_backend(model_dir, eval_spec, seed, work_dir) as backend:
+        outputs = backend.generate(prompts, samples=1, greedy=True)
+    generator = spec.get("generator_name") or model_dir.parent.name
+    model_outputs = [{"instruction": text, "output": out[0].text, "generator": generator,
+                      "dataset": row.get("dataset", "alpaca_eval")}
+                     for text, out, (_, row) in zip(instructions["instruction"], outputs, instructions.iterrows(),
+                                                    strict=True)]
+    outputs_path = work_dir / "model_outputs.json"
+    outputs_path.write_text(json.dumps(model_outputs, indent=1))
+    command = [sys.executable, "-m", "alpaca_eval.main", "evaluate", f"--model_outputs={outputs_path}",
+               f"--annotators_config={spec['annotators_config']}", f"--output_path={work_dir}"]
+    log.info("running %s", " ".join(command))
+    subprocess.run(command, check=True)
+    # alpaca_eval writes under <output_path>/<annotators_config>/ for a named config, <output_path>/ for a path
+    named = "/" not in spec["annotators_config"]
+    leaderboard = pd.read_csv(work_dir / (spec["annotators_config"] if named else "") / "leaderboard.csv",
+                              index_col=0)
+    row = leaderboard.loc[generator]
+    return {"harness": "alpaca_eval", "version": importlib.metadata.version("alpaca_eval"),
+            "settings": dict(spec), "seed": seed, "instructions": len(model_outputs),
+            "results": {"length_controlled_winrate": float(row["length_controlled_winrate"]),
+                        "win_rate": float(row["win_rate"]), "avg_length": float(row["avg_length"])}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.eval.harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("benchmark", choices=["lm-eval", "alpaca-eval"])
+    parser.add_argument("--model", type=Path, required=True)
+    add_spec_argument(parser, "config `eval.transfer.<benchmark>`")
+    parser.add_argument("--eval-spec", default="{}", type=json_text,
+                        help="JSON of config `eval` (generation backend; alpaca-eval)")
+    add_seed_argument(parser, required=False)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    started = time.time()
+    spec = json.loads(args.spec)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.benchmark == "lm-eval":
+        result = run_lm_eval(args.model, spec, args.seed)
+        inputs = [args.model / "config.json"]
+    else:
+        result = alpaca_eval(args.model, spec, json.loads(args.eval_spec), args.seed, args.out.parent)
+        inputs = [args.model / "config.json", Path(spec["instructions"])]
+    write_json(args.out, result)
+    write_provenance([args.out], step=f"eval_{args.benchmark.replace('-', '_')}", inputs=inputs,
+                     params={"spec": spec}, seeds={"eval": args.seed}, started_at=started)
+    log.info("%s: %s", args.benchmark, result["results"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

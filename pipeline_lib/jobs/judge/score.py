@@ -1,0 +1,227 @@
+"""Score one run's held-out generations with one judge (the ``judge_score`` rule).
+
+``python -m pipeline_lib.jobs.judge.score --judge JSON --rubric meetingbank --generations G --data D --out DIR``
+
+Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension
+scores and the 0-100 score, or ``failed`` with the reason) and ``summary.json`` (mean
+0-100 score over scored items, per-dimension means, failure count, the judge's
+description). A failed item is never counted as a score, and a job whose share of failed items is over the judge's
+``max_failed_fraction`` (default 0: any item that exhausted its retries) exits 1 naming them, writing no outputs,
+so Snakemake reruns it (answers already given stay in the cache and are not asked again). A generations file that
+holds one prompt's judged response twice is an error naming both lines (it would be asked and counted twice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.io import write_json, write_text
+from pipeline_lib.core.llm_client import EndpointConfig
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.rewards.extract import after_think
+from pipeline_lib.core.rubrics import RUBRICS, Rubric
+from pipeline_lib.jobs.judge.llm import cached_results, judge_with_llm
+from pipeline_lib.jobs.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
+from pipeline_lib.jobs.judge.serve import served_endpoint
+
+__all__ = ["JudgeFailedError", "check_failures", "describe_judge", "judge_items", "load_items", "prompt_row",
+           "summarise"]
+
+log = logging.getLogger("pipeline_lib.jobs.judge.score")
+
+
+class JudgeFailedError(RuntimeError):
+    """More items failed to score than the judge's ``max_failed_fraction`` allows."""
+
+
+def prompt_row(value: Any, rows: int, where: str, data: Path) -> int:
+    """A record's ``prompt_index`` as a row of the task data; an error naming the line otherwise (``iloc[-1]``
+    would silently judge the last row)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < rows:
+        raise ValueError(f"{where}: prompt_index {value!r} is not a row of {data} (0 to {rows - 1})")
+    return value
+
+
+def load_items(generations: Path, data: Path, mode: str = "greedy") -> list[dict[str, Any]]:
+    """One item per prompt: the judged response (text after any ``</think>``) and the task row it answers."""
+    frame = pd.read_parquet(data)
+    items = []
+    seen: dict[int, int] = {}
+    with open(generations, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            record = json.loads(line)
+            if record["mode"] != mode or record["sample"] != 0:
+                continue
+            index = prompt_row(record.get("prompt_index"), len(frame), f"{generations}:{line_no}", data)
+            if index in seen:
+                raise ValueError(f"{generations}:{line_no}: prompt_index {index} ({mode}, sample 0) already given at "
+                                 f"line {seen[index]}; a duplicated generation would be judged and counted twice")
+            seen[index] = line_no
+            extra = frame["extra_info"].iloc[index]
+            items.append({"prompt_index": index, "response": after_think(record["text"]).strip(),
+                          "reference": frame["reward_model"].iloc[index]["ground_truth"],
+                          "extra_info": extra, "prompt": frame["prompt"].iloc[index]})
+    if not items:
+        raise ValueError(f"{generations}: no {mode!r} generations to judge")
+    return items
+
+
+def _rubric_fields(rubric: Rubric, item: dict[str, Any]) -> dict[str, str]:
+    extra = item["extra_info"]
+    if rubric.name == "meetingbank":
+        if "transcript" not in extra:
+            raise KeyError(f"row {item['prompt_index']}: extra_info has no 'transcript' for the MeetingBank rubric")
+        return {"MEETING_TITLE": str(extra.get("title") or ""), "TRANSCRIPT_TEXT": str(extra["transcript"]),
+                "SUMMARY_TEXT": item["response"]}
+    return {"POEM_TEXT": item["response"]}
+
+
+def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    if rubric.name != "meetingbank":
+        raise ValueError(f"the programmatic judge scores the MeetingBank rubric of synthetic tasks, "
+                         f"not {rubric.name!r}")
+    results = []
+    if judge.get("basis", "facts") == "overlap":
+        for item in items:
+            if "transcript" not in item["extra_info"]:
+                raise KeyError(f"row {item['prompt_index']}: extra_info has no 'transcript' for the overlap judge")
+            scores = judge_meeting_by_overlap(item["response"], item["extra_info"]["transcript"], item["reference"])
+            results.append({"scores": scores, "score_100": rubric.normalise(scores)})
+        return results
+    for item in items:
+        facts = item["extra_info"].get("facts")
+        if not facts:
+            raise ValueError(f"row {item['prompt_index']}: no structured 'facts' in extra_info; the programmatic "
+                             "judge only scores tasks generated from facts (meeting_tiny); use an `llm` judge")
+        scores = judge_meeting_summary(item["response"], facts, item["reference"], judge["weighting"])
+        results.append({"scores": scores, "score_100": rubric.normalise(scores)})
+    return results
+
+
+def _endpoint(judge: dict[str, Any], rubric: Rubric, section: dict[str, Any]) -> EndpointConfig:
+    endpoint = EndpointConfig.from_config(section, f"judge {judge.get('label')!r}")
+    if judge.get("structured_output"):
+        endpoint = dataclasses.replace(endpoint, sampling={**endpoint.sampling,
+                                                           "response_format": rubric.response_format()})
+    return endpoint
+
+
+def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path, server_log: Path
+         ) -> list[dict[str, Any]]:
+    """Answers from the cache first; the judge server (``serve.command``) is started only if some item is not
+    cached, so a rerun whose answers are all stored never waits for (or holds GPUs for) a server it would not ask."""
+    from tqdm import tqdm
+
+    fields = [_rubric_fields(rubric, item) for item in items]
+    retries = judge.get("parse_retries", 2)
+    section = judge.get("endpoint", {})
+    # a cache key holds the model, the messages and the sampling, not the address: a served judge has none yet
+    keys = _endpoint(judge, rubric, {**section, "base_url": section.get("base_url") or "http://unserved.invalid/v1"})
+    cached = cached_results(rubric, fields, keys, cache, retries)
+    missing = sum(result is None for result in cached)
+    if not missing:
+        log.info("judge %r: all %d items answered from %s; no server started", judge.get("label"), len(items), cache)
+        return [result for result in cached if result is not None]
+    log.info("judge %r: %d of %d items not in %s", judge.get("label"), missing, len(items), cache)
+    with served_endpoint(section, judge.get("serve", {}), server_log) as endpoint_section:
+        endpoint = _endpoint(judge, rubric, endpoint_section)
+        with tqdm(total=len(items), desc=f"judge {judge.get('label')}", unit="item") as bar:
+            return judge_with_llm(rubric, fields, endpoint, cache, parse_retries=retries, on_done=bar.update)
+
+
+def judge_items(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path,
+                server_log: Path) -> list[dict[str, Any]]:
+    kind = judge.get("kind", "programmatic")
+    if kind == "programmatic":
+        return _programmatic(judge, rubric, items)
+    if kind == "llm":
+        return _llm(judge, rubric, items, cache, server_log)
+    raise ValueError(f"unknown judge kind {kind!r} (programmatic, llm)")
+
+
+def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
+    """What a table may say about a judge (never an API key)."""
+    description = {"kind": judge.get("kind", "programmatic"), "label": judge.get("label", "")}
+    if description["kind"] == "programmatic":
+        description["basis"] = judge.get("basis", "facts")
+        if description["basis"] == "facts":
+            description["weighting"] = judge.get("weighting", "strict")
+    else:
+        endpoint = judge.get("endpoint", {})
+        description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),
+                        "served": bool(judge.get("serve", {}).get("command"))}
+    return description
+
+
+def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str, Any]) -> dict[str, Any]:
+    scored = [r for r in results if "score_100" in r]
+    summary: dict[str, Any] = {"judge": describe_judge(judge), "rubric": rubric.name, "items": len(results),
+                               "scored": len(scored), "failed": len(results) - len(scored)}
+    if scored:
+        summary["score_100"] = statistics.fmean(r["score_100"] for r in scored)
+        summary["dimensions"] = {k: statistics.fmean(r["scores"][k] for r in scored) for k in rubric.keys}
+    else:
+        summary["score_100"] = None
+    return summary
+
+
+def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]],
+                   where: Path) -> None:
+    """:class:`JudgeFailedError` naming the failed items when their share is over ``max_failed_fraction``."""
+    bound = float(judge.get("max_failed_fraction", 0.0))
+    failed = [(item["prompt_index"], result["failed"]) for item, result in zip(items, results, strict=True)
+              if "failed" in result]
+    if failed and len(failed) / len(items) > bound:
+        shown = "; ".join(f"prompt_index {index}: {reason}"[:300] for index, reason in failed[:5])
+        raise JudgeFailedError(f"{where}: {len(failed)} of {len(items)} items failed to score, over the judge's "
+                               f"max_failed_fraction {bound} (first: {shown}); rerun once the judge endpoint "
+                               "answers (scored items are cached and not asked again)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judge", required=True, type=json_text,
+                        help="the judge's config section: a JSON file or inline JSON")
+    parser.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
+    parser.add_argument("--generations", type=Path, required=True)
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--mode", default="greedy", choices=["greedy", "sample"])
+    parser.add_argument("--cache", type=Path, required=True, help="SQLite response cache shared by this judge's jobs")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    judge = json.loads(args.judge)
+    rubric = RUBRICS[args.rubric]
+    items = load_items(args.generations, args.data, args.mode)
+    results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+    try:
+        check_failures(judge, items, results, args.generations)
+    except JudgeFailedError as exc:
+        log.error("%s", exc)
+        return 1
+    lines = [json.dumps({"prompt_index": item["prompt_index"], "response": item["response"], **result}) + "\n"
+             for item, result in zip(items, results, strict=True)]
+    summary = summarise(rubric, results, judge)
+    if summary["failed"]:  # within max_failed_fraction
+        log.warning("%d of %d items failed to score (see scores.jsonl 'failed')", summary["failed"], len(items))
+    write_text(args.out / "scores.jsonl", "".join(lines))
+    write_json(args.out / "summary.json", summary)
+    write_provenance([args.out / "scores.jsonl", args.out / "summary.json"], step="judge_score",
+                     inputs=[args.generations, args.data], params={"judge": describe_judge(judge),
+                                                                   "rubric": rubric.name, "mode": args.mode})
+    log.info("%s: mean %.1f over %d scored items", args.out, summary["score_100"] or float("nan"), summary["scored"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,382 @@
+"""Target lists for the Snakefile's named targets (``all``, ``data``, ``train``...), read off the run plan.
+
+Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each stage's final outputs are listed
+(evaluations, judge scores, tables) for the runs the plan's studies read, in table order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
+from pipeline_lib.core.env import env
+from pipeline_lib.core.rubrics import RUBRICS
+from pipeline_lib.plan import METHODS, Plan, RunId, plan_runs, trained_methods
+from pipeline_lib.plan.runs import TOKENIZER
+from pipeline_lib.plan.settings import eval_spec
+
+__all__ = [
+    "ABLATION_OUTPUTS",
+    "ADAPTIVE_OUTPUTS",
+    "IMAGENET_OUTPUTS",
+    "JUDGES",
+    "JUDGE_TABLES",
+    "SCALE_OUTPUTS",
+    "STAGES",
+    "THEORY_OUTPUTS",
+    "ablation_eval_targets",
+    "adaptive_comparison",
+    "baseline_eval_targets",
+    "calibration_ratings",
+    "data_targets",
+    "eval_spec",
+    "eval_targets",
+    "judge_concurrency",
+    "judge_eval_targets",
+    "judge_methods",
+    "judge_ours",
+    "judge_rubric",
+    "judge_rubric_prompt",
+    "judge_score_files",
+    "judge_spec",
+    "judge_summaries",
+    "judge_targets",
+    "judge_tasks",
+    "paired_runs",
+    "reads_tokenizer",
+    "report_inputs",
+    "requests_of",
+    "rl_runs",
+    "runs_of",
+    "scale_eval_targets",
+    "stage_targets",
+    "table1_eval_targets",
+    "table1_tasks",
+    "tokenizer_inputs",
+    "transfer_targets",
+    "validate_judges",
+]
+
+STAGES = ("data", "train", "eval", "judge", "paper")
+
+THEORY_OUTPUTS = (
+    "results/paper/theory_verification.md",
+    "results/paper/theory_verification.json",
+    "results/paper/figures/fig1a_advantage_magnitude.png",
+    "results/paper/figures/fig1a_advantage_magnitude.pdf",
+    "results/paper/figures/fig1b_weight_functions.png",
+    "results/paper/figures/fig1b_weight_functions.pdf",
+    "results/paper/tables/weight_view.tex",
+    "results/paper/tables/weight_view.md",
+    "results/paper/tables/weight_view.csv",
+)
+
+
+IMAGENET_OUTPUTS = (
+    "results/paper/figures/imagenet_objectives.png",
+    "results/paper/figures/imagenet_objectives.pdf",
+    "results/paper/tables/imagenet_objectives.tex",
+    "results/paper/tables/imagenet_objectives.md",
+    "results/paper/tables/imagenet_objectives.csv",
+)
+
+
+#: The adaptive-temperature study (softmax_ess against fixed-tau SoftmaxGRPO and GRPO, beyond the paper).
+ADAPTIVE_OUTPUTS = (
+    *(f"results/paper/tables/adaptive_tau{part}.{ext}" for part in ("", "_allocation") for ext in ("tex", "md", "csv")),
+    "results/paper/data/adaptive_tau.csv",
+    "results/paper/figures/adaptive_tau.png",
+    "results/paper/figures/adaptive_tau.pdf",
+)
+
+
+def adaptive_comparison(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The adaptive-tau comparison the config asks for: ``ours`` (the configured method whose advantage is
+    ``softmax_ess``), ``baselines`` (the fixed-tau SoftmaxGRPO and GRPO methods with the same reward) and its
+    ``ess_fraction``; None where no such method is configured (or it has nothing to be compared with)."""
+    methods = config.get("train", {}).get("methods", {})
+    ours = [name for name, spec in methods.items() if spec["advantage"] == "softmax_ess"]
+    if not ours:
+        return None
+    if len(ours) > 1:
+        raise ValueError(f"train.methods: one softmax_ess method is compared at a time, got {ours}")
+    reward = methods[ours[0]]["reward"]
+    baselines = [name for name, spec in methods.items()
+                 if spec["advantage"] in ("softmax", "grpo") and spec["reward"] == reward]
+    if not baselines:
+        return None
+    return {"ours": ours[0], "baselines": baselines, "ess_fraction": methods[ours[0]]["ess_fraction"]}
+
+
+def reads_tokenizer(plan: Plan) -> bool:
+    """Whether some run of the plan reads the pipeline's own tokenizer (a local-engine model built from scratch); a
+    plan of pretrained models only (the paper's verl tasks) builds neither it nor the tiny tasks it is trained on."""
+    return any(path == TOKENIZER for run in plan.runs for path in run.inputs.values())
+
+
+def tokenizer_inputs(config: Mapping[str, Any]) -> list[str]:
+    """What the tokenizer is trained on: every tiny task's SFT and RL prompts."""
+    return [f"results/data/{task}/{split}.parquet" for split in ("sft_train", "rl_train")
+            for task in config["data"]["tiny"]["tasks"]]
+
+
+def data_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The tiny tasks and the tokenizer (where the plan reads it), the enabled paper datasets and ImageNet's."""
+    data = config["data"]
+    targets = []
+    if reads_tokenizer(plan):
+        targets += [f"results/data/{task}/manifest.json" for task in data["tiny"]["tasks"]]
+        targets.append("results/data/tokenizer/manifest.json")
+    targets += [f"results/data/{name}/manifest.json" for name, spec in data["datasets"].items() if spec.get("enabled")]
+    imagenet = config.get("imagenet", {})
+    if imagenet.get("enabled") and imagenet.get("dataset", {}).get("kind") == "imagefolder":
+        targets.append("results/data/imagenet/manifest.json")
+    return targets
+
+
+
+def _evaluations(sentinels: list[str]) -> list[str]:
+    return [p.replace("results/train/", "results/eval/").replace("DONE.json", "metrics.json") for p in sentinels]
+
+
+def requests_of(plan: Plan, study: str, methods: Collection[str] | None = None) -> list[RunId]:
+    """The runs one study reads (named one of ``methods`` only, where given), in its tables' order."""
+    return [r for r in plan.requests.get(study, []) if methods is None or r.name in methods]
+
+
+def runs_of(plan: Plan, study: str, methods: list[str] | None = None) -> list[str]:
+    """Sentinels of the runs one study reads (of ``methods`` only, where given), e.g. the main RL runs."""
+    return [r.path for r in requests_of(plan, study, methods)]
+
+
+def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
+    """Sentinels of the main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
+    return [r.path for r in requests_of(plan, "main", methods) if r.name != "sft"]
+
+
+def paired_runs(plan: Plan) -> list[str]:
+    """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
+    reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
+    ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
+    pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
+        m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
+    return [r.path for r in requests_of(plan, "main", pair) if r.name != "sft"]
+
+
+def baseline_eval_targets(plan: Plan) -> list[str]:
+    return _evaluations(runs_of(plan, "baseline"))
+
+
+def _table1_requests(plan: Plan) -> list[RunId]:
+    """The runs Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs (each run once)."""
+    main = requests_of(plan, "main")
+    paths = {r.path for r in main}
+    return main + [r for r in requests_of(plan, "baseline") if r.path not in paths]
+
+
+def eval_targets(plan: Plan) -> list[str]:
+    """Every evaluation Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs."""
+    return _evaluations([r.path for r in _table1_requests(plan)])
+
+
+def table1_tasks(config: Mapping[str, Any]) -> list[str]:
+    """Table 1's columns: the verifiable tasks, i.e. those some verifier-reward method trains on.
+
+    The paper's non-verifiable tasks (Poetry, MeetingBank, OpenThoughts) train only the -Sim pair and are reported in
+    the non-verifiable table instead.
+    """
+    methods = config["train"]["methods"]
+    return [task for task in config["train"]["tasks"]
+            if any(methods[m]["reward"] == "verifier" for m in trained_methods(config, task))]
+
+
+def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task)."""
+    tasks = set(table1_tasks(config))
+    return _evaluations([r.path for r in _table1_requests(plan) if r.task in tasks])
+
+
+JUDGES = ("primary", "second")
+JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverifiable", "judge_validation")
+                     for ext in ("tex", "md", "csv"))
+
+
+def judge_tasks(plan: Plan) -> list[str]:
+    return list(dict.fromkeys(r.task for r in requests_of(plan, "judge")))
+
+
+def judge_methods(plan: Plan) -> list[str]:
+    """The judged methods in table order: the non-verifiable table's rows."""
+    return list(dict.fromkeys(r.name for r in requests_of(plan, "judge")))
+
+
+def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
+    """Every judged run's summary of ``task`` under one judge, in table order (method, then seed)."""
+    return [f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json" for r in requests_of(plan, "judge")
+            if r.task == task]
+
+
+def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
+    """One judge's section with the schema defaults a ``$ref``'d section does not get filled."""
+    if judge not in JUDGES:
+        raise ValueError(f"unknown judge {judge!r}; judges: {JUDGES}")
+    spec = {"kind": "programmatic", "label": "programmatic rubric judge", "basis": "facts", "weighting": "strict",
+            "parse_retries": 2,
+            "structured_output": False, "endpoint": {}, "serve": {}}
+    return spec | dict(config["judge"].get(judge) or {})
+
+
+def judge_rubric(config: Mapping[str, Any], task: str) -> str:
+    return config["judge"]["rubrics"][task]
+
+
+def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
+    """The rubric prompt template of a judged task, ``config/prompts/<rubric>.txt`` of the workflow's directory (the
+    checkout the judge reads it from; relative, so a package imported from elsewhere plans the same): an input of its
+    judge jobs."""
+    return f"config/prompts/{RUBRICS[judge_rubric(config, task)].template_path.name}"
+
+
+def validate_judges(config: Mapping[str, Any]) -> None:
+    """Fail at parse time (``snakemake -n``) on a judge that could not score, naming the key."""
+    problems = []
+    missing = [task for task in config["judge"]["tasks"] if task not in config["judge"]["rubrics"]]
+    if missing:
+        raise ValueError(f"judge.rubrics has no rubric for judged task(s) {missing}")
+    rubrics = {judge_rubric(config, task) for task in config["judge"]["tasks"]}
+    for name in JUDGES:
+        spec = judge_spec(config, name)
+        where = f"judge.{name}"
+        if spec["kind"] == "programmatic" and rubrics - {"meetingbank"}:
+            problems.append(f"{where}: a programmatic judge scores only the MeetingBank rubric of synthetic tasks, "
+                            f"not {sorted(rubrics - {'meetingbank'})}; use kind: llm")
+        if spec["kind"] == "llm":
+            if not spec["endpoint"].get("model"):
+                problems.append(f"{where}.endpoint.model: an LLM judge needs the served model name")
+            if not (spec["serve"].get("command") or spec["endpoint"].get("base_url")
+                    or env("OPENAI_BASE_URL")):
+                problems.append(f"{where}: set serve.command (start a server for the job) or endpoint.base_url "
+                                "(or OPENAI_BASE_URL)")
+    if problems:
+        raise ValueError("invalid judge config:\n  - " + "\n  - ".join(problems))
+
+
+def judge_ours(plan: Plan) -> str:
+    """The method the validation table reports judge scores for: the first judged method of ours (SoftmaxGRPO)."""
+    methods = judge_methods(plan)
+    return next((m for m in methods if m in METHODS and METHODS[m].ours), methods[-1])
+
+
+def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
+    """Requests one scoring job keeps in flight: the Snakemake global resource ``judge_requests`` it holds."""
+    spec = judge_spec(config, judge)
+    return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
+
+
+def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """lm-eval / AlpacaEval results of the transfer study's checkpoints (paper: the OpenThoughts run), per enabled
+    benchmark."""
+    transfer = config["eval"].get("transfer") or {}
+    benchmarks = [name for name in ("lm_eval", "alpaca_eval") if transfer.get(name, {}).get("enabled")]
+    return [path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json")
+            for benchmark in benchmarks for path in runs_of(plan, "transfer")]
+
+
+def judge_score_files(plan: Plan, task: str) -> list[str]:
+    """The primary judge's per-item scores of every judged run (what calibration samples and correlates)."""
+    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(plan, "primary", task)]
+
+
+def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
+    """The task's completed ratings CSV (an input: adding or editing it reruns the import), else nothing; a configured
+    path must exist (:func:`pipeline_lib.core.config.validate_config`), so a typo is an error, never "no ratings
+    yet"."""
+    path = config["judge"]["calibration"]["ratings"].get(task)
+    return [path] if path else []
+
+
+def judge_targets(plan: Plan) -> list[str]:
+    targets = []
+    for task in judge_tasks(plan):
+        for judge in JUDGES:
+            targets += judge_summaries(plan, judge, task)
+        targets += [f"results/judge/cross/{task}.json", f"results/judge/calibration/{task}/rate.html",
+                    f"results/judge/calibration/{task}/agreement.json"]
+    return targets
+
+
+def judge_eval_targets(plan: Plan) -> list[str]:
+    return _evaluations(runs_of(plan, "judge"))
+
+
+ABLATION_OUTPUTS = tuple(f"results/paper/tables/ablation.{ext}" for ext in ("tex", "md", "csv"))
+SCALE_OUTPUTS = tuple(f"results/paper/tables/scale.{ext}" for ext in ("tex", "md", "csv"))
+
+
+def ablation_eval_targets(plan: Plan) -> list[str]:
+    return _evaluations(runs_of(plan, "ablation"))
+
+
+def scale_eval_targets(plan: Plan) -> list[str]:
+    """Evaluations the scale table reads: the main-scale runs of the methods, and every scale run."""
+    return _evaluations(runs_of(plan, "scale_reference")) + _evaluations(runs_of(plan, "scale"))
+
+
+PAPER_RESULT_OUTPUTS = (
+    *(f"results/paper/tables/{name}.{ext}" for name in ("table1", "gradient_allocation")
+      for ext in ("tex", "md", "csv")),
+    "results/paper/figures/training_curves.png",
+    "results/paper/figures/training_curves.pdf",
+    "results/paper/reproduction_report.md",
+    "results/paper/audit_table1.txt",
+)
+
+
+def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[str, list[str]]:
+    """Final outputs per stage, plus ``all`` = every stage's targets in order."""
+    plan = plan or plan_runs(config)
+    targets: dict[str, list[str]] = {stage: [] for stage in STAGES}
+    targets["data"] += data_targets(config, plan)
+    targets["paper"] += THEORY_OUTPUTS
+    targets["train"] += plan.train_targets
+    if config.get("train", {}).get("tasks"):
+        targets["eval"] += eval_targets(plan)
+        targets["paper"] += PAPER_RESULT_OUTPUTS
+    if config.get("train", {}).get("tasks") and adaptive_comparison(config):
+        targets["paper"] += ADAPTIVE_OUTPUTS
+    if plan.requests.get("ablation"):
+        targets["eval"] += ablation_eval_targets(plan)
+        targets["paper"] += ABLATION_OUTPUTS
+    if plan.requests.get("scale"):
+        targets["eval"] += scale_eval_targets(plan)
+        targets["paper"] += SCALE_OUTPUTS
+    if plan.requests.get("judge"):
+        targets["eval"] += judge_eval_targets(plan)
+        targets["judge"] += judge_targets(plan)
+        targets["paper"] += JUDGE_TABLES
+    targets["eval"] += transfer_targets(config, plan)
+    if plan.requests.get("imagenet"):
+        targets["paper"] += IMAGENET_OUTPUTS
+    targets["all"] = [path for stage in STAGES for path in targets[stage]]
+    return targets
+
+
+#: Tables the reproduction report recognises as made (name -> markdown), when this run's targets include them.
+REPORTED_TABLES = ("nonverifiable", "judge_validation", "ablation", "scale", "adaptive_tau")
+
+
+def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> dict[str, list[str]]:
+    """What the reproduction report reads besides Table 1's data: the Table 1 runs' per-prompt generations (paired
+    intervals), the primary judge's summaries (the non-verifiable table's paired intervals), the other tables
+    this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``) and the
+    tiny tasks' test splits (``test_data``: the planted blind spot the report splits gains by)."""
+    generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_eval_targets(config, plan)] \
+        if config.get("train", {}).get("tasks") else []
+    summaries = [path for task in judge_tasks(plan) for path in judge_summaries(plan, "primary", task)]
+    made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
+            if f"results/paper/tables/{name}.md" in paper_targets]
+    # the tiny tasks' test splits: each row says whether it is on the expert's planted blind spot
+    tasks = [*(config.get("train", {}).get("tasks") or []), *(config.get("judge", {}).get("tasks") or [])]
+    test_data = [f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS]
+    return {"generations": generations, "summaries": summaries, "made": made, "test_data": test_data}
