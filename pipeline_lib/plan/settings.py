@@ -43,7 +43,6 @@ __all__ = [
     "opd_teacher_spec",
     "reference_prompts",
     "scale_config",
-    "takes_tau",
     "tiny_task_spec",
     "trl_dpo_spec",
     "verl_resources",
@@ -134,11 +133,6 @@ def check_estimator(estimator: Estimator) -> None:
         raise PlanError(f"advantage {estimator.name!r} with parameters {json.dumps(estimator.params)}: {exc}") from None
 
 
-def takes_tau(name: str) -> bool:
-    """Whether estimator ``name`` has a ``tau`` parameter (its parameter dataclass has a ``tau`` field)."""
-    return takes(name, "tau")
-
-
 def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: float | None = None) -> dict[str, Any]:
     """The parameters of method ``method``'s estimator on ``task``, the one home of a run's tau (the spec's
     ``estimator.params``). The precedence, stated once (also in the schema's ``train.methods`` description), for an
@@ -148,7 +142,7 @@ def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: flo
     :class:`PlanError`). The other parameters are the method entry's keys besides ``advantage`` and ``reward``."""
     entry = config["train"]["methods"][method]
     params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
-    if not takes_tau(entry["advantage"]):
+    if not takes(entry["advantage"], "tau"):
         if tau is not None:
             raise PlanError(f"a tau ({tau}) for {task}/{method}, whose {entry['advantage']!r} estimator takes none")
         return params
@@ -301,7 +295,7 @@ def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSp
     verl = config["train"]["verl"]
     settings = dict((config["train"].get("baselines") or {}).get(method) or {})
     advantage = settings.get("advantage", "grpo")
-    if takes_tau(advantage):
+    if takes(advantage, "tau"):
         raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
     return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
                    rl=_verl_rl_settings(config, task), estimator=Estimator(advantage), baseline=settings,
