@@ -165,3 +165,22 @@ def test_one_value_vocabulary_for_the_kl_estimator_and_the_aggregation():
         RLSettings.from_flat(verl | {"aggregation": "group-token-mean"}, "verl")
     with pytest.raises(ConfigError, match=r"train.rl.kl_estimator.*'low_var_kl' is not one of"):
         validate_config({"train": {"rl": {"kl_estimator": "low_var_kl"}}}, SCHEMA, base_dir=REPO)
+
+
+def test_a_task_row_overrides_the_shared_block_on_either_engine():
+    """Both engines read ``train.task_settings``: a local task's row changes only its own runs, and a row may keep a
+    task of a verl config on the local engine (``engine: local``), where it takes the shared block and the local
+    knobs."""
+    config = validate_config(load_config_file(REPO / "config" / "config.yaml"), SCHEMA, base_dir=REPO)
+    config["train"]["task_settings"] = {"arith_tiny": {"rl": {"steps": 3, "local": {"minibatches": 1}},
+                                                       "sft": {"local": {"warmup_steps": 1}}}}
+    plan = plan_runs(config, check_estimators=False)
+    row, other = (plan.get("train_local", f"{task}/grpo_exact/seed0").spec for task in ("arith_tiny", "countdown_tiny"))
+    assert (row.rl.steps, row.rl.knobs.minibatches) == (3, 1)
+    assert (other.rl.steps, other.rl.knobs.minibatches) == (config["train"]["rl"]["steps"], 2)
+    assert plan.get("train_local", "arith_tiny/sft/seed0").spec.sft.knobs.warmup_steps == 1
+    paper = validate_config(load_config_file(REPO / "config" / "paper.yaml"), SCHEMA, base_dir=REPO)
+    paper["train"]["task_settings"]["gsm8k"]["engine"] = "local"
+    run = plan_runs(paper, check_estimators=False).get("train_local", "gsm8k/grpo_exact/seed0")
+    assert run.engine == "local" and isinstance(run.spec.rl.knobs, LocalRLKnobs)
+    assert (run.spec.rl.steps, run.spec.rl.lr) == (1000, paper["train"]["rl"]["lr"])  # its row over the shared block
