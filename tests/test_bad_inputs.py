@@ -246,7 +246,7 @@ def package_copy(tmp_path):
 def test_audit_flags_outputs_made_with_older_code(package_copy):
     package, _work, audit = package_copy
     assert audit().returncode == 0, audit().stdout
-    with open(package / "theory" / "formulas.py", "a") as handle:
+    with open(package / "core" / "theory" / "formulas.py", "a") as handle:
         handle.write("\nEDITED = True\n")
     result = audit()
     assert result.returncode == 1
