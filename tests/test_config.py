@@ -2,13 +2,17 @@
 
 The snapshots under tests/fixtures/config are the resolved configs (file + schema defaults) of main before the
 defaults moved (commit 3e8a4d2): the tiny default, the paper config and the preflight must still resolve to exactly
-them, so a changed default cannot silently change the tiny run (or the provenance digest of its outputs).
+them, so a changed default cannot silently change the tiny run (or the provenance digest of its outputs). Since the
+blocks became one per concern for both engines (issue 37 part 1), a snapshot is compared in the new shape
+(:func:`_one_block_per_concern`: the config's own engine's values are the shared block, each engine's knobs its
+sub-block, verl's task rows the rows), every value of the new shape taken from it.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,15 @@ import pytest
 from snakemake.common.configfile import load_configfile as snakemake_load_configfile
 
 from pipeline_lib.core.config import ConfigError, load_config_file, validate_config
+from pipeline_lib.core.run_spec import (
+    LocalRLKnobs,
+    LocalSFTKnobs,
+    RLSettings,
+    SFTSettings,
+    VerlRLKnobs,
+    VerlSFTKnobs,
+)
+from pipeline_lib.plan.settings import engine_settings
 from pipeline_lib.plan.table import load_config as plan_load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +45,46 @@ def _json(config: Any) -> Any:
 
 
 def _snapshot(name: str) -> dict[str, Any]:
-    return json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text())
+    return _one_block_per_concern(json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text()))
+
+
+def _fields(cls: type) -> list[str]:
+    return [f.name for f in fields(cls) if f.name != "knobs"]
+
+
+_CONCERNS = {"rl": (RLSettings, LocalRLKnobs, VerlRLKnobs), "sft": (SFTSettings, LocalSFTKnobs, VerlSFTKnobs)}
+
+
+def _one_block_per_concern(old: dict[str, Any]) -> dict[str, Any]:
+    """A snapshot of the two-blocks-per-concern shape (``train.rl`` local, ``train.verl.rl`` verl, rows in
+    ``train.verl.tasks``) in the one-block shape: the shared settings from the block of the config's own engine (the
+    one its runs read; the other block's shared values were read by no run), each engine's knobs from its block."""
+    new = copy.deepcopy(old)
+    train = new["train"]
+    verl = train["verl"]
+    for concern, (shared, local_knobs, verl_knobs) in _CONCERNS.items():
+        local_block, verl_block = train[concern], verl.pop(concern)
+        own = verl_block if train["engine"] == "verl" else local_block
+        train[concern] = {**{k: own[k] for k in _fields(shared)},
+                          "local": {k: local_block[k] for k in _fields(local_knobs)},
+                          "verl": {k: verl_block[k] for k in _fields(verl_knobs)}}
+    train["task_settings"] = {task: _row(row) for task, row in verl.pop("tasks").items()}
+    if new.get("preflight"):  # its scaled row and SFT settings: one row of the new shape
+        section = new["preflight"]
+        section["row"] = _row({**section["row"], "sft": section.pop("sft")})
+    return new
+
+
+def _row(old: dict[str, Any]) -> dict[str, Any]:
+    """An old flat verl task row as a row of ``train.task_settings``: what it plans, then its ``rl`` and ``sft``."""
+    row = {k: v for k, v in old.items() if k in ("methods", "tau", "similarity_weights")}
+    for concern, (shared, _, verl_knobs) in _CONCERNS.items():
+        flat = old.get("sft", {}) if concern == "sft" else old
+        section = {k: flat[k] for k in _fields(shared) if k in flat}
+        knobs = {k: flat[k] for k in _fields(verl_knobs) if k in flat}
+        section |= {"verl": knobs} if knobs else {}
+        row |= {concern: section} if section else {}
+    return row
 
 
 def _resolve(path: Path) -> dict[str, Any]:
@@ -66,9 +118,9 @@ def test_preflight_resolves_as_on_main():
 #: model-scale and ablation tables), as the schema names each setting. Written out from the paper, not from a config.
 APP_B_SHARED = {("label",): "paper", ("train", "engine"): "verl",
                 ("train", "tasks"): ["gsm8k", "countdown", "deepmath", "poetry", "meetingbank", "openthoughts"],
-                ("train", "verl", "model"): "Qwen/Qwen2.5-1.5B", ("train", "verl", "rl", "lr"): 1e-6,
-                ("train", "verl", "rl", "clip_low"): 0.2, ("train", "verl", "rl", "clip_high"): 0.28,
-                ("train", "verl", "rl", "beta"): 1e-3,
+                ("train", "verl", "model"): "Qwen/Qwen2.5-1.5B", ("train", "rl", "lr"): 1e-6,
+                ("train", "rl", "clip_low"): 0.2, ("train", "rl", "clip_high"): 0.28,
+                ("train", "rl", "beta"): 1e-3,
                 ("judge", "primary", "endpoint", "model"): "Qwen/Qwen3-30B-A3B-Thinking-2507",
                 ("judge", "second", "endpoint", "model"): "google/gemma-4-31B-it",
                 ("train", "baselines", "opd", "teacher", "hub"): "Qwen/Qwen3-8B",
@@ -98,7 +150,7 @@ def test_schema_defaults_are_the_papers_settings():
     for path, value in APP_B_SHARED.items():
         assert _at(defaults, path) == value, ".".join(path)
     for task, row in APP_B_TASKS.items():
-        task_row = {**defaults["train"]["verl"]["rl"], **defaults["train"]["verl"]["tasks"][task]}
+        task_row = {**engine_settings(defaults, task, "rl", "verl"), **defaults["train"]["task_settings"][task]}
         assert tuple(task_row[key] for key in APP_B_ROW) == row, task
     assert all(defaults["data"]["datasets"][name]["enabled"] for name in APP_B_TASKS)
     imagenet = defaults["imagenet"]

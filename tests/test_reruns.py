@@ -101,3 +101,22 @@ def test_the_audit_names_the_label_a_drawing_step_used(step: str, key: str) -> N
     before = config_settings(config, step_sections(step, "out", {}, config))
     now = config_settings(relabelled, step_sections(step, "out", {}, config))
     assert {k for k in before if before[k] != now[k]} == {key}
+
+
+def test_a_training_runs_record_names_its_task_row_and_the_shared_blocks() -> None:
+    """A training step's sidecar records the shared blocks and its own task's row (``train.task_settings.<task>``),
+    not another task's: the audit names ``train.task_settings.gsm8k.rl.steps`` when the GSM8K row changed since."""
+    from pipeline_lib.core.provenance import config_settings, step_sections
+    from pipeline_lib.plan.table import load_config
+
+    from .conftest import REPO
+
+    config = load_config([REPO / "config/paper.yaml"])
+    changed = json.loads(json.dumps(config))
+    changed["train"]["task_settings"]["gsm8k"]["rl"]["steps"] += 1
+    changed["train"]["task_settings"]["countdown"]["rl"]["steps"] += 1
+    output = "results/train/gsm8k/grpo_exact/seed0/DONE.json"
+    sections = step_sections("train_verl", output, {}, config)
+    assert {"train.rl", "train.task_settings.gsm8k", "train.methods.grpo_exact"} <= set(sections)
+    before, now = config_settings(config, sections), config_settings(changed, sections)
+    assert {k for k in before if before[k] != now[k]} == {"train.task_settings.gsm8k.rl.steps"}

@@ -1,9 +1,8 @@
 """One name per App. B setting on both engines (issue 37 part 1): the typed settings the run spec carries
-(:class:`pipeline_lib.core.run_spec.RLSettings`, :class:`~pipeline_lib.core.run_spec.SFTSettings`) are the local
-engine's
-``train.rl`` / ``train.sft`` and verl's ``train.verl.rl`` / ``train.verl.sft`` field for field, every planned run
-carries them and they survive the spec's JSON, and a config still using a name from before the rename is told the new
-one."""
+(:class:`pipeline_lib.core.run_spec.RLSettings`, :class:`~pipeline_lib.core.run_spec.SFTSettings`) are the one
+block per concern of both engines (``train.rl`` / ``train.sft``, each engine's knobs in ``local`` / ``verl``, a task
+row's ``rl`` / ``sft`` with the same keys) field for field, every planned run carries them and they survive the spec's
+JSON, and a config still using a name or a place from before is told the new one."""
 
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ from pipeline_lib.core.run_spec import (
     VerlSFTKnobs,
 )
 from pipeline_lib.plan import plan_runs
+from pipeline_lib.plan.settings import engine_settings
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -35,27 +35,39 @@ def _names(cls: type) -> set[str]:
     return {f.name for f in fields(cls)} - {"knobs"}
 
 
-def test_each_engines_rl_section_is_the_typed_settings():
-    """``train.rl`` is RLSettings with the local knobs, ``train.verl.rl`` RLSettings with verl's, field for field;
-    a verl task row sets only those keys (besides what it plans: methods, tau, reward weights, its SFT)."""
-    train = load_schema(SCHEMA)["properties"]["train"]["properties"]
-    local, verl = set(train["rl"]["properties"]), set(train["verl"]["properties"]["rl"]["properties"])
-    assert local == _names(RLSettings) | _names(LocalRLKnobs)
-    assert verl == _names(RLSettings) | _names(VerlRLKnobs)
-    row = set(train["verl"]["properties"]["tasks"]["additionalProperties"]["properties"])
-    assert row - {"methods", "tau", "similarity_weights", "sft"} <= verl
-    assert not set(RENAMED_KEYS) & (local | verl | row)
+def _block(schema: dict, concern: str) -> tuple[set[str], set[str], set[str]]:
+    """A block's shared properties and its ``local`` / ``verl`` sub-blocks' properties."""
+    props = schema["properties"]["train"]["properties"][concern]["properties"]
+    return ({k for k in props if k not in ("local", "verl")}, set(props["local"]["properties"]),
+            set(props["verl"]["properties"]))
 
 
-def test_each_engines_sft_section_is_the_typed_settings():
-    """``train.sft`` is SFTSettings with the local knobs, ``train.verl.sft`` SFTSettings with verl's; a verl task
-    row's ``sft`` sets only those keys."""
-    train = load_schema(SCHEMA)["properties"]["train"]["properties"]
-    local, verl = set(train["sft"]["properties"]), set(train["verl"]["properties"]["sft"]["properties"])
-    assert local == _names(SFTSettings) | _names(LocalSFTKnobs)
-    assert verl == _names(SFTSettings) | _names(VerlSFTKnobs)
-    row = train["verl"]["properties"]["tasks"]["additionalProperties"]["properties"]["sft"]["properties"]
-    assert set(row) <= verl and "save_freq" not in verl  # renamed: checkpoint_every, as on the local engine
+def _without_defaults(node: object) -> object:
+    if isinstance(node, dict):
+        return {k: _without_defaults(v) for k, v in node.items() if k not in ("default", "description")}
+    return node
+
+
+@pytest.mark.parametrize(("concern", "settings", "local_knobs", "verl_knobs", "row"), [
+    ("rl", RLSettings, LocalRLKnobs, VerlRLKnobs, "rl_row"),
+    ("sft", SFTSettings, LocalSFTKnobs, VerlSFTKnobs, "sft_row"),
+])
+def test_one_block_per_concern_is_the_typed_settings(concern, settings, local_knobs, verl_knobs, row):
+    """``train.rl`` / ``train.sft`` is one block for both engines: its shared properties are the dataclass's fields,
+    its ``local`` and ``verl`` sub-blocks each engine's knobs, field for field; a task row's ``rl`` / ``sft``
+    (``$defs``) has the same properties and types without defaults, so a row can override any of them."""
+    schema = load_schema(SCHEMA)
+    shared, local, verl = _block(schema, concern)
+    assert shared == _names(settings)
+    assert local == _names(local_knobs) and verl == _names(verl_knobs)
+    block = schema["properties"]["train"]["properties"][concern]["properties"]
+    assert _without_defaults(schema["$defs"][row]["properties"]) == _without_defaults(block)
+    assert not set(RENAMED_KEYS) - {"batch_size"} & (shared | local | verl)  # SFT's batch_size is demonstrations
+    assert concern == "sft" or "batch_size" not in shared | local | verl  # RL's is prompts_per_step
+    rows = schema["properties"]["train"]["properties"]["task_settings"]["additionalProperties"]["properties"]
+    assert rows[concern] == {"$ref": f"#/$defs/{row}"}
+    assert set(rows) == {"engine", "methods", "tau", "similarity_weights", "rl", "sft"}
+    assert "verl" not in schema["properties"]["train"]["properties"]["verl"]["properties"].get(concern, {})
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
@@ -86,37 +98,89 @@ def test_settings_that_are_not_the_engines_are_refused():
 
 
 @pytest.mark.parametrize(("config", "old", "new"), [
-    ({"train": {"verl": {"rl": {"kl_coef": 0.01}}}}, "train.verl.rl.kl_coef", "beta"),
-    ({"train": {"verl": {"rl": {"loss_agg_mode": "token-mean"}}}}, "train.verl.rl.loss_agg_mode", "aggregation"),
-    ({"train": {"verl": {"tasks": {"gsm8k": {"batch_size": 8}}}}}, "train.verl.tasks.gsm8k.batch_size",
+    ({"train": {"rl": {"kl_coef": 0.01}}}, "train.rl.kl_coef", "beta"),
+    ({"train": {"rl": {"loss_agg_mode": "token-mean"}}}, "train.rl.loss_agg_mode", "aggregation"),
+    ({"train": {"task_settings": {"gsm8k": {"rl": {"batch_size": 8}}}}}, "train.task_settings.gsm8k.rl.batch_size",
      "prompts_per_step"),
     ({"train": {"rl": {"max_new_tokens": 8}}}, "train.rl.max_new_tokens", "max_response_tokens"),
-    ({"train": {"verl": {"sft": {"save_freq": 8}}}}, "train.verl.sft.save_freq", "checkpoint_every"),
+    ({"train": {"sft": {"save_freq": 8}}}, "train.sft.save_freq", "checkpoint_every"),
 ])
 def test_an_old_key_names_its_new_name(config, old, new):
     with pytest.raises(ConfigError, match=rf"unknown key '{old}' \(renamed: use '{new}'"):
         validate_config(config, SCHEMA, base_dir=REPO)
 
 
+@pytest.mark.parametrize(("config", "old", "new"), [
+    ({"train": {"verl": {"rl": {"steps": 8}}}}, "train.verl.rl", "train.rl (verl's own knobs: train.rl.verl)"),
+    ({"train": {"verl": {"sft": {"steps": 8}}}}, "train.verl.sft", "train.sft (verl's own knobs: train.sft.verl)"),
+    ({"train": {"verl": {"tasks": {"gsm8k": {"tau": 0.1}}}}}, "train.verl.tasks",
+     "train.task_settings (a row's settings under its rl / sft)"),
+    ({"train": {"rl": {"minibatches": 1}}}, "train.rl.minibatches", "train.rl.local.minibatches"),
+    ({"train": {"rl": {"nodes": 2}}}, "train.rl.nodes", "train.rl.verl.nodes"),
+    ({"train": {"sft": {"warmup_steps": 2}}}, "train.sft.warmup_steps", "train.sft.local.warmup_steps"),
+    ({"train": {"sft": {"max_length": 64}}}, "train.sft.max_length", "train.sft.verl.max_length"),
+    ({"train": {"task_settings": {"gsm8k": {"group_size": 4}}}}, "train.task_settings.gsm8k.group_size",
+     "train.task_settings.gsm8k.rl.group_size"),
+    ({"train": {"task_settings": {"gsm8k": {"nodes": 1}}}}, "train.task_settings.gsm8k.nodes",
+     "train.task_settings.gsm8k.rl.verl.nodes"),
+    ({"train": {"task_settings": {"gsm8k": {"batch_size": 8}}}}, "train.task_settings.gsm8k.batch_size",
+     "train.task_settings.gsm8k.rl.prompts_per_step"),
+    ({"train": {"task_settings": {"gsm8k": {"rl": {"gpus_per_node": 1}}}}},
+     "train.task_settings.gsm8k.rl.gpus_per_node", "train.task_settings.gsm8k.rl.verl.gpus_per_node"),
+])
+def test_a_moved_key_names_where_it_lives_now(config, old, new):
+    """The blocks moved to one per concern (issue 37 part 1): a config still using an old place is told the new one
+    (:data:`pipeline_lib.core.config.MOVED_KEYS`, the engines' knobs, a task row's old flat keys)."""
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA, base_dir=REPO)
+    assert f"unknown key '{old}' (moved: use '{new}'" in str(error.value)
+
+
 def test_no_hint_where_the_new_name_is_not_allowed_either():
     with pytest.raises(ConfigError) as error:
-        validate_config({"train": {"verl": {"sft": {"kl_coef": 0.1}}}}, SCHEMA, base_dir=REPO)
-    assert "unknown key 'train.verl.sft.kl_coef'" in str(error.value) and "renamed" not in str(error.value)
+        validate_config({"train": {"sft": {"kl_coef": 0.1}}}, SCHEMA, base_dir=REPO)
+    assert "unknown key 'train.sft.kl_coef'" in str(error.value)
+    assert "renamed" not in str(error.value) and "moved" not in str(error.value)
+
+
+def test_a_verl_row_in_a_local_config_is_refused():
+    with pytest.raises(ConfigError, match=r"train.task_settings.gsm8k.engine': verl, but train.engine is 'local'"):
+        validate_config({"train": {"engine": "local", "task_settings": {"gsm8k": {"engine": "verl"}}}}, SCHEMA,
+                        base_dir=REPO)
 
 
 def test_one_value_vocabulary_for_the_kl_estimator_and_the_aggregation():
     """Both engines' blocks take the same values; what an engine cannot compute is refused naming the key, when the
     plan builds the run's settings."""
-    train = load_schema(SCHEMA)["properties"]["train"]["properties"]
-    for block in (train["rl"], train["verl"]["properties"]["rl"]):
+    schema = load_schema(SCHEMA)
+    for block in (schema["properties"]["train"]["properties"]["rl"], schema["$defs"]["rl_row"]):
         assert block["properties"]["kl_estimator"]["enum"] == list(KL_ESTIMATORS)
         assert block["properties"]["aggregation"]["enum"] == list(AGGREGATIONS)
     config = validate_config(load_config_file(REPO / "config" / "config.yaml"), SCHEMA, base_dir=REPO)
-    local = config["train"]["rl"]
+    local = engine_settings(config, "countdown_tiny", "rl", "local")
     with pytest.raises(PlanError, match=r"train.rl: kl_estimator 'abs': the local engine computes only"):
         RLSettings.from_flat(local | {"kl_estimator": "abs"}, "local", "train.rl")
-    verl = validate_config({}, SCHEMA, base_dir=REPO)["train"]["verl"]["rl"]
+    verl = engine_settings(validate_config({}, SCHEMA, base_dir=REPO), "gsm8k", "rl", "verl")
     with pytest.raises(PlanError, match=r"aggregation 'group-token-mean': the verl engine computes only"):
         RLSettings.from_flat(verl | {"aggregation": "group-token-mean"}, "verl")
-    with pytest.raises(ConfigError, match=r"train.verl.rl.kl_estimator.*'low_var_kl' is not one of"):
-        validate_config({"train": {"verl": {"rl": {"kl_estimator": "low_var_kl"}}}}, SCHEMA, base_dir=REPO)
+    with pytest.raises(ConfigError, match=r"train.rl.kl_estimator.*'low_var_kl' is not one of"):
+        validate_config({"train": {"rl": {"kl_estimator": "low_var_kl"}}}, SCHEMA, base_dir=REPO)
+
+
+def test_a_task_row_overrides_the_shared_block_on_either_engine():
+    """Both engines read ``train.task_settings``: a local task's row changes only its own runs, and a row may keep a
+    task of a verl config on the local engine (``engine: local``), where it takes the shared block and the local
+    knobs."""
+    config = validate_config(load_config_file(REPO / "config" / "config.yaml"), SCHEMA, base_dir=REPO)
+    config["train"]["task_settings"] = {"arith_tiny": {"rl": {"steps": 3, "local": {"minibatches": 1}},
+                                                       "sft": {"local": {"warmup_steps": 1}}}}
+    plan = plan_runs(config, check_estimators=False)
+    row, other = (plan.get("train_local", f"{task}/grpo_exact/seed0").spec for task in ("arith_tiny", "countdown_tiny"))
+    assert (row.rl.steps, row.rl.knobs.minibatches) == (3, 1)
+    assert (other.rl.steps, other.rl.knobs.minibatches) == (config["train"]["rl"]["steps"], 2)
+    assert plan.get("train_local", "arith_tiny/sft/seed0").spec.sft.knobs.warmup_steps == 1
+    paper = validate_config(load_config_file(REPO / "config" / "paper.yaml"), SCHEMA, base_dir=REPO)
+    paper["train"]["task_settings"]["gsm8k"]["engine"] = "local"
+    run = plan_runs(paper, check_estimators=False).get("train_local", "gsm8k/grpo_exact/seed0")
+    assert run.engine == "local" and isinstance(run.spec.rl.knobs, LocalRLKnobs)
+    assert (run.spec.rl.steps, run.spec.rl.lr) == (1000, paper["train"]["rl"]["lr"])  # its row over the shared block

@@ -104,7 +104,8 @@ def test_a_verl_job_cut_by_its_time_limit_resumes_from_its_checkpoint(slurm_clus
     config = yaml.safe_load((workflow_copy / "config/preflight.yaml").read_text())
     section = config["preflight"]
     section["kinds"] = ["sft", "grpo"]
-    section["row"] = {**section["row"], "steps": STEPS, "checkpoint_every": 1, "test_freq": 4}
+    rl = section["row"]["rl"]
+    section["row"]["rl"] = {**rl, "steps": STEPS, "checkpoint_every": 1, "verl": {**rl["verl"], "test_freq": 4}}
     (workflow_copy / "resume.yaml").write_text(yaml.safe_dump(config))
     env = snakemake_env()
     # what the GRPO job starts from (data, tokenizer, tiny model, SFT run), made locally: only the job under test

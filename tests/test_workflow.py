@@ -169,7 +169,7 @@ def test_rules_are_short_and_name_no_method_or_task():
         config = load_config([REPO / configfile])
         train, data = config["train"], config["data"]
         tasks |= {*train["tasks"], *config["judge"]["tasks"], *data["tiny"]["tasks"], *data["datasets"],
-                  *train["verl"]["tasks"], *train["ablation"]["tasks"], *train["scale"]["tasks"],
+                  *train["task_settings"], *train["ablation"]["tasks"], *train["scale"]["tasks"],
                   *train["baselines"]["tasks"], *filter(None, [config["eval"]["transfer"]["task"]])}
     assert {"countdown_tiny", "gsm8k", "poetry"} <= tasks and {"grpo_exact", "softmax_exact"} <= set(METHODS)
     named = sorted({(name, word) for name, text in rules.items() for word in {*METHODS, *tasks}

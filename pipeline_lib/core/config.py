@@ -25,6 +25,7 @@ import copy
 import math
 import os
 from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from pipeline_lib.core.data.tiny import TASKS as _TINY_TASKS
 from pipeline_lib.core.rl.estimators import schema_properties
+from pipeline_lib.core.run_spec import RL_KNOBS, SFT_KNOBS, RLSettings, SFTSettings
 from pipeline_lib.core.tracking import missing_backend_packages
 
 __all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "ConfigError", "check_config_files", "load_config_file", "load_schema",
@@ -363,7 +365,7 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         if unknown:
             problems.append(f"key '{'.'.join(keys)}': unknown task(s) {unknown}; a task is a tiny task or a "
                             f"data.datasets entry: {sorted(tasks)}")
-    for keys in (("train", "verl", "tasks"), ("judge", "rubrics")):
+    for keys in (("train", "task_settings"), ("judge", "rubrics")):
         unknown = [t for t in _section(config, *keys) if t not in tasks]
         if unknown:
             problems.append(f"key '{'.'.join(keys)}': entries for unknown task(s) {unknown}; known: {sorted(tasks)}")
@@ -379,11 +381,14 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         unknown = [m for m in _names(_section(config, *keys[:-1]).get(keys[-1])) if m not in allowed]
         if unknown:
             problems.append(f"key '{'.'.join(keys)}': unknown method(s) {unknown}; each is {what}: {allowed}")
-    for task, entry in _section(train, "verl", "tasks").items():
+    for task, entry in _section(train, "task_settings").items():
         unknown = [m for m in _names(_section(entry, "methods") and entry["methods"]) if m not in rl_methods]
         if unknown:
-            problems.append(f"key 'train.verl.tasks.{task}.methods': unknown method(s) {unknown}; train.methods has "
-                            f"{rl_methods}")
+            problems.append(f"key 'train.task_settings.{task}.methods': unknown method(s) {unknown}; train.methods "
+                            f"has {rl_methods}")
+        if isinstance(entry, Mapping) and entry.get("engine") == "verl" and train.get("engine") != "verl":
+            problems.append(f"key 'train.task_settings.{task}.engine': verl, but train.engine is "
+                            f"{train.get('engine')!r} (a task trains on verl only in a verl config)")
     judged_seeds, seeds = judge.get("seeds"), _names(train.get("seeds"))
     if isinstance(judged_seeds, list) and set(judged_seeds) - set(seeds):
         problems.append(f"key 'judge.seeds': {sorted(set(judged_seeds) - set(seeds))} are not train.seeds {seeds} "
@@ -424,9 +429,40 @@ RENAMED_KEYS = {"kl_coef": "beta", "kl_loss_type": "kl_estimator", "loss_agg_mod
                 "max_new_tokens": "max_response_tokens"}
 
 
+#: Sections moved to one block per concern for both engines (issue 37): old dotted key -> where it lives now.
+MOVED_KEYS = {"train.verl.rl": "train.rl (verl's own knobs: train.rl.verl)",
+              "train.verl.sft": "train.sft (verl's own knobs: train.sft.verl)",
+              "train.verl.tasks": "train.task_settings (a row's settings under its rl / sft)"}
+
+
+def _moved_key(where: str, key: str) -> str | None:
+    """Where an old key lives now: a moved section (:data:`MOVED_KEYS`), an engine's knob now under
+    ``train.rl.<engine>`` / ``train.sft.<engine>``, or an old flat task-row key now under the row's ``rl`` / ``sft``."""
+    dotted = f"{where}{key}"
+    if dotted in MOVED_KEYS:
+        return MOVED_KEYS[dotted]
+    parts = where.rstrip(".").split(".")
+    concern = parts[-1] if len(parts) in (2, 4) else None
+    if parts[0] == "train" and concern in ("rl", "sft") and (len(parts) == 2 or parts[1] == "task_settings"):
+        for engine, knobs in (RL_KNOBS if concern == "rl" else SFT_KNOBS).items():
+            if key in {f.name for f in fields(knobs)}:
+                return f"{where}{engine}.{key}"
+    if len(parts) == 3 and parts[:2] == ["train", "task_settings"]:
+        if RENAMED_KEYS.get(key) in {f.name for f in fields(RLSettings)}:  # an old row's RL name (batch_size)
+            return f"{where}rl.{RENAMED_KEYS[key]}"
+        for concern, shared, knobs_by_engine in (("rl", RLSettings, RL_KNOBS), ("sft", SFTSettings, SFT_KNOBS)):
+            if key in {f.name for f in fields(shared)} - {"knobs"}:
+                return f"{where}{concern}.{key}"
+            for engine, knobs in knobs_by_engine.items():
+                if key in {f.name for f in fields(knobs)}:
+                    return f"{where}{concern}.{engine}.{key}"
+    return None
+
+
 def _unknown_key(where: str, key: str, allowed: set[str]) -> str:
     new = RENAMED_KEYS.get(key)
-    hint = f"renamed: use '{new}'; " if new in allowed else ""
+    moved = _moved_key(where, key)
+    hint = f"renamed: use '{new}'; " if new in allowed else f"moved: use '{moved}'; " if moved else ""
     return f"unknown key '{where}{key}' ({hint}allowed here: {sorted(allowed)})"
 
 

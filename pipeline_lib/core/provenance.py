@@ -284,9 +284,9 @@ def resolved_config_file(config: Mapping[str, Any], root: str | os.PathLike[str]
     return path
 
 
-def _training_sections(name: str, config: Mapping[str, Any]) -> list[str]:
+def _training_sections(task: str, name: str, config: Mapping[str, Any]) -> list[str]:
     train = config.get("train", {}) if isinstance(config.get("train"), Mapping) else {}
-    common = ["train.engine", "train.model", "train.verl"]
+    common = ["train.engine", "train.model", "train.verl", f"train.task_settings.{task}"]
     if name == "sft":
         return [*common, "train.sft"]
     if name in (train.get("methods") or {}):
@@ -314,7 +314,7 @@ def step_sections(step: str, output: str, params: Mapping[str, Any], config: Map
     if step.startswith("train_") or step == "annotate_rationales":
         parts = Path(output).parts
         if "train" in parts and len(parts) > parts.index("train") + 2:
-            return _training_sections(parts[parts.index("train") + 2], config)
+            return _training_sections(parts[parts.index("train") + 1], parts[parts.index("train") + 2], config)
         return None
     if step == "imagenet_train":
         return [f"imagenet.{k}" for k in config.get("imagenet", {}) if k not in ("seeds", "label", "enabled")]

@@ -161,8 +161,10 @@ def _from_nested(cls: type, knobs_by_engine: Mapping[str, type], kind: str, data
 @dataclass(frozen=True)
 class RLSettings:
     """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
-    one engine has lives in :attr:`knobs`. Both engines' config sections (``train.rl``, ``train.verl.rl`` and a verl
-    task's row) are these fields flat: :meth:`from_flat` reads them, :meth:`flat` writes them back."""
+    one engine has lives in :attr:`knobs`. The config's one block ``train.rl`` holds these fields and each engine's
+    knobs (``train.rl.local`` / ``train.rl.verl``), a task's row ``train.task_settings.<task>.rl`` any of them; the
+    plan flattens them for one engine (:func:`pipeline_lib.plan.settings.engine_settings`), :meth:`from_flat` reads
+    that, :meth:`flat` writes it back."""
 
     steps: int
     """App. B "total training iterations"."""
@@ -260,8 +262,8 @@ SFT_KNOBS: dict[str, type] = {"local": LocalSFTKnobs, "verl": VerlSFTKnobs}
 @dataclass(frozen=True)
 class SFTSettings:
     """A supervised fine-tuning run's settings (the paper gives none: these are ours), one name each on both engines;
-    what only one engine has lives in :attr:`knobs`. ``train.sft`` and ``train.verl.sft`` (with a verl task row's
-    ``sft``) are these fields flat."""
+    what only one engine has lives in :attr:`knobs`. ``train.sft`` (each engine's knobs in ``train.sft.local`` /
+    ``train.sft.verl``, a task row's ``sft`` over it) holds these fields, flattened for one engine by the plan."""
 
     steps: int
     """Optimizer steps."""

@@ -44,7 +44,7 @@ from pipeline_lib.plan.settings import (
     opd_teacher_spec,
     reference_prompts,
     scale_config,
-    verl_tasks,
+    task_row,
 )
 
 __all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
@@ -181,17 +181,16 @@ class Plan:
 # --- which task runs where ---------------------------------------------------------------------------------------
 
 def trained_methods(config: Mapping[str, Any], task: str) -> list[str]:
-    """RL methods trained on ``task``: every ``train.methods`` entry, or on a verl task its own list
-    (``train.verl.tasks.<task>.methods``: the paper's non-verifiable tasks train only the -Sim pair)."""
+    """RL methods trained on ``task``: every ``train.methods`` entry, or the task row's own list
+    (``train.task_settings.<task>.methods``: the paper's non-verifiable tasks train only the -Sim pair)."""
     methods = list(config["train"]["methods"])
-    if task not in verl_tasks(config):
-        return methods
-    listed = config["train"]["verl"]["tasks"][task].get("methods")
+    listed = task_row(config, task).get("methods")
     if listed is None:
         return methods
     unknown = sorted(set(listed) - set(methods))
     if unknown:
-        raise PlanError(f"train.verl.tasks.{task}.methods lists {unknown}, which are not in train.methods ({methods})")
+        raise PlanError(f"train.task_settings.{task}.methods lists {unknown}, which are not in train.methods "
+                        f"({methods})")
     return list(listed)
 
 
@@ -289,14 +288,15 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
 
 def _ablation_config(config: Mapping[str, Any], task: str, group: int) -> dict[str, Any]:
     """The config of one ablation cell: M (and the ablation's step count, where set) replaced wherever the task's
-    runs read them (``train.rl`` on the local engine, the task's row on verl); its tau goes to the estimator
+    runs read them (``train.rl`` and, where it has one, the task row's ``rl``); its tau goes to the estimator
     (:func:`~pipeline_lib.plan.settings.estimator_params`, where the precedence of tau is stated)."""
     changed = copy.deepcopy(dict(config))
     steps = config["train"]["ablation"]["steps"]
-    row = changed["train"].get("verl", {}).get("tasks", {}).get(task)
-    for section in (changed["train"]["rl"], row):
-        if section is not None:
-            section |= {"group_size": group, **({"steps": steps} if steps else {})}
+    cell = {"group_size": group, **({"steps": steps} if steps else {})}
+    changed["train"]["rl"] |= cell
+    row = (changed["train"].get("task_settings") or {}).get(task)
+    if row is not None:
+        row["rl"] = {**(row.get("rl") or {}), **cell}
     return changed
 
 

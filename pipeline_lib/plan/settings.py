@@ -3,12 +3,12 @@ the other jobs (data, evaluation, generation backends).
 
 The only place that reads a run's settings from the config: the engines read the spec these functions make, never
 the config. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.core.run_spec.RLSettings`,
-:class:`~pipeline_lib.core.run_spec.SFTSettings`) are the engine's shared section (``train.rl`` / ``train.sft`` locally;
-``train.verl.rl`` / ``train.verl.sft`` on verl) with, on verl, the task's App. B row (``train.verl.tasks.<task>``)
-over it; the estimator's parameters, tau among them, are resolved by :func:`estimator_params`, whose docstring states
-their one precedence. A study that varies a setting (an ablation cell's M, a scale's base model) replaces it in its
-own copy of the config; an ablation cell's tau goes to :func:`estimator_params`. Which runs exist is decided in
-:mod:`pipeline_lib.plan.runs`.
+:class:`~pipeline_lib.core.run_spec.SFTSettings`) are the shared block (``train.rl`` / ``train.sft``: the shared
+settings and the engine's own knobs, ``local`` / ``verl``) with the task's row (``train.task_settings.<task>``, App.
+B's per-task row on the paper) over it, on either engine (:func:`engine_settings`); the estimator's parameters, tau
+among them, are resolved by :func:`estimator_params`, whose docstring states their one precedence. A study that
+varies a setting (an ablation cell's M, a scale's base model) replaces it in its own copy of the config; an ablation
+cell's tau goes to :func:`estimator_params`. Which runs exist is decided in :mod:`pipeline_lib.plan.runs`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline_lib.core.rl.estimators import check_params, takes
 from pipeline_lib.core.rl.estimators import estimator as estimator_entry
-from pipeline_lib.core.run_spec import Estimator, PlanError, RLSettings, RunSpec, SFTSettings
+from pipeline_lib.core.run_spec import ENGINES, Estimator, PlanError, RLSettings, RunSpec, SFTSettings
 
 __all__ = [
     "IMAGENET_SWEEP_KEYS",
@@ -30,6 +30,7 @@ __all__ = [
     "annotation_spec",
     "baseline_rl_spec",
     "check_estimator",
+    "engine_settings",
     "estimator_params",
     "eval_spec",
     "generation_spec",
@@ -43,6 +44,7 @@ __all__ = [
     "opd_teacher_spec",
     "reference_prompts",
     "scale_config",
+    "task_row",
     "tiny_task_spec",
     "trl_dpo_spec",
     "verl_resources",
@@ -107,19 +109,39 @@ def scale_config(config: Mapping[str, Any], name: str) -> dict[str, Any]:
 
 # --- which task trains where --------------------------------------------------------------------------------------
 
+def task_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
+    """The task's row ``train.task_settings.<task>`` (empty where it has none), read by both engines."""
+    return (config["train"].get("task_settings") or {}).get(task) or {}
+
+
 def verl_tasks(config: Mapping[str, Any]) -> list[str]:
-    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.verl.tasks`` entry (App. B settings);
-    any other task of a verl config (a tiny analogue) stays on the local engine."""
+    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.task_settings`` row (App. B settings)
+    that does not state ``engine: local``; any other task of a verl config (a tiny analogue) stays on the local
+    engine. With ``train.engine: local`` every task is local."""
     train = config["train"]
-    return list(train.get("verl", {}).get("tasks", {})) if train.get("engine") == "verl" else []
+    if train.get("engine") != "verl":
+        return []
+    return [task for task, row in (train.get("task_settings") or {}).items() if (row or {}).get("engine", "verl")
+            == "verl"]
 
 
 def _verl_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
-    tasks = config["train"]["verl"]["tasks"]
-    if task not in tasks:
-        raise PlanError(f"train.tasks has {task!r} but train.verl.tasks has no entry for it (App. B settings: "
-                        f"group_size, batch_size, steps, lengths, GPUs); configured: {sorted(tasks)}")
-    return tasks[task]
+    if task not in verl_tasks(config):
+        raise PlanError(f"train.tasks has {task!r} on verl but train.task_settings has no verl row for it (App. B "
+                        f"settings: group_size, prompts_per_step, steps, lengths, GPUs); verl tasks: "
+                        f"{sorted(verl_tasks(config))}")
+    return task_row(config, task)
+
+
+def engine_settings(config: Mapping[str, Any], task: str, concern: str, engine: str) -> dict[str, Any]:
+    """The flat settings of ``concern`` (``rl`` or ``sft``) for ``task`` on ``engine``: the shared block
+    ``train.<concern>`` and its ``<engine>`` knobs, then the task row's ``rl`` / ``sft`` and its ``<engine>`` knobs
+    over them (the row wins). The other engine's knobs are left out."""
+    flat: dict[str, Any] = {}
+    for section in (config["train"][concern], task_row(config, task).get(concern) or {}):
+        flat |= {key: value for key, value in section.items() if key not in ENGINES}
+        flat |= section.get(engine) or {}
+    return flat
 
 
 # --- estimators: the parameters each takes, and which tau wins ------------------------------------------------------
@@ -137,7 +159,7 @@ def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: flo
     """The parameters of method ``method``'s estimator on ``task``, the one home of a run's tau (the spec's
     ``estimator.params``). The precedence, stated once (also in the schema's ``train.methods`` description), for an
     estimator that takes tau: a study cell's ``tau`` (the tau x M ablation) > the task's row
-    (``train.verl.tasks.<task>.tau``, verl tasks) > the method's entry (``train.methods.<method>.tau``) > the
+    (``train.task_settings.<task>.tau``) > the method's entry (``train.methods.<method>.tau``) > the
     estimator's default (its parameter dataclass; SoftmaxGRPO has none, so a tau from nowhere is a
     :class:`PlanError`). The other parameters are the method entry's keys besides ``advantage`` and ``reward``."""
     entry = config["train"]["methods"][method]
@@ -146,13 +168,13 @@ def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: flo
         if tau is not None:
             raise PlanError(f"a tau ({tau}) for {task}/{method}, whose {entry['advantage']!r} estimator takes none")
         return params
-    row = _verl_row(config, task) if task in verl_tasks(config) else {}
+    row = task_row(config, task)
     for value in (tau, row.get("tau")):  # higher precedence first; the method entry's is already in params
         if value is not None:
             params["tau"] = value
             break
     if "tau" not in params and not _has_default(entry["advantage"], "tau"):
-        where = f"train.methods.{method}.tau" + (f" nor train.verl.tasks.{task}.tau" if row else "")
+        where = f"train.methods.{method}.tau" + (f" nor train.task_settings.{task}.tau" if row else "")
         raise PlanError(f"method {method!r} on task {task!r} uses the {entry['advantage']!r} estimator, which takes "
                         f"tau, but neither {where} is set")
     return params
@@ -165,11 +187,10 @@ def _has_default(name: str, key: str) -> bool:
 
 
 def _similarity_weights(config: Mapping[str, Any], task: str, reward: str) -> dict[str, float] | None:
-    """A similarity-reward run's reward weights (the verl row's ``similarity_weights``, else similarity alone)."""
+    """A similarity-reward run's reward weights (the task row's ``similarity_weights``, else similarity alone)."""
     if reward != "similarity":
         return None
-    row = _verl_row(config, task) if task in verl_tasks(config) else {}
-    return dict(row.get("similarity_weights") or {"similarity": 1.0})
+    return dict(task_row(config, task).get("similarity_weights") or {"similarity": 1.0})
 
 
 def _own(config: Mapping[str, Any], method: str, drop: tuple[str, ...] = ("tasks",)) -> dict[str, Any]:
@@ -178,12 +199,22 @@ def _own(config: Mapping[str, Any], method: str, drop: tuple[str, ...] = ("tasks
     return {k: v for k, v in section.items() if k not in drop}
 
 
+def _rl(config: Mapping[str, Any], task: str, engine: str) -> RLSettings:
+    return RLSettings.from_flat(engine_settings(config, task, "rl", engine), engine,
+                                f"train.rl with train.task_settings.{task}.rl ({engine})")
+
+
+def _sft(config: Mapping[str, Any], task: str, engine: str) -> SFTSettings:
+    return SFTSettings.from_flat(engine_settings(config, task, "sft", engine), engine,
+                                 f"train.sft with train.task_settings.{task}.sft ({engine})")
+
+
 # --- the local engine -------------------------------------------------------------------------------------------------
 
 def local_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
-    """SFT on the local engine: ``train.sft`` and the architecture ``train.model``."""
+    """SFT on the local engine: ``train.sft`` (with the task's row) and the architecture ``train.model``."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   sft=SFTSettings.from_flat(config["train"]["sft"], "local", "train.sft"))
+                   sft=_sft(config, task, "local"))
 
 
 def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
@@ -192,8 +223,7 @@ def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     entry = config["train"]["methods"][method]
-    return RunSpec(method=method, task=task, engine="local", rl=RLSettings.from_flat(config["train"]["rl"], "local",
-                                                                                     "train.rl"),
+    return RunSpec(method=method, task=task, engine="local", rl=_rl(config, task, "local"),
                    estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
                    reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]))
 
@@ -207,8 +237,7 @@ def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str
     """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
     the SFT settings it trains with."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   sft=SFTSettings.from_flat(config["train"]["sft"], "local", "train.sft"),
-                   baseline=_own(config, method, ("tasks", "annotator")))
+                   sft=_sft(config, task, "local"), baseline=_own(config, method, ("tasks", "annotator")))
 
 
 def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
@@ -220,8 +249,7 @@ def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) ->
     """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
     (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
     own = _own(config, method)
-    return RunSpec(method=method, task=task, engine="local", rl=RLSettings.from_flat(config["train"]["rl"], "local",
-                                                                                     "train.rl"),
+    return RunSpec(method=method, task=task, engine="local", rl=_rl(config, task, "local"),
                    estimator=Estimator(own.get("advantage", "grpo")), baseline=own)
 
 
@@ -231,54 +259,46 @@ def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
     if teacher["init"] == "sft" and teacher.get("model"):
         raise PlanError("train.baselines.opd.teacher.model overrides need init: scratch (an SFT-initialised teacher "
                         "has the SFT model's shape)")
-    sft = config["train"]["sft"]
+    sft = engine_settings(config, task, "sft", "local")
     return RunSpec(method="opd_teacher", task=task, engine="local",
                    model={**config["train"]["model"], **teacher.get("model", {})},
                    sft=SFTSettings.from_flat({**sft, "steps": teacher["steps"], "lr": teacher["lr"],
                                               "warmup_steps": min(sft["warmup_steps"], teacher["steps"] - 1)},
-                                             "local", "train.sft with train.baselines.opd.teacher"))
+                                             "local", f"train.sft with train.task_settings.{task}.sft and "
+                                             "train.baselines.opd.teacher"))
 
 
 # --- verl -------------------------------------------------------------------------------------------------------------
-
-#: Keys of a verl task row that are not run settings: which methods run, the similarity reward's weights (the spec's
-#: ``reward_weights``), the task's SFT settings (its SFT run's), and tau (the estimator's, :func:`estimator_params`).
-_ROW_PLANNING = ("methods", "similarity_weights", "sft", "tau")
-
 
 def verl_resources(config: Mapping[str, Any], task: str, trainer: str) -> dict[str, Any]:
     """Nodes and per-node GPUs of a verl job (``trainer``: sft or rl), from the same settings that become
     trainer.nnodes / n_gpus_per_node: the App. B compute setup is part of the experiment; the site-specific rest
     (CPUs, memory, runtime, partition) lives in profiles/slurm."""
-    verl = config["train"]["verl"]
-    row = _verl_row(config, task)
+    _verl_row(config, task)
     if trainer == "sft":
-        return {"nodes": 1, "gres": f"gpu:{row.get('sft', {}).get('gpus_per_node', verl['sft']['gpus_per_node'])}"}
-    merged = {**verl["rl"], **row}
+        return {"nodes": 1, "gres": f"gpu:{engine_settings(config, task, 'sft', 'verl')['gpus_per_node']}"}
+    merged = engine_settings(config, task, "rl", "verl")
     return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
 
 
 def verl_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
     """The verl SFT run of ``task`` (the start of its RL runs; Rationalization's with its own demonstrations): shared
-    ``train.verl.sft`` plus the task's ``sft``."""
+    ``train.sft`` with its verl knobs, plus the task's ``sft``."""
     verl = config["train"]["verl"]
-    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   sft=SFTSettings.from_flat({**verl["sft"], **_verl_row(config, task).get("sft", {})}, "verl",
-                                             f"train.verl.sft with train.verl.tasks.{task}.sft"),
+    _verl_row(config, task)
+    return RunSpec(method=method, task=task, engine="verl", model=verl["model"], sft=_sft(config, task, "verl"),
                    resources=verl_resources(config, task, "sft"),
                    extra_overrides=tuple(verl["extra_overrides"]["sft"]))
 
 
 def _verl_rl_settings(config: Mapping[str, Any], task: str) -> RLSettings:
-    row = _verl_row(config, task)
-    return RLSettings.from_flat({**config["train"]["verl"]["rl"], **{k: v for k, v in row.items()
-                                                                     if k not in _ROW_PLANNING}},
-                                "verl", f"train.verl.rl with train.verl.tasks.{task}")
+    _verl_row(config, task)
+    return _rl(config, task, "verl")
 
 
 def verl_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """One verl RL run: shared ``train.verl.rl``, the task's App. B row, the method's estimator and reward. Paired
-    methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
+    """One verl RL run: shared ``train.rl`` with its verl knobs, the task's App. B row, the method's estimator and
+    reward. Paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     verl, entry = config["train"]["verl"], config["train"]["methods"][method]

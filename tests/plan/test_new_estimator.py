@@ -92,7 +92,8 @@ def test_the_schema_checks_a_declared_parameter_with_its_dataclass_bounds(toy_me
 
 def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, tmp_path, monkeypatch):
     config = _config("config.yaml")
-    config["train"]["rl"].update(steps=2, prompts_per_step=2, group_size=4, minibatches=1, checkpoint_every=1)
+    config["train"]["rl"].update(steps=2, prompts_per_step=2, group_size=4, checkpoint_every=1)
+    config["train"]["rl"]["local"]["minibatches"] = 1
     run = plan_runs(config).get("train_local", f"countdown_tiny/{METHOD}/seed0")
     assert run.spec.estimator == Estimator(TOY, {"scale": SCALE, "shift": SHIFT})
     assert run.entry_module == "pipeline_lib.jobs.engines.local.rl"

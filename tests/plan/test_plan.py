@@ -85,7 +85,7 @@ def test_tau_has_one_stated_precedence_cell_then_task_row_then_method_entry():
     config = load("paper.yaml")
     for name in ("softmax_exact", "softmax_sim"):
         config["train"]["methods"][name]["tau"] = 0.7  # deepmath's row says 0.3
-    del config["train"]["verl"]["tasks"]["gsm8k"]["tau"]
+    del config["train"]["task_settings"]["gsm8k"]["tau"]
     taus = {(r.task, r.name): r.spec.tau for r in plan_runs(config).runs}
     assert taus["deepmath", "softmax_exact"] == 0.3  # the row over the method entry
     assert taus["gsm8k", "softmax_exact"] == 0.7  # no row tau: the method entry's
@@ -93,7 +93,7 @@ def test_tau_has_one_stated_precedence_cell_then_task_row_then_method_entry():
     assert estimator_params(config, "deepmath", "softmax_exact", tau=2.0) == {"tau": 2.0}
     del config["train"]["methods"]["softmax_exact"]["tau"], config["train"]["methods"]["softmax_sim"]["tau"]
     with pytest.raises(PlanError, match=r"takes tau, but neither train.methods.softmax_exact.tau nor "
-                                        r"train.verl.tasks.gsm8k.tau is set"):
+                                        r"train.task_settings.gsm8k.tau is set"):
         plan_runs(config)
     with pytest.raises(PlanError, match="takes none"):
         estimator_params(config, "gsm8k", "grpo_exact", tau=2.0)

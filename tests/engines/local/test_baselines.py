@@ -370,7 +370,7 @@ def differing(a, b):
 
 def test_paired_methods_share_every_setting_but_the_advantage():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.settings import local_rl_baseline_spec, local_rl_spec
+    from pipeline_lib.plan.settings import engine_settings, local_rl_baseline_spec, local_rl_spec
 
     config = validated()
     task = "countdown_tiny"
@@ -383,7 +383,7 @@ def test_paired_methods_share_every_setting_but_the_advantage():
     assert differing(cell.to_dict(), main.to_dict()) <= {"estimator", "rl"}
     assert differing(cell.settings, main.settings) <= {"group_size", "steps"} and cell.estimator.params == {"tau": 1.0}
     # the RL-style baselines keep every shared RL setting
-    shared = config["train"]["rl"]
+    shared = engine_settings(config, task, "rl", "local")
     for method in ("rl_logit", "raro", "opd"):
         assert local_rl_baseline_spec(config, task, method).rl.flat() == shared, method
     # the paper's configuration pairs its methods the same way

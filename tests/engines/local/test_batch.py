@@ -122,7 +122,8 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
     assert all(s["args"][s["args"].index("--seed") + 1] == "2" for s in steps)
     # a verl-trained task's evaluations keep one job each
     config["train"]["engine"] = "verl"
-    config["train"]["verl"]["tasks"] = {"arith_tiny": {}}
+    # its row states what verl computes over the miniature's shared block (group-token-mean is local only)
+    config["train"]["task_settings"] = {"arith_tiny": {"rl": {"aggregation": "token-mean"}}}
     assert "arith_tiny" not in {batch.task for batch in eval_batches(plan_runs(config, check_estimators=False),
                                                                      evaluations)}
 

@@ -202,7 +202,7 @@ def test_a_wrong_baseline_setting_fails_validation_naming_the_run(tmp_path, over
     config["train"]["baselines"]["methods"] = ["rl_logit" if "agent" in override else "opd"]
     config["train"]["ablation"]["tasks"] = config["train"]["scale"]["tasks"] = []
     config["train"]["verl"]["extra_overrides"]["rl"] = [override]
-    config["train"]["verl"]["tasks"]["gsm8k"]["methods"] = []  # only the baseline (and SFT) run: the override is theirs
+    config["train"]["task_settings"]["gsm8k"]["methods"] = []  # only the baseline (and SFT) run: the override is theirs
     with pytest.raises(VerlOverrideError, match=message):
         validate_planned_runs(config, cache_dir=tmp_path)
 

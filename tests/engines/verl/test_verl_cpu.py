@@ -86,11 +86,15 @@ def test_verl_finds_the_cpu_wheels_vllm_only_with_the_switch():
 
 
 def test_preflight_config_names_what_is_wrong(tmp_path):
-    good = {"base": "config/paper.yaml", "task": "countdown_tiny", "paper_task": "countdown", "row": {}, "sft": {},
+    good = {"base": "config/paper.yaml", "task": "countdown_tiny", "paper_task": "countdown", "row": {},
             "model": {}, "kinds": list(KINDS), "seed": 0, "val_prompts": 2}
     assert load_preflight_config(good)[0]["task"] == "countdown_tiny"
     with pytest.raises(PreflightError, match="lacks \\['row'\\]"):
         load_preflight_config({k: v for k, v in good.items() if k != "row"})
+    with pytest.raises(PreflightError, match=r"preflight.sft moved: use preflight.row.sft"):
+        load_preflight_config({**good, "sft": {"steps": 2}})
+    with pytest.raises(PreflightError, match=r"preflight.row has \['steps'\]: the row is a train.task_settings row"):
+        load_preflight_config({**good, "row": {"steps": 2}})
     with pytest.raises(PreflightError, match="unknown \\['ppo'\\]"):
         load_preflight_config({**good, "kinds": ["ppo"]})
     with pytest.raises(PreflightError, match="paper_task 'nope'"):
@@ -109,8 +113,10 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     from tests.conftest import REPO
 
     section = load_config_file(REPO / "config/preflight.yaml")["preflight"]
+    rl = section["row"]["rl"]
     section = {**section, "base": str(REPO / "config/paper.yaml"), "val_prompts": 2,
-               "row": {**section["row"], "steps": 1, "checkpoint_every": 1, "test_freq": 1}}
+               "row": {**section["row"], "rl": {**rl, "steps": 1, "checkpoint_every": 1,
+                                                "verl": {**rl["verl"], "test_freq": 1}}}}
     data = tmp_path / "results/data" / section["task"]
     data.parent.mkdir(parents=True)
     data.symlink_to(tiny / "data")

@@ -609,7 +609,7 @@ def test_every_preflight_kind_builds_its_spec_with_the_real_runs_builder_and_tra
         spec = kind_spec(kind, section, base, "/m/tiny")
         assert spec.task == section["task"] and spec.model == "/m/tiny" and spec.extra_overrides, kind
         if kind == "softmax":
-            assert spec.tau == base["train"]["verl"]["tasks"][section["paper_task"]]["tau"]
+            assert spec.tau == base["train"]["task_settings"][section["paper_task"]]["tau"]
         paths = TrainPaths(tmp_path / kind, tmp_path / "train.parquet", tmp_path / "val.parquet", tmp_path / "init")
         runs.append((kind, trainer, (sft_overrides if trainer == "sft" else rl_overrides)(spec, paths, 0)))
     assert check_override_keys(runs, cache_dir=tmp_path)["composed"] == 2

@@ -31,7 +31,7 @@ from pipeline_lib.jobs.engines.verl.raro_loop import (
 )
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
-from pipeline_lib.plan.settings import baseline_rl_spec
+from pipeline_lib.plan.settings import baseline_rl_spec, engine_settings
 from tests.conftest import MODEL
 from tests.engines.conftest import paper_config
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -383,7 +383,7 @@ def test_every_paper_raro_run_translates_and_passes_verls_validation():
     settings = config["train"]["baselines"]["raro"]
     for label, overrides in runs:
         task = label.split("/")[0]
-        row = config["train"]["verl"]["tasks"][task]
+        row = engine_settings(config, task, "rl", "verl")
         verl_config = validate_rl(overrides, label=label)
         assert verl_config.data.train_batch_size == row["prompts_per_step"] + settings["critic_prompts_per_step"]
         # one PPO update per step over both roles, as the task's GRPO run; the legacy trainer (its manager's contract)

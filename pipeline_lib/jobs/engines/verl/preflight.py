@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.cli import json_text
-from pipeline_lib.core.config import load_config_file
+from pipeline_lib.core.config import load_config_file, merge_config
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.jobs.engines.verl import cpu
@@ -39,7 +39,7 @@ from pipeline_lib.jobs.engines.verl.cpu import cpu_overrides
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths
 from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
 from pipeline_lib.plan.registry import Preflight, preflight_kinds
-from pipeline_lib.plan.settings import eval_spec
+from pipeline_lib.plan.settings import engine_settings, eval_spec, verl_tasks
 
 __all__ = ["KINDS", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
            "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind",
@@ -59,6 +59,11 @@ class PreflightError(RuntimeError):
     """A preflight job found verl not training as the real run would; the message names the kind and the check."""
 
 
+#: Keys of ``preflight.row``: a ``train.task_settings`` row's settings (its ``methods`` and ``engine`` are the
+#: preflight's own).
+ROW_KEYS = ("tau", "similarity_weights", "rl", "sft")
+
+
 def _checks(kind: str) -> Preflight:
     """What the preflight checks for ``kind``: its method's :attr:`~pipeline_lib.plan.registry.Method.preflight`."""
     found = preflight_kinds().get(kind)
@@ -70,10 +75,17 @@ def _checks(kind: str) -> Preflight:
 def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(the preflight section, the paper config it checks)``, the paper config validated by the pipeline schema."""
     section = dict(section)
-    missing = [k for k in ("base", "task", "paper_task", "row", "sft", "model", "kinds", "seed", "val_prompts")
+    missing = [k for k in ("base", "task", "paper_task", "row", "model", "kinds", "seed", "val_prompts")
                if k not in section]
     if missing:
         raise PreflightError(f"preflight config lacks {missing} (config/preflight.yaml shows each)")
+    if "sft" in section:
+        raise PreflightError("preflight.sft moved: use preflight.row.sft (verl's own SFT knobs under "
+                             "preflight.row.sft.verl), as in a train.task_settings row")
+    flat = sorted(set(section["row"]) - set(ROW_KEYS))
+    if flat:
+        raise PreflightError(f"preflight.row has {flat}: the row is a train.task_settings row merged over the paper "
+                             f"task's, with keys {list(ROW_KEYS)} (RL settings under rl, verl's knobs under rl.verl)")
     unknown = sorted(set(section["kinds"]) - set(KINDS) - {"eval"})
     if unknown:
         raise PreflightError(f"preflight.kinds has unknown {unknown}; known: {[*KINDS, 'eval']}")
@@ -82,9 +94,9 @@ def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], d
         raise PreflightError(f"preflight.base: {base_path} does not exist (the paper config the preflight checks)")
     base = load_config_file(base_path)
     validate_planned_config(base, "workflow/schemas/config.schema.yaml")
-    if section["paper_task"] not in base["train"]["verl"]["tasks"]:
-        raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a task of {base_path} "
-                             f"(train.verl.tasks: {sorted(base['train']['verl']['tasks'])})")
+    if section["paper_task"] not in verl_tasks(base):
+        raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a verl task of {base_path} "
+                             f"(rows of train.task_settings: {sorted(verl_tasks(base))})")
     return section, base
 
 
@@ -102,15 +114,15 @@ def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[
 
 
 def _preflight_paper_config(section: Mapping[str, Any], base: Mapping[str, Any], model_dir: str) -> dict[str, Any]:
-    """The paper config with the preflight task in place of the paper task: its App. B row scaled by
-    ``preflight.row``, the tiny model in place of the paper model; every other setting as the real run's."""
+    """The paper config with the preflight task in place of the paper task: its App. B row
+    (``train.task_settings.<paper_task>``) with ``preflight.row`` merged over it, key by key, the tiny model in place
+    of the paper model; every other setting as the real run's."""
     config = copy.deepcopy(dict(base))
-    verl = config["train"]["verl"]
-    row = {**verl["tasks"][section["paper_task"]], **section["row"]}
+    row = merge_config(copy.deepcopy(dict(config["train"]["task_settings"][section["paper_task"]])),
+                       copy.deepcopy(dict(section["row"])))
     row.pop("methods", None)
-    verl["tasks"] = {section["task"]: row}
-    verl["model"] = model_dir
-    verl["sft"] = {**verl["sft"], **section["sft"]}
+    config["train"]["task_settings"] = {section["task"]: row}
+    config["train"]["verl"]["model"] = model_dir
     return config
 
 
@@ -128,7 +140,8 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
         own = config["train"]["baselines"][METHODS[method].section]
         own["teacher"] = {"hub": model_dir}
         own["verl"] = {**(own.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
-        config["train"]["verl"]["tasks"][task]["gpus_per_node"] += 1
+        knobs = config["train"]["task_settings"][task].setdefault("rl", {}).setdefault("verl", {})
+        knobs["gpus_per_node"] = engine_settings(config, task, "rl", "verl")["gpus_per_node"] + 1
     spec = METHODS[method].engines["verl"].spec(config, task, method)
     cpu_settings = cpu_overrides(trainer, (spec.rl or spec.sft).knobs.gpus_per_node, dict(env_vars or {}))
     return replace(spec, extra_overrides=(*spec.extra_overrides, *cpu_settings))

@@ -1,9 +1,10 @@
 """Pipeline run spec -> Hydra overrides for ``verl.trainer.main_ppo`` (RL) and ``verl.trainer.sft_trainer`` (SFT).
 
 The verl engine's edge: a :class:`~pipeline_lib.core.run_spec.RunSpec` made by the plan (every hyperparameter from the
-config, ``train.verl`` in ``config/paper.yaml``: the App. B tables, none from a shell script) becomes verl's Hydra
-overrides here, and nowhere else. Plain Python, no verl import: the workflow translates every verl run of the plan
-at parse time (:func:`plan_overrides`) and :mod:`.validate` checks the overrides against verl's own config tree.
+config, ``train.rl`` / ``train.sft`` and the rows of ``train.task_settings``, the schema's defaults: the App. B tables,
+none from a shell script) becomes verl's Hydra overrides here, and nowhere else. Plain Python, no verl import: the
+workflow translates every verl run of the plan at parse time (:func:`plan_overrides`) and :mod:`.validate` checks the
+overrides against verl's own config tree.
 
 Two App. B rows need a reading, recorded here and in ``config/README.md``; both follow the authors' own
 configs (``softmaxgrpo/configs/base.yaml`` of jeffhernandez1995/softmaxgrpo): "rollout batch size" is verl's
