@@ -184,3 +184,75 @@ def test_a_task_row_overrides_the_shared_block_on_either_engine():
     run = plan_runs(paper, check_estimators=False).get("train_local", "gsm8k/grpo_exact/seed0")
     assert run.engine == "local" and isinstance(run.spec.rl.knobs, LocalRLKnobs)
     assert (run.spec.rl.steps, run.spec.rl.lr) == (1000, paper["train"]["rl"]["lr"])  # its row over the shared block
+
+
+# --- a baseline's own settings: one typed class per train.baselines.<name> section ---------------------------------
+
+def _field_docstrings(cls: type) -> dict[str, str]:
+    """Each dataclass field's docstring (the string literal right below it in the class body)."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {node.target.id: after.value.value for node, after in itertools.pairwise(body)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)}
+
+
+def test_each_baselines_settings_class_is_its_schema_section_field_for_field():
+    """A baseline's registry entry names its settings class; the class has one documented field per key of its
+    section ``train.baselines.<name>`` (same names), besides the keys that only plan (``planned``); a nested section
+    (OPD's ``teacher``, ``verl``) is a dataclass of its keys the same way. A baseline without a class (Base) has no
+    key besides the planned ones."""
+    from pipeline_lib.core.baselines import BaselineSettings, declared
+    from pipeline_lib.plan.registry import METHODS
+
+    schema = load_schema(SCHEMA)["properties"]["train"]["properties"]["baselines"]
+    baselines = [m for m in METHODS.values() if m.family == "baseline"]
+    assert {m.section for m in baselines} == set(schema["properties"]["methods"]["items"]["enum"])
+    for m in baselines:
+        props = schema["properties"][m.section]["properties"]
+        if m.settings is None:
+            assert set(props) == set(BaselineSettings.planned), m.name
+            continue
+        assert declared(m.section) is m.settings, m.name  # what the plan's spec builders find by the name
+        assert set(m.settings.planned) <= set(props), m.name
+        assert [f.name for f in fields(m.settings)] == [k for k in props if k not in m.settings.planned], m.name
+        for cls in (m.settings, *getattr(m.settings, "nested", {}).values()):
+            assert set(_field_docstrings(cls)) == {f.name for f in fields(cls)}, cls.__name__
+        for name, nested in getattr(m.settings, "nested", {}).items():
+            assert [f.name for f in fields(nested)] == list(props[name]["properties"]), (m.name, name)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_objective(name):
+    """Every planned run of a baseline with a settings class carries that class (the annotation job too: the STaR
+    hint; not Rationalization's verl SFT step, plain SFT on the annotation's output), its JSON names the class, no
+    other run carries any, and the ImageNet runs carry their objective and M in their own settings."""
+    from pipeline_lib.plan.registry import METHODS
+
+    config = validate_config(load_config_file(REPO / "config" / name), SCHEMA, base_dir=REPO)
+    runs = plan_runs(config, check_estimators=False).runs
+    typed = [run for run in runs if run.method in METHODS and METHODS[run.method].settings is not None
+             and run.name == run.method and run.verl_kind != "sft"]
+    assert {run.method for run in typed} == {"rationalization", "iterative_dpo", "rl_logit", "raro", "opd"}
+    for run in typed:
+        cls = METHODS[run.method].settings
+        assert type(run.spec.baseline) is cls, run.key
+        assert run.spec.to_dict()["baseline"]["type"] == f"{cls.__module__}:{cls.__name__}"
+    assert all(run.spec.baseline is None for run in runs if run not in typed)
+    imagenet = [run for run in runs if run.job == "train_imagenet"]
+    assert imagenet and all(run.spec.imagenet["objective"] == run.method and
+                            run.name == f"{run.method}/m{run.spec.imagenet['rollouts']}" for run in imagenet)
+
+
+def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
+    spec = {"method": "raro", "task": "t", "engine": "local"}
+    with pytest.raises(PlanError, match=r"run spec t/raro baseline: 'os:path' is not a BaselineSettings class"):
+        RunSpec.from_dict(spec | {"baseline": {"type": "os:path", "settings": {}}})
+    with pytest.raises(PlanError, match=r"run spec t/raro baseline \(RaroSettings\): lacks \['advantage'"):
+        RunSpec.from_dict(spec | {"baseline": {"type": "pipeline_lib.core.baselines:RaroSettings", "settings": {}}})
+    with pytest.raises(PlanError, match="baseline must be a BaselineSettings or None"):
+        RunSpec(method="raro", task="t", engine="local", baseline={"advantage": "grpo"})

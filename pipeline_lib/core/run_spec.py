@@ -6,7 +6,8 @@ its own edge: the local trainers take their arguments from it (``pipeline_lib.jo
 turns it into Hydra overrides (:mod:`pipeline_lib.jobs.engines.verl.translate`). Nothing downstream re-reads the config.
 
 The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
-each engine's own knobs in ``knobs``) and cross as JSON with the spec. The estimator's parameters live in one mapping
+each engine's own knobs in ``knobs``; a baseline's own section as its class of :mod:`pipeline_lib.core.baselines`)
+and cross as JSON with the spec. The estimator's parameters live in one mapping
 (:attr:`Estimator.params`), tau among them under the name ``tau``: config -> plan -> spec -> estimator, one name on
 both engines, one home per run.
 """
@@ -18,6 +19,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
+
+from pipeline_lib.core.baselines import BaselineSettings, SettingsError, from_json_value, to_json_value
 
 __all__ = ["AGGREGATIONS", "ENGINES", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "LocalSFTKnobs",
            "PlanError", "RLSettings", "RunSpec", "SFTSettings", "VerlRLKnobs", "VerlSFTKnobs"]
@@ -314,16 +317,18 @@ class RunSpec:
     """The SFT settings (SFT, Rationalization's SFT, the OPD teacher): the engine's SFT section with, on verl, the
     task's ``sft`` row."""
     imagenet: dict[str, Any] | None = None
-    """An ImageNet classifier run's settings (the ``imagenet`` section without its sweep keys), as that section
-    states them."""
+    """An ImageNet classifier run's settings: the ``imagenet`` section without its sweep keys and its estimator's
+    parameters, as that section states them, plus this run's ``objective`` and ``rollouts`` (M)."""
     estimator: Estimator | None = None
     """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
     reward: str | None = None
     """``verifier`` or ``similarity`` (group-RL runs); None where the run has no task reward of its own choosing."""
     reward_weights: dict[str, float] | None = None
     """Reward component weights (similarity-reward runs); None: the task's verifier reward as it is."""
-    baseline: dict[str, Any] = field(default_factory=dict)
-    """A baseline's own settings (its ``train.baselines.<name>`` section, as the method reads them)."""
+    baseline: BaselineSettings | None = None
+    """A baseline's own settings: its ``train.baselines.<name>`` section as the typed class its registry entry names
+    (:mod:`pipeline_lib.core.baselines`: Rationalization's STaR hint, Iterative DPO's rounds, RARO's critic, ...);
+    None for a run without one."""
     generation: dict[str, Any] | None = None
     """How a GPU baseline generates (evaluation backend and sampling): Rationalization's annotator, Iterative DPO."""
     resources: dict[str, Any] = field(default_factory=dict)
@@ -346,18 +351,21 @@ class RunSpec:
                 raise PlanError(f"run spec {self.task}/{self.method}: {name} must be {cls.__name__} or None")
         if self.rl is not None and self.sft is not None:
             raise PlanError(f"run spec {self.task}/{self.method}: a run has group-RL or SFT settings, not both")
-        for name in ("baseline", "resources"):
-            if not isinstance(getattr(self, name), dict):
-                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be a mapping")
+        if self.baseline is not None and not isinstance(self.baseline, BaselineSettings):
+            raise PlanError(f"run spec {self.task}/{self.method}: baseline must be a BaselineSettings or None")
+        if not isinstance(self.resources, dict):
+            raise PlanError(f"run spec {self.task}/{self.method}: resources must be a mapping")
         if self.imagenet is not None and not isinstance(self.imagenet, dict):
             raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be a mapping or None")
         if not isinstance(self.extra_overrides, tuple):
             object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
-        for name in ("model", "imagenet", "reward_weights", "baseline", "generation", "resources"):
+        for name in ("model", "imagenet", "reward_weights", "generation", "resources"):
             _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
         for name in ("rl", "sft"):
             if getattr(self, name) is not None:
                 _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name).flat())
+        if self.baseline is not None:
+            _json_value(f"run spec {self.task}/{self.method} baseline", self.baseline.to_dict())
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -373,7 +381,12 @@ class RunSpec:
         return None if self.estimator is None else self.estimator.params.get("tau")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON form: :func:`dataclasses.asdict`, with :attr:`baseline` recording its class
+        (:func:`pipeline_lib.core.baselines.to_json_value`) and, where the run has none, ``{}``, as before it was
+        typed (an unchanged spec reruns nothing)."""
+        data = asdict(self)
+        data["baseline"] = {} if self.baseline is None else to_json_value(self.baseline)
+        return data
 
     def to_json(self) -> str:
         """The spec as one JSON argument (``--spec``); :meth:`from_json` reads it back equal."""
@@ -391,6 +404,10 @@ class RunSpec:
         for name, typed in (("rl", RLSettings), ("sft", SFTSettings)):
             if data.get(name) is not None:
                 data[name] = typed.from_dict(data[name], data.get("engine"), f"{where} {name}")
+        try:
+            data["baseline"] = from_json_value(data["baseline"], f"{where} baseline") if data.get("baseline") else None
+        except SettingsError as error:
+            raise PlanError(str(error)) from None
         data["extra_overrides"] = tuple(data.get("extra_overrides", ()))
         return cls(**data)
 

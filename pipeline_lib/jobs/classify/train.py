@@ -200,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_json(args.spec)
     if spec.estimator is not None and spec.estimator.name != args.objective:
         raise SystemExit(f"--objective {args.objective} but the spec's estimator is {spec.estimator.name!r}")
-    train(dict(spec.imagenet or {}), args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
+    settings = dict(spec.imagenet or {})
+    run = {"objective": settings.pop("objective", args.objective), "rollouts": settings.pop("rollouts", args.rollouts)}
+    if run != {"objective": args.objective, "rollouts": args.rollouts}:
+        raise SystemExit(f"--objective {args.objective} --rollouts {args.rollouts} but the spec's imagenet settings "
+                         f"say {run}")
+    train(settings, args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
           params=spec.estimator.params if spec.estimator else None)
     return 0
 
