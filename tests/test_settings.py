@@ -6,11 +6,13 @@ JSON, and a config still using a name or a place from before is told the new one
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.config import RENAMED_KEYS, ConfigError, load_config_file, load_schema, validate_config
 from pipeline_lib.core.run_spec import (
     AGGREGATIONS,
@@ -256,3 +258,35 @@ def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
         RunSpec.from_dict(spec | {"baseline": {"type": "pipeline_lib.core.baselines:RaroSettings", "settings": {}}})
     with pytest.raises(PlanError, match="baseline must be a BaselineSettings or None"):
         RunSpec(method="raro", task="t", engine="local", baseline={"advantage": "grpo"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ToySettings(BaselineSettings):
+    """A baseline defined outside the package's modules, as a user would."""
+
+    depth: int
+    """How deep the toy baseline looks."""
+
+
+def test_a_registered_baselines_settings_class_is_declared_built_and_read_back_from_its_json():
+    """``register(baseline(..., settings=...))`` declares the class for its section, the plan's builder reads the
+    section as that class, a spec's JSON names it and reads back the same type; ``unregister`` forgets it."""
+    from pipeline_lib.core.baselines import declared
+    from pipeline_lib.plan.registry import Entry, baseline, register, unregister
+    from pipeline_lib.plan.settings import baseline_settings, local_dpo_spec
+
+    entry = Entry("train_local", "pipeline_lib.jobs.engines.local.dpo", lambda c, spec: None, local_dpo_spec)
+    register(baseline("toy_baseline", "Toy", entry, entry, ToySettings))
+    try:
+        assert declared("toy_baseline") is ToySettings
+        config = {"train": {"baselines": {"toy_baseline": {"tasks": ["gsm8k"], "depth": 3}}}}
+        assert baseline_settings(config, "toy_baseline") == ToySettings(depth=3)  # tasks only plans
+        spec = local_dpo_spec(config, "gsm8k", "toy_baseline")
+        assert spec.to_dict()["baseline"] == {"type": f"{__name__}:ToySettings", "settings": {"depth": 3}}
+        again = RunSpec.from_json(spec.to_json())
+        assert again == spec and type(again.baseline) is ToySettings
+        with pytest.raises(PlanError, match=r"toy_baseline: lacks \['depth'\] / has unknown \['deep'\]"):
+            baseline_settings({"train": {"baselines": {"toy_baseline": {"deep": 3}}}}, "toy_baseline")
+    finally:
+        unregister("toy_baseline")
+    assert declared("toy_baseline") is None
