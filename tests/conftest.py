@@ -260,14 +260,21 @@ def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: boo
 # --- the ImageNet objective study on a synthetic problem ------------------------------------------------------------
 
 CLASSIFY_SPEC = {
-    "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,
-                "seed": 3},
+    "dataset": {"kind": "synthetic", "root": None, "expected_classes": None, "n_classes": 10, "dim": 8, "n_train": 256,
+                "n_val": 128, "noise": 1.0, "seed": 3},
     "model": {"kind": "mlp", "hidden": 16}, "epochs": 2, "batch_size": 32, "eval_batch_size": 128, "lr": 0.1,
     "momentum": 0.9, "weight_decay": 1e-4, "warmup_epochs": 1, "eval_every": 4, "checkpoint_every": 5,
     "pass_k": [4], "num_workers": 0,
 }
 #: The softmax objective's estimator parameters in those tests (a run spec's ``estimator.params``).
 CLASSIFY_PARAMS = {"tau": 0.2}
+
+
+def classify_spec(objective: str, rollouts: int, **changes):
+    """The typed settings of one run of those tests (``changes``: run keys replaced, e.g. ``lr=0.05``)."""
+    from pipeline_lib.core.run_spec import ImageNetSettings
+
+    return ImageNetSettings.from_dict({**CLASSIFY_SPEC, **changes, "objective": objective, "rollouts": rollouts})
 
 
 def final_parameters(run_dir):

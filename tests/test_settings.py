@@ -246,8 +246,8 @@ def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_o
         assert run.spec.to_dict()["baseline"]["type"] == f"{cls.__module__}:{cls.__name__}"
     assert all(run.spec.baseline is None for run in runs if run not in typed)
     imagenet = [run for run in runs if run.job == "train_imagenet"]
-    assert imagenet and all(run.spec.imagenet["objective"] == run.method and
-                            run.name == f"{run.method}/m{run.spec.imagenet['rollouts']}" for run in imagenet)
+    assert imagenet and all(run.spec.imagenet.objective == run.method and
+                            run.name == f"{run.method}/m{run.spec.imagenet.rollouts}" for run in imagenet)
 
 
 def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
@@ -290,3 +290,62 @@ def test_a_registered_baselines_settings_class_is_declared_built_and_read_back_f
     finally:
         unregister("toy_baseline")
     assert declared("toy_baseline") is None
+
+
+# --- an ImageNet-study run's settings: one typed class for the imagenet section -----------------------------------
+
+def test_the_imagenet_settings_class_is_the_sections_run_keys_field_for_field():
+    """:class:`ImageNetSettings` has one documented field per key of the ``imagenet`` section that one run reads (same
+    names, same order), besides the keys that choose which runs exist and the estimators' parameters (``tau``: the
+    spec's estimator), plus the run's ``objective`` and ``rollouts``; ``dataset`` and ``model`` are dataclasses of
+    their sections' keys the same way."""
+    from pipeline_lib.core.rl.estimators import schema_properties
+    from pipeline_lib.core.run_spec import IMAGENET_RUN_FIELDS, ImageNetDataset, ImageNetModel, ImageNetSettings
+    from pipeline_lib.plan.settings import IMAGENET_SWEEP_KEYS
+
+    props = load_schema(SCHEMA)["properties"]["imagenet"]["properties"]
+    run_keys = [k for k in props if k not in IMAGENET_SWEEP_KEYS and k not in schema_properties()]
+    assert "tau" in props and "tau" not in run_keys
+    assert [f.name for f in fields(ImageNetSettings)] == [*run_keys, *IMAGENET_RUN_FIELDS]
+    for name, cls in (("dataset", ImageNetDataset), ("model", ImageNetModel)):
+        assert [f.name for f in fields(cls)] == list(props[name]["properties"]), name
+    for cls in (ImageNetSettings, ImageNetDataset, ImageNetModel):
+        assert set(_field_docstrings(cls)) == {f.name for f in fields(cls)}, cls.__name__
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_imagenet_runs_carry_typed_settings_whose_json_and_digest_are_as_before(name):
+    """Every ImageNet run carries :class:`ImageNetSettings`; its JSON is the flat mapping the spec carried before it
+    was typed (the section's run keys, ``objective``, ``rollouts``), so the plan's commands and the trainer's resume
+    digest (:meth:`ImageNetSettings.run_settings`) are unchanged, and it reads back equal and of the same types."""
+    from pipeline_lib.core.rl.estimators import schema_properties
+    from pipeline_lib.core.run_spec import ImageNetDataset, ImageNetModel, ImageNetSettings
+    from pipeline_lib.plan.settings import imagenet_run_spec
+
+    config = validate_config(load_config_file(REPO / "config" / name), SCHEMA, base_dir=REPO)
+    before = {k: v for k, v in imagenet_run_spec(config["imagenet"]).items() if k not in schema_properties()}
+    runs = [run for run in plan_runs(config, check_estimators=False).runs if run.job == "train_imagenet"]
+    assert runs
+    for run in runs:
+        settings = run.spec.imagenet
+        assert type(settings) is ImageNetSettings
+        assert (type(settings.dataset), type(settings.model)) == (ImageNetDataset, ImageNetModel)
+        assert settings.run_settings() == before
+        assert run.spec.to_dict()["imagenet"] == {**before, "objective": run.method, "rollouts": settings.rollouts}
+        again = RunSpec.from_json(run.spec.to_json())
+        assert again == run.spec and type(again.imagenet.dataset) is ImageNetDataset
+
+
+def test_imagenet_settings_that_are_not_the_sections_are_refused():
+    from pipeline_lib.core.run_spec import ImageNetSettings
+    from tests.conftest import CLASSIFY_SPEC
+
+    flat = {**CLASSIFY_SPEC, "objective": "grpo", "rollouts": 4}
+    assert ImageNetSettings.from_dict(flat).to_dict() == flat
+    with pytest.raises(PlanError, match=r"imagenet: lacks \['lr'\] / has unknown \['tau'\]"):
+        ImageNetSettings.from_dict({k: v for k, v in flat.items() if k != "lr"} | {"tau": 0.2}, "imagenet")
+    with pytest.raises(PlanError, match=r"imagenet.dataset: lacks \['seed'\]"):
+        ImageNetSettings.from_dict(flat | {"dataset": {k: v for k, v in flat["dataset"].items() if k != "seed"}},
+                                   "imagenet")
+    with pytest.raises(PlanError, match="imagenet must be ImageNetSettings or None"):
+        RunSpec(method="grpo", task="imagenet", engine="classify", imagenet=flat)

@@ -28,7 +28,7 @@ from typing import Any
 from pipeline_lib.core.cli import file_args
 from pipeline_lib.core.config import ConfigError, validate_config
 from pipeline_lib.core.rl.estimators import params_from, schema_properties
-from pipeline_lib.core.run_spec import Estimator, RunSpec
+from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
@@ -372,9 +372,9 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
         for rollouts in [0] if estimator is None else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
-                spec = RunSpec(method=objective, task="imagenet", engine="classify",
-                               imagenet={**settings, "objective": objective, "rollouts": rollouts},
-                               estimator=estimator)
+                spec = RunSpec(method=objective, task="imagenet", engine="classify", estimator=estimator,
+                               imagenet=ImageNetSettings.from_dict({**settings, "objective": objective,
+                                                                    "rollouts": rollouts}, "imagenet"))
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", _spec_json(spec),
