@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.run_spec import Estimator, RLSettings, RunSpec, SFTSettings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,14 +167,38 @@ def sft_spec(**changes: Any) -> RunSpec:
 
 
 def rl_spec(advantage: str = "softmax", params: dict | None = None, reward_weights: dict | None = None,
-            baseline: dict | None = None, method: str = "softmax_sim", **changes: Any) -> RunSpec:
+            baseline: BaselineSettings | None = None, method: str = "softmax_sim", **changes: Any) -> RunSpec:
     """A local group-RL run's spec on the tiny shapes: :data:`RL` with ``changes`` (flat setting names), SoftmaxGRPO
     (tau 0.3) on the similarity reward unless told otherwise."""
     return RunSpec(method=method, task="countdown_tiny", engine="local",
                    rl=RLSettings.from_flat({**RL, **changes}, "local"),
                    estimator=Estimator(advantage, {"tau": 0.3} if params is None else params),
                    reward_weights={"similarity": 1.0} if reward_weights is None else reward_weights or None,
-                   baseline=baseline or {})
+                   baseline=baseline)
+
+
+def schema_defaults(node: dict) -> Any:
+    """A schema node's default, with its properties' defaults filled in (as the validator fills a config)."""
+    if "properties" not in node:
+        return node.get("default")
+    return {**(node.get("default") or {}), **{key: schema_defaults(child) for key, child in node["properties"].items()}}
+
+
+def baseline_section_schema(method: str) -> dict:
+    """The schema node of ``train.baselines.<method>``."""
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    return schema["properties"]["train"]["properties"]["baselines"]["properties"][method]
+
+
+def baseline_settings(method: str, **values: Any) -> BaselineSettings:
+    """A baseline's typed settings (its registry entry's class): the schema's defaults of ``train.baselines.<method>``
+    with ``values`` over them."""
+    from pipeline_lib.plan.registry import METHODS
+
+    section = schema_defaults(baseline_section_schema(method)) | values
+    return METHODS[method].settings.from_section(section, f"tests: train.baselines.{method}")
 
 
 @pytest.fixture(scope="module")
@@ -235,14 +260,21 @@ def rollout_batch(seed: int, n_groups: int = 5, group_size: int = 6, binary: boo
 # --- the ImageNet objective study on a synthetic problem ------------------------------------------------------------
 
 CLASSIFY_SPEC = {
-    "dataset": {"kind": "synthetic", "n_classes": 10, "dim": 8, "n_train": 256, "n_val": 128, "noise": 1.0,
-                "seed": 3},
+    "dataset": {"kind": "synthetic", "root": None, "expected_classes": None, "n_classes": 10, "dim": 8, "n_train": 256,
+                "n_val": 128, "noise": 1.0, "seed": 3},
     "model": {"kind": "mlp", "hidden": 16}, "epochs": 2, "batch_size": 32, "eval_batch_size": 128, "lr": 0.1,
     "momentum": 0.9, "weight_decay": 1e-4, "warmup_epochs": 1, "eval_every": 4, "checkpoint_every": 5,
     "pass_k": [4], "num_workers": 0,
 }
 #: The softmax objective's estimator parameters in those tests (a run spec's ``estimator.params``).
 CLASSIFY_PARAMS = {"tau": 0.2}
+
+
+def classify_spec(objective: str, rollouts: int, **changes):
+    """The typed settings of one run of those tests (``changes``: run keys replaced, e.g. ``lr=0.05``)."""
+    from pipeline_lib.core.run_spec import ImageNetSettings
+
+    return ImageNetSettings.from_dict({**CLASSIFY_SPEC, **changes, "objective": objective, "rollouts": rollouts})
 
 
 def final_parameters(run_dir):

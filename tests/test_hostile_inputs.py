@@ -17,7 +17,7 @@ from pipeline_lib.core.checkpoint import MetricsLog
 
 def _kill_after_step_10(monkeypatch, run_dir):
     from pipeline_lib.jobs.classify import train as train_module
-    from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC
+    from tests.conftest import CLASSIFY_PARAMS, classify_spec
 
     real_save = train_module.save_checkpoint
 
@@ -28,17 +28,17 @@ def _kill_after_step_10(monkeypatch, run_dir):
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, run_dir, progress=False, params=CLASSIFY_PARAMS)
+        train_module.train(classify_spec("softmax", 8), 0, run_dir, progress=False, params=CLASSIFY_PARAMS)
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
 
 
 @pytest.mark.parametrize("damage", ["torn_metrics_line", "truncated_checkpoint", "binary_metrics_tail"])
 def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_run(tmp_path, monkeypatch, damage):
     from pipeline_lib.jobs.classify import train as train_module
-    from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, final_parameters
+    from tests.conftest import CLASSIFY_PARAMS, classify_spec, final_parameters
 
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False, params=CLASSIFY_PARAMS)
+    train_module.train(classify_spec("softmax", 8), 0, straight, progress=False, params=CLASSIFY_PARAMS)
     _kill_after_step_10(monkeypatch, interrupted)
     metrics, checkpoint = interrupted / "metrics.jsonl", interrupted / "checkpoint.pt"
     if damage == "torn_metrics_line":  # the writer died mid-line (or the disk filled)
@@ -48,7 +48,7 @@ def test_a_rerun_after_a_killed_writer_finishes_and_matches_the_uninterrupted_ru
     else:
         checkpoint.write_bytes(checkpoint.read_bytes()[: checkpoint.stat().st_size // 2])
     for _ in range(2):  # the rerun, and a forced rerun of a finished run, both finish
-        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
+        train_module.train(classify_spec("softmax", 8), 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
     for key, value in final_parameters(straight).items():
         torch.testing.assert_close(value, final_parameters(interrupted)[key])
     assert (straight / "metrics.jsonl").read_text() == metrics.read_text()

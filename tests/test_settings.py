@@ -6,11 +6,13 @@ JSON, and a config still using a name or a place from before is told the new one
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
+from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.config import RENAMED_KEYS, ConfigError, load_config_file, load_schema, validate_config
 from pipeline_lib.core.run_spec import (
     AGGREGATIONS,
@@ -184,3 +186,166 @@ def test_a_task_row_overrides_the_shared_block_on_either_engine():
     run = plan_runs(paper, check_estimators=False).get("train_local", "gsm8k/grpo_exact/seed0")
     assert run.engine == "local" and isinstance(run.spec.rl.knobs, LocalRLKnobs)
     assert (run.spec.rl.steps, run.spec.rl.lr) == (1000, paper["train"]["rl"]["lr"])  # its row over the shared block
+
+
+# --- a baseline's own settings: one typed class per train.baselines.<name> section ---------------------------------
+
+def _field_docstrings(cls: type) -> dict[str, str]:
+    """Each dataclass field's docstring (the string literal right below it in the class body)."""
+    import ast
+    import inspect
+    import itertools
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    return {node.target.id: after.value.value for node, after in itertools.pairwise(body)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)}
+
+
+def test_each_baselines_settings_class_is_its_schema_section_field_for_field():
+    """A baseline's registry entry names its settings class; the class has one documented field per key of its
+    section ``train.baselines.<name>`` (same names), besides the keys that only plan (``planned``); a nested section
+    (OPD's ``teacher``, ``verl``) is a dataclass of its keys the same way. A baseline without a class (Base) has no
+    key besides the planned ones."""
+    from pipeline_lib.core.baselines import BaselineSettings, declared
+    from pipeline_lib.plan.registry import METHODS
+
+    schema = load_schema(SCHEMA)["properties"]["train"]["properties"]["baselines"]
+    baselines = [m for m in METHODS.values() if m.family == "baseline"]
+    assert {m.section for m in baselines} == set(schema["properties"]["methods"]["items"]["enum"])
+    for m in baselines:
+        props = schema["properties"][m.section]["properties"]
+        if m.settings is None:
+            assert set(props) == set(BaselineSettings.planned), m.name
+            continue
+        assert declared(m.section) is m.settings, m.name  # what the plan's spec builders find by the name
+        assert set(m.settings.planned) <= set(props), m.name
+        assert [f.name for f in fields(m.settings)] == [k for k in props if k not in m.settings.planned], m.name
+        for cls in (m.settings, *getattr(m.settings, "nested", {}).values()):
+            assert set(_field_docstrings(cls)) == {f.name for f in fields(cls)}, cls.__name__
+        for name, nested in getattr(m.settings, "nested", {}).items():
+            assert [f.name for f in fields(nested)] == list(props[name]["properties"]), (m.name, name)
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_objective(name):
+    """Every planned run of a baseline with a settings class carries that class (the annotation job too: the STaR
+    hint; not Rationalization's verl SFT step, plain SFT on the annotation's output), its JSON names the class, no
+    other run carries any, and the ImageNet runs carry their objective and M in their own settings."""
+    from pipeline_lib.plan.registry import METHODS
+
+    config = validate_config(load_config_file(REPO / "config" / name), SCHEMA, base_dir=REPO)
+    runs = plan_runs(config, check_estimators=False).runs
+    typed = [run for run in runs if run.method in METHODS and METHODS[run.method].settings is not None
+             and run.name == run.method and run.verl_kind != "sft"]
+    assert {run.method for run in typed} == {"rationalization", "iterative_dpo", "rl_logit", "raro", "opd"}
+    for run in typed:
+        cls = METHODS[run.method].settings
+        assert type(run.spec.baseline) is cls, run.key
+        assert run.spec.to_dict()["baseline"]["type"] == f"{cls.__module__}:{cls.__name__}"
+    assert all(run.spec.baseline is None for run in runs if run not in typed)
+    imagenet = [run for run in runs if run.job == "train_imagenet"]
+    assert imagenet and all(run.spec.imagenet.objective == run.method and
+                            run.name == f"{run.method}/m{run.spec.imagenet.rollouts}" for run in imagenet)
+
+
+def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
+    spec = {"method": "raro", "task": "t", "engine": "local"}
+    with pytest.raises(PlanError, match=r"run spec t/raro baseline: 'os:path' is not a BaselineSettings class"):
+        RunSpec.from_dict(spec | {"baseline": {"type": "os:path", "settings": {}}})
+    with pytest.raises(PlanError, match=r"run spec t/raro baseline \(RaroSettings\): lacks \['advantage'"):
+        RunSpec.from_dict(spec | {"baseline": {"type": "pipeline_lib.core.baselines:RaroSettings", "settings": {}}})
+    with pytest.raises(PlanError, match="baseline must be a BaselineSettings or None"):
+        RunSpec(method="raro", task="t", engine="local", baseline={"advantage": "grpo"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ToySettings(BaselineSettings):
+    """A baseline defined outside the package's modules, as a user would."""
+
+    depth: int
+    """How deep the toy baseline looks."""
+
+
+def test_a_registered_baselines_settings_class_is_declared_built_and_read_back_from_its_json():
+    """``register(baseline(..., settings=...))`` declares the class for its section, the plan's builder reads the
+    section as that class, a spec's JSON names it and reads back the same type; ``unregister`` forgets it."""
+    from pipeline_lib.core.baselines import declared
+    from pipeline_lib.plan.registry import Entry, baseline, register, unregister
+    from pipeline_lib.plan.settings import baseline_settings, local_dpo_spec
+
+    entry = Entry("train_local", "pipeline_lib.jobs.engines.local.dpo", lambda c, spec: None, local_dpo_spec)
+    register(baseline("toy_baseline", "Toy", entry, entry, ToySettings))
+    try:
+        assert declared("toy_baseline") is ToySettings
+        config = {"train": {"baselines": {"toy_baseline": {"tasks": ["gsm8k"], "depth": 3}}}}
+        assert baseline_settings(config, "toy_baseline") == ToySettings(depth=3)  # tasks only plans
+        spec = local_dpo_spec(config, "gsm8k", "toy_baseline")
+        assert spec.to_dict()["baseline"] == {"type": f"{__name__}:ToySettings", "settings": {"depth": 3}}
+        again = RunSpec.from_json(spec.to_json())
+        assert again == spec and type(again.baseline) is ToySettings
+        with pytest.raises(PlanError, match=r"toy_baseline: lacks \['depth'\] / has unknown \['deep'\]"):
+            baseline_settings({"train": {"baselines": {"toy_baseline": {"deep": 3}}}}, "toy_baseline")
+    finally:
+        unregister("toy_baseline")
+    assert declared("toy_baseline") is None
+
+
+# --- an ImageNet-study run's settings: one typed class for the imagenet section -----------------------------------
+
+def test_the_imagenet_settings_class_is_the_sections_run_keys_field_for_field():
+    """:class:`ImageNetSettings` has one documented field per key of the ``imagenet`` section that one run reads (same
+    names, same order), besides the keys that choose which runs exist and the estimators' parameters (``tau``: the
+    spec's estimator), plus the run's ``objective`` and ``rollouts``; ``dataset`` and ``model`` are dataclasses of
+    their sections' keys the same way."""
+    from pipeline_lib.core.rl.estimators import schema_properties
+    from pipeline_lib.core.run_spec import IMAGENET_RUN_FIELDS, ImageNetDataset, ImageNetModel, ImageNetSettings
+    from pipeline_lib.plan.settings import IMAGENET_SWEEP_KEYS
+
+    props = load_schema(SCHEMA)["properties"]["imagenet"]["properties"]
+    run_keys = [k for k in props if k not in IMAGENET_SWEEP_KEYS and k not in schema_properties()]
+    assert "tau" in props and "tau" not in run_keys
+    assert [f.name for f in fields(ImageNetSettings)] == [*run_keys, *IMAGENET_RUN_FIELDS]
+    for name, cls in (("dataset", ImageNetDataset), ("model", ImageNetModel)):
+        assert [f.name for f in fields(cls)] == list(props[name]["properties"]), name
+    for cls in (ImageNetSettings, ImageNetDataset, ImageNetModel):
+        assert set(_field_docstrings(cls)) == {f.name for f in fields(cls)}, cls.__name__
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
+def test_imagenet_runs_carry_typed_settings_whose_json_and_digest_are_as_before(name):
+    """Every ImageNet run carries :class:`ImageNetSettings`; its JSON is the flat mapping the spec carried before it
+    was typed (the section's run keys, ``objective``, ``rollouts``), so the plan's commands and the trainer's resume
+    digest (:meth:`ImageNetSettings.run_settings`) are unchanged, and it reads back equal and of the same types."""
+    from pipeline_lib.core.rl.estimators import schema_properties
+    from pipeline_lib.core.run_spec import ImageNetDataset, ImageNetModel, ImageNetSettings
+    from pipeline_lib.plan.settings import imagenet_run_spec
+
+    config = validate_config(load_config_file(REPO / "config" / name), SCHEMA, base_dir=REPO)
+    before = {k: v for k, v in imagenet_run_spec(config["imagenet"]).items() if k not in schema_properties()}
+    runs = [run for run in plan_runs(config, check_estimators=False).runs if run.job == "train_imagenet"]
+    assert runs
+    for run in runs:
+        settings = run.spec.imagenet
+        assert type(settings) is ImageNetSettings
+        assert (type(settings.dataset), type(settings.model)) == (ImageNetDataset, ImageNetModel)
+        assert settings.run_settings() == before
+        assert run.spec.to_dict()["imagenet"] == {**before, "objective": run.method, "rollouts": settings.rollouts}
+        again = RunSpec.from_json(run.spec.to_json())
+        assert again == run.spec and type(again.imagenet.dataset) is ImageNetDataset
+
+
+def test_imagenet_settings_that_are_not_the_sections_are_refused():
+    from pipeline_lib.core.run_spec import ImageNetSettings
+    from tests.conftest import CLASSIFY_SPEC
+
+    flat = {**CLASSIFY_SPEC, "objective": "grpo", "rollouts": 4}
+    assert ImageNetSettings.from_dict(flat).to_dict() == flat
+    with pytest.raises(PlanError, match=r"imagenet: lacks \['lr'\] / has unknown \['tau'\]"):
+        ImageNetSettings.from_dict({k: v for k, v in flat.items() if k != "lr"} | {"tau": 0.2}, "imagenet")
+    with pytest.raises(PlanError, match=r"imagenet.dataset: lacks \['seed'\]"):
+        ImageNetSettings.from_dict(flat | {"dataset": {k: v for k, v in flat["dataset"].items() if k != "seed"}},
+                                   "imagenet")
+    with pytest.raises(PlanError, match="imagenet must be ImageNetSettings or None"):
+        RunSpec(method="grpo", task="imagenet", engine="classify", imagenet=flat)

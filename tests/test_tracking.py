@@ -390,12 +390,11 @@ def test_the_imagenet_study_logs_its_evaluations_to_the_store(tmp_path):
     of metrics.jsonl; the plan gives each ImageNet run its tracking settings."""
     from pipeline_lib.jobs.classify import train as classify_train
     from pipeline_lib.plan import plan_runs
-    from tests.conftest import CLASSIFY_PARAMS
-    from tests.conftest import CLASSIFY_SPEC as SPEC
+    from tests.conftest import CLASSIFY_PARAMS, classify_spec
 
     tracking = TrackingSettings(("tensorboard",), str(tmp_path / "tracking"), "softmaxgrpo",
                                 "imagenet/softmax/m8/seed0")
-    classify_train.train(SPEC, "softmax", 8, 0, tmp_path / "run", progress=False, params=CLASSIFY_PARAMS,
+    classify_train.train(classify_spec("softmax", 8), 0, tmp_path / "run", progress=False, params=CLASSIFY_PARAMS,
                          tracking=tracking)
     records = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
     store = event_scalars(tracking.run_dir())

@@ -6,7 +6,9 @@ its own edge: the local trainers take their arguments from it (``pipeline_lib.jo
 turns it into Hydra overrides (:mod:`pipeline_lib.jobs.engines.verl.translate`). Nothing downstream re-reads the config.
 
 The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
-each engine's own knobs in ``knobs``) and cross as JSON with the spec. The estimator's parameters live in one mapping
+each engine's own knobs in ``knobs``; a baseline's own section as its class of :mod:`pipeline_lib.core.baselines`;
+an ImageNet-study run's as :class:`ImageNetSettings`)
+and cross as JSON with the spec. The estimator's parameters live in one mapping
 (:attr:`Estimator.params`), tau among them under the name ``tau``: config -> plan -> spec -> estimator, one name on
 both engines, one home per run.
 """
@@ -19,8 +21,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-__all__ = ["AGGREGATIONS", "ENGINES", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator", "LocalRLKnobs", "LocalSFTKnobs",
-           "PlanError", "RLSettings", "RunSpec", "SFTSettings", "VerlRLKnobs", "VerlSFTKnobs"]
+from pipeline_lib.core.baselines import BaselineSettings, SettingsError, from_json_value, to_json_value
+
+__all__ = ["AGGREGATIONS", "ENGINES", "IMAGENET_RUN_FIELDS", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator",
+           "ImageNetDataset", "ImageNetModel", "ImageNetSettings", "LocalRLKnobs", "LocalSFTKnobs", "PlanError",
+           "RLSettings", "RunSpec", "SFTSettings", "VerlRLKnobs", "VerlSFTKnobs"]
 
 #: Values of ``train.engine``.
 ENGINES = ("local", "verl")
@@ -294,6 +299,119 @@ class SFTSettings:
 
 
 @dataclass(frozen=True)
+class ImageNetDataset:
+    """Where an ImageNet-study run's images come from (the ``imagenet.dataset`` section, field for field)."""
+
+    kind: str
+    """``synthetic`` (Gaussian classes generated locally) or ``imagefolder`` (ImageNet in ImageFolder layout)."""
+    root: str | None
+    """ImageFolder root holding ``train/`` and ``val/`` (imagefolder only)."""
+    expected_classes: int | None
+    """Classes the ImageFolder must have in both splits (1000 for ImageNet); None = any."""
+    n_classes: int
+    """Synthetic classes; the initial success rate is about 1/n_classes."""
+    dim: int
+    """Synthetic feature dimension."""
+    n_train: int
+    """Synthetic training examples."""
+    n_val: int
+    """Synthetic validation examples."""
+    noise: float
+    """Synthetic within-class noise scale."""
+    seed: int
+    """Seed of the synthetic data itself (shared by all runs)."""
+
+
+@dataclass(frozen=True)
+class ImageNetModel:
+    """The ImageNet study's classifier (the ``imagenet.model`` section, field for field)."""
+
+    kind: str
+    """``mlp`` (the tiny default) or torchvision's ``resnet50`` trained from scratch."""
+    hidden: int
+    """Hidden width of the MLP."""
+
+
+#: The :class:`ImageNetSettings` fields that name the run, not a key of the ``imagenet`` section's run settings.
+IMAGENET_RUN_FIELDS = ("objective", "rollouts")
+
+
+@dataclass(frozen=True)
+class ImageNetSettings:
+    """An ImageNet objective-study run's settings: the ``imagenet`` section's keys that one run reads, one field each
+    with the section's name (the keys that choose which runs exist and the estimator's parameters, ``tau``, are not
+    here: tau is the spec's :attr:`RunSpec.estimator`), plus the run's ``objective`` and ``rollouts`` (M)."""
+
+    dataset: ImageNetDataset
+    """Where the images come from."""
+    model: ImageNetModel
+    """The classifier."""
+    epochs: int
+    """Training epochs."""
+    batch_size: int
+    """Images per step."""
+    eval_batch_size: int
+    """Images per validation batch."""
+    lr: float
+    """Peak SGD learning rate (cosine schedule with linear warm-up)."""
+    momentum: float
+    """SGD momentum."""
+    weight_decay: float
+    """SGD weight decay."""
+    warmup_epochs: float
+    """Linear warm-up length in epochs."""
+    eval_every: int
+    """Steps between validation evaluations (also at the final step)."""
+    checkpoint_every: int
+    """Steps between checkpoints (model, optimizer, scheduler, RNG)."""
+    pass_k: tuple[int, ...]
+    """k values of the closed-form pass@k reported besides pass@1."""
+    num_workers: int
+    """DataLoader worker processes."""
+    objective: str
+    """The run's objective: ``ml`` (cross-entropy) or an advantage estimator (``reinforce``, ``grpo``, ``softmax``)."""
+    rollouts: int
+    """M, labels sampled per image (0 for ``ml``)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pass_k, tuple):
+            object.__setattr__(self, "pass_k", tuple(self.pass_k))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "run spec imagenet") -> ImageNetSettings:
+        """Read the flat mapping (the section's run keys with ``objective`` and ``rollouts``, or the JSON form); a
+        key missing or unknown, here or in ``dataset`` / ``model``, is an error naming it."""
+        nested = {"dataset": ImageNetDataset, "model": ImageNetModel}
+        values = dict(_exact(cls, data, where))
+        for name, typed in nested.items():
+            values[name] = typed(**_exact(typed, values[name], f"{where}.{name}"))
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the flat mapping :meth:`from_dict` reads (``pass_k`` a list)."""
+        data = asdict(self)
+        data["pass_k"] = list(self.pass_k)
+        return data
+
+    def run_settings(self) -> dict[str, Any]:
+        """The section's run keys without ``objective`` and ``rollouts``: what the trainer's resume digest has always
+        hashed beside them (an unchanged run keeps its digest and reruns nothing)."""
+        return {k: v for k, v in self.to_dict().items() if k not in IMAGENET_RUN_FIELDS}
+
+
+def _exact(cls: type, data: Any, where: str) -> dict[str, Any]:
+    """``data``'s values for exactly ``cls``'s fields; a key missing or unknown is an error naming it."""
+    if not isinstance(data, Mapping):
+        raise PlanError(f"{where}: must be a mapping, got {type(data).__name__}")
+    names = [f.name for f in fields(cls)]
+    missing = [k for k in names if k not in data]
+    unknown = sorted(set(data) - set(names))
+    if missing or unknown:
+        raise PlanError(f"{where}: lacks {missing} / has unknown {unknown}")
+    return {k: data[k] for k in names}
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """Everything one training run computes with; equal specs (and seeds and inputs) train the same model."""
 
@@ -313,17 +431,19 @@ class RunSpec:
     sft: SFTSettings | None = None
     """The SFT settings (SFT, Rationalization's SFT, the OPD teacher): the engine's SFT section with, on verl, the
     task's ``sft`` row."""
-    imagenet: dict[str, Any] | None = None
-    """An ImageNet classifier run's settings (the ``imagenet`` section without its sweep keys), as that section
-    states them."""
+    imagenet: ImageNetSettings | None = None
+    """An ImageNet classifier run's settings (:class:`ImageNetSettings`: the ``imagenet`` section without its sweep
+    keys and its estimator's parameters, plus this run's ``objective`` and ``rollouts`` (M))."""
     estimator: Estimator | None = None
     """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
     reward: str | None = None
     """``verifier`` or ``similarity`` (group-RL runs); None where the run has no task reward of its own choosing."""
     reward_weights: dict[str, float] | None = None
     """Reward component weights (similarity-reward runs); None: the task's verifier reward as it is."""
-    baseline: dict[str, Any] = field(default_factory=dict)
-    """A baseline's own settings (its ``train.baselines.<name>`` section, as the method reads them)."""
+    baseline: BaselineSettings | None = None
+    """A baseline's own settings: its ``train.baselines.<name>`` section as the typed class its registry entry names
+    (:mod:`pipeline_lib.core.baselines`: Rationalization's STaR hint, Iterative DPO's rounds, RARO's critic, ...);
+    None for a run without one."""
     generation: dict[str, Any] | None = None
     """How a GPU baseline generates (evaluation backend and sampling): Rationalization's annotator, Iterative DPO."""
     resources: dict[str, Any] = field(default_factory=dict)
@@ -346,18 +466,23 @@ class RunSpec:
                 raise PlanError(f"run spec {self.task}/{self.method}: {name} must be {cls.__name__} or None")
         if self.rl is not None and self.sft is not None:
             raise PlanError(f"run spec {self.task}/{self.method}: a run has group-RL or SFT settings, not both")
-        for name in ("baseline", "resources"):
-            if not isinstance(getattr(self, name), dict):
-                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be a mapping")
-        if self.imagenet is not None and not isinstance(self.imagenet, dict):
-            raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be a mapping or None")
+        if self.baseline is not None and not isinstance(self.baseline, BaselineSettings):
+            raise PlanError(f"run spec {self.task}/{self.method}: baseline must be a BaselineSettings or None")
+        if not isinstance(self.resources, dict):
+            raise PlanError(f"run spec {self.task}/{self.method}: resources must be a mapping")
+        if self.imagenet is not None and not isinstance(self.imagenet, ImageNetSettings):
+            raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be ImageNetSettings or None")
         if not isinstance(self.extra_overrides, tuple):
             object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
-        for name in ("model", "imagenet", "reward_weights", "baseline", "generation", "resources"):
+        for name in ("model", "reward_weights", "generation", "resources"):
             _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
+        if self.imagenet is not None:
+            _json_value(f"run spec {self.task}/{self.method} imagenet", self.imagenet.to_dict())
         for name in ("rl", "sft"):
             if getattr(self, name) is not None:
                 _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name).flat())
+        if self.baseline is not None:
+            _json_value(f"run spec {self.task}/{self.method} baseline", self.baseline.to_dict())
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -365,7 +490,9 @@ class RunSpec:
         has none), for what shows or compares settings by name (captions, the ablation's differences); the engines
         read the typed fields."""
         typed = self.rl or self.sft
-        return typed.flat() if typed is not None else dict(self.imagenet or {})
+        if typed is not None:
+            return typed.flat()
+        return self.imagenet.to_dict() if self.imagenet is not None else {}
 
     @property
     def tau(self) -> float | None:
@@ -373,7 +500,13 @@ class RunSpec:
         return None if self.estimator is None else self.estimator.params.get("tau")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON form: :func:`dataclasses.asdict`, with :attr:`baseline` recording its class
+        (:func:`pipeline_lib.core.baselines.to_json_value`) and, where the run has none, ``{}``, as before it was
+        typed (an unchanged spec reruns nothing)."""
+        data = asdict(self)
+        data["baseline"] = {} if self.baseline is None else to_json_value(self.baseline)
+        data["imagenet"] = None if self.imagenet is None else self.imagenet.to_dict()
+        return data
 
     def to_json(self) -> str:
         """The spec as one JSON argument (``--spec``); :meth:`from_json` reads it back equal."""
@@ -391,6 +524,12 @@ class RunSpec:
         for name, typed in (("rl", RLSettings), ("sft", SFTSettings)):
             if data.get(name) is not None:
                 data[name] = typed.from_dict(data[name], data.get("engine"), f"{where} {name}")
+        if data.get("imagenet") is not None:
+            data["imagenet"] = ImageNetSettings.from_dict(data["imagenet"], f"{where} imagenet")
+        try:
+            data["baseline"] = from_json_value(data["baseline"], f"{where} baseline") if data.get("baseline") else None
+        except SettingsError as error:
+            raise PlanError(str(error)) from None
         data["extra_overrides"] = tuple(data.get("extra_overrides", ()))
         return cls(**data)
 

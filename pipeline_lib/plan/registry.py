@@ -1,16 +1,16 @@
 """The method registry: what each method *is*, in one entry, for every engine.
 
 A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
-config section and whether it trains on prompts with the expert answer, and for each value of ``train.engine`` the
-job that trains it (:class:`Entry`: the Snakemake rule, the entry point, the command layout function, the builder of
-its :class:`~pipeline_lib.core.run_spec.RunSpec` and, for a verl baseline, the function of its overrides). What used to
-be
-tables keyed by method name elsewhere are fields here too: the verl preflight's kind and checks (:class:`Preflight`),
-whether verl checks every prompt's expert answer first (``needs_references``) and the report's paired comparisons
-(``compared_with``, :func:`pairs`). :data:`ESTIMATORS` (:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says
-what each estimator takes (its parameter dataclass) and how verl runs it. :func:`pipeline_lib.plan.plan_runs`
-reads only these tables to turn a config into runs, the verl engine reads :data:`ESTIMATORS`, and the paper tables
-take their row labels from here.
+config section, the settings class that section reads as (:mod:`pipeline_lib.core.baselines`) and whether it trains
+on prompts with the expert answer, and for each value of ``train.engine`` the job that trains it (:class:`Entry`: the
+Snakemake rule, the entry point, the command layout function, the builder of its
+:class:`~pipeline_lib.core.run_spec.RunSpec`, a job that must run first and, for a verl baseline, the function of its
+overrides). What used to be tables keyed by method name elsewhere are fields here too: the verl preflight's kind and
+checks (:class:`Preflight`), whether verl checks every prompt's expert answer first (``needs_references``) and the
+report's paired comparisons (``compared_with``, :func:`pairs`). :data:`ESTIMATORS`
+(:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says what each estimator takes (its parameter dataclass)
+and how verl runs it. :func:`pipeline_lib.plan.plan_runs` reads only these tables to turn a config into runs, the
+verl engine reads :data:`ESTIMATORS`, and the paper tables take their row labels from here.
 
 Adding an estimator is its function (``@register_advantage``) and parameter dataclass, one ``group_rl(...)`` entry
 here with its :class:`EstimatorEntry` (or :func:`register` from elsewhere) and its ``train.methods`` entry in the
@@ -23,6 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline_lib.core import baselines as baseline_settings
+from pipeline_lib.core.baselines import (
+    BaselineSettings,
+    IterativeDPOSettings,
+    OPDSettings,
+    RaroSettings,
+    RationalizationSettings,
+    RLLogitSettings,
+)
 from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
 from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
@@ -85,7 +94,10 @@ class Entry:
     layout: Layout
     spec: SpecBuilder
     verl_kind: str | None = None
-    prelude: str | None = None  # a job that makes the training data first (pipeline_lib.plan.runs.PRELUDES)
+    #: The function (``module:function``, called with the run's context and study, resolved by
+    #: :func:`pipeline_lib.plan.runs.prelude`) that builds a job making the run's training data first (Rationalization
+    #: on GPU: the annotation).
+    prelude: str | None = None
     overrides: str | None = None
 
 
@@ -103,6 +115,9 @@ class Method:
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
     #: A baseline's config section (``train.baselines.<section>``), None for the main methods.
     section: str | None = None
+    #: A baseline's settings class (:mod:`pipeline_lib.core.baselines`): its section's keys as typed fields, the
+    #: run spec's ``baseline``; None where the section holds only ``tasks`` (Base).
+    settings: type[BaselineSettings] | None = None
     #: Trains on prompts that carry the expert answer (a similarity reward, or a baseline that prefers / scores the
     #: demonstration): on Countdown the GOLD prompts (pipeline_lib.plan.settings.reference_prompts).
     demonstrations: bool = False
@@ -159,12 +174,13 @@ def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout
     return Entry("train_local", f"pipeline_lib.jobs.engines.local.{name}", layout, spec)
 
 
-def baseline(name: str, label: str, local: Entry, verl: Entry, demonstrations: bool = False,
-             **fields: Any) -> Method:
-    """A baseline: its local and verl jobs, its config section ``train.baselines.<name>`` and any further
-    :class:`Method` field (``preflight=...``)."""
-    return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, demonstrations=demonstrations,
-                  **fields)
+def baseline(name: str, label: str, local: Entry, verl: Entry, settings: type[BaselineSettings] | None = None,
+             demonstrations: bool = False, **fields: Any) -> Method:
+    """A baseline: its local and verl jobs, its config section ``train.baselines.<name>`` read as ``settings`` (its
+    :class:`~pipeline_lib.core.baselines.BaselineSettings` class; the spec builders find it by the method's name) and
+    any further :class:`Method` field (``preflight=...``)."""
+    return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, settings=settings,
+                  demonstrations=demonstrations, **fields)
 
 
 _TRANSLATE = "pipeline_lib.jobs.engines.verl.translate"
@@ -178,19 +194,20 @@ _METHODS = (
     baseline("rationalization", "Rationalization",
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
-                   _named(verl_sft_spec), "sft", prelude="annotate")),
+                   _named(verl_sft_spec), "sft", prelude="pipeline_lib.plan.runs:annotation_run"),
+             RationalizationSettings),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
-             demonstrations=True),
+             IterativeDPOSettings, demonstrations=True),
     # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
     # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
     # is empty, every rollout of a group gets the same reward and the advantage is 0, as the method defines it.
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), verl_baseline(f"{_TRANSLATE}:rl_logit_overrides"),
-             demonstrations=True, preflight=Preflight("rl_logit", log_prob_rewards=True)),
-    baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), demonstrations=True,
-             needs_references=True, preflight=Preflight("raro")),
+             RLLogitSettings, demonstrations=True, preflight=Preflight("rl_logit", log_prob_rewards=True)),
+    baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), RaroSettings,
+             demonstrations=True, needs_references=True, preflight=Preflight("raro")),
     baseline("opd", "OPD", _local("opd", layout=layouts.local_opd), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
-             preflight=Preflight("opd", nonzero_update=True, own_teacher=True)),
+             OPDSettings, preflight=Preflight("opd", nonzero_update=True, own_teacher=True)),
     # The preflight trains GRPO and SoftmaxGRPO as their -Sim jobs: a random tiny model never solves a Countdown
     # prompt, so under the verifier every group's rewards are equal, every advantage 0 and the update empty; the
     # similarity reward varies within a group.
@@ -209,6 +226,9 @@ _METHODS = (
 
 #: Every method by name, in the paper's table order.
 METHODS: dict[str, Method] = {m.name: m for m in _METHODS}
+for _method in _METHODS:  # each baseline's settings class, found by the spec builders by the method's name
+    if _method.settings is not None:
+        baseline_settings.declare(_method.section or _method.name, _method.settings)
 METHOD_LABELS: dict[str, str] = {name: m.label for name, m in METHODS.items()}
 METHOD_ORDER: list[str] = list(METHODS)
 
@@ -248,6 +268,11 @@ def register(entry: Method) -> Method:
             declare(entry.new_estimator)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
+    if entry.settings is not None:
+        try:
+            baseline_settings.declare(entry.section or entry.name, entry.settings)
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
     if entry.family == "group_rl" and entry.advantage not in ESTIMATORS:
         raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} is not declared; declared: "
                         f"{sorted(ESTIMATORS)} (pipeline_lib/core/rl/estimators.py, or group_rl(..., "
@@ -267,3 +292,5 @@ def unregister(name: str) -> None:
         METHOD_ORDER.remove(name)
     if entry is not None and entry.new_estimator is not None:
         undeclare(entry.new_estimator.name)
+    if entry is not None and entry.settings is not None:
+        baseline_settings.undeclare(entry.section or entry.name)

@@ -16,6 +16,7 @@ checked against :mod:`pipeline_lib.core.rl.advantages`, which knows each estimat
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import re
 import shlex
@@ -27,7 +28,7 @@ from typing import Any
 from pipeline_lib.core.cli import file_args
 from pipeline_lib.core.config import ConfigError, validate_config
 from pipeline_lib.core.rl.estimators import params_from, schema_properties
-from pipeline_lib.core.run_spec import Estimator, RunSpec
+from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
@@ -47,7 +48,8 @@ from pipeline_lib.plan.settings import (
     task_row,
 )
 
-__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of", "plan_runs",
+__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "annotation_run", "baseline_tasks",
+           "engine_of", "plan_runs", "prelude",
            "softmax_exact_method", "trained_methods", "validate_planned_config"]
 
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
@@ -124,7 +126,8 @@ class Run:
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a reviewer checks first (estimator and its parameters, M, steps, lr)."""
         spec, estimator = self.spec, self.spec.estimator
-        settings = {**spec.baseline, **spec.settings}  # a baseline's own section (Iterative DPO's lr), ImageNet's M
+        own = spec.baseline.to_dict() if spec.baseline is not None else {}
+        settings = {**own, **spec.settings}  # a baseline's own section (Iterative DPO's lr), ImageNet's M
         params = estimator.params if estimator is not None else {k: settings[k] for k in ("tau",) if k in settings}
         out = {"advantage": estimator.name if estimator is not None else None,
                "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
@@ -226,8 +229,9 @@ def _module(entry_point: str) -> list[str]:
     return ["python", "-m", *entry_point.split()]
 
 
-def _annotate(c: _Ctx, study: str) -> Run:
-    """Rationalization on GPU, step one: the base model writes the rationales through the eval backend (vLLM)."""
+def annotation_run(c: _Ctx, study: str) -> Run:
+    """Rationalization on GPU, step one (its verl entry's ``prelude``): the base model writes the rationales through
+    the eval backend (vLLM)."""
     out = f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
     data = f"results/data/{c.task}/sft_train.parquet"
     spec = annotation_spec(c.config, c.task)
@@ -238,8 +242,17 @@ def _annotate(c: _Ctx, study: str) -> Run:
                spec=spec, threads=False, study=study, resources=dict(spec.resources))
 
 
-#: Preparatory job name (registry ``Entry.prelude``) -> builder.
-PRELUDES: dict[str, Callable[[_Ctx, str], Run]] = {"annotate": _annotate}
+def prelude(entry: Entry) -> Callable[[_Ctx, str], Run] | None:
+    """The function an entry's ``prelude`` names (``module:function``, as ``Entry.overrides``: a name, since the
+    registry sits below this module): it builds the job that makes the run's training data first."""
+    if entry.prelude is None:
+        return None
+    module, _, name = entry.prelude.partition(":")
+    build = getattr(importlib.import_module(module), name, None) if module and name else None
+    if not callable(build):
+        raise PlanError(f"registry entry {entry.entry_point!r}: its prelude {entry.prelude!r} names no function "
+                        f"(module:function; pipeline_lib/plan/registry.py)")
+    return build
 
 # --- building runs -------------------------------------------------------------------------------------------------
 
@@ -281,8 +294,9 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     c = _Ctx(config, task, name, name, seed, _done(task, "sft", seed),
              _data(task, name) if registered.family != "sft" else "")
     runs = [_make(c, entry, entry.spec(config, task, name), study)]
-    if entry.prelude:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
-        runs.insert(0, PRELUDES[entry.prelude](c, study))
+    before = prelude(entry)
+    if before is not None:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
+        runs.insert(0, before(c, study))
     return runs
 
 
@@ -358,8 +372,9 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
         for rollouts in [0] if estimator is None else section["rollouts"]:
             for seed in section["seeds"]:
                 name = f"{objective}/m{rollouts}"
-                spec = RunSpec(method=objective, task="imagenet", engine="classify", imagenet=settings,
-                               estimator=estimator, baseline={"objective": objective, "rollouts": rollouts})
+                spec = RunSpec(method=objective, task="imagenet", engine="classify", estimator=estimator,
+                               imagenet=ImageNetSettings.from_dict({**settings, "objective": objective,
+                                                                    "rollouts": rollouts}, "imagenet"))
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", _spec_json(spec),

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any
 
+from pipeline_lib.core.baselines import BaselineSettings, SettingsError, declared
 from pipeline_lib.core.rl.estimators import check_params, takes
 from pipeline_lib.core.rl.estimators import estimator as estimator_entry
 from pipeline_lib.core.run_spec import ENGINES, Estimator, PlanError, RLSettings, RunSpec, SFTSettings
@@ -29,6 +30,7 @@ __all__ = [
     "ablation_method",
     "annotation_spec",
     "baseline_rl_spec",
+    "baseline_settings",
     "check_estimator",
     "engine_settings",
     "estimator_params",
@@ -193,10 +195,24 @@ def _similarity_weights(config: Mapping[str, Any], task: str, reward: str) -> di
     return dict(task_row(config, task).get("similarity_weights") or {"similarity": 1.0})
 
 
-def _own(config: Mapping[str, Any], method: str, drop: tuple[str, ...] = ("tasks",)) -> dict[str, Any]:
-    """A baseline's own section ``train.baselines.<method>`` without the keys that only plan (``tasks``)."""
-    section = (config["train"].get("baselines") or {}).get(method) or {}
-    return {k: v for k, v in section.items() if k not in drop}
+def baseline_settings(config: Mapping[str, Any], method: str) -> BaselineSettings | None:
+    """A baseline's own section ``train.baselines.<method>`` as the settings class its registry entry names
+    (:func:`pipeline_lib.core.baselines.declared`; None where it names none, as Base), without the keys that only
+    plan (the class's ``planned``: ``tasks``, Rationalization's ``annotator``)."""
+    cls = declared(method)
+    if cls is None:
+        return None
+    where = f"train.baselines.{method}"
+    try:
+        return cls.from_section((config["train"].get("baselines") or {}).get(method) or {}, where)
+    except SettingsError as error:
+        raise PlanError(str(error)) from None
+
+
+def _advantage(own: BaselineSettings | None) -> str:
+    """An RL-style baseline's estimator: its section's ``advantage`` (RL-Logit, RARO), else GRPO (OPD, whose loss is
+    the reverse KL, only logs GRPO's advantages)."""
+    return getattr(own, "advantage", "grpo")
 
 
 def _rl(config: Mapping[str, Any], task: str, engine: str) -> RLSettings:
@@ -237,20 +253,20 @@ def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str
     """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
     the SFT settings it trains with."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   sft=_sft(config, task, "local"), baseline=_own(config, method, ("tasks", "annotator")))
+                   sft=_sft(config, task, "local"), baseline=baseline_settings(config, method))
 
 
 def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
     """Iterative DPO on the local engine: its own section is the whole of its settings."""
-    return RunSpec(method=method, task=task, engine="local", baseline=_own(config, method))
+    return RunSpec(method=method, task=task, engine="local", baseline=baseline_settings(config, method))
 
 
 def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
     """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
     (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
-    own = _own(config, method)
+    own = baseline_settings(config, method)
     return RunSpec(method=method, task=task, engine="local", rl=_rl(config, task, "local"),
-                   estimator=Estimator(own.get("advantage", "grpo")), baseline=own)
+                   estimator=Estimator(_advantage(own)), baseline=own)
 
 
 def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
@@ -313,8 +329,8 @@ def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSp
     """One verl baseline run: the task's App. B RL row (so only the method differs from the GRPO runs it is compared
     with), the baseline's estimator (default GRPO; a tau-free one) and its section ``train.baselines.<method>``."""
     verl = config["train"]["verl"]
-    settings = dict((config["train"].get("baselines") or {}).get(method) or {})
-    advantage = settings.get("advantage", "grpo")
+    settings = baseline_settings(config, method)
+    advantage = _advantage(settings)
     if takes(advantage, "tau"):
         raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
     return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
@@ -323,10 +339,11 @@ def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSp
 
 
 def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
-    """Rationalization's annotation on GPU: the base model (``train.verl.model``) writing rationales with the hint,
-    through the evaluation backend with the method's own generation settings."""
+    """Rationalization's annotation on GPU: the base model (``train.verl.model``) writing rationales with its
+    Rationalization settings (the STaR hint), through the evaluation backend with the method's own generation
+    settings."""
     return RunSpec(method="rationalization", task=task, engine="verl", model=config["train"]["verl"]["model"],
-                   baseline={"hint": config["train"]["baselines"]["rationalization"]["hint"]},
+                   baseline=baseline_settings(config, "rationalization"),
                    generation=generation_spec(config, "rationalization"),
                    resources={"gpu": config["eval"]["vllm"]["tensor_parallel_size"]})
 
@@ -334,7 +351,7 @@ def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
 def trl_dpo_spec(config: Mapping[str, Any], task: str) -> RunSpec:
     """Iterative DPO on GPU: ``train.baselines.iterative_dpo`` plus the generation settings of its sampling and
     validation (``eval``'s backend with the method's own length, temperature and batch)."""
-    own = _own(config, "iterative_dpo")
+    own = baseline_settings(config, "iterative_dpo")
     return RunSpec(method="iterative_dpo", task=task, engine="trl", baseline=own,
                    generation=generation_spec(config, "iterative_dpo", "batch_size_generate"),
-                   resources={"gpu": own["num_processes"]})
+                   resources={"gpu": own.num_processes})

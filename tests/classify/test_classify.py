@@ -1,19 +1,25 @@
 """The objective study: gradients, closed-form metrics, resume and dataset validation."""
 
+import copy
 import json
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from pipeline_lib.core.checkpoint import CHECKPOINT_NAME, STALE_DIR
+from pipeline_lib.core.config import validate_config
 from pipeline_lib.core.data.imagenet import validate_imagefolder
 from pipeline_lib.core.rl.estimators import params_from
 from pipeline_lib.jobs.classify import train as train_module
 from pipeline_lib.jobs.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.plan import Estimator, PlanError, plan_runs
 from pipeline_lib.plan.settings import imagenet_run_spec
-from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, final_parameters
+from tests.conftest import CLASSIFY_PARAMS, classify_spec, final_parameters
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def flat_grad(model: torch.nn.Module, loss: torch.Tensor) -> torch.Tensor:
@@ -74,7 +80,7 @@ def test_unknown_objective_and_bad_rollouts():
 
 def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, straight, progress=False, params=CLASSIFY_PARAMS)
+    train_module.train(classify_spec("softmax", 8), 0, straight, progress=False, params=CLASSIFY_PARAMS)
 
     interrupted = tmp_path / "interrupted"
     real_save = train_module.save_checkpoint
@@ -86,10 +92,10 @@ def test_resume_after_a_kill_reproduces_the_uninterrupted_run(tmp_path, monkeypa
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
+        train_module.train(classify_spec("softmax", 8), 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
     assert not (interrupted / "DONE.json").exists()
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
+    train_module.train(classify_spec("softmax", 8), 0, interrupted, progress=False, params=CLASSIFY_PARAMS)
 
     a, b = final_parameters(straight), final_parameters(interrupted)
     for key in a:
@@ -108,10 +114,10 @@ def test_resume_with_a_different_config_sets_the_old_state_aside(tmp_path, monke
 
     monkeypatch.setattr(train_module, "save_checkpoint", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        train_module.train(CLASSIFY_SPEC, "grpo", 4, 0, tmp_path, progress=False)
+        train_module.train(classify_spec("grpo", 4), 0, tmp_path, progress=False)
     monkeypatch.setattr(train_module, "save_checkpoint", real_save)
-    train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path / "other", progress=False)
-    train_module.train(CLASSIFY_SPEC | {"lr": 0.05}, "grpo", 4, 0, tmp_path, progress=False)  # not resumed
+    train_module.train(classify_spec("grpo", 4, lr=0.05), 0, tmp_path / "other", progress=False)
+    train_module.train(classify_spec("grpo", 4, lr=0.05), 0, tmp_path, progress=False)  # not resumed
     assert sorted(p.name for p in (tmp_path / STALE_DIR).glob("*/*")) == [CHECKPOINT_NAME, "metrics.jsonl"]
     assert (tmp_path / "metrics.jsonl").read_text() == (tmp_path / "other/metrics.jsonl").read_text()
 
@@ -131,10 +137,15 @@ def test_imagefolder_validation(tmp_path):
         validate_imagefolder(tmp_path, 1000)
 
 
+def _with_defaults(section: dict) -> dict:
+    """The ``imagenet`` section with the schema's defaults filled in, as the workflow plans it."""
+    return validate_config({"imagenet": copy.deepcopy(section)}, SCHEMA, base_dir=REPO)["imagenet"]
+
+
 def test_run_targets_and_spec():
     section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1,
                "tau": 0.1}
-    runs = plan_runs({"imagenet": section}).requests["imagenet"]
+    runs = plan_runs({"imagenet": _with_defaults(section)}).requests["imagenet"]
     assert "results/train/imagenet/ml/m0/seed1/DONE.json" in {request.path for request in runs}
     assert "results/train/imagenet/softmax/m16/seed0/DONE.json" in {request.path for request in runs}
     assert len(runs) == 2 + 4
@@ -142,8 +153,8 @@ def test_run_targets_and_spec():
 
 
 def test_an_imagenet_objective_is_an_estimator_with_its_parameters_from_the_imagenet_section():
-    section = {"enabled": True, "objectives": ["ml", "grpo", "softmax"], "rollouts": [4], "seeds": [0], "lr": 0.1,
-               "tau": 0.3}
+    section = _with_defaults({"enabled": True, "objectives": ["ml", "grpo", "softmax"], "rollouts": [4], "seeds": [0],
+                              "lr": 0.1, "tau": 0.3})
     specs = {run.method: run.spec for run in plan_runs({"imagenet": section}).runs}
     assert specs["softmax"].estimator == Estimator("softmax", {"tau": 0.3})  # imagenet.tau: softmax's tau field
     assert specs["grpo"].estimator == Estimator("grpo", {})  # eps keeps its dataclass default
@@ -158,6 +169,6 @@ def test_an_imagenet_objective_is_an_estimator_with_its_parameters_from_the_imag
 
 def test_the_trainer_takes_the_estimator_parameters_its_spec_carries(tmp_path):
     with pytest.raises(TypeError, match=r"needs parameter\(s\) \['tau'\]"):
-        train_module.train(CLASSIFY_SPEC, "softmax", 8, 0, tmp_path, progress=False)
+        train_module.train(classify_spec("softmax", 8), 0, tmp_path, progress=False)
     with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['tau'\]"):
-        train_module.train(CLASSIFY_SPEC, "grpo", 8, 0, tmp_path, progress=False, params=CLASSIFY_PARAMS)
+        train_module.train(classify_spec("grpo", 8), 0, tmp_path, progress=False, params=CLASSIFY_PARAMS)

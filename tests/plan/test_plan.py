@@ -48,8 +48,10 @@ def test_every_target_and_every_run_it_starts_from_is_planned_once(name):
 def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(name):
     """A request's task, name and seed are the planned run's own (ImageNet's run names hold a slash, so no split of
     the path could recover them); the target lists select by these fields."""
-    config = load(name) | ({"imagenet": {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4],
-                                         "seeds": [0], "lr": 0.1, "tau": 0.1}} if name == "config.yaml" else {})
+    config = load(name)
+    if name == "config.yaml":
+        config["imagenet"] |= {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4], "seeds": [0],
+                               "lr": 0.1, "tau": 0.1}
     plan = plan_runs(config)
     by_output = {run.output: run for run in plan.runs}
     requests = [r for study in plan.requests.values() for r in study]

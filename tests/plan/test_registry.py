@@ -9,7 +9,7 @@ import pytest
 from pipeline_lib.core.config import load_config_file
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.registry import METHODS, pairs, preflight_kinds
-from pipeline_lib.plan.runs import PRELUDES
+from pipeline_lib.plan.runs import prelude
 from tests.conftest import REPO
 
 
@@ -17,7 +17,7 @@ def test_every_entrys_layout_is_a_layout_function_and_its_prelude_one_the_plan_b
     for name, m in METHODS.items():
         for engine, entry in m.engines.items():
             assert getattr(layouts, entry.layout.__name__) is entry.layout, (name, engine)
-            assert entry.prelude is None or entry.prelude in PRELUDES, (name, engine, entry.prelude)
+            assert entry.prelude is None or callable(prelude(entry)), (name, engine, entry.prelude)
 
 
 def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():

@@ -10,10 +10,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils.data import Dataset, Sampler, TensorDataset
+
+if TYPE_CHECKING:
+    from pipeline_lib.core.run_spec import ImageNetDataset
 
 __all__ = ["EpochSampler", "SplitData", "imagefolder_splits", "synthetic_splits", "validate_imagefolder"]
 
@@ -93,11 +96,13 @@ class EpochSampler(Sampler[int]):
         return self.size - self.start
 
 
-def build_splits(spec: dict[str, Any], seed: int) -> SplitData:
-    dataset = spec["dataset"]
-    if dataset["kind"] == "synthetic":
-        return synthetic_splits(dataset["n_classes"], dataset["dim"], dataset["n_train"], dataset["n_val"],
-                                dataset["noise"], dataset["seed"])
-    if dataset["kind"] == "imagefolder":
-        return imagefolder_splits(dataset["root"], dataset.get("expected_classes"))
-    raise ValueError(f"unknown dataset kind {dataset['kind']!r}")
+def build_splits(dataset: ImageNetDataset, seed: int) -> SplitData:
+    """The run's train and validation splits, as its ``imagenet.dataset`` settings say."""
+    if dataset.kind == "synthetic":
+        return synthetic_splits(dataset.n_classes, dataset.dim, dataset.n_train, dataset.n_val, dataset.noise,
+                                dataset.seed)
+    if dataset.kind == "imagefolder":
+        if dataset.root is None:
+            raise ValueError("imagenet.dataset.root is not set (the ImageFolder root holding train/ and val/)")
+        return imagefolder_splits(dataset.root, dataset.expected_classes)
+    raise ValueError(f"unknown dataset kind {dataset.kind!r}")

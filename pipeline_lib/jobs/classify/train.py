@@ -43,23 +43,22 @@ from pipeline_lib.core.data.imagenet import EpochSampler, SplitData, build_split
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.rl.estimators import check_params
-from pipeline_lib.core.run_spec import RunSpec
+from pipeline_lib.core.run_spec import ImageNetModel, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.jobs.classify.objectives import ML, OBJECTIVES, closed_form_metrics, objective_loss
 
 log = logging.getLogger("pipeline_lib.jobs.classify.train")
 
 
-def build_model(spec: dict[str, Any], data: SplitData) -> nn.Module:
-    model = spec["model"]
-    if model["kind"] == "mlp":
-        return nn.Sequential(nn.Linear(data.input_shape[0], model["hidden"]), nn.ReLU(),
-                             nn.Linear(model["hidden"], data.n_classes))
-    if model["kind"] == "resnet50":
+def build_model(model: ImageNetModel, data: SplitData) -> nn.Module:
+    if model.kind == "mlp":
+        return nn.Sequential(nn.Linear(data.input_shape[0], model.hidden), nn.ReLU(),
+                             nn.Linear(model.hidden, data.n_classes))
+    if model.kind == "resnet50":
         from torchvision.models import resnet50  # GPU environment only
 
         return resnet50(weights=None, num_classes=data.n_classes)
-    raise ValueError(f"unknown model kind {model['kind']!r}")
+    raise ValueError(f"unknown model kind {model.kind!r}")
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -71,15 +70,14 @@ def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: SplitData, spec: dict[str, Any], device: torch.device) -> dict[str, float]:
+def evaluate(model: nn.Module, data: SplitData, spec: ImageNetSettings, device: torch.device) -> dict[str, float]:
     model.eval()
-    loader = DataLoader(data.val, batch_size=spec["eval_batch_size"], shuffle=False,
-                        num_workers=spec["num_workers"])
+    loader = DataLoader(data.val, batch_size=spec.eval_batch_size, shuffle=False, num_workers=spec.num_workers)
     sums: dict[str, float] = {}
     count = 0
     for inputs, labels in loader:
         inputs, labels = inputs.to(device), labels.to(device)
-        for name, values in closed_form_metrics(model(inputs), labels, tuple(spec["pass_k"])).items():
+        for name, values in closed_form_metrics(model(inputs), labels, spec.pass_k).items():
             sums[name] = sums.get(name, 0.0) + float(values.sum())
         count += labels.numel()
     model.train()
@@ -95,15 +93,18 @@ def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
     generator.set_state(state["rollouts"])
 
 
-def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_dir: Path, progress: bool = True,
+def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = True,
           tracking: TrackingSettings | None = None, params: Mapping[str, Any] | None = None) -> Path:
-    """One run; ``params``: the RL objective's estimator parameters (its run spec's ``estimator.params``)."""
+    """One run of ``spec.objective`` with ``spec.rollouts``; ``params``: the RL objective's estimator parameters (its
+    run spec's ``estimator.params``)."""
+    objective, rollouts = spec.objective, spec.rollouts
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     params = dict(params or {})
     if objective != ML:
         check_params(objective, params)  # exactly its parameter dataclass's fields (softmax: tau), within bounds
-    run_config = {"spec": spec, "objective": objective, "rollouts": rollouts, "seed": seed,
+    # the same mapping as before the settings were typed: an unchanged run keeps its digest and resumes
+    run_config = {"spec": spec.run_settings(), "objective": objective, "rollouts": rollouts, "seed": seed,
                   **({"params": params} if params else {})}
     digest = config_digest(run_config)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,13 +114,13 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
     random.seed(seed)
     np.random.seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    data = build_splits(spec, seed)
-    model = build_model(spec, data).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"],
-                                weight_decay=spec["weight_decay"])
-    steps_per_epoch = len(data.train) // spec["batch_size"]
-    total_steps = steps_per_epoch * spec["epochs"]
-    warmup_steps = int(spec["warmup_epochs"] * steps_per_epoch)
+    data = build_splits(spec.dataset, seed)
+    model = build_model(spec.model, data).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
+                                weight_decay=spec.weight_decay)
+    steps_per_epoch = len(data.train) // spec.batch_size
+    total_steps = steps_per_epoch * spec.epochs
+    warmup_steps = int(spec.warmup_epochs * steps_per_epoch)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup_steps, total_steps))
     generator = torch.Generator(device=device).manual_seed(seed + 1)
 
@@ -146,9 +147,9 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
             metrics_file.write({"step": 0, "epoch": 0.0, **evaluate(model, data, spec, device)})
         while step < total_steps:
             epoch, offset = divmod(step, steps_per_epoch)
-            sampler.set_position(epoch, offset * spec["batch_size"])
-            loader = DataLoader(data.train, batch_size=spec["batch_size"], sampler=sampler, drop_last=True,
-                                num_workers=spec["num_workers"])
+            sampler.set_position(epoch, offset * spec.batch_size)
+            loader = DataLoader(data.train, batch_size=spec.batch_size, sampler=sampler, drop_last=True,
+                                num_workers=spec.num_workers)
             for inputs, labels in loader:
                 inputs, labels = inputs.to(device), labels.to(device)
                 out = objective_loss(objective, model(inputs), labels, rollouts, params, generator)
@@ -162,14 +163,14 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
                                    ("train_groups_with_signal", out.groups_with_signal)):
                     running[key] = running.get(key, 0.0) + value
                 running["n"] = running.get("n", 0) + 1
-                if step % spec["eval_every"] == 0 or step == total_steps:
+                if step % spec.eval_every == 0 or step == total_steps:
                     n = running.pop("n")
                     record = {"step": step, "epoch": step / steps_per_epoch, "lr": scheduler.get_last_lr()[0],
                               **{k: v / n for k, v in running.items()}, **evaluate(model, data, spec, device)}
                     running = {}
                     metrics_file.write(record)
                     bar.set_postfix(pass1=f"{record['val_pass@1']:.3f}", top1=f"{record['val_top1']:.3f}")
-                if step % spec["checkpoint_every"] == 0 or step == total_steps:
+                if step % spec.checkpoint_every == 0 or step == total_steps:
                     save_checkpoint(run_dir, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                               "scheduler": scheduler.state_dict(), "rng": _rng_state(generator),
                                               "step": step, "running": dict(running), "config_sha256": digest})
@@ -200,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     spec = RunSpec.from_json(args.spec)
     if spec.estimator is not None and spec.estimator.name != args.objective:
         raise SystemExit(f"--objective {args.objective} but the spec's estimator is {spec.estimator.name!r}")
-    train(dict(spec.imagenet or {}), args.objective, args.rollouts, args.seed, args.run_dir, tracking=args.tracking,
+    settings = spec.imagenet
+    if settings is None:
+        raise SystemExit(f"the spec of {spec.task}/{spec.method} has no imagenet settings")
+    if (settings.objective, settings.rollouts) != (args.objective, args.rollouts):
+        raise SystemExit(f"--objective {args.objective} --rollouts {args.rollouts} but the spec's imagenet settings "
+                         f"say objective {settings.objective!r}, rollouts {settings.rollouts}")
+    train(settings, args.seed, args.run_dir, tracking=args.tracking,
           params=spec.estimator.params if spec.estimator else None)
     return 0
 

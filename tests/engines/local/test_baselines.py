@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.model import build_model, pack, response_logprobs
 from pipeline_lib.core.rl.losses import PolicyLossConfig
 from pipeline_lib.core.run_spec import RunSpec
@@ -21,19 +22,18 @@ from pipeline_lib.jobs.engines.local.opd import OnPolicyDistillation, reverse_kl
 from pipeline_lib.jobs.engines.local.rationalization import train_rationalization
 from pipeline_lib.jobs.engines.local.rl import train_rl
 from pipeline_lib.jobs.engines.local.rl_logit import RLLogit, answer_logprob_rewards
-from tests.conftest import MODEL, crash_after, params, rl_spec, sft_spec
+from tests.conftest import MODEL, baseline_settings, crash_after, params, rl_spec, sft_spec
 
-RARO = {"critic_system_prompt": "You are a critic.", "critic_max_new_tokens": 6, "critic_decoding": "free",
-        "critic_prompts_per_step": 2,
-        "replay_fraction": 0.5, "replay_size": 8,
-        "rewards": {"policy": {"policy_better": 1.0, "tie": 0.5, "expert_better": 0.0, "invalid": 0.0},
-                    "critic": {"expert_better": 1.0, "tie": 0.5, "policy_better": 0.0, "invalid": 0.0}}}
-DPO = {"rounds": 2, "pairs_per_round": 8, "steps_per_round": 2, "batch_size": 4, "batch_size_generate": 8,
-       "lr": 1e-3, "weight_decay": 0.0, "beta": 0.1, "grad_clip": 1.0, "validation_prompts": 4, "max_new_tokens": 8,
-       "max_response_tokens": 32, "temperature": 1.0}
+RARO = baseline_settings("raro", critic_system_prompt="You are a critic.", critic_max_new_tokens=6,
+                         critic_decoding="free", critic_prompts_per_step=2, replay_fraction=0.5, replay_size=8,
+                         rewards={"policy": {"policy_better": 1.0, "tie": 0.5, "expert_better": 0.0, "invalid": 0.0},
+                                  "critic": {"expert_better": 1.0, "tie": 0.5, "policy_better": 0.0, "invalid": 0.0}})
+DPO = baseline_settings("iterative_dpo", rounds=2, pairs_per_round=8, steps_per_round=2, batch_size=4,
+                        batch_size_generate=8, lr=1e-3, weight_decay=0.0, beta=0.1, grad_clip=1.0,
+                        validation_prompts=4, max_new_tokens=8, max_response_tokens=32, temperature=1.0)
 
 
-def group_rl(baseline: dict | None = None, **changes) -> RunSpec:
+def group_rl(baseline: BaselineSettings | None = None, **changes) -> RunSpec:
     """GRPO on the verifier reward, 2 steps: the settings an RL-style baseline runs with."""
     return rl_spec("grpo", {}, {}, baseline, **{"steps": 2, **changes})
 
@@ -153,7 +153,7 @@ def test_raro_verdicts_follow_the_shuffled_order(reply, expert_first, verdict):
 
 
 def test_raro_rewards_follow_the_outcome_table():
-    table = RARO["rewards"]
+    table = RARO.rewards
     verdicts = ["expert_better", "policy_better", "tie", "invalid"]
     assert raro_module.outcome_rewards(verdicts, table["policy"]).tolist() == [0.0, 1.0, 0.5, 0.0]
     assert raro_module.outcome_rewards(verdicts, table["critic"]).tolist() == [1.0, 0.0, 0.5, 0.0]
@@ -239,8 +239,8 @@ def test_a_pretrained_base_is_copied_as_it_is_in_its_own_precision(tiny, tmp_pat
 
 
 def test_rationalization_sfts_on_annotated_demonstrations(tiny, tmp_path):
-    spec = replace(sft_spec(steps=2), method="rationalization", baseline={
-        "hint": "The answer is {answer}.", "max_new_tokens": 8, "temperature": 1.0, "batch_size": 16})
+    spec = replace(sft_spec(steps=2), method="rationalization", baseline=baseline_settings(
+        "rationalization", hint="The answer is {answer}.", max_new_tokens=8, temperature=1.0, batch_size=16))
     train_rationalization(spec, tiny / "data/sft_train.parquet", tiny / "init", tiny / "tok", tmp_path, 0,
                           progress=False)
     assert done(tmp_path)["kind"] == "rationalization"
@@ -284,7 +284,7 @@ def test_iterative_dpo_runs_rounds_selects_on_validation_and_resumes(tiny, tmp_p
 
 
 def test_rl_logit_run_trains_on_the_logit_reward(tiny, tmp_path):
-    spec = group_rl({"variant": "neg_perplexity"})
+    spec = group_rl(baseline_settings("rl_logit", variant="neg_perplexity"))
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=RLLogit(spec, tiny / "data/sft_train.parquet"))
     assert done(tmp_path)["kind"] == "rl_logit"
@@ -341,7 +341,7 @@ def test_raro_run_mixes_policy_and_critic_groups_and_resumes_its_replay_buffer(t
 
 
 def test_raro_with_constrained_critic_decoding_gets_only_valid_verdicts_and_a_reward_signal(tiny, tmp_path):
-    spec = group_rl(RARO | {"critic_decoding": "choice"})
+    spec = group_rl(replace(RARO, critic_decoding="choice"))
     train_rl(spec, tiny / "data/rl_train.parquet", tiny / "init", tmp_path, 0, progress=False,
              method=raro_module.Raro(spec, tiny / "data/sft_train.parquet"))
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -428,7 +428,7 @@ def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_ve
     assert {p.split("/")[2] for p in table1_eval_targets(config, plan)} == set(verifiable)
     assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config, plan)
     # where it runs is not part of the run's spec
-    assert "tasks" not in plan.get("train_trl", "gsm8k/iterative_dpo/seed0").spec.baseline
+    assert "tasks" not in plan.get("train_trl", "gsm8k/iterative_dpo/seed0").spec.baseline.to_dict()
     # the paper's critic writes its verdict; only the tiny default constrains it
     assert config["train"]["baselines"]["raro"]["critic_decoding"] == "free"
 

@@ -14,7 +14,7 @@ from pipeline_lib.core.checkpoint import RUN_IDENTITY, STALE_DIR, claim_run_dir,
 from pipeline_lib.core.data.build import build_tiny
 from pipeline_lib.jobs.engines.local import rl as rl_module
 from pipeline_lib.jobs.engines.local import sft as sft_module
-from tests.conftest import ENGINE_TINY, SFT, crash_after, params, rl_spec, sft_spec
+from tests.conftest import ENGINE_TINY, SFT, baseline_settings, crash_after, params, rl_spec, sft_spec
 
 
 def _same_weights(a, b) -> None:
@@ -114,8 +114,8 @@ def test_rationalization_annotates_again_when_its_data_changed_at_the_same_path(
 
     from pipeline_lib.jobs.engines.local.rationalization import train_rationalization
 
-    spec = replace(sft_spec(steps=1), method="rationalization", baseline={
-        "hint": "The answer is {answer}.", "max_new_tokens": 4, "temperature": 1.0, "batch_size": 16})
+    spec = replace(sft_spec(steps=1), method="rationalization", baseline=baseline_settings(
+        "rationalization", hint="The answer is {answer}.", max_new_tokens=4, temperature=1.0, batch_size=16))
     data = tmp_path / "sft_train.parquet"
     shutil.copy(tiny / "data/sft_train.parquet", data)
     train_rationalization(spec, data, tiny / "init", tiny / "tok", tmp_path / "run", 0, progress=False)

@@ -216,13 +216,13 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
     config["train"]["baselines"]["opd"]["verl"]["tensor_parallel_size"] = 3
     with pytest.raises(ValueError, match=r"tensor_parallel_size \(3\) must divide train.baselines.opd.verl.gpus_per"):
         rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
-    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 2, "tensor_parallel_size": 1}
+    config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 2, "tensor_parallel_size": 1}
     with pytest.raises(ValueError, match=r"gpus_per_node = 2 leaves the student 6 GPUs.*do not split the 512"):
         rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
-    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 8}
+    config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 8}
     with pytest.raises(ValueError, match=r"leaves no GPU"):
         rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
-    config["train"]["baselines"]["opd"]["verl"] = {"gpus_per_node": 4, "tensor_parallel_size": 2}
+    config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 4, "tensor_parallel_size": 2}
     verl_config = validate_rl(rl_overrides(baseline_rl_spec(config, "deepmath", "opd"), PATHS, 0))
     assert (verl_config.distillation.nnodes, verl_config.distillation.n_gpus_per_node) == (2, 4)
     assert (verl_config.trainer.nnodes, verl_config.trainer.n_gpus_per_node) == (2, 4)

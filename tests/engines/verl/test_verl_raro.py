@@ -279,7 +279,7 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
                                                    "gpus_per_node": 1, "nodes": 1, "group_size": 3,
                                                    "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 3},
                                                   "verl"),
-                   baseline={**paper.baseline, "critic_prompts_per_step": 2, "replay_size": 6})
+                   baseline=replace(paper.baseline, critic_prompts_per_step=2, replay_size=6))
     paths = TrainPaths(tmp_path / "run", tiny / "data/rl_train.parquet", tiny / "data/rl_test.parquet",
                        tmp_path / "init")
     extra = ["actor_rollout_ref.rollout.agent.num_workers=2"]
@@ -414,9 +414,9 @@ def test_a_broken_raro_setting_fails_validation_naming_the_run(tmp_path):
              else o for o in overrides]
     with pytest.raises(VerlOverrideError, match=r"RaroPolicyLop"):
         validate_rl(moved, label="countdown/raro/seed0")
-    uneven = replace(spec, baseline=spec.baseline | {"critic_prompts_per_step": 9})
+    uneven = replace(spec, baseline=replace(spec.baseline, critic_prompts_per_step=9))
     with pytest.raises(ValueError, match=r"73 prompts must split evenly over the 8 GPUs"):
         rl_overrides(uneven, paths, seed=0)
-    choice = replace(spec, baseline=spec.baseline | {"critic_decoding": "choice"})
+    choice = replace(spec, baseline=replace(spec.baseline, critic_decoding="choice"))
     with pytest.raises(ValueError, match=r"critic_decoding 'choice'"):
         rl_overrides(choice, paths, seed=0)

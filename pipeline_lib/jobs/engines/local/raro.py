@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from pipeline_lib.core.baselines import RaroSettings
 from pipeline_lib.core.model import encode_prompts, generate, pack, response_logprobs
 from pipeline_lib.core.rewards.extract import extract_answer
 from pipeline_lib.core.run_spec import RunSpec
@@ -91,6 +92,9 @@ class Raro(GroupRLMethod):
 
     def __init__(self, spec: RunSpec, demonstrations: Path) -> None:
         super().__init__(spec)
+        if not isinstance(spec.baseline, RaroSettings):
+            raise ValueError(f"RARO's run spec needs RaroSettings as its baseline, got {spec.baseline!r}")
+        self.settings: RaroSettings = spec.baseline
         self.demonstrations_path = demonstrations
         self.experts: list[str] = []
         self.questions: list[str] = []
@@ -103,17 +107,17 @@ class Raro(GroupRLMethod):
     def _judge(self, ctx: StepContext, pairs: list[tuple[int, str]], samples: int, generator: torch.Generator
                ) -> tuple[list[list[int]], list[list[int]], list[str]]:
         """Critic prompts for (row, policy answer) pairs in random order, ``samples`` replies each."""
-        raro, tokenizer = self.spec.baseline, ctx.tokenizer
+        raro, tokenizer = self.settings, ctx.tokenizer
         expert_first = (torch.rand(len(pairs), generator=generator) < 0.5).tolist()
-        messages = [critic_messages(raro["critic_system_prompt"], self.questions[row],
+        messages = [critic_messages(raro.critic_system_prompt, self.questions[row],
                                     *((self.experts[row], answer) if first else (answer, self.experts[row])))
                     for (row, answer), first in zip(pairs, expert_first, strict=True)]
         unique = encode_prompts(tokenizer, messages)
         prompts = [p for p in unique for _ in range(samples)]
-        if raro["critic_decoding"] == "choice":
+        if raro.critic_decoding == "choice":
             replies = sample_critic_choices(ctx.model, tokenizer, unique, samples, ctx.spec.rl.temperature, generator)
         else:
-            replies = generate(ctx.model, prompts, max_new_tokens=raro["critic_max_new_tokens"], greedy=False,
+            replies = generate(ctx.model, prompts, max_new_tokens=raro.critic_max_new_tokens, greedy=False,
                                temperature=ctx.spec.rl.temperature, eos_id=tokenizer.eos_token_id,
                                pad_id=tokenizer.pad_token_id)
         texts = [tokenizer.decode(r, skip_special_tokens=True) for r in replies]
@@ -122,24 +126,24 @@ class Raro(GroupRLMethod):
         return prompts, replies, verdicts
 
     def collect(self, ctx: StepContext, rows: list[int]) -> RolloutBatch:
-        raro, group_size = self.spec.baseline, ctx.spec.rl.group_size
+        raro, group_size = self.settings, ctx.spec.rl.group_size
         generator = torch.Generator().manual_seed(ctx.seed * 1_000_003 + ctx.step)
         expanded, responses, texts = self.policy_rollouts(ctx, rows)
         _, correct = self.verifier(ctx, expanded, texts)
         # policy reward: one critic verdict per policy answer
         _, _, verdicts = self._judge(ctx, list(zip(expanded, texts, strict=True)), 1, generator)
-        policy_rewards = outcome_rewards(verdicts, raro["rewards"]["policy"])
+        policy_rewards = outcome_rewards(verdicts, raro.rewards["policy"])
         # critic groups: replayed pairs plus one fresh pair per prompt
         fresh = [(row, texts[i * group_size + int(torch.randint(group_size, (1,), generator=generator))])
                  for i, row in enumerate(rows)]
-        n_critic = raro["critic_prompts_per_step"]
-        n_replay = min(len(self.buffer), round(raro["replay_fraction"] * n_critic))
+        n_critic = raro.critic_prompts_per_step
+        n_replay = min(len(self.buffer), round(raro.replay_fraction * n_critic))
         replayed = [self.buffer[int(i)] for i in torch.randperm(len(self.buffer), generator=generator)[:n_replay]]
         fresh_idx = torch.randperm(len(fresh), generator=generator)[: n_critic - n_replay]
         critic_pairs = replayed + [fresh[int(i)] for i in fresh_idx]
         critic_prompts, critic_replies, critic_verdicts = self._judge(ctx, critic_pairs, group_size, generator)
-        critic_rewards = outcome_rewards(critic_verdicts, raro["rewards"]["critic"])
-        self.buffer = (self.buffer + fresh)[-raro["replay_size"]:]
+        critic_rewards = outcome_rewards(critic_verdicts, raro.rewards["critic"])
+        self.buffer = (self.buffer + fresh)[-raro.replay_size:]
         n_groups = len(rows) + len(critic_pairs)
         group_ids = torch.arange(n_groups).repeat_interleave(group_size)
         critic_rows = [row for row, _ in critic_pairs for _ in range(group_size)]

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from pipeline_lib.core.baselines import RationalizationSettings
 from pipeline_lib.core.checkpoint import read_json_state, run_identity
 from pipeline_lib.core.cli import add_run_arguments
 from pipeline_lib.core.data.schema import sft_row
@@ -65,16 +66,16 @@ def rationalized_frame(frame: pd.DataFrame, demos: list[str]) -> pd.DataFrame:
 
 
 def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list[dict[str, str]]],
-                spec: dict[str, Any], seed: int) -> list[str]:
+                settings: RationalizationSettings, seed: int) -> list[str]:
     """One (rationale + expert answer part) demonstration per conversation (user turns, then the expert's)."""
     torch.manual_seed(seed)
-    hinted, answers = hinted_prompts(conversations, spec["hint"])
+    hinted, answers = hinted_prompts(conversations, settings.hint)
     prompts = encode_prompts(tokenizer, hinted)
     out: list[str] = []
-    for start in range(0, len(prompts), spec["batch_size"]):
-        responses = generate(model, prompts[start:start + spec["batch_size"]], max_new_tokens=spec["max_new_tokens"],
-                             greedy=False, temperature=spec["temperature"], eos_id=tokenizer.eos_token_id,
-                             pad_id=tokenizer.pad_token_id)
+    for start in range(0, len(prompts), settings.batch_size):
+        responses = generate(model, prompts[start:start + settings.batch_size],
+                             max_new_tokens=settings.max_new_tokens, greedy=False, temperature=settings.temperature,
+                             eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id)
         out += [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
     return assemble(out, answers)
 
@@ -82,22 +83,28 @@ def rationalize(model: torch.nn.Module, tokenizer: Any, conversations: list[list
 def train_rationalization(spec: RunSpec, data: Path, annotator: Path, tokenizer_dir: Path, run_dir: Path,
                           seed: int, init: Path | None = None, progress: bool = True,
                           tracking: TrackingSettings | None = None) -> Path:
-    """Annotate (once; reused on resume) with the spec's own section (``spec.baseline``), then SFT from ``init``,
-    the base model (None = the seeded scratch init), with the spec's SFT settings."""
+    """Annotate (once; reused on resume) with the spec's Rationalization settings (``spec.baseline``: the STaR hint,
+    length, temperature, batch), then SFT from ``init``, the base model (None = the seeded scratch init), with the
+    spec's SFT settings."""
     from transformers import AutoTokenizer
+
+    if not isinstance(spec.baseline, RationalizationSettings):
+        raise ValueError(f"Rationalization's run spec needs RationalizationSettings as its baseline, got "
+                         f"{spec.baseline!r}")
+    settings = spec.baseline
 
     run_dir.mkdir(parents=True, exist_ok=True)
     annotated = run_dir / "rationalized_sft.parquet"
     stamp = run_dir / "rationalized_sft.json"
     # the annotation is reused only for the same settings, code and input contents (the resume rule of every engine:
     # pipeline_lib.core.checkpoint.run_identity); else it is made again
-    identity = {"annotate": spec.baseline, "annotator": str(annotator), "data": str(data), "seed": seed,
-                "run": run_identity({"annotate": spec.baseline, "seed": seed}, [data, annotator])}
+    identity = {"annotate": settings.to_dict(), "annotator": str(annotator), "data": str(data), "seed": seed,
+                "run": run_identity({"annotate": settings.to_dict(), "seed": seed}, [data, annotator])}
     if not annotated.is_file() or read_json_state(stamp) != identity:  # unreadable: set aside, redone
         frame = pd.read_parquet(data)
         conversations = [[dict(m) for m in messages] for messages in frame["messages"]]
         tokenizer = AutoTokenizer.from_pretrained(annotator)
-        demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, spec.baseline, seed)
+        demos = rationalize(load_model(annotator).eval(), tokenizer, conversations, settings, seed)
         rows = rationalized_frame(frame, demos)
         with atomic_path(annotated) as tmp:
             rows.to_parquet(tmp, index=False)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from pipeline_lib.core.baselines import RLLogitSettings
 from pipeline_lib.core.model import pack, response_logprobs
 from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
@@ -51,6 +52,9 @@ class RLLogit(GroupRLMethod):
 
     def __init__(self, spec: RunSpec, demonstrations: Path) -> None:
         super().__init__(spec)
+        if not isinstance(spec.baseline, RLLogitSettings):
+            raise ValueError(f"RL-Logit's run spec needs RLLogitSettings as its baseline, got {spec.baseline!r}")
+        self.settings: RLLogitSettings = spec.baseline
         self.demonstrations_path = demonstrations
         self.answers: list[str] = []
 
@@ -62,7 +66,7 @@ class RLLogit(GroupRLMethod):
         reasonings = [split_reasoning(t)[0] for t in texts]
         rewards, logprob = answer_logprob_rewards(ctx.model, ctx.tokenizer, [ctx.prompt_ids[r] for r in rows],
                                                   reasonings, [self.answers[r] for r in rows],
-                                                  self.spec.baseline["variant"])
+                                                  self.settings.variant)
         return rewards, {"expert_answer_logprob": float(logprob.mean())}
 
 

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.baselines import IterativeDPOSettings
 from pipeline_lib.core.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
 from pipeline_lib.core.cli import add_run_arguments, add_seed_argument, add_spec_argument
 from pipeline_lib.core.io import write_json, write_text
@@ -55,9 +56,12 @@ MODULE = "pipeline_lib.jobs.engines.trl.dpo"
 
 
 def dpo_settings(spec: RunSpec) -> dict[str, Any]:
-    """The trainer's arguments from its run spec: ``train.baselines.iterative_dpo`` as the plan read it, with the
-    generation settings of its sampling and validation."""
-    return {**spec.baseline, "generation": dict(spec.generation or {})}
+    """The trainer's arguments from its run spec: its :class:`IterativeDPOSettings` (``train.baselines.iterative_dpo``
+    as the plan read it) as one JSON mapping, which the rounds' ``accelerate launch`` processes take as ``--spec``,
+    with the generation settings of its sampling and validation."""
+    if not isinstance(spec.baseline, IterativeDPOSettings):
+        raise ValueError(f"Iterative DPO's run spec needs IterativeDPOSettings as its baseline, got {spec.baseline!r}")
+    return {**spec.baseline.to_dict(), "generation": dict(spec.generation or {})}
 
 
 def gradient_accumulation(spec: Mapping[str, Any]) -> int:

@@ -138,7 +138,7 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
     if _checks(kind).own_teacher:  # the teacher: the tiny model again (the paper's Qwen3-8B is the GPU run's), on
         # one trainer "GPU" of its own beside the student's, as on a GPU node
         own = config["train"]["baselines"][METHODS[method].section]
-        own["teacher"] = {"hub": model_dir}
+        own["teacher"] = {**own["teacher"], "hub": model_dir}
         own["verl"] = {**(own.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
         knobs = config["train"]["task_settings"][task].setdefault("rl", {}).setdefault("verl", {})
         knobs["gpus_per_node"] = engine_settings(config, task, "rl", "verl")["gpus_per_node"] + 1

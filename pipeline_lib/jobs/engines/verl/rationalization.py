@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.baselines import RationalizationSettings
 from pipeline_lib.core.cli import add_run_arguments
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
@@ -39,8 +40,12 @@ METHOD = "rationalization"
 
 
 def annotation_settings(spec: RunSpec) -> dict[str, Any]:
-    """The annotator's arguments from its run spec: the hint and the generation settings."""
-    return {"hint": spec.baseline["hint"], "generation": dict(spec.generation or {})}
+    """The annotator's arguments from its run spec: the STaR hint (its Rationalization settings) and the generation
+    settings."""
+    if not isinstance(spec.baseline, RationalizationSettings):
+        raise ValueError(f"the annotation's run spec needs RationalizationSettings as its baseline, got "
+                         f"{spec.baseline!r}")
+    return {"hint": spec.baseline.hint, "generation": dict(spec.generation or {})}
 
 
 def rationalization_paths(task: str, seed: int, root: str | Path = ".") -> TrainPaths:

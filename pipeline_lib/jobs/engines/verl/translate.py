@@ -19,9 +19,11 @@ import importlib
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, RaroSettings, RLLogitSettings
 from pipeline_lib.core.run_spec import VerlRLKnobs, VerlSFTKnobs
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
@@ -29,7 +31,6 @@ from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
 __all__ = [
     "ATTENTION",
     "ESTIMATOR_MODULE",
-    "OPD_TEACHER_DEFAULTS",
     "REWARD_FUNCTION",
     "REWARD_HEALTH_ENV",
     "RL_LOGIT_AGENT_LOOPS",
@@ -130,36 +131,39 @@ def baseline_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     return build(spec, paths)
 
 
+S = TypeVar("S", bound=BaselineSettings)
+
+
+def _own(spec: RunSpec, cls: type[S]) -> S:
+    """The baseline's own settings (``spec.baseline``), which must be ``cls``: an error names the method and class."""
+    if not isinstance(spec.baseline, cls):
+        raise ValueError(f"{spec.task}/{spec.method}: the run spec's baseline must be {cls.__name__}, got "
+                         f"{type(spec.baseline).__name__}")
+    return spec.baseline
+
+
 def verl_baseline(method: Method) -> bool:
     """Whether ``method`` runs as a verl RL job with overrides of its own (OPD, RL-Logit, RARO)."""
     entry = method.engines.get("verl")
     return entry is not None and bool(entry.overrides)
 
 
-#: OPD's teacher placement when ``train.baselines.opd.verl`` leaves it out (see the schema for each key). The
-#: teacher (Qwen3-8B, 16 GB in bf16) fits one GPU; 4 of each node's 8 leave the student 4, which still splits
-#: every App. B rollout batch evenly (7 or 6 would not split 64 x 8 rollouts).
-OPD_TEACHER_DEFAULTS = {"gpus_per_node": 4, "tensor_parallel_size": 1, "gpu_memory_utilization": 0.85}
-
-
 def opd_teacher_settings(spec: RunSpec) -> dict[str, Any]:
-    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl`` over the defaults).
+    """The OPD teacher: its model (``teacher.hub``) and its GPUs (``train.baselines.opd.verl``; the schema's defaults,
+    4 of each node's 8, leave the student 4, which still splits every App. B rollout batch evenly: 7 or 6 would not
+    split 64 x 8 rollouts).
 
     The teacher's vLLM replicas take ``gpus_per_node`` GPUs of each of the task's nodes (verl's ``teacher_pool``);
     the student trains on the rest, so the job keeps the App. B GPUs (one node for an 8-GPU task), not a second
     node for the teacher.
     """
-    settings = spec.baseline
-    hub = (settings.get("teacher") or {}).get("hub")
+    settings = _own(spec, OPDSettings)
+    hub = settings.teacher.hub
     if not hub:
         raise ValueError(f"train.baselines.opd.teacher.hub must name the teacher (the paper's: Qwen/Qwen3-8B) for the "
                          f"verl OPD run on task {spec.task!r}; the trained tiny teacher exists on the local engine "
                          f"only")
-    teacher = {**OPD_TEACHER_DEFAULTS, **(settings.get("verl") or {})}
-    unknown = sorted(set(teacher) - set(OPD_TEACHER_DEFAULTS))
-    if unknown:
-        raise ValueError(f"train.baselines.opd.verl has unknown key(s) {unknown}; known: "
-                         f"{sorted(OPD_TEACHER_DEFAULTS)}")
+    teacher = asdict(settings.verl)
     gpus, student = int(teacher["gpus_per_node"]), spec.rl.knobs.gpus_per_node - int(teacher["gpus_per_node"])
     if student < 1:
         raise ValueError(f"train.baselines.opd.verl.gpus_per_node ({gpus}) leaves no GPU of the task's "
@@ -233,7 +237,7 @@ def rl_logit_agent_loop(variant: str) -> str:
 def rl_logit_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     """RL-Logit: every rollout runs the pipeline's agent loop, which scores log pi(a* | q, z) on the rollout server
     (current weights, no gradient) and hands it to verl as the rollout's reward (``rm_scores``)."""
-    variant = spec.baseline.get("variant", "logprob")
+    variant = _own(spec, RLLogitSettings).variant
     if variant not in RL_LOGIT_VARIANTS:
         raise ValueError(f"train.baselines.rl_logit.variant {variant!r} not in {RL_LOGIT_VARIANTS}")
     return {
@@ -265,26 +269,20 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     prompt length grows so a critic prompt (question, expert answer, policy answer) fits; the task prompts are
     filtered at the task's own ``max_prompt_tokens`` as in the GRPO runs.
     """
-    settings = spec.baseline
-    keys = ("critic_system_prompt", "critic_max_new_tokens", "critic_prompts_per_step", "replay_fraction",
-            "replay_size", "rewards")
-    missing = [k for k in keys if k not in settings]
-    if missing:
-        raise ValueError(f"train.baselines.raro lacks {missing} (the schema's defaults fill them; is the config "
-                         f"validated?)")
-    policy, critic = int(spec.rl.prompts_per_step), int(settings["critic_prompts_per_step"])
+    settings = _own(spec, RaroSettings)
+    policy, critic = int(spec.rl.prompts_per_step), int(settings.critic_prompts_per_step)
     n_gpus = spec.rl.knobs.gpus_per_node * spec.rl.knobs.nodes
     total = policy + critic
     if total % n_gpus:
         raise ValueError(f"RARO on task {spec.task!r}: prompts_per_step + "
                          f"train.baselines.raro.critic_prompts_per_step = {total} prompts must split evenly over the "
                          f"{n_gpus} GPUs; choose critic_prompts_per_step accordingly")
-    if settings.get("critic_decoding", "free") != "free":
-        raise ValueError(f"train.baselines.raro.critic_decoding {settings['critic_decoding']!r}: the verl engine's "
+    if settings.critic_decoding != "free":
+        raise ValueError(f"train.baselines.raro.critic_decoding {settings.critic_decoding!r}: the verl engine's "
                          f"critic writes its reply (`free`); constrained `choice` decoding exists on the local engine "
                          f"only")
-    if settings["critic_max_new_tokens"] > spec.rl.max_response_tokens:
-        raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings['critic_max_new_tokens']}) exceeds "
+    if settings.critic_max_new_tokens > spec.rl.max_response_tokens:
+        raise ValueError(f"train.baselines.raro.critic_max_new_tokens ({settings.critic_max_new_tokens}) exceeds "
                          f"the task's max_response_tokens ({spec.rl.max_response_tokens})")
     return {
         **LEGACY_TRAINER,
@@ -293,7 +291,7 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
         "data.custom_cls.path": f"pkg://{RARO_MODULE}",
         "data.custom_cls.name": "RaroDataset",
         "+data.raro": {"policy_per_step": policy, "critic_per_step": critic,
-                       "replay_slots": round(float(settings["replay_fraction"]) * critic),
+                       "replay_slots": round(float(settings.replay_fraction) * critic),
                        "steps": spec.rl.steps},
         "actor_rollout_ref.actor.ppo_mini_batch_size": total,  # one update per step, as the GRPO runs
         "actor_rollout_ref.rollout.prompt_length": spec.rl.knobs.max_prompt_tokens
@@ -301,10 +299,10 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
         "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(RARO_AGENT_LOOPS),
         "actor_rollout_ref.rollout.agent.default_agent_loop": "single_turn_agent",  # validation rows: the verifier
         "+actor_rollout_ref.rollout.agent.agent_loop_manager_class": f"{RARO_MODULE}.RaroAgentLoopManager",
-        "+raro": {"critic_system_prompt": settings["critic_system_prompt"],
-                  "critic_max_new_tokens": int(settings["critic_max_new_tokens"]),
-                  "replay_size": int(settings["replay_size"]),
-                  "rewards": {role: {v: float(r) for v, r in settings["rewards"][role].items()}
+        "+raro": {"critic_system_prompt": settings.critic_system_prompt,
+                  "critic_max_new_tokens": int(settings.critic_max_new_tokens),
+                  "replay_size": int(settings.replay_size),
+                  "rewards": {role: {v: float(r) for v, r in settings.rewards[role].items()}
                               for role in ("policy", "critic")},
                   "state_dir": str(raro_replay_dir(paths.run_dir))},
     }
