@@ -537,10 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     scores = load_scores(table1, args.eval_root) if table1 is not None and args.eval_root else None
     judge_items = load_judge_items(args.judge_summaries) if args.judge_summaries else None
     made = _made(args.made)
-    eval_dirs = [args.eval_root / t / m / f"seed{seed}" for t, m, seed in scores or {}]
+    # each run of the Table 1 data (its identity: the CSV's fields) -> its evaluation directory
+    evaluations = {run: args.eval_root / run[0] / run[1] / f"seed{run[2]}" for run in scores or {}}
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
-                                      planted=load_planted(args.test_data), machines=run_machines(eval_dirs),
-                                      base_runs=base_done_records(eval_dirs), min_seeds=args.min_seeds,
+                                      planted=load_planted(args.test_data), machines=run_machines(evaluations),
+                                      base_runs=base_done_records(evaluations), min_seeds=args.min_seeds,
                                       train_root=args.train_root,
                                       slips=load_slips(args.judge_summaries, args.test_data)))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)

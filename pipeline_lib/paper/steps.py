@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
-from pipeline_lib.plan import Plan
+from pipeline_lib.plan import Plan, RunId
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
@@ -36,12 +36,13 @@ from pipeline_lib.plan.targets import (
     judge_spec,
     judge_summaries,
     judge_tasks,
-    paired_runs,
+    paired_requests,
     report_inputs,
-    rl_runs,
+    rl_requests,
+    run_ids_json,
     runs_of,
     scale_eval_targets,
-    table1_eval_targets,
+    table1_evaluations,
     transfer_targets,
 )
 
@@ -104,10 +105,10 @@ def _table(stem: str) -> dict[str, str]:
     return {"tex": f"{stem}.tex", "md": f"{stem}.md", "csv": f"{stem}.csv"}
 
 
-def _beside(filename: str) -> Callable[..., list[str]]:
-    """A parameter of the files ``filename`` beside each run sentinel of input ``done`` (derived from the input, so
-    it is not compared for reruns: the input is)."""
-    return lambda wildcards, input, output: [os.path.join(os.path.dirname(path), filename) for path in input.done]
+def _beside_run(runs: list[RunId], filename: str) -> dict[str, RunId]:
+    """The file ``filename`` beside each run's sentinel -> the run: a ``--runs`` parameter
+    (:func:`~pipeline_lib.plan.targets.run_ids_json`), from which a step reads each run's identity."""
+    return {os.path.join(os.path.dirname(r.path), filename): r for r in runs}
 
 
 def _stem(key: str) -> Callable[..., str]:
@@ -169,24 +170,28 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     results = "pipeline_lib.paper.results"
-    paired = paired_runs(plan)
+    paired = paired_requests(plan)
+    # a data step reads each run's identity from the plan (--runs: file -> RunId), never from the file's path
+    evaluated = table1_evaluations(config, plan)
+    rollouts = _beside_run(paired, "rollouts.jsonl")
     steps += [
-        Step("paper_table1_data", results, "table1-data --metrics {input.metrics} --out {output.csv}",
-             {"csv": f"{data}/table1.csv"}, {"metrics": table1_eval_targets(config, plan)}),
+        Step("paper_table1_data", results, "table1-data --runs {params.runs_file} --out {output.csv}",
+             {"csv": f"{data}/table1.csv"}, {"metrics": list(evaluated)}, {"runs": run_ids_json(evaluated)},
+             files=("runs",)),
         _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
-        Step("paper_gradient_allocation_data", results,
-             "allocation-data --rollouts {params.rollouts} --out {output.csv}",
-             {"csv": f"{data}/gradient_allocation.csv"}, {"done": paired},
-             {"rollouts": _beside("rollouts.jsonl")}),
+        Step("paper_gradient_allocation_data", results, "allocation-data --runs {params.runs_file} --out {output.csv}",
+             {"csv": f"{data}/gradient_allocation.csv"}, {"done": [r.path for r in paired]},
+             {"runs": run_ids_json(rollouts)}, files=("runs",)),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
                     "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),
         Step("paper_training_curves", "pipeline_lib.paper.curves",
-             "--metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
+             "--runs {params.runs_file} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": f"{figures}/training_curves.png", "pdf": f"{figures}/training_curves.pdf"},
-             {"done": rl_runs(plan)}, {"metrics": _beside("metrics.jsonl"), "label": label},
-             {"png": ("training_curves.rst", "Results")}),
+             {"done": [r.path for r in rl_requests(plan)]},
+             {"runs": run_ids_json(_beside_run(rl_requests(plan), "metrics.jsonl")), "label": label},
+             {"png": ("training_curves.rst", "Results")}, files=("runs",)),
     ]
 
     report = report_inputs(config, plan, paper_targets)
@@ -255,21 +260,25 @@ def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
     adaptive = adaptive_comparison(config)
     if not adaptive:
         return []
-    compared, ours = rl_runs(plan, [adaptive["ours"], *adaptive["baselines"]]), rl_runs(plan, [adaptive["ours"]])
+    compared = rl_requests(plan, [adaptive["ours"], *adaptive["baselines"]])
+    ours = rl_requests(plan, [adaptive["ours"]])
+    evaluations = {r.path.replace("DONE.json", "generations.jsonl").replace("results/train/", "results/eval/"): r
+                   for r in compared}
     module = "pipeline_lib.paper.adaptive"
     tables = {os.path.basename(p).replace(".", "_"): p for p in ADAPTIVE_OUTPUTS if "/tables/" in p}
     return [
         Step("paper_adaptive_tau", module,
-             "compare --ours {params.ours} --baselines {params.baselines} --eval {input.evals}"
-             " --rollouts {params.rollouts} --label {params.label} --stem results/paper/tables/adaptive_tau",
-             tables, {"done": compared, "evals": [p.replace("DONE.json", "generations.jsonl").replace(
-                 "results/train/", "results/eval/") for p in compared]},
+             "compare --ours {params.ours} --baselines {params.baselines} --eval {params.evals_file}"
+             " --rollouts {params.rollouts_file} --label {params.label} --stem results/paper/tables/adaptive_tau",
+             tables, {"done": [r.path for r in compared], "evals": list(evaluations)},
              {"ours": adaptive["ours"], "baselines": adaptive["baselines"], "label": config["label"],
-              "rollouts": _beside("rollouts.jsonl")}),
+              "evals": run_ids_json(evaluations), "rollouts": run_ids_json(_beside_run(compared, "rollouts.jsonl"))},
+             files=("evals", "rollouts")),
         Step("paper_adaptive_tau_data", module,
-             "tau-data --rollouts {params.rollouts} --ess-fraction {params.ess_fraction} --out {output.csv}",
-             {"csv": "results/paper/data/adaptive_tau.csv"}, {"done": ours},
-             {"ess_fraction": adaptive["ess_fraction"], "rollouts": _beside("rollouts.jsonl")}),
+             "tau-data --rollouts {params.rollouts_file} --ess-fraction {params.ess_fraction} --out {output.csv}",
+             {"csv": "results/paper/data/adaptive_tau.csv"}, {"done": [r.path for r in ours]},
+             {"ess_fraction": adaptive["ess_fraction"], "rollouts": run_ids_json(_beside_run(ours, "rollouts.jsonl"))},
+             files=("rollouts",)),
         Step("paper_adaptive_tau_figure", module,
              "tau-figure --data {input.csv} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": "results/paper/figures/adaptive_tau.png", "pdf": "results/paper/figures/adaptive_tau.pdf"},

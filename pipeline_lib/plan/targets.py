@@ -6,7 +6,9 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import dataclasses
+import json
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
@@ -32,6 +34,7 @@ __all__ = [
     "data_targets",
     "eval_spec",
     "eval_targets",
+    "evaluated_runs",
     "judge_concurrency",
     "judge_eval_targets",
     "judge_methods",
@@ -43,15 +46,19 @@ __all__ = [
     "judge_summaries",
     "judge_targets",
     "judge_tasks",
-    "paired_runs",
+    "paired_requests",
+    "read_run_ids",
     "reads_tokenizer",
     "report_inputs",
     "requests_of",
+    "rl_requests",
     "rl_runs",
+    "run_ids_json",
     "runs_of",
     "scale_eval_targets",
     "stage_targets",
     "table1_eval_targets",
+    "table1_evaluations",
     "table1_tasks",
     "tokenizer_inputs",
     "transfer_targets",
@@ -150,18 +157,23 @@ def runs_of(plan: Plan, study: str, methods: list[str] | None = None) -> list[st
     return [r.path for r in requests_of(plan, study, methods)]
 
 
+def rl_requests(plan: Plan, methods: list[str] | None = None) -> list[RunId]:
+    """The main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
+    return [r for r in requests_of(plan, "main", methods) if not METHODS[r.name].starting_point]
+
+
 def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
-    """Sentinels of the main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
-    return [r.path for r in requests_of(plan, "main", methods) if r.name != "sft"]
+    """Sentinels of :func:`rl_requests`."""
+    return [r.path for r in rl_requests(plan, methods)]
 
 
-def paired_runs(plan: Plan) -> list[str]:
+def paired_requests(plan: Plan) -> list[RunId]:
     """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
     reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
     ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
-    return [r.path for r in requests_of(plan, "main", pair) if r.name != "sft"]
+    return [r for r in requests_of(plan, "main", pair) if not METHODS[r.name].starting_point]
 
 
 def baseline_eval_targets(plan: Plan) -> list[str]:
@@ -191,10 +203,40 @@ def table1_tasks(config: Mapping[str, Any]) -> list[str]:
             if any(methods[m]["reward"] == "verifier" for m in trained_methods(config, task))]
 
 
-def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
-    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task)."""
+def table1_evaluations(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
+    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task), each with its run."""
     tasks = set(table1_tasks(config))
-    return _evaluations([r.path for r in _table1_requests(plan) if r.task in tasks])
+    return evaluated_runs([r for r in _table1_requests(plan) if r.task in tasks])
+
+
+def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The evaluations Table 1 reads (:func:`table1_evaluations`)."""
+    return list(table1_evaluations(config, plan))
+
+
+def evaluated_runs(ids: Iterable[RunId]) -> dict[str, RunId]:
+    """Each run's evaluation (``results/eval/<task>/<name>/seed<k>/metrics.json``) -> the run: a paper step reads a
+    run's task, name and seed from these fields (:func:`run_ids_json`), never from its files' paths."""
+    ids = list(ids)
+    return dict(zip(_evaluations([r.path for r in ids]), ids, strict=True))
+
+
+def run_ids_json(files: Mapping[str, RunId]) -> str:
+    """``files`` (a file a step reads -> the run it belongs to) as the JSON a paper step takes (``--runs``,
+    :func:`read_run_ids`)."""
+    return json.dumps({path: dataclasses.asdict(run) for path, run in files.items()})
+
+
+def read_run_ids(value: Mapping[str, Mapping[str, Any]]) -> dict[str, RunId]:
+    """The parsed JSON of :func:`run_ids_json` back as file -> :class:`RunId`; a record without a field names it."""
+    fields = {f.name for f in dataclasses.fields(RunId)}
+    out = {}
+    for path, record in value.items():
+        if not isinstance(record, Mapping) or set(record) != fields:
+            raise ValueError(f"--runs: the record of {path!r} must have exactly the fields {sorted(fields)}, got "
+                             f"{sorted(record) if isinstance(record, Mapping) else record!r}")
+        out[path] = RunId(**record)
+    return out
 
 
 JUDGES = ("primary", "second")

@@ -15,6 +15,7 @@ from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bin
 from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
 from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
+from pipeline_lib.plan import RunId
 from tests.conftest import REPO
 
 REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
@@ -181,15 +182,16 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
     """The split's two parts add up to the shift the report computes from the allocation data, and re-weighting
     GRPO's own rollouts is what the arithmetic part measures (visits = 0 when both runs saw the same groups)."""
     gen = torch.Generator().manual_seed(0)
-    rollouts = []
+    rollouts: dict[str, RunId] = {}
     for seed in range(3):
         pass_rate = torch.rand(6, 1, generator=gen, dtype=torch.float64)
         grpo = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
         softmax = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten()
         _write_rl_run(tmp_path, "grpo_exact", seed, grpo, "grpo", {})
         _write_rl_run(tmp_path, "softmax_exact", seed, softmax, "softmax", {"tau": 0.1})
-        rollouts += [tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl" for m in ("grpo_exact",
-                                                                                             "softmax_exact")]
+        rollouts |= {str(tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl"):
+                     RunId("main", "arith_tiny", m, seed, f"arith_tiny/{m}/seed{seed}/DONE.json")
+                     for m in ("grpo_exact", "softmax_exact")}
     split = allocation_split(tmp_path, ["arith_tiny"]).set_index("part")["result"]
     shift = allocation_shift(allocation_data(rollouts))[0]["result"]
     assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
