@@ -93,7 +93,9 @@ class EpochSampler(Sampler[int]):
         return self.size - self.start
 
 
-def build_splits(spec: dict[str, Any], seed: int) -> SplitData:
+def build_splits(spec: dict[str, Any]) -> SplitData:
+    """The study's train and validation splits. The run's seed does not enter: every seed trains on the same data
+    (the synthetic problem's own ``imagenet.dataset.seed``)."""
     dataset = spec["dataset"]
     if dataset["kind"] == "synthetic":
         return synthetic_splits(dataset["n_classes"], dataset["dim"], dataset["n_train"], dataset["n_val"],

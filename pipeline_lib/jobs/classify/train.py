@@ -113,7 +113,7 @@ def train(spec: dict[str, Any], objective: str, rollouts: int, seed: int, run_di
     random.seed(seed)
     np.random.seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    data = build_splits(spec, seed)
+    data = build_splits(spec)
     model = build_model(spec, data).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec["lr"], momentum=spec["momentum"],
                                 weight_decay=spec["weight_decay"])

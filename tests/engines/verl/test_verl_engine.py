@@ -391,7 +391,7 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
         assert record["advantage"] == expected.tolist() and any(a != 0 for a in record["advantage"])
 
 
-def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
+def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl():
     """verl's `apply_monkey_patch` (every FSDP actor/reference/SFT model build) imports trl's value-head model whenever
     trl is importable; trl 1.16 has none (ImportError at actor init). The pinned trl is installed and verl's patch runs
     on a tiny Qwen2 (in a child: the patch changes transformers process-wide)."""
