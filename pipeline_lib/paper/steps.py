@@ -36,6 +36,7 @@ from pipeline_lib.plan.targets import (
     judge_spec,
     judge_summaries,
     judge_tasks,
+    judged_runs,
     paired_requests,
     report_inputs,
     rl_requests,
@@ -43,7 +44,7 @@ from pipeline_lib.plan.targets import (
     runs_of,
     scale_eval_targets,
     table1_evaluations,
-    transfer_targets,
+    transfer_runs,
 )
 
 __all__ = ["Step", "data_params", "dataset_pattern", "eval_params", "judge_inputs", "judge_params", "paper_steps"]
@@ -195,19 +196,22 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     report = report_inputs(config, plan, paper_targets)
+    # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
+    judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
              " --allocation {input.allocation} --eval-root results/eval --train-root results/train"
-             " --judge-summaries {input.summaries} --made {params.made} --min-seeds {params.min_seeds}"
+             " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
              " --test-data {input.test_data} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
              {"reference": "config/paper_reference.yaml", "table1": f"{data}/table1.csv",
               "allocation": f"{data}/gradient_allocation.csv", "generations": report["generations"],
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
               "test_data": report["test_data"]},
-             {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"]},
-             {"report": ("reproduction_report.rst", "Reproduction")}),
+             {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
+              "summaries": run_ids_json(judged)},
+             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries",)),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),
@@ -218,13 +222,14 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     judge_labels = json.dumps({judge: judge_spec(config, judge)["label"] for judge in JUDGES}, sort_keys=True)
     steps += [
         _table_step("paper_nonverifiable", judging,
-                    "nonverifiable --summaries {input.summaries} --methods {params.methods} --transfer {input.transfer}"
+                    "nonverifiable --summaries {params.summaries_file} --methods {params.methods}"
+                    " --transfer {params.transfer_file}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "nonverifiable",
-                    {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
-                     "transfer": transfer_targets(config, plan)},
+                    {"summaries": list(judged), "transfer": list(transfer_runs(config, plan))},
                     {"methods": judge_methods(plan), "label": label,
-                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]})},
-                    files=("judge_labels",)),
+                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]}),
+                     "summaries": run_ids_json(judged), "transfer": run_ids_json(transfer_runs(config, plan))},
+                    files=("judge_labels", "summaries", "transfer")),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "judge_validation",

@@ -46,6 +46,7 @@ __all__ = [
     "judge_summaries",
     "judge_targets",
     "judge_tasks",
+    "judged_runs",
     "paired_requests",
     "read_run_ids",
     "reads_tokenizer",
@@ -61,6 +62,7 @@ __all__ = [
     "table1_evaluations",
     "table1_tasks",
     "tokenizer_inputs",
+    "transfer_runs",
     "transfer_targets",
     "validate_judges",
 ]
@@ -253,10 +255,15 @@ def judge_methods(plan: Plan) -> list[str]:
     return list(dict.fromkeys(r.name for r in requests_of(plan, "judge")))
 
 
+def judged_runs(plan: Plan, judge: str, task: str) -> dict[str, RunId]:
+    """Every judged run's summary of ``task`` under one judge -> the run, in table order (method, then seed)."""
+    return {f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json": r
+            for r in requests_of(plan, "judge") if r.task == task}
+
+
 def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
-    """Every judged run's summary of ``task`` under one judge, in table order (method, then seed)."""
-    return [f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json" for r in requests_of(plan, "judge")
-            if r.task == task]
+    """Every judged run's summary of ``task`` under one judge, in table order (:func:`judged_runs`)."""
+    return list(judged_runs(plan, judge, task))
 
 
 def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
@@ -316,13 +323,18 @@ def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
     return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
 
 
-def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
     """lm-eval / AlpacaEval results of the transfer study's checkpoints (paper: the OpenThoughts run), per enabled
-    benchmark."""
+    benchmark -> the run."""
     transfer = config["eval"].get("transfer") or {}
     benchmarks = [name for name in ("lm_eval", "alpaca_eval") if transfer.get(name, {}).get("enabled")]
-    return [path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json")
-            for benchmark in benchmarks for path in runs_of(plan, "transfer")]
+    return {r.path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json"): r
+            for benchmark in benchmarks for r in requests_of(plan, "transfer")}
+
+
+def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The files of :func:`transfer_runs`."""
+    return list(transfer_runs(config, plan))
 
 
 def judge_score_files(plan: Plan, task: str) -> list[str]:

@@ -159,7 +159,7 @@ def test_judged_table_marks_no_best_on_a_single_seed_lead(tmp_path):
                 path.parent.mkdir(parents=True)
                 path.write_text(json.dumps({"score_100": value, "failed": 0, "judge": {"label": "j", "kind": "k"}}))
                 paths.append(path)
-    csv, _, tex = nonverifiable_table(paths, ["sft", "opd", "softmax_sim"], "tiny", tmp_path / "nv")
+    csv, _, tex = nonverifiable_table(runs_written(paths), ["sft", "opd", "softmax_sim"], "tiny", tmp_path / "nv")
     table = pd.read_csv(csv).set_index("Method")
     assert "**" not in table["close"].str.cat()
     assert table["clear"].str.cat().count("**") == 2 and table.loc[table.index[2], "clear"].startswith("**")
