@@ -27,7 +27,7 @@ from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tin
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
     JUDGES,
-    ablation_eval_targets,
+    ablation_cells,
     adaptive_comparison,
     judge_methods,
     judge_ours,
@@ -239,10 +239,11 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                     files=("judge_labels",)),
     ]
 
-    scale = config["train"]["scale"]
+    scale, cells = config["train"]["scale"], ablation_cells(plan)
     steps += [
-        Step("paper_ablation_data", "pipeline_lib.paper.ablation", "data --metrics {input.metrics} --out {output.csv}",
-             {"csv": f"{data}/ablation.csv"}, {"metrics": ablation_eval_targets(plan)}),
+        Step("paper_ablation_data", "pipeline_lib.paper.ablation",
+             "data --cells {params.cells_file} --out {output.csv}", {"csv": f"{data}/ablation.csv"},
+             {"metrics": list(cells)}, {"cells": json.dumps(cells)}, files=("cells",)),
         _table_step("paper_ablation", "pipeline_lib.paper.ablation",
                     "table --data {input.csv} --label {params.label}", "ablation",
                     {"csv": f"{data}/ablation.csv"}, {"label": label, "differences": json.dumps(

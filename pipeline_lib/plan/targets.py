@@ -14,7 +14,7 @@ from typing import Any
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
-from pipeline_lib.plan import METHODS, Plan, RunId, plan_runs, trained_methods
+from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.runs import TOKENIZER
 from pipeline_lib.plan.settings import eval_spec
 
@@ -27,6 +27,7 @@ __all__ = [
     "SCALE_OUTPUTS",
     "STAGES",
     "THEORY_OUTPUTS",
+    "ablation_cells",
     "ablation_eval_targets",
     "adaptive_comparison",
     "baseline_eval_targets",
@@ -370,6 +371,20 @@ SCALE_OUTPUTS = tuple(f"results/paper/tables/scale.{ext}" for ext in ("tex", "md
 
 def ablation_eval_targets(plan: Plan) -> list[str]:
     return _evaluations(runs_of(plan, "ablation"))
+
+
+def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Each ablation evaluation -> its cell as fields: task, seed, tau and M (its run spec's estimator tau and group
+    size), what the ablation table reads instead of parsing the run's name."""
+    runs = {run.output: run for run in plan.runs}
+    cells = {}
+    for metrics, request in evaluated_runs(requests_of(plan, "ablation")).items():
+        spec = runs[request.path].spec
+        if spec.estimator is None or "tau" not in spec.estimator.params or spec.rl is None:
+            raise PlanError(f"ablation run {request.path}: no estimator tau or group size in its spec")
+        cells[metrics] = {"task": request.task, "seed": request.seed, "tau": spec.estimator.params["tau"],
+                          "M": spec.rl.group_size}
+    return cells
 
 
 def scale_eval_targets(plan: Plan) -> list[str]:

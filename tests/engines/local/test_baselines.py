@@ -463,13 +463,13 @@ def test_table1_shows_a_dash_where_a_method_did_not_run(tmp_path):
 def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
     from pipeline_lib.paper.ablation import ablation_data, ablation_table
 
-    paths = []
-    for tau, m, score, length in (("0p1", 4, 0.5, 30.0), ("10", 4, 0.25, 20.0), ("0p1", 8, 0.75, 10.0)):
-        path = tmp_path / f"eval/countdown_tiny/softmax_tau{tau}_m{m}/seed0/metrics.json"
+    cells = {}
+    for tau, m, score, length in ((0.1, 4, 0.5, 30.0), (10, 4, 0.25, 20.0), (0.1, 8, 0.75, 10.0)):
+        path = tmp_path / f"eval/countdown_tiny/cell_{tau}_{m}/seed0/metrics.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"pass@1_greedy": score, "mean_length_greedy": length}))
-        paths.append(path)
-    frame = ablation_data(paths)
+        cells[str(path)] = {"task": "countdown_tiny", "seed": 0, "tau": tau, "M": m}
+    frame = ablation_data(cells)
     assert sorted(frame["tau"]) == [0.1, 0.1, 10.0]
     ablation_table(frame, "test", tmp_path / "ablation", {"steps": [10, 20]})
     table = pd.read_csv(tmp_path / "ablation.csv", dtype=str).set_index("tau")
@@ -479,8 +479,8 @@ def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
     bad = tmp_path / "eval/countdown_tiny/grpo_exact/seed0/metrics.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{}")
-    with pytest.raises(ValueError, match="grpo_exact"):
-        ablation_data([bad])
+    with pytest.raises(ValueError, match=r"grpo_exact/seed0/metrics.json has no \['tau'\]"):
+        ablation_data({str(bad): {"task": "countdown_tiny", "seed": 0, "M": 4}})
 
 
 def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workflow_copy):
