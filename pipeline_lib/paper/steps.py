@@ -42,7 +42,7 @@ from pipeline_lib.plan.targets import (
     rl_requests,
     run_ids_json,
     runs_of,
-    scale_eval_targets,
+    scale_cells,
     table1_evaluations,
     transfer_runs,
 )
@@ -239,7 +239,7 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                     files=("judge_labels",)),
     ]
 
-    scale, cells = config["train"]["scale"], ablation_cells(plan)
+    cells, scale_runs = ablation_cells(plan), scale_cells(config, plan)
     steps += [
         Step("paper_ablation_data", "pipeline_lib.paper.ablation",
              "data --cells {params.cells_file} --out {output.csv}", {"csv": f"{data}/ablation.csv"},
@@ -248,12 +248,9 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                     "table --data {input.csv} --label {params.label}", "ablation",
                     {"csv": f"{data}/ablation.csv"}, {"label": label, "differences": json.dumps(
                         ablation_differences(plan))}, " --differences {params.differences_file}", ("differences",)),
-        Step("paper_scale_data", "pipeline_lib.paper.scale",
-             "data --metrics {input.metrics} --main-label {params.main_label:q} --labels {params.labels_file}"
-             " --out {output.csv}", {"csv": f"{data}/scale.csv"}, {"metrics": scale_eval_targets(plan)},
-             {"main_label": scale["label"],
-              "labels": json.dumps({name: spec.get("label", name) for name, spec in scale["models"].items()})},
-             files=("labels",)),
+        Step("paper_scale_data", "pipeline_lib.paper.scale", "data --cells {params.cells_file} --out {output.csv}",
+             {"csv": f"{data}/scale.csv"}, {"metrics": list(scale_runs)}, {"cells": json.dumps(scale_runs)},
+             files=("cells",)),
         _table_step("paper_scale", "pipeline_lib.paper.scale", "table --data {input.csv} --label {params.label}",
                     "scale", {"csv": f"{data}/scale.csv"}, {"label": label}),
     ]

@@ -57,6 +57,7 @@ __all__ = [
     "rl_runs",
     "run_ids_json",
     "runs_of",
+    "scale_cells",
     "scale_eval_targets",
     "stage_targets",
     "table1_eval_targets",
@@ -384,6 +385,23 @@ def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
             raise PlanError(f"ablation run {request.path}: no estimator tau or group size in its spec")
         cells[metrics] = {"task": request.task, "seed": request.seed, "tau": spec.estimator.params["tau"],
                           "M": spec.rl.group_size}
+    return cells
+
+
+def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, Any]]:
+    """Each evaluation the scale table reads (:func:`scale_eval_targets`' order) -> its cell as fields: task, seed,
+    method and base model (its ``train.scale.models.<name>.label``; the main-scale runs ``train.scale.label``), from
+    the config's scale models and methods, never parsed from a run's name."""
+    scale = config["train"].get("scale") or {}
+    at_scale = {f"{method}_at_{name}": (method, model.get("label", name))
+                for name, model in (scale.get("models") or {}).items() for method in scale.get("methods") or []}
+    cells = {metrics: {"task": r.task, "seed": r.seed, "method": r.name, "model": scale.get("label")}
+             for metrics, r in evaluated_runs(requests_of(plan, "scale_reference")).items()}
+    for metrics, r in evaluated_runs(requests_of(plan, "scale")).items():
+        if r.name not in at_scale:
+            raise PlanError(f"scale run {r.path}: not one of train.scale's methods at one of its models")
+        method, label = at_scale[r.name]
+        cells[metrics] = {"task": r.task, "seed": r.seed, "method": method, "model": label}
     return cells
 
 
