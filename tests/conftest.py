@@ -16,9 +16,17 @@ import pytest
 
 from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.run_spec import Estimator, RLSettings, RunSpec, SFTSettings
+from pipeline_lib.plan.runs import RunId
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "envs", "profiles")
+
+
+def runs_written(paths: list[Path]) -> dict[str, RunId]:
+    """Files a test wrote at ``.../<task>/<name>/seed<k>/<file>`` -> their runs: the ``--runs`` mapping the plan hands a
+    paper step (the test's own record of where it wrote each run's file; the steps never parse a path)."""
+    return {str(p): RunId("main", p.parent.parent.parent.name, p.parent.parent.name, int(p.parent.name[4:]),
+                          str(p.parent / "DONE.json")) for p in map(Path, paths)}
 
 
 @pytest.fixture

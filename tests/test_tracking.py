@@ -149,6 +149,8 @@ def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp
     from pipeline_lib.jobs.engines.verl.translate import metrics_log_path
     from pipeline_lib.paper.curves import curves
 
+    from .conftest import runs_written
+
     local = tmp_path / "train/countdown_tiny/softmax_exact/seed0"
     rl_module.train_rl(rl_spec(steps=2), tiny / "data/rl_train.parquet", tiny / "init", local, 0, progress=False)
     verl = tmp_path / "train/gsm8k/softmax_exact/seed0"  # verl's file-logger records, as its trainer writes them
@@ -159,7 +161,7 @@ def test_one_figure_reads_a_local_run_and_a_verl_run_by_the_same_names(tiny, tmp
     paths = [local / "metrics.jsonl", collect_metrics(verl, 2)]
     assert all({"critic/score/mean", "actor/kl_loss", "response_length/mean"} <= set(json.loads(line))
                for path in paths for line in path.read_text().splitlines())
-    curves(paths, "test", str(tmp_path / "curves.png"), str(tmp_path / "curves.pdf"))
+    curves(runs_written(paths), "test", str(tmp_path / "curves.png"), str(tmp_path / "curves.pdf"))
     assert (tmp_path / "curves.png").stat().st_size > 10_000
 
 

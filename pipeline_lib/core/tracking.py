@@ -228,7 +228,8 @@ _WRITERS = {"tensorboard": _TensorBoard, "wandb": _Wandb, "mlflow": _Mlflow, "sw
 
 
 class Tracker:
-    """The local engine's writer to the chosen backends; ``file`` is ``metrics.jsonl`` itself (:class:`MetricsLog`).
+    """The local engine's writer to the chosen backends; ``file`` is ``metrics.jsonl`` itself
+    (:class:`pipeline_lib.core.checkpoint.MetricsLog`).
 
     ``history`` (the records kept on resume, steps up to the checkpoint) is written first: the file store is
     rebuilt from it, and a backend that starts a new run per attempt (wandb, mlflow...) gets the whole curve in it.

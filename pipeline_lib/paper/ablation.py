@@ -1,7 +1,6 @@
 """The tau x M ablation table (paper Table "ablations") from the evaluation of every ablation run.
 
-    python -m pipeline_lib.paper.ablation data --metrics results/eval/T/softmax_tau0p1_m4/seed0/metrics.json \
-        ... --out results/paper/data/ablation.csv
+    python -m pipeline_lib.paper.ablation data --cells CELLS.json --out results/paper/data/ablation.csv
     python -m pipeline_lib.paper.ablation table --data CSV --label tiny --stem results/paper/tables/ablation \
         --differences JSON
 
@@ -10,7 +9,9 @@ response length (tokens), as in the paper (its length column is "mean answer len
 (task, M) column's best pass@1 is in bold only where the claims rules support it (the paper bolds every best).
 The caption states how the cells' settings differ
 from the main runs', as the workflow computes them from the config
-(:func:`pipeline_lib.paper.captions.ablation_differences`).
+(:func:`pipeline_lib.paper.captions.ablation_differences`). ``--cells`` maps each run's ``metrics.json`` to its cell
+(task, seed, tau, M: the plan's :func:`pipeline_lib.plan.targets.ablation_cells`, from the run's spec), never parsed
+from the run's name.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -38,21 +38,20 @@ __all__ = ["ablation_data", "ablation_table"]
 
 log = logging.getLogger("pipeline_lib.paper.ablation")
 
-_RUN = re.compile(r"^softmax_tau(?P<tau>[0-9]+(?:p[0-9]+)?)_m(?P<m>[0-9]+)$")
+_CELL = ("task", "seed", "tau", "M")
 
 
-def ablation_data(metrics_paths: list[Path]) -> pd.DataFrame:
-    """One row per run: task, tau, M, seed, greedy pass@1 and mean greedy length (from the run's path)."""
+def ablation_data(cells: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per run (``cells``: each run's ``metrics.json`` -> its cell: task, seed, tau, M): its cell, greedy
+    pass@1 and mean greedy length."""
     rows = []
-    for path in metrics_paths:
-        seed_dir, run_dir, task_dir = path.parent, path.parent.parent, path.parent.parent.parent
-        match = _RUN.match(run_dir.name)
-        if match is None:
-            raise ValueError(f"{path}: {run_dir.name!r} is not an ablation run name (softmax_tau<tau>_m<M>)")
-        metrics = json.loads(path.read_text())
-        rows.append({"task": task_dir.name, "tau": float(match["tau"].replace("p", ".")), "M": int(match["m"]),
-                     "seed": int(seed_dir.name.removeprefix("seed")), "pass@1": metrics["pass@1_greedy"],
-                     "length": metrics["mean_length_greedy"]})
+    for path, cell in cells.items():
+        missing = [key for key in _CELL if key not in cell]
+        if missing:
+            raise ValueError(f"--cells: the cell of {path} has no {missing} (an ablation cell has {list(_CELL)})")
+        metrics = json.loads(Path(path).read_text())
+        rows.append({"task": cell["task"], "tau": float(cell["tau"]), "M": int(cell["M"]), "seed": int(cell["seed"]),
+                     "pass@1": metrics["pass@1_greedy"], "length": metrics["mean_length_greedy"]})
     return pd.DataFrame(rows)
 
 
@@ -98,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("data")
-    p.add_argument("--metrics", nargs="+", type=Path, required=True)
+    p.add_argument("--cells", type=json_value, required=True,
+                   help="JSON (or its file): each run's metrics.json -> its cell (task, seed, tau, M)")
     p.add_argument("--out", required=True)
     p = sub.add_parser("table")
     p.add_argument("--data", required=True)
@@ -111,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.command == "data":
         with atomic_path(args.out) as tmp:
-            ablation_data(args.metrics).to_csv(tmp, index=False)
-        write_provenance([args.out], step="paper_ablation_data", inputs=args.metrics, started_at=started)
+            ablation_data(args.cells).to_csv(tmp, index=False)
+        write_provenance([args.out], step="paper_ablation_data", inputs=list(args.cells), params={"cells": args.cells},
+                         started_at=started)
     else:
         paths = ablation_table(pd.read_csv(args.data), args.label, args.stem, args.differences)
         write_provenance(paths, step="paper_ablation", inputs=[args.data], params={"differences": args.differences},

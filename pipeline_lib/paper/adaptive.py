@@ -1,9 +1,8 @@
 """Adaptive temperature by effective sample size (``softmax_ess``) against fixed-tau SoftmaxGRPO and GRPO.
 
     python -m pipeline_lib.paper.adaptive compare --ours softmax_ess --baselines softmax_exact grpo_exact \
-        --eval results/eval/T/M/seedS/generations.jsonl ... --rollouts results/train/T/M/seedS/rollouts.jsonl ... \
-        --label tiny --stem results/paper/tables/adaptive_tau
-    python -m pipeline_lib.paper.adaptive tau-data --rollouts results/train/T/softmax_ess/seedS/rollouts.jsonl ... \
+        --eval EVAL_RUNS.json --rollouts ROLLOUT_RUNS.json --label tiny --stem results/paper/tables/adaptive_tau
+    python -m pipeline_lib.paper.adaptive tau-data --rollouts ROLLOUT_RUNS.json \
         --ess-fraction 0.5 --out results/paper/data/adaptive_tau.csv
     python -m pipeline_lib.paper.adaptive tau-figure --data CSV --label tiny --png P --pdf P
 
@@ -13,6 +12,9 @@ sampled, with 95% intervals from :func:`pipeline_lib.core.stats.paired_interval`
 and ours - baseline per bin with t-intervals over seeds). ``tau-data``/``tau-figure`` show the per-group
 temperature softmax_ess chose over training: read from the ``tau`` the local engine logs per rollout, or, for
 runs without it (verl), recomputed from the logged rewards with the same estimator.
+
+``--eval`` and ``--rollouts`` map each run's ``generations.jsonl`` / ``rollouts.jsonl`` to the run
+(:class:`pipeline_lib.plan.runs.RunId`, written by the plan): a run's task, method and seed are read from there.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +36,16 @@ from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import ess_group_tau
 from pipeline_lib.core.stats import INTERVAL_METHOD, paired_interval
 from pipeline_lib.paper.reproduction import compare, prompt_scores
-from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _run_identity, allocation_data
+from pipeline_lib.paper.results import (
+    METHOD_LABELS,
+    PASS_RATE_BINS,
+    allocation_data,
+    run_columns,
+    run_ids_argument,
+    runs_record,
+)
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.plan.runs import RunId
 
 __all__ = ["allocation_comparison", "paired_differences", "tau_data", "tau_figure"]
 
@@ -51,22 +62,22 @@ def _label(method: str) -> str:
     return METHOD_LABELS.get(method, method)
 
 
-def _by_run(paths: list[Path]) -> dict[tuple[str, str, int], Path]:
+def _by_run(files: Mapping[str, RunId]) -> dict[tuple[str, str, int], Path]:
+    """(task, method, seed) -> its file, for ``files`` (each file -> its run)."""
     runs: dict[tuple[str, str, int], Path] = {}
-    for path in paths:
-        identity = _run_identity(path)
-        key = (str(identity["task"]), str(identity["method"]), int(identity["seed"]))
+    for path, run in files.items():
+        key = (run.task, run.name, run.seed)
         if key in runs:
             raise ValueError(f"two files for task {key[0]} method {key[1]} seed {key[2]}: {runs[key]} and {path}")
-        runs[key] = path
+        runs[key] = Path(path)
     return runs
 
 
-def paired_differences(eval_paths: list[Path], ours: str, baselines: list[str]) -> pd.DataFrame:
+def paired_differences(evaluations: Mapping[str, RunId], ours: str, baselines: list[str]) -> pd.DataFrame:
     """Per task, baseline and metric: mean(ours - baseline) of held-out per-prompt scores with a 95% interval whose
     unit is the seed (:func:`pipeline_lib.paper.reproduction.compare`, strict: both methods on the same seeds and
-    test prompts, else an error naming the file)."""
-    paths = _by_run(eval_paths)
+    test prompts, else an error naming the file); ``evaluations``: each run's ``generations.jsonl`` -> the run."""
+    paths = _by_run(evaluations)
     scores = {key: prompt_scores(path) for key, path in paths.items()}
     rows = []
     for task in sorted({t for t, _, _ in paths}):
@@ -98,9 +109,10 @@ def comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau")
 
 
-def allocation_comparison(rollout_paths: list[Path], ours: str, baselines: list[str]) -> pd.DataFrame:
-    """Per task: each method's mean share of sum T|A| by pass-rate bin, and ours - baseline with seed intervals."""
-    data = allocation_data(rollout_paths)
+def allocation_comparison(rollouts: Mapping[str, RunId], ours: str, baselines: list[str]) -> pd.DataFrame:
+    """Per task: each method's mean share of sum T|A| by pass-rate bin, and ours - baseline with seed intervals
+    (``rollouts``: each run's ``rollouts.jsonl`` -> the run)."""
+    data = allocation_data(rollouts)
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     totals = data[bins].sum(axis=1)
     if (totals <= 0).any():  # a share of nothing is undefined: such runs are left out and their seeds unpaired
@@ -154,16 +166,17 @@ def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> 
     return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau_allocation")
 
 
-def tau_data(rollout_paths: list[Path], ess_fraction: float | None = None) -> pd.DataFrame:
-    """One row per (run, step, group): its pass rate and the temperature softmax_ess chose.
+def tau_data(rollouts: Mapping[str, RunId], ess_fraction: float | None = None) -> pd.DataFrame:
+    """One row per (run, step, group) of ``rollouts`` (each run's ``rollouts.jsonl`` -> the run): its pass rate and
+    the temperature softmax_ess chose.
 
     ``state`` is ``solved`` (ESS = target), ``limit`` (target unreachable: the tau -> 0 limit, tau = 0) or
     ``no signal`` (all rewards equal: no tau, advantage 0). A run whose rollouts carry no ``tau`` gets it
     recomputed from its rewards with ``ess_fraction`` (an error without one).
     """
     frames = []
-    for path in rollout_paths:
-        identity = _run_identity(path)
+    for name, run in rollouts.items():
+        path, identity = Path(name), run_columns(run)
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             record = json.loads(line)
             group = np.asarray(record["group"], dtype=np.int64)
@@ -235,12 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("compare")
     p.add_argument("--ours", default="softmax_ess")
     p.add_argument("--baselines", nargs="+", default=["softmax_exact", "grpo_exact"])
-    p.add_argument("--eval", nargs="+", type=Path, required=True, help="generations.jsonl of every run")
-    p.add_argument("--rollouts", nargs="+", type=Path, required=True, help="rollouts.jsonl of every run")
+    p.add_argument("--eval", type=run_ids_argument, required=True,
+                   help="JSON (or its file): each run's generations.jsonl -> the run")
+    p.add_argument("--rollouts", type=run_ids_argument, required=True,
+                   help="JSON (or its file): each run's rollouts.jsonl -> the run")
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
     p = sub.add_parser("tau-data")
-    p.add_argument("--rollouts", nargs="+", type=Path, required=True)
+    p.add_argument("--rollouts", type=run_ids_argument, required=True,
+                   help="JSON (or its file): each run's rollouts.jsonl -> the run")
     p.add_argument("--ess-fraction", type=float, default=None)
     p.add_argument("--out", required=True)
     p = sub.add_parser("tau-figure")
@@ -256,11 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         paths += allocation_comparison_table(
             allocation_comparison(args.rollouts, args.ours, args.baselines), args.label, allocation_stem)
         write_provenance(paths, step="paper_adaptive_tau", inputs=[*args.eval, *args.rollouts],
-                         params={"ours": args.ours, "baselines": args.baselines}, started_at=started)
+                         params={"ours": args.ours, "baselines": args.baselines,
+                                 "runs": runs_record({**args.eval, **args.rollouts})}, started_at=started)
     elif args.command == "tau-data":
         _write_csv(tau_data(args.rollouts, args.ess_fraction), args.out)
-        write_provenance([args.out], step="paper_adaptive_tau_data", inputs=args.rollouts,
-                         params={"ess_fraction": args.ess_fraction}, started_at=started)
+        write_provenance([args.out], step="paper_adaptive_tau_data", inputs=list(args.rollouts),
+                         params={"ess_fraction": args.ess_fraction, "runs": runs_record(args.rollouts)},
+                         started_at=started)
     else:
         tau_figure(pd.read_csv(args.data), args.label, args.png, args.pdf)
         write_provenance([args.png, args.pdf], step="paper_adaptive_tau_figure", inputs=[args.data],

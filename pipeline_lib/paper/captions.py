@@ -5,7 +5,9 @@
 * :func:`judge_validation_title`: "LLM-judge validation" only when the judges are LLMs;
 * :func:`paper_gaps`: the paper's per-task differences between two Table 1 rows, from config/paper_reference.yaml;
 * :func:`base_note`: what this run's Base row is (a pretrained model or the untrained initialisation), from the base
-  runs' ``DONE.json``, for a report that puts it beside the paper's pretrained base.
+  runs' ``DONE.json`` (the runs whose registry entry is the model before training,
+  :attr:`~pipeline_lib.plan.registry.Method.before_training`), for a report that puts it beside the paper's
+  pretrained base.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.paper.machines import training_sidecar
+from pipeline_lib.paper.machines import RunKey, run_label, training_sidecar
+from pipeline_lib.plan.registry import METHODS
 from pipeline_lib.plan.runs import Plan
 
 __all__ = ["ablation_differences", "base_done_records", "base_note", "differences_text", "judge_validation_title",
@@ -116,14 +119,16 @@ def base_note(done_records: Mapping[str, Mapping[str, Any]]) -> str | None:
             "not comparable with the paper's Base row.")
 
 
-def base_done_records(eval_dirs: Iterable[Path]) -> dict[str, dict[str, Any]]:
-    """``<task>/base/seed<k>`` -> its ``DONE.json``, found through the evaluation's provenance (the model it read, whose
-    sidecar lists the training run's outputs); base runs only."""
+def base_done_records(evaluations: Mapping[RunKey, Path]) -> dict[str, dict[str, Any]]:
+    """``<task>/base/seed<k>`` -> its ``DONE.json``, for each run of ``evaluations`` (run -> its evaluation directory)
+    whose method is the model before training (Base), found through the evaluation's provenance (the model it read,
+    whose sidecar lists the training run's outputs)."""
     out = {}
-    for eval_dir in eval_dirs:
-        run = "/".join(Path(eval_dir).parts[-3:])
-        if Path(eval_dir).parts[-2] != "base":
+    for key, eval_dir in evaluations.items():
+        registered = METHODS.get(key[1])
+        if registered is None or not registered.before_training:
             continue
+        run = run_label(key)
         training = training_sidecar(Path(eval_dir))
         done = next((o["path"] for o in (training or {}).get("outputs", []) if o["path"].endswith("DONE.json")), None)
         if done and Path(done).is_file():

@@ -2,7 +2,9 @@
 its code digest covers only the figure's code: a plot setting here (:data:`CURVE_WINDOW`) reruns the figure alone,
 not Table 1, the allocation table or the report.
 
-    python -m pipeline_lib.paper.curves --metrics .../metrics.jsonl --label tiny --png P --pdf P
+    python -m pipeline_lib.paper.curves --runs RUNS.json --label tiny --png P --pdf P
+
+``--runs`` maps each run's ``metrics.jsonl`` to the run (:class:`pipeline_lib.plan.runs.RunId`, written by the plan).
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ import argparse
 import logging
 import sys
 import time
-from pathlib import Path
+from collections.abc import Mapping
 
 import pandas as pd
 
 from pipeline_lib.core.io import save_figure
 from pipeline_lib.core.provenance import write_provenance
-from pipeline_lib.paper.results import _method_sort_key, _run_identity
+from pipeline_lib.paper.results import _method_sort_key, run_columns, run_ids_argument, runs_record
 from pipeline_lib.plan.registry import METHOD_LABELS, METHODS
+from pipeline_lib.plan.runs import RunId
 
 __all__ = ["CURVE_WINDOW", "REWARD_PANELS", "curves", "curves_figure"]
 
@@ -80,8 +83,9 @@ def curves_figure(data: pd.DataFrame, label: str):  # -> matplotlib.figure.Figur
     return fig
 
 
-def curves(metrics_paths: list[Path], label: str, png: str, pdf: str) -> None:
-    frames = [pd.read_json(p, lines=True).assign(**_run_identity(p)) for p in metrics_paths]
+def curves(runs: Mapping[str, RunId], label: str, png: str, pdf: str) -> None:
+    """The figure of every run of ``runs`` (each run's ``metrics.jsonl`` -> the run)."""
+    frames = [pd.read_json(path, lines=True).assign(**run_columns(run)) for path, run in runs.items()]
     save_figure(curves_figure(pd.concat(frames, ignore_index=True), label), png, pdf, dpi=140)
 
 
@@ -89,14 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.curves", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--metrics", nargs="+", type=Path, required=True)
+    parser.add_argument("--runs", type=run_ids_argument, required=True,
+                        help="JSON (or its file): each run's metrics.jsonl -> the run (pipeline_lib.plan.runs.RunId)")
     parser.add_argument("--label", required=True)
     parser.add_argument("--png", required=True)
     parser.add_argument("--pdf", required=True)
     args = parser.parse_args(argv)
     started = time.time()
-    curves(args.metrics, args.label, args.png, args.pdf)
-    write_provenance([args.png, args.pdf], step="paper_training_curves", inputs=args.metrics, started_at=started)
+    curves(args.runs, args.label, args.png, args.pdf)
+    write_provenance([args.png, args.pdf], step="paper_training_curves", inputs=list(args.runs),
+                     params={"runs": runs_record(args.runs)}, started_at=started)
     return 0
 
 

@@ -1,12 +1,14 @@
 """The judge-based tables: non-verifiable results (paper Table "nonverifiable") and judge validation.
 
-    python -m pipeline_lib.paper.judging nonverifiable --summaries .../primary/{task}/{method}/seed{k}/summary.json
+    python -m pipeline_lib.paper.judging nonverifiable --summaries RUNS.json --transfer RUNS.json
         --methods sft grpo_sim softmax_sim --label tiny --stem results/paper/tables/nonverifiable
     python -m pipeline_lib.paper.judging validation --cross results/judge/cross/{task}.json
         --agreement results/judge/calibration/{task}/agreement.json --ours softmax_sim --label tiny --stem STEM
 
 Every cell names its judge in the caption (a programmatic judge is never passed off as an LLM
-judge), and a missing human rating is written as "no ratings yet", never as a number.
+judge), and a missing human rating is written as "no ratings yet", never as a number. ``--summaries`` and
+``--transfer`` map each primary-judge ``summary.json`` / transfer result to its run
+(:class:`pipeline_lib.plan.runs.RunId`, written by the plan): a run's task, method and seed are read from there.
 """
 
 from __future__ import annotations
@@ -25,19 +27,15 @@ import pandas as pd
 from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import judge_validation_title
+from pipeline_lib.paper.results import run_ids_argument, runs_record
 from pipeline_lib.paper.tables import latex_escape, write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS
+from pipeline_lib.plan.runs import RunId
 
 __all__ = ["nonverifiable_table", "validation_table"]
 
 NONVERIFIABLE_LABELS = METHOD_LABELS  # the registry's row labels
-
-
-def _summary_identity(path: Path) -> dict[str, str]:
-    """``results/judge/{judge}/{task}/{method}/seed{k}/summary.json``."""
-    return {"judge": path.parents[3].name, "task": path.parents[2].name, "method": path.parents[1].name,
-            "seed": path.parent.name}
 
 
 def _judge_label(summaries: list[dict[str, Any]], labels: Mapping[str, str] | None = None) -> str:
@@ -47,12 +45,13 @@ def _judge_label(summaries: list[dict[str, Any]], labels: Mapping[str, str] | No
     return "; ".join(labels)
 
 
-def transfer_scores(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
-    """(method, column) -> values over seeds from lm-eval (accuracy, %) and AlpacaEval (LC win rate) results."""
+def transfer_scores(results: Mapping[str, RunId]) -> dict[tuple[str, str], list[float]]:
+    """(method, column) -> values over seeds from lm-eval (accuracy, %) and AlpacaEval (LC win rate) results
+    (``results``: each result file -> its run)."""
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for path in paths:
-        method = path.parent.parent.name
-        result = json.loads(path.read_text())
+    for path, run in results.items():
+        method = run.name
+        result = json.loads(Path(path).read_text())
         if result["harness"] == "alpaca_eval":
             scores[(method, "AlpacaEval 2.0 (LC)")].append(result["results"]["length_controlled_winrate"])
             continue
@@ -62,30 +61,30 @@ def transfer_scores(paths: list[Path]) -> dict[tuple[str, str], list[float]]:
     return scores
 
 
-def nonverifiable_table(summary_paths: list[Path], methods: list[str], label: str, stem: Path,
-                        transfer_paths: list[Path] = (), judge_labels: Mapping[str, str] | None = None) -> list[Path]:
+def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str], label: str, stem: Path,
+                        transfer: Mapping[str, RunId] | None = None, judge_labels: Mapping[str, str] | None = None
+                        ) -> list[Path]:
     """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; bold only where supported.
+    ``summaries_by_run`` and ``transfer``: each primary-judge summary / transfer result -> its run.
 
     Judged columns are the primary judge's 0-100 score; transfer columns are lm-eval accuracy (%) and
     AlpacaEval 2.0's length-controlled win rate.
     """
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
-    per_seed: dict[str, dict[str, dict[str, float]]] = {}  # task -> method -> seed dir -> score
+    per_seed: dict[str, dict[str, dict[int, float]]] = {}  # task -> method -> seed -> score
     summaries = []
-    for path in summary_paths:
-        summary = json.loads(path.read_text())
-        identity = _summary_identity(path)
+    for path, run in summaries_by_run.items():
+        summary = json.loads(Path(path).read_text())
         summaries.append(summary)
-        failed[identity["task"]] += summary["failed"]
+        failed[run.task] += summary["failed"]
         if summary["score_100"] is not None:
-            scores[(identity["method"], identity["task"])].append(summary["score_100"])
-            per_seed.setdefault(identity["task"], {}).setdefault(identity["method"], {})[identity["seed"]] = \
-                summary["score_100"]
+            scores[(run.name, run.task)].append(summary["score_100"])
+            per_seed.setdefault(run.task, {}).setdefault(run.name, {})[run.seed] = summary["score_100"]
     tasks = sorted({task for _, task in scores})
-    transfer = transfer_scores(list(transfer_paths))
-    scores |= transfer
-    tasks += sorted({column for _, column in transfer})
+    transferred = transfer_scores(transfer or {})
+    scores |= transferred
+    tasks += sorted({column for _, column in transferred})
     best = supported_best(per_seed)  # transfer scores carry no seed: never marked
     plain, latex = [], []
     for method in methods:
@@ -168,9 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     table = sub.add_parser("nonverifiable")
-    table.add_argument("--summaries", type=Path, nargs="+", required=True)
+    table.add_argument("--summaries", type=run_ids_argument, required=True,
+                       help="JSON (or its file): each primary-judge summary.json -> its run")
     table.add_argument("--methods", nargs="+", required=True)
-    table.add_argument("--transfer", type=Path, nargs="*", default=[], help="lm_eval.json / alpaca_eval.json files")
+    table.add_argument("--transfer", type=run_ids_argument, default={},
+                       help="JSON (or its file): each lm_eval.json / alpaca_eval.json -> its run")
     table.add_argument("--label", required=True)
     table.add_argument("--judge-labels", type=json_value, default=None,
                        help='JSON file or inline JSON: {"primary": ..., "second": ...}')
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem, args.transfer,
                                       args.judge_labels)
         write_provenance(outputs, step="paper_nonverifiable", inputs=[*args.summaries, *args.transfer],
-                         params={"methods": args.methods, "label": args.label})
+                         params={"methods": args.methods, "label": args.label,
+                                 "runs": runs_record({**args.summaries, **args.transfer})})
     else:
         outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem, args.judge_labels)
         write_provenance(outputs, step="paper_judge_validation", inputs=[*args.cross, *args.agreement],

@@ -5,13 +5,14 @@ Every step records its machine in its sidecar (:func:`pipeline_lib.core.provenan
 dispatches to, determinism switches). The same code and seeds give bit-identical results on one machine and different
 ones on another, so a score is only comparable with another machine's as a different draw; the report names the
 machines behind its numbers and says so. An evaluation's sidecar names the model it read, whose sidecar is the
-training run's: both are followed from the evaluation directory, no path re-typed.
+training run's: both are followed from the evaluation directory, no path re-typed. A run is named by its identity
+(task, name, seed: the fields the report's data carry), never by parsing its directory.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,10 @@ import pandas as pd
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX
 from pipeline_lib.paper.tables import to_markdown
 
-__all__ = ["MACHINE_NOTE", "machine_of", "machines_section", "run_machines", "training_sidecar"]
+__all__ = ["MACHINE_NOTE", "RunKey", "machine_of", "machines_section", "run_label", "run_machines", "training_sidecar"]
+
+#: A run as the report's data name it: (task, run name, seed).
+RunKey = tuple[str, str, int]
 
 #: What every report says about machines, whichever machines made it.
 MACHINE_NOTE = (
@@ -67,12 +71,19 @@ def training_sidecar(eval_dir: Path) -> dict[str, Any] | None:
     return _model_sidecar(evaluation) if evaluation else None
 
 
-def run_machines(eval_dirs: Iterable[Path]) -> pd.DataFrame:
-    """One row per step behind the report's per-prompt scores: each evaluation (``<dir>/metrics.json``'s sidecar)
-    and the training run of the model it evaluated (the sidecar its model input names)."""
+def run_label(run: RunKey) -> str:
+    """``<task>/<name>/seed<k>``: how the report names a run."""
+    task, name, seed = run
+    return f"{task}/{name}/seed{seed}"
+
+
+def run_machines(evaluations: Mapping[RunKey, Path]) -> pd.DataFrame:
+    """One row per step behind the report's per-prompt scores (``evaluations``: each run -> its evaluation
+    directory): each evaluation (``<dir>/metrics.json``'s sidecar) and the training run of the model it evaluated
+    (the sidecar its model input names)."""
     rows = []
-    for eval_dir in eval_dirs:
-        run = "/".join(Path(eval_dir).parts[-3:])
+    for key, eval_dir in evaluations.items():
+        run = run_label(key)
         evaluation = _read(Path(eval_dir) / f"metrics.json{SIDECAR_SUFFIX}")
         if evaluation is None:
             rows.append({"run": run, "step": "evaluation", "CPU": "no provenance sidecar"})

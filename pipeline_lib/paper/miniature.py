@@ -24,6 +24,7 @@ import pandas as pd
 from pipeline_lib.core.data.tiny import BLIND_SPOTS
 from pipeline_lib.paper.results import METHOD_LABELS
 from pipeline_lib.paper.tables import to_markdown
+from pipeline_lib.plan.registry import METHODS
 
 __all__ = ["CLAIMS_IT_CANNOT_TEST", "CLAIMS_IT_CAN_TEST", "Planted", "load_planted", "miniature_section"]
 
@@ -112,18 +113,24 @@ def _plant_text(planted: Mapping[str, Planted]) -> list[str]:
     return lines
 
 
+def _is_start(name: str) -> bool:
+    return name in METHODS and METHODS[name].starting_point
+
+
 def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str, str, int], Mapping[str, pd.Series]],
                       compare: Callable[..., Any], pairs: Iterable[tuple[str, str]], metrics: Mapping[str, str]
                       ) -> list[str]:
-    """The report's section on the planted design: what each tiny task plants, each ``(a, "sft")`` pair of ``pairs``
-    (a gain over the SFT start) split into blind-spot and other test prompts with ``compare`` (the report's paired
-    comparison, called as ``compare(scores, task, a, b, metric)``) for each of ``metrics`` (name -> label) the runs
-    have, and what the miniature can and cannot test. Empty when no task has a plant."""
+    """The report's section on the planted design: what each tiny task plants, each ``(a, b)`` pair of ``pairs`` whose
+    ``b`` is the start the methods train from (a gain over the SFT start; the registry entry's
+    :attr:`~pipeline_lib.plan.registry.Method.starting_point`) split into blind-spot and other test prompts with
+    ``compare`` (the report's paired comparison, called as ``compare(scores, task, a, b, metric)``) for each of
+    ``metrics`` (name -> label) the runs have, and what the miniature can and cannot test. Empty when no task has a
+    plant."""
     if not planted:
         return []
     runs = {(task, method, metric) for (task, method, _), per in scores.items() for metric in per}
     comparisons = [(task, a, b, metric) for task in sorted(planted) for a, b in dict.fromkeys(pairs)
-                   for metric in metrics if b == "sft" and {(task, a, metric), (task, b, metric)} <= runs]
+                   for metric in metrics if _is_start(b) and {(task, a, metric), (task, b, metric)} <= runs]
     parts = ["## What the miniature plants, and where its gains are", "",
              "The tiny tasks are built so RL has a known error to fix (pipeline_lib/core/data/tiny.py): the SFT "
              "demonstrations come from an expert that slips, more often on a blind spot the prompt reveals, and a "

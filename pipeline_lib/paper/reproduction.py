@@ -15,7 +15,7 @@ Holm's family-wise adjustment over the table.
 
     python -m pipeline_lib.paper.reproduction --reference config/paper_reference.yaml --label tiny \
         --table1 results/paper/data/table1.csv --allocation results/paper/data/gradient_allocation.csv \
-        --eval-root results/eval --judge-summaries results/judge/primary/T/M/seed0/summary.json ... \
+        --eval-root results/eval --judge-summaries RUNS.json \
         --made nonverifiable=results/paper/tables/nonverifiable.md ... --min-seeds 3 --out R.md
 """
 
@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,11 +41,12 @@ from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, spl
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines
 from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted, miniature_section
-from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS
+from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, run_ids_argument, runs_record
 from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
 from pipeline_lib.plan.registry import pairs
+from pipeline_lib.plan.runs import RunId
 
 #: Which paper column each of our tasks stands in for.
 TASK_TO_PAPER = {"gsm8k": "gsm8k", "countdown": "countdown", "deepmath": "deepmath",
@@ -184,20 +186,21 @@ def load_scores(table1: pd.DataFrame, eval_root: Path) -> dict[tuple[str, str, i
     return scores
 
 
-def load_judge_items(summaries: list[Path]) -> dict[tuple[str, str, int], dict[str, pd.Series]]:
-    """(task, method, seed) -> per-item primary-judge score in [0, 1] from ``scores.jsonl``, indexed by prompt like
-    :func:`prompt_scores`. Items the judge failed to score are left out, as in the non-verifiable table (never
-    counted as 0); :func:`compare` pairs the items every compared run has."""
+def load_judge_items(summaries: Mapping[str, RunId]) -> dict[tuple[str, str, int], dict[str, pd.Series]]:
+    """(task, method, seed) -> per-item primary-judge score in [0, 1] from ``scores.jsonl`` beside each summary
+    (``summaries``: each summary -> its run), indexed by prompt like :func:`prompt_scores`. Items the judge failed to
+    score are left out, as in the non-verifiable table (never counted as 0); :func:`compare` pairs the items every
+    compared run has."""
     items = {}
-    for summary in summaries:
-        task, method, seed = summary.parent.parent.parent.name, summary.parent.parent.name, summary.parent.name
+    for name, run in summaries.items():
+        summary = Path(name)
         values: dict[int, float] = {}
         with open(summary.with_name("scores.jsonl"), encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)
                 if record.get("score_100") is not None:
                     values[int(record["prompt_index"])] = float(record["score_100"]) / 100.0
-        items[(task, method, int(seed.removeprefix("seed")))] = {
+        items[(run.task, run.name, run.seed)] = {
             "judge": pd.Series(values, dtype=np.float64).sort_index().rename_axis("prompt_index")}
     return items
 
@@ -518,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="results/eval: per-prompt scores (generations.jsonl) of the Table 1 runs")
     parser.add_argument("--train-root", type=Path, default=None,
                         help="results/train: the GRPO- and SoftmaxGRPO-Exact runs' rollouts (the allocation split)")
-    parser.add_argument("--judge-summaries", type=Path, nargs="*", default=[],
-                        help="primary judge summary.json files (scores.jsonl beside each)")
+    parser.add_argument("--judge-summaries", type=run_ids_argument, default={},
+                        help="JSON (or its file): each primary judge summary.json (scores.jsonl beside it) -> its run")
     parser.add_argument("--made", nargs="*", default=[],
                         help="NAME=PATH of the other tables this run made (nonverifiable, ablation, scale, "
                              "judge_validation), PATH their markdown")
@@ -537,10 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     scores = load_scores(table1, args.eval_root) if table1 is not None and args.eval_root else None
     judge_items = load_judge_items(args.judge_summaries) if args.judge_summaries else None
     made = _made(args.made)
-    eval_dirs = [args.eval_root / t / m / f"seed{seed}" for t, m, seed in scores or {}]
+    # each run of the Table 1 data (its identity: the CSV's fields) -> its evaluation directory
+    evaluations = {run: args.eval_root / run[0] / run[1] / f"seed{run[2]}" for run in scores or {}}
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
-                                      planted=load_planted(args.test_data), machines=run_machines(eval_dirs),
-                                      base_runs=base_done_records(eval_dirs), min_seeds=args.min_seeds,
+                                      planted=load_planted(args.test_data), machines=run_machines(evaluations),
+                                      base_runs=base_done_records(evaluations), min_seeds=args.min_seeds,
                                       train_root=args.train_root,
                                       slips=load_slips(args.judge_summaries, args.test_data)))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
@@ -549,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
         inputs += [p for task in sorted(table1["task"].unique())
                    for p in sorted((args.train_root / task / "rationalization").glob("seed*/rationalized_sft.parquet"))]
     write_provenance([args.out], step="paper_reproduction_report", inputs=inputs,
-                     params={"label": args.label, "min_seeds": args.min_seeds}, started_at=started)
+                     params={"label": args.label, "min_seeds": args.min_seeds,
+                             "runs": runs_record(args.judge_summaries)}, started_at=started)
     return 0
 
 

@@ -1,25 +1,33 @@
 """Result tables from training and evaluation outputs (compute and render are separate commands). The training curves
 are :mod:`pipeline_lib.paper.curves`, so a plot setting there reruns the figure alone.
 
-    python -m pipeline_lib.paper.results table1-data --metrics results/eval/*/*/seed*/metrics.json --out CSV
+    python -m pipeline_lib.paper.results table1-data --runs RUNS.json --out CSV
     python -m pipeline_lib.paper.results table1 --data CSV --label tiny --stem results/paper/tables/table1
-    python -m pipeline_lib.paper.results allocation-data --rollouts .../rollouts.jsonl --out CSV
+    python -m pipeline_lib.paper.results allocation-data --runs RUNS.json --out CSV
     python -m pipeline_lib.paper.results allocation --data CSV --label tiny --stem STEM
+
+``--runs`` maps each file the step reads (a run's ``metrics.json``, ``rollouts.jsonl``) to its run's identity as
+fields (:class:`pipeline_lib.plan.runs.RunId`; the plan writes it, :func:`pipeline_lib.plan.targets.run_ids_json`):
+a run's task, method and seed are read from there, never from the file's path.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
@@ -27,16 +35,31 @@ from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
+from pipeline_lib.plan.runs import RunId
+from pipeline_lib.plan.targets import read_run_ids
 
 log = logging.getLogger("pipeline_lib.paper.results")
 
 # Row labels and order come from the method registry (pipeline_lib.plan.registry): one entry per method.
 
 
-def _run_identity(path: Path) -> dict[str, object]:
-    """results/<stage>/<task>/<method>/seed<k>/<file> -> task, method, seed."""
-    seed_dir, method_dir, task_dir = path.parent, path.parent.parent, path.parent.parent.parent
-    return {"task": task_dir.name, "method": method_dir.name, "seed": int(seed_dir.name.removeprefix("seed"))}
+def run_columns(run: RunId) -> dict[str, object]:
+    """A run's identity columns in a data frame: its task, method (the run's name) and seed."""
+    return {"task": run.task, "method": run.name, "seed": run.seed}
+
+
+def run_ids_argument(value: str) -> dict[str, RunId]:
+    """An argparse ``type``: a ``--runs`` file (or inline JSON) as file -> :class:`RunId`
+    (:func:`pipeline_lib.plan.targets.run_ids_json`)."""
+    try:
+        return read_run_ids(json_value(value))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def runs_record(runs: Mapping[str, RunId]) -> dict[str, Any]:
+    """What a step's sidecar records of the runs it read: each file's run, as fields."""
+    return {path: dataclasses.asdict(run) for path, run in runs.items()}
 
 
 def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
@@ -44,8 +67,9 @@ def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
         frame.to_csv(tmp, index=False)
 
 
-def table1_data(metrics_paths: list[Path]) -> pd.DataFrame:
-    rows = [{**_run_identity(p), **json.loads(p.read_text())} for p in metrics_paths]
+def table1_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
+    """One row per run: its identity and its ``metrics.json`` (``runs``: each evaluation's file -> its run)."""
+    rows = [{**run_columns(run), **json.loads(Path(path).read_text())} for path, run in runs.items()]
     return pd.DataFrame(rows)
 
 
@@ -88,10 +112,11 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
                        raw_columns=tasks)
 
 
-def allocation_data(rollout_paths: list[Path]) -> pd.DataFrame:
-    """Per run: sum_i T_i |A_i| spent on groups in each pass-rate bin, with the run's group size (0 when it varies)
-    and whether its rewards are its 0/1 correctness (then an all-correct or all-wrong group has no gradient)."""
-    return pd.DataFrame([{**_run_identity(path), **allocation_bins(path)} for path in rollout_paths])
+def allocation_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
+    """Per run (``runs``: each run's ``rollouts.jsonl`` -> its run): sum_i T_i |A_i| spent on groups in each pass-rate
+    bin, with the run's group size (0 when it varies) and whether its rewards are its 0/1 correctness (then an
+    all-correct or all-wrong group has no gradient)."""
+    return pd.DataFrame([{**run_columns(run), **allocation_bins(Path(path))} for path, run in runs.items()])
 
 
 def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> dict[str, float]:
@@ -149,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("table1-data")
-    p.add_argument("--metrics", nargs="+", type=Path, required=True)
+    p.add_argument("--runs", type=run_ids_argument, required=True,
+                   help="JSON (or its file): each metrics.json -> its run")
     p.add_argument("--out", required=True)
     p = sub.add_parser("table1")
     p.add_argument("--data", required=True)
@@ -157,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
     p = sub.add_parser("allocation-data")
-    p.add_argument("--rollouts", nargs="+", type=Path, required=True)
+    p.add_argument("--runs", type=run_ids_argument, required=True,
+                   help="JSON (or its file): each rollouts.jsonl -> its run")
     p.add_argument("--out", required=True)
     p = sub.add_parser("allocation")
     p.add_argument("--data", required=True)
@@ -166,15 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "table1-data":
-        _write_csv(table1_data(args.metrics), args.out)
-        write_provenance([args.out], step="paper_table1_data", inputs=args.metrics, started_at=started)
+        _write_csv(table1_data(args.runs), args.out)
+        write_provenance([args.out], step="paper_table1_data", inputs=list(args.runs),
+                         params={"runs": runs_record(args.runs)}, started_at=started)
     elif args.command == "table1":
         paths = table1(pd.read_csv(args.data), args.metric, args.label, args.stem)
         write_provenance(paths, step="paper_table1", inputs=[args.data], params={"metric": args.metric},
                          started_at=started)
     elif args.command == "allocation-data":
-        _write_csv(allocation_data(args.rollouts), args.out)
-        write_provenance([args.out], step="paper_gradient_allocation_data", inputs=args.rollouts, started_at=started)
+        _write_csv(allocation_data(args.runs), args.out)
+        write_provenance([args.out], step="paper_gradient_allocation_data", inputs=list(args.runs),
+                         params={"runs": runs_record(args.runs)}, started_at=started)
     else:
         paths = allocation_table(pd.read_csv(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_gradient_allocation", inputs=[args.data], started_at=started)

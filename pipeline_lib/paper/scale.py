@@ -1,10 +1,10 @@
 """The model-scale table (paper Table scale_results): the paired methods at the main scale and at each other scale.
 
-    python -m pipeline_lib.paper.scale data --metrics results/eval/T/M/seed0/metrics.json ... --main-label LABEL \
-        --labels '{"qwen25_3b": "Qwen2.5-3B"}' --out results/paper/data/scale.csv
+    python -m pipeline_lib.paper.scale data --cells CELLS.json --out results/paper/data/scale.csv
     python -m pipeline_lib.paper.scale table --data CSV --label paper --stem results/paper/tables/scale
 
-Runs named ``<method>_at_<scale>`` belong to that scale; plain ``<method>`` runs are the main scale.
+``--cells`` maps each run's ``metrics.json`` to its cell: task, seed, method and base model label (the plan's
+:func:`pipeline_lib.plan.targets.scale_cells`; a run's scale is a field, never parsed from its name).
 Cells are greedy pass@1 (%) on held-out prompts, mean over seeds; the better method within each
 (scale, task) is in bold only where the claims rules support it (the paper bolds every better one).
 """
@@ -16,7 +16,9 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -32,16 +34,18 @@ __all__ = ["scale_data", "scale_table"]
 log = logging.getLogger("pipeline_lib.paper.scale")
 
 
-def scale_data(metrics_paths: list[Path], main_label: str, labels: dict[str, str]) -> pd.DataFrame:
+_CELL = ("task", "seed", "method", "model")
+
+
+def scale_data(cells: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per run (``cells``: each run's ``metrics.json`` -> its cell: task, seed, method, base model label)."""
     rows = []
-    for path in metrics_paths:
-        seed_dir, run_dir, task_dir = path.parent, path.parent.parent, path.parent.parent.parent
-        method, _, scale = run_dir.name.partition("_at_")
-        if scale and scale not in labels:
-            raise ValueError(f"{path}: scale {scale!r} is not in train.scale.models ({sorted(labels)})")
-        rows.append({"task": task_dir.name, "model": labels[scale] if scale else main_label, "method": method,
-                     "seed": int(seed_dir.name.removeprefix("seed")),
-                     "pass@1": json.loads(path.read_text())["pass@1_greedy"]})
+    for path, cell in cells.items():
+        missing = [key for key in _CELL if key not in cell]
+        if missing:
+            raise ValueError(f"--cells: the cell of {path} has no {missing} (a scale cell has {list(_CELL)})")
+        rows.append({"task": cell["task"], "model": cell["model"], "method": cell["method"], "seed": int(cell["seed"]),
+                     "pass@1": json.loads(Path(path).read_text())["pass@1_greedy"]})
     return pd.DataFrame(rows)
 
 
@@ -81,9 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("data")
-    p.add_argument("--metrics", nargs="+", type=Path, required=True)
-    p.add_argument("--main-label", required=True)
-    p.add_argument("--labels", required=True, type=json_value, help="JSON file or inline JSON: scale name -> label")
+    p.add_argument("--cells", type=json_value, required=True,
+                   help="JSON (or its file): each run's metrics.json -> its cell (task, seed, method, model)")
     p.add_argument("--out", required=True)
     p = sub.add_parser("table")
     p.add_argument("--data", required=True)
@@ -93,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     if args.command == "data":
         with atomic_path(args.out) as tmp:
-            scale_data(args.metrics, args.main_label, args.labels).to_csv(tmp, index=False)
-        write_provenance([args.out], step="paper_scale_data", inputs=args.metrics, started_at=started)
+            scale_data(args.cells).to_csv(tmp, index=False)
+        write_provenance([args.out], step="paper_scale_data", inputs=list(args.cells), params={"cells": args.cells},
+                         started_at=started)
     else:
         paths = scale_table(pd.read_csv(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_scale", inputs=[args.data], started_at=started)

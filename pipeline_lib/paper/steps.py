@@ -21,13 +21,13 @@ from typing import Any
 
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
-from pipeline_lib.plan import Plan
+from pipeline_lib.plan import Plan, RunId
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
     JUDGES,
-    ablation_eval_targets,
+    ablation_cells,
     adaptive_comparison,
     judge_methods,
     judge_ours,
@@ -36,13 +36,15 @@ from pipeline_lib.plan.targets import (
     judge_spec,
     judge_summaries,
     judge_tasks,
-    paired_runs,
+    judged_runs,
+    paired_requests,
     report_inputs,
-    rl_runs,
+    rl_requests,
+    run_ids_json,
     runs_of,
-    scale_eval_targets,
-    table1_eval_targets,
-    transfer_targets,
+    scale_cells,
+    table1_evaluations,
+    transfer_runs,
 )
 
 __all__ = ["Step", "data_params", "dataset_pattern", "eval_params", "judge_inputs", "judge_params", "paper_steps"]
@@ -104,10 +106,10 @@ def _table(stem: str) -> dict[str, str]:
     return {"tex": f"{stem}.tex", "md": f"{stem}.md", "csv": f"{stem}.csv"}
 
 
-def _beside(filename: str) -> Callable[..., list[str]]:
-    """A parameter of the files ``filename`` beside each run sentinel of input ``done`` (derived from the input, so
-    it is not compared for reruns: the input is)."""
-    return lambda wildcards, input, output: [os.path.join(os.path.dirname(path), filename) for path in input.done]
+def _beside_run(runs: list[RunId], filename: str) -> dict[str, RunId]:
+    """The file ``filename`` beside each run's sentinel -> the run: a ``--runs`` parameter
+    (:func:`~pipeline_lib.plan.targets.run_ids_json`), from which a step reads each run's identity."""
+    return {os.path.join(os.path.dirname(r.path), filename): r for r in runs}
 
 
 def _stem(key: str) -> Callable[..., str]:
@@ -169,40 +171,47 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     results = "pipeline_lib.paper.results"
-    paired = paired_runs(plan)
+    paired = paired_requests(plan)
+    # a data step reads each run's identity from the plan (--runs: file -> RunId), never from the file's path
+    evaluated = table1_evaluations(config, plan)
+    rollouts = _beside_run(paired, "rollouts.jsonl")
     steps += [
-        Step("paper_table1_data", results, "table1-data --metrics {input.metrics} --out {output.csv}",
-             {"csv": f"{data}/table1.csv"}, {"metrics": table1_eval_targets(config, plan)}),
+        Step("paper_table1_data", results, "table1-data --runs {params.runs_file} --out {output.csv}",
+             {"csv": f"{data}/table1.csv"}, {"metrics": list(evaluated)}, {"runs": run_ids_json(evaluated)},
+             files=("runs",)),
         _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
-        Step("paper_gradient_allocation_data", results,
-             "allocation-data --rollouts {params.rollouts} --out {output.csv}",
-             {"csv": f"{data}/gradient_allocation.csv"}, {"done": paired},
-             {"rollouts": _beside("rollouts.jsonl")}),
+        Step("paper_gradient_allocation_data", results, "allocation-data --runs {params.runs_file} --out {output.csv}",
+             {"csv": f"{data}/gradient_allocation.csv"}, {"done": [r.path for r in paired]},
+             {"runs": run_ids_json(rollouts)}, files=("runs",)),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
                     "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),
         Step("paper_training_curves", "pipeline_lib.paper.curves",
-             "--metrics {params.metrics} --label {params.label} --png {output.png} --pdf {output.pdf}",
+             "--runs {params.runs_file} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": f"{figures}/training_curves.png", "pdf": f"{figures}/training_curves.pdf"},
-             {"done": rl_runs(plan)}, {"metrics": _beside("metrics.jsonl"), "label": label},
-             {"png": ("training_curves.rst", "Results")}),
+             {"done": [r.path for r in rl_requests(plan)]},
+             {"runs": run_ids_json(_beside_run(rl_requests(plan), "metrics.jsonl")), "label": label},
+             {"png": ("training_curves.rst", "Results")}, files=("runs",)),
     ]
 
     report = report_inputs(config, plan, paper_targets)
+    # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
+    judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
              " --allocation {input.allocation} --eval-root results/eval --train-root results/train"
-             " --judge-summaries {input.summaries} --made {params.made} --min-seeds {params.min_seeds}"
+             " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
              " --test-data {input.test_data} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
              {"reference": "config/paper_reference.yaml", "table1": f"{data}/table1.csv",
               "allocation": f"{data}/gradient_allocation.csv", "generations": report["generations"],
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
               "test_data": report["test_data"]},
-             {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"]},
-             {"report": ("reproduction_report.rst", "Reproduction")}),
+             {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
+              "summaries": run_ids_json(judged)},
+             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries",)),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),
@@ -213,13 +222,14 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     judge_labels = json.dumps({judge: judge_spec(config, judge)["label"] for judge in JUDGES}, sort_keys=True)
     steps += [
         _table_step("paper_nonverifiable", judging,
-                    "nonverifiable --summaries {input.summaries} --methods {params.methods} --transfer {input.transfer}"
+                    "nonverifiable --summaries {params.summaries_file} --methods {params.methods}"
+                    " --transfer {params.transfer_file}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "nonverifiable",
-                    {"summaries": [p for task in tasks for p in judge_summaries(plan, "primary", task)],
-                     "transfer": transfer_targets(config, plan)},
+                    {"summaries": list(judged), "transfer": list(transfer_runs(config, plan))},
                     {"methods": judge_methods(plan), "label": label,
-                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]})},
-                    files=("judge_labels",)),
+                     "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]}),
+                     "summaries": run_ids_json(judged), "transfer": run_ids_json(transfer_runs(config, plan))},
+                    files=("judge_labels", "summaries", "transfer")),
         _table_step("paper_judge_validation", judging,
                     "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "judge_validation",
@@ -229,20 +239,18 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                     files=("judge_labels",)),
     ]
 
-    scale = config["train"]["scale"]
+    cells, scale_runs = ablation_cells(plan), scale_cells(config, plan)
     steps += [
-        Step("paper_ablation_data", "pipeline_lib.paper.ablation", "data --metrics {input.metrics} --out {output.csv}",
-             {"csv": f"{data}/ablation.csv"}, {"metrics": ablation_eval_targets(plan)}),
+        Step("paper_ablation_data", "pipeline_lib.paper.ablation",
+             "data --cells {params.cells_file} --out {output.csv}", {"csv": f"{data}/ablation.csv"},
+             {"metrics": list(cells)}, {"cells": json.dumps(cells)}, files=("cells",)),
         _table_step("paper_ablation", "pipeline_lib.paper.ablation",
                     "table --data {input.csv} --label {params.label}", "ablation",
                     {"csv": f"{data}/ablation.csv"}, {"label": label, "differences": json.dumps(
                         ablation_differences(plan))}, " --differences {params.differences_file}", ("differences",)),
-        Step("paper_scale_data", "pipeline_lib.paper.scale",
-             "data --metrics {input.metrics} --main-label {params.main_label:q} --labels {params.labels_file}"
-             " --out {output.csv}", {"csv": f"{data}/scale.csv"}, {"metrics": scale_eval_targets(plan)},
-             {"main_label": scale["label"],
-              "labels": json.dumps({name: spec.get("label", name) for name, spec in scale["models"].items()})},
-             files=("labels",)),
+        Step("paper_scale_data", "pipeline_lib.paper.scale", "data --cells {params.cells_file} --out {output.csv}",
+             {"csv": f"{data}/scale.csv"}, {"metrics": list(scale_runs)}, {"cells": json.dumps(scale_runs)},
+             files=("cells",)),
         _table_step("paper_scale", "pipeline_lib.paper.scale", "table --data {input.csv} --label {params.label}",
                     "scale", {"csv": f"{data}/scale.csv"}, {"label": label}),
     ]
@@ -255,21 +263,25 @@ def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
     adaptive = adaptive_comparison(config)
     if not adaptive:
         return []
-    compared, ours = rl_runs(plan, [adaptive["ours"], *adaptive["baselines"]]), rl_runs(plan, [adaptive["ours"]])
+    compared = rl_requests(plan, [adaptive["ours"], *adaptive["baselines"]])
+    ours = rl_requests(plan, [adaptive["ours"]])
+    evaluations = {r.path.replace("DONE.json", "generations.jsonl").replace("results/train/", "results/eval/"): r
+                   for r in compared}
     module = "pipeline_lib.paper.adaptive"
     tables = {os.path.basename(p).replace(".", "_"): p for p in ADAPTIVE_OUTPUTS if "/tables/" in p}
     return [
         Step("paper_adaptive_tau", module,
-             "compare --ours {params.ours} --baselines {params.baselines} --eval {input.evals}"
-             " --rollouts {params.rollouts} --label {params.label} --stem results/paper/tables/adaptive_tau",
-             tables, {"done": compared, "evals": [p.replace("DONE.json", "generations.jsonl").replace(
-                 "results/train/", "results/eval/") for p in compared]},
+             "compare --ours {params.ours} --baselines {params.baselines} --eval {params.evals_file}"
+             " --rollouts {params.rollouts_file} --label {params.label} --stem results/paper/tables/adaptive_tau",
+             tables, {"done": [r.path for r in compared], "evals": list(evaluations)},
              {"ours": adaptive["ours"], "baselines": adaptive["baselines"], "label": config["label"],
-              "rollouts": _beside("rollouts.jsonl")}),
+              "evals": run_ids_json(evaluations), "rollouts": run_ids_json(_beside_run(compared, "rollouts.jsonl"))},
+             files=("evals", "rollouts")),
         Step("paper_adaptive_tau_data", module,
-             "tau-data --rollouts {params.rollouts} --ess-fraction {params.ess_fraction} --out {output.csv}",
-             {"csv": "results/paper/data/adaptive_tau.csv"}, {"done": ours},
-             {"ess_fraction": adaptive["ess_fraction"], "rollouts": _beside("rollouts.jsonl")}),
+             "tau-data --rollouts {params.rollouts_file} --ess-fraction {params.ess_fraction} --out {output.csv}",
+             {"csv": "results/paper/data/adaptive_tau.csv"}, {"done": [r.path for r in ours]},
+             {"ess_fraction": adaptive["ess_fraction"], "rollouts": run_ids_json(_beside_run(ours, "rollouts.jsonl"))},
+             files=("rollouts",)),
         Step("paper_adaptive_tau_figure", module,
              "tau-figure --data {input.csv} --label {params.label} --png {output.png} --pdf {output.pdf}",
              {"png": "results/paper/figures/adaptive_tau.png", "pdf": "results/paper/figures/adaptive_tau.pdf"},

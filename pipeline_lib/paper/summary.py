@@ -22,6 +22,7 @@ from scipy import stats as scipy_stats
 from pipeline_lib.core.rewards.format_reward import format_score
 from pipeline_lib.paper.allocation_split import bin_names, unfillable_bins
 from pipeline_lib.paper.results import METHOD_LABELS, _method_sort_key
+from pipeline_lib.plan.runs import RunId
 
 __all__ = ["SLIP_DETECTORS", "SlipGap", "artefact_notes", "blind_judges", "demonstration_quality", "load_slips",
            "slip_gaps", "summary_section"]
@@ -71,11 +72,12 @@ SLIP_DETECTORS = {"meeting_tiny": _meeting_slip}
 SLIP_FACTS = {"meeting_tiny": "the vote count"}
 
 
-def load_slips(judge_summaries: Sequence[Path], test_splits: Sequence[Path]
+def load_slips(judge_summaries: Mapping[str, RunId], test_splits: Sequence[Path]
                ) -> dict[tuple[str, str, int], pd.Series]:
     """(task, method, seed) -> per judged item (indexed by prompt_index) whether the judged output carries the
-    planted slip (:data:`SLIP_DETECTORS`), from the ``response`` of ``scores.jsonl`` beside each judge summary and
-    the facts the generator recorded in ``extra_info["facts"]`` of ``results/data/<task>/rl_test.parquet``."""
+    planted slip (:data:`SLIP_DETECTORS`), from the ``response`` of ``scores.jsonl`` beside each judge summary
+    (``judge_summaries``: each summary -> its run) and the facts the generator recorded in ``extra_info["facts"]`` of
+    ``results/data/<task>/rl_test.parquet``."""
     facts = {}
     for path in test_splits:
         if path.parent.name in SLIP_DETECTORS:
@@ -85,8 +87,8 @@ def load_slips(judge_summaries: Sequence[Path], test_splits: Sequence[Path]
             except KeyError:
                 raise KeyError(f"{path}: extra_info has no 'facts' (the generator's record of the vote)") from None
     out = {}
-    for summary in judge_summaries:
-        task, method, seed = summary.parent.parent.parent.name, summary.parent.parent.name, summary.parent.name
+    for name, run in judge_summaries.items():
+        summary, task, method, seed = Path(name), run.task, run.name, run.seed
         if task not in facts:
             continue
         detect, values = SLIP_DETECTORS[task], {}
@@ -100,7 +102,7 @@ def load_slips(judge_summaries: Sequence[Path], test_splits: Sequence[Path]
                 except (KeyError, IndexError) as error:
                     raise ValueError(f"{scores}:{number}: no response or prompt_index within {task}'s test split "
                                      f"({error})") from None
-        out[(task, method, int(seed.removeprefix("seed")))] = pd.Series(values, dtype=object).sort_index()
+        out[(task, method, seed)] = pd.Series(values, dtype=object).sort_index()
     return out
 
 

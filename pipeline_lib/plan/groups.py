@@ -97,7 +97,7 @@ def train_groups(config: Mapping[str, Any], plan: Plan) -> dict[str, Groups]:
             "train_imagenet_group": imagenet_groups(config, plan)}
 
 
-def job_priority(rule: str, run_name: str | None = None) -> int:
+def job_priority(rule: str, run: Run | None = None) -> int:
     """The job's Snakemake ``priority`` (higher starts first when more jobs are ready than cores are free).
 
     On 2 cores a run is only as short as its last jobs leave no core idle: SFT first (every method, baseline and
@@ -105,7 +105,8 @@ def job_priority(rule: str, run_name: str | None = None) -> int:
     objective study (no job but its table waits on it) fills a core whenever nothing above is ready; it is not kept
     for the end, where one 30 s job beside the short final tables left the other core idle (6 s of the median
     makespan, 11 s of the worst). The theory's Monte Carlo (7 s) is the last filler. The order changes, no job's
-    inputs or outputs (``benchmarks/schedule.py``).
+    inputs or outputs (``benchmarks/schedule.py``). ``run`` is a training job's run: the start the others train from
+    (its registry entry's :attr:`~pipeline_lib.plan.registry.Method.starting_point`) goes first.
     """
     if rule.startswith("data_"):
         return 50  # every training run waits on its task's data and the tokenizer: they go first
@@ -116,7 +117,8 @@ def job_priority(rule: str, run_name: str | None = None) -> int:
     if rule.startswith("eval_checkpoint"):
         return 20
     if rule.startswith("train") or rule == "annotate_rationales":
-        return 40 if run_name == "sft" else 30
+        registered = METHODS.get(run.method) if run is not None else None
+        return 40 if registered is not None and registered.starting_point else 30
     return 0
 
 

@@ -132,6 +132,12 @@ class Method:
     #: table (``verifiable``: Table 1's metrics; ``nonverifiable``: the judge score), each with its row in the
     #: report's list of that table (:func:`pairs`).
     compared_with: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Every other trained run of its task and seed starts from this run's model (SFT): it trains first, and a study
+    #: reads it as the start the RL methods are compared with, not as a train target or an RL run of its own.
+    starting_point: bool = False
+    #: The model before any post-training (Base): the report says whether this run is a pretrained model or an
+    #: untrained initialisation (:func:`pipeline_lib.paper.captions.base_note`).
+    before_training: bool = False
 
 
 def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
@@ -185,12 +191,13 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, settings: type[Ba
 
 _TRANSLATE = "pipeline_lib.jobs.engines.verl.translate"
 _METHODS = (
-    baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2),  # on verl too: a copy
+    baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2,  # on verl too: a copy
+             before_training=True),
     Method("sft", "SFT", "sft", {
         "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, local_sft_spec),
         "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, verl_sft_spec,
                       "sft")},
-        preflight=Preflight("sft")),
+        preflight=Preflight("sft"), starting_point=True),
     baseline("rationalization", "Rationalization",
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,

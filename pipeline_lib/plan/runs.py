@@ -405,7 +405,8 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
     wanted = []
     for task in train.get("tasks", []):
         for name in ["sft", *trained_methods(config, task)]:  # SFT is evaluated too (Table 1's SFT row)
-            wanted += [(task, name, seed, "main", name != "sft") for seed in train["seeds"]]
+            # the start every method trains from is read, not a train target of its own
+            wanted += [(task, name, seed, "main", not method(name).starting_point) for seed in train["seeds"]]
     baselines = train.get("baselines") or {}
     for name in baselines.get("methods", []):
         for task in baseline_tasks(config, name):

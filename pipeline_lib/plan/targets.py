@@ -6,13 +6,15 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import dataclasses
+import json
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
-from pipeline_lib.plan import METHODS, Plan, RunId, plan_runs, trained_methods
+from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.runs import TOKENIZER
 from pipeline_lib.plan.settings import eval_spec
 
@@ -25,6 +27,7 @@ __all__ = [
     "SCALE_OUTPUTS",
     "STAGES",
     "THEORY_OUTPUTS",
+    "ablation_cells",
     "ablation_eval_targets",
     "adaptive_comparison",
     "baseline_eval_targets",
@@ -32,6 +35,7 @@ __all__ = [
     "data_targets",
     "eval_spec",
     "eval_targets",
+    "evaluated_runs",
     "judge_concurrency",
     "judge_eval_targets",
     "judge_methods",
@@ -43,17 +47,24 @@ __all__ = [
     "judge_summaries",
     "judge_targets",
     "judge_tasks",
-    "paired_runs",
+    "judged_runs",
+    "paired_requests",
+    "read_run_ids",
     "reads_tokenizer",
     "report_inputs",
     "requests_of",
+    "rl_requests",
     "rl_runs",
+    "run_ids_json",
     "runs_of",
+    "scale_cells",
     "scale_eval_targets",
     "stage_targets",
     "table1_eval_targets",
+    "table1_evaluations",
     "table1_tasks",
     "tokenizer_inputs",
+    "transfer_runs",
     "transfer_targets",
     "validate_judges",
 ]
@@ -150,18 +161,23 @@ def runs_of(plan: Plan, study: str, methods: list[str] | None = None) -> list[st
     return [r.path for r in requests_of(plan, study, methods)]
 
 
+def rl_requests(plan: Plan, methods: list[str] | None = None) -> list[RunId]:
+    """The main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
+    return [r for r in requests_of(plan, "main", methods) if not METHODS[r.name].starting_point]
+
+
 def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
-    """Sentinels of the main RL runs (of ``methods`` only, where given), without the SFT runs they start from."""
-    return [r.path for r in requests_of(plan, "main", methods) if r.name != "sft"]
+    """Sentinels of :func:`rl_requests`."""
+    return [r.path for r in rl_requests(plan, methods)]
 
 
-def paired_runs(plan: Plan) -> list[str]:
+def paired_requests(plan: Plan) -> list[RunId]:
     """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
     reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
     ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
-    return [r.path for r in requests_of(plan, "main", pair) if r.name != "sft"]
+    return [r for r in requests_of(plan, "main", pair) if not METHODS[r.name].starting_point]
 
 
 def baseline_eval_targets(plan: Plan) -> list[str]:
@@ -191,10 +207,40 @@ def table1_tasks(config: Mapping[str, Any]) -> list[str]:
             if any(methods[m]["reward"] == "verifier" for m in trained_methods(config, task))]
 
 
-def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
-    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task)."""
+def table1_evaluations(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
+    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task), each with its run."""
     tasks = set(table1_tasks(config))
-    return _evaluations([r.path for r in _table1_requests(plan) if r.task in tasks])
+    return evaluated_runs([r for r in _table1_requests(plan) if r.task in tasks])
+
+
+def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The evaluations Table 1 reads (:func:`table1_evaluations`)."""
+    return list(table1_evaluations(config, plan))
+
+
+def evaluated_runs(ids: Iterable[RunId]) -> dict[str, RunId]:
+    """Each run's evaluation (``results/eval/<task>/<name>/seed<k>/metrics.json``) -> the run: a paper step reads a
+    run's task, name and seed from these fields (:func:`run_ids_json`), never from its files' paths."""
+    ids = list(ids)
+    return dict(zip(_evaluations([r.path for r in ids]), ids, strict=True))
+
+
+def run_ids_json(files: Mapping[str, RunId]) -> str:
+    """``files`` (a file a step reads -> the run it belongs to) as the JSON a paper step takes (``--runs``,
+    :func:`read_run_ids`)."""
+    return json.dumps({path: dataclasses.asdict(run) for path, run in files.items()})
+
+
+def read_run_ids(value: Mapping[str, Mapping[str, Any]]) -> dict[str, RunId]:
+    """The parsed JSON of :func:`run_ids_json` back as file -> :class:`RunId`; a record without a field names it."""
+    fields = {f.name for f in dataclasses.fields(RunId)}
+    out = {}
+    for path, record in value.items():
+        if not isinstance(record, Mapping) or set(record) != fields:
+            raise ValueError(f"--runs: the record of {path!r} must have exactly the fields {sorted(fields)}, got "
+                             f"{sorted(record) if isinstance(record, Mapping) else record!r}")
+        out[path] = RunId(**record)
+    return out
 
 
 JUDGES = ("primary", "second")
@@ -211,10 +257,15 @@ def judge_methods(plan: Plan) -> list[str]:
     return list(dict.fromkeys(r.name for r in requests_of(plan, "judge")))
 
 
+def judged_runs(plan: Plan, judge: str, task: str) -> dict[str, RunId]:
+    """Every judged run's summary of ``task`` under one judge -> the run, in table order (method, then seed)."""
+    return {f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json": r
+            for r in requests_of(plan, "judge") if r.task == task}
+
+
 def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
-    """Every judged run's summary of ``task`` under one judge, in table order (method, then seed)."""
-    return [f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json" for r in requests_of(plan, "judge")
-            if r.task == task]
+    """Every judged run's summary of ``task`` under one judge, in table order (:func:`judged_runs`)."""
+    return list(judged_runs(plan, judge, task))
 
 
 def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
@@ -274,13 +325,18 @@ def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
     return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
 
 
-def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
     """lm-eval / AlpacaEval results of the transfer study's checkpoints (paper: the OpenThoughts run), per enabled
-    benchmark."""
+    benchmark -> the run."""
     transfer = config["eval"].get("transfer") or {}
     benchmarks = [name for name in ("lm_eval", "alpaca_eval") if transfer.get(name, {}).get("enabled")]
-    return [path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json")
-            for benchmark in benchmarks for path in runs_of(plan, "transfer")]
+    return {r.path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json"): r
+            for benchmark in benchmarks for r in requests_of(plan, "transfer")}
+
+
+def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The files of :func:`transfer_runs`."""
+    return list(transfer_runs(config, plan))
 
 
 def judge_score_files(plan: Plan, task: str) -> list[str]:
@@ -316,6 +372,37 @@ SCALE_OUTPUTS = tuple(f"results/paper/tables/scale.{ext}" for ext in ("tex", "md
 
 def ablation_eval_targets(plan: Plan) -> list[str]:
     return _evaluations(runs_of(plan, "ablation"))
+
+
+def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Each ablation evaluation -> its cell as fields: task, seed, tau and M (its run spec's estimator tau and group
+    size), what the ablation table reads instead of parsing the run's name."""
+    runs = {run.output: run for run in plan.runs}
+    cells = {}
+    for metrics, request in evaluated_runs(requests_of(plan, "ablation")).items():
+        spec = runs[request.path].spec
+        if spec.estimator is None or "tau" not in spec.estimator.params or spec.rl is None:
+            raise PlanError(f"ablation run {request.path}: no estimator tau or group size in its spec")
+        cells[metrics] = {"task": request.task, "seed": request.seed, "tau": spec.estimator.params["tau"],
+                          "M": spec.rl.group_size}
+    return cells
+
+
+def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, Any]]:
+    """Each evaluation the scale table reads (:func:`scale_eval_targets`' order) -> its cell as fields: task, seed,
+    method and base model (its ``train.scale.models.<name>.label``; the main-scale runs ``train.scale.label``), from
+    the config's scale models and methods, never parsed from a run's name."""
+    scale = config["train"].get("scale") or {}
+    at_scale = {f"{method}_at_{name}": (method, model.get("label", name))
+                for name, model in (scale.get("models") or {}).items() for method in scale.get("methods") or []}
+    cells = {metrics: {"task": r.task, "seed": r.seed, "method": r.name, "model": scale.get("label")}
+             for metrics, r in evaluated_runs(requests_of(plan, "scale_reference")).items()}
+    for metrics, r in evaluated_runs(requests_of(plan, "scale")).items():
+        if r.name not in at_scale:
+            raise PlanError(f"scale run {r.path}: not one of train.scale's methods at one of its models")
+        method, label = at_scale[r.name]
+        cells[metrics] = {"task": r.task, "seed": r.seed, "method": method, "model": label}
+    return cells
 
 
 def scale_eval_targets(plan: Plan) -> list[str]:

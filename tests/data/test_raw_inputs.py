@@ -16,7 +16,7 @@ from tests.conftest import FIXTURES, REPO, real_spec, snakemake
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
 
 
-def test_source_files_are_each_roles_local_file_or_the_readable_files_of_its_folder(tmp_path):
+def test_source_files_are_each_roles_local_file_or_the_readable_files_of_its_folder():
     spec = real_spec("gsm8k")
     assert source_files(spec) == [str(FIXTURES / "gsm8k/cot/train.jsonl"), str(FIXTURES / "gsm8k/main/test.jsonl"),
                                   str(FIXTURES / "gsm8k/main/train.jsonl")]

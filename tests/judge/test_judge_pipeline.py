@@ -20,6 +20,7 @@ from scipy import stats
 from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.jobs.judge import calibration, cross, score
 from tests.chat_server import ChatServer, meetingbank_verdict
+from tests.conftest import runs_written
 
 MEETING = RUBRICS["meetingbank"]
 REPO = Path(__file__).resolve().parents[2]
@@ -428,7 +429,7 @@ def test_nonverifiable_and_validation_tables_say_what_they_are(tmp_path, meeting
     lm_eval = tmp_path / "transfer/openthoughts/good/seed0/lm_eval.json"
     lm_eval.parent.mkdir(parents=True)
     lm_eval.write_text(json.dumps({"harness": "lm-evaluation-harness", "results": {"mmlu": {"acc,none": 0.652}}}))
-    nonverifiable_table(primary, methods, "tiny", tmp_path / "nv", [lm_eval])
+    nonverifiable_table(runs_written(primary), methods, "tiny", tmp_path / "nv", runs_written([lm_eval]))
     table = (tmp_path / "nv.md").read_text()
     assert "strict (programmatic)" in table and "65.2" in table and "| bad |" in table
     assert "**" not in table.split("\n", 1)[1]  # one seed each: no cell is marked best (7e95729's claims rules)

@@ -86,7 +86,7 @@ def test_claims_quote_the_papers_own_differences_on_every_task():
 def test_an_untrained_base_beside_the_papers_pretrained_base_carries_a_note(tmp_path):
     from pipeline_lib.core.checkpoint import write_done
 
-    eval_dirs = []
+    eval_dirs = {}
     for method in ("base", "sft"):
         run = tmp_path / "train/countdown_tiny" / method / "seed0"
         (run / "final").mkdir(parents=True)
@@ -98,7 +98,7 @@ def test_an_untrained_base_beside_the_papers_pretrained_base_carries_a_note(tmp_
         (out / "generations.jsonl").write_text(json.dumps({"prompt_index": 0, "mode": "greedy", "score": 0.0}) + "\n")
         (out / "metrics.json").write_text("{}")
         write_provenance([out / "metrics.json"], step="eval", inputs=[run / "final/config.json"])
-        eval_dirs.append(out)
+        eval_dirs[("countdown_tiny", method, 0)] = out
     records = base_done_records(eval_dirs)
     assert list(records) == ["countdown_tiny/base/seed0"]
     assert records["countdown_tiny/base/seed0"]["pretrained"] is False

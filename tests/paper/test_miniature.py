@@ -83,7 +83,7 @@ def test_data_without_a_recorded_blind_spot_is_named(tmp_path):
 def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecars(tmp_path):
     import torch
 
-    runs = []
+    runs = {}
     for method in ("sft", "grpo_exact"):
         final = tmp_path / "train/countdown_tiny" / method / "seed0/final"
         final.mkdir(parents=True)
@@ -92,7 +92,7 @@ def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecar
         out = tmp_path / "eval/countdown_tiny" / method / "seed0"
         _write_generations(out / "generations.jsonl", np.ones(4))
         write_provenance([out / "metrics.json"], step="eval_checkpoint", inputs=[final / "config.json"])
-        runs.append(out)
+        runs[("countdown_tiny", method, 0)] = out
     machines = run_machines(runs)
     assert list(machines["step"]) == ["evaluation", "training"] * 2
     text = "\n".join(machines_section(machines))
@@ -101,7 +101,8 @@ def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecar
     assert row.rstrip(" |").endswith("2 | 2") and f"| {torch.get_num_threads()} | False |" in row
     assert "mixes" not in text
 
-    sidecar = runs[1] / "metrics.json.prov.json"  # the same runs, one evaluated on another machine
+    # the same runs, one evaluated on another machine
+    sidecar = runs[("countdown_tiny", "grpo_exact", 0)] / "metrics.json.prov.json"
     record = json.loads(sidecar.read_text())
     record["host"]["cpu_model"] = "Other CPU"
     sidecar.write_text(json.dumps(record))

@@ -4,6 +4,7 @@ Rollouts are made with the real advantage registry (and the tau it reports), eva
 scores, so each number the module reports can be checked by hand.
 """
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,7 @@ from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advanta
 from pipeline_lib.core.stats import paired_interval
 from pipeline_lib.core.theory import formulas
 from pipeline_lib.paper import adaptive
+from tests.conftest import runs_written
 
 TASK = "countdown_tiny"
 METHODS = {"softmax_ess": ("softmax_ess", {"ess_fraction": 0.5}), "softmax_exact": ("softmax", {"tau": 0.1}),
@@ -72,7 +74,7 @@ def runs(tmp_path):
 
 def test_paired_differences_match_hand_computation(runs):
     _, evals, _ = runs
-    frame = adaptive.paired_differences(evals, "softmax_ess", ["softmax_exact", "grpo_exact"])
+    frame = adaptive.paired_differences(runs_written(evals), "softmax_ess", ["softmax_exact", "grpo_exact"])
     assert set(frame["metric"]) == {"pass@1_greedy", "pass@1_sampled"} and set(frame["baseline"]) == {
         "softmax_exact", "grpo_exact"}
     greedy = frame[frame["metric"] == "pass@1_greedy"].iloc[0]
@@ -93,17 +95,17 @@ def test_paired_differences_match_hand_computation(runs):
 def test_identical_methods_differ_by_exactly_zero(tmp_path):
     evals = [write_eval(tmp_path, m, s, greedy_scores("grpo_exact", s)) for m in ("softmax_ess", "grpo_exact")
              for s in SEEDS]
-    row = adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"]).iloc[0]
+    row = adaptive.paired_differences(runs_written(evals), "softmax_ess", ["grpo_exact"]).iloc[0]
     assert (row["mean"], row["low"], row["high"]) == (0.0, 0.0, 0.0) and not row["excludes_zero"]
 
 
 def test_unpaired_seeds_and_prompts_are_errors(tmp_path):
     evals = [write_eval(tmp_path, m, s, greedy_scores(m, s)) for m in ("softmax_ess", "grpo_exact") for s in SEEDS]
     with pytest.raises(ValueError, match=r"softmax_ess has seeds \[0, 1, 2\] but grpo_exact has \[0, 1\]"):
-        adaptive.paired_differences(evals[:-1], "softmax_ess", ["grpo_exact"])
+        adaptive.paired_differences(runs_written(evals[:-1]), "softmax_ess", ["grpo_exact"])
     evals[-1] = write_eval(tmp_path, "grpo_exact", 2, np.zeros(PROMPTS - 1))
     with pytest.raises(ValueError, match=r"grpo_exact/seed2/generations.jsonl: its greedy scores are not on the same"):
-        adaptive.paired_differences(evals, "softmax_ess", ["grpo_exact"])
+        adaptive.paired_differences(runs_written(evals), "softmax_ess", ["grpo_exact"])
 
 
 def test_allocation_shares_by_hand(tmp_path):
@@ -117,7 +119,8 @@ def test_allocation_shares_by_hand(tmp_path):
             path.write_text(json.dumps({"step": 1, "group": group.tolist(), "reward": rewards.tolist(),
                                         "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
                                         "length": [1] * 8, "correct": rewards.int().tolist()}) + "\n")
-    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"])
+    frame = adaptive.allocation_comparison(runs_written(sorted(tmp_path.rglob("rollouts.jsonl"))), "softmax_ess",
+                                           ["grpo_exact"])
     # softmax_ess, f = 0.5: k = 1 solves ESS = 2 with c from App. A, sum |A| = 2 (4c / (c + 3) - 1);
     # k = 3 is unreachable (nu = 2 <= 3): MaxRL, sum |A| = 2. GRPO's z-scores are symmetric: 50/50.
     c = math.exp(1 / formulas.adaptive_tau(1, 4, 2.0))
@@ -134,7 +137,7 @@ def test_allocation_shares_by_hand(tmp_path):
 def test_tau_data_reads_the_logged_tau_or_recomputes_it(runs, tmp_path):
     _, _, rollouts = runs
     ours = [p for p in rollouts if "softmax_ess" in str(p)]
-    logged = adaptive.tau_data(ours)
+    logged = adaptive.tau_data(runs_written(ours))
     assert len(logged) == len(SEEDS) * STEPS * GROUPS
     assert set(logged["state"]) <= {"solved", "limit", "no signal"}
     # the state follows the pass rate: all-equal groups have no tau, pass rate >= 0.5 is the tau -> 0 limit
@@ -148,18 +151,22 @@ def test_tau_data_reads_the_logged_tau_or_recomputes_it(runs, tmp_path):
     stripped.parent.mkdir(parents=True)
     stripped.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "tau"}) + "\n"
                                 for line in ours[0].read_text().splitlines()))
-    recomputed = adaptive.tau_data([stripped], ess_fraction=0.5)
+    recomputed = adaptive.tau_data(runs_written([stripped]), ess_fraction=0.5)
     pd.testing.assert_series_equal(recomputed["tau"], logged[logged["seed"] == 0]["tau"].reset_index(drop=True))
     with pytest.raises(ValueError, match=r"rollouts.jsonl line 1: no 'tau' per rollout.*--ess-fraction"):
-        adaptive.tau_data([stripped])
+        adaptive.tau_data(runs_written([stripped]))
+
+
+def runs_json(paths: list) -> dict:
+    return {path: dataclasses.asdict(run) for path, run in runs_written(paths).items()}
 
 
 def test_command_line_writes_tables_figure_and_provenance(runs):
     root, evals, rollouts = runs
     stem = root / "results/paper/tables/adaptive_tau"
     stem.parent.mkdir(parents=True)
-    assert adaptive.main(["compare", "--eval", *map(str, evals), "--rollouts", *map(str, rollouts), "--label", "test",
-                          "--stem", str(stem)]) == 0
+    assert adaptive.main(["compare", "--eval", json.dumps(runs_json(evals)), "--rollouts",
+                          json.dumps(runs_json(rollouts)), "--label", "test", "--stem", str(stem)]) == 0
     table = stem.with_suffix(".md").read_text()
     assert "SoftmaxGRPO-ESS - GRPO-Exact" in table and "SoftmaxGRPO-ESS - SoftmaxGRPO-Exact" in table
     allocation = (stem.parent / "adaptive_tau_allocation.md").read_text()
@@ -168,7 +175,7 @@ def test_command_line_writes_tables_figure_and_provenance(runs):
     data = root / "results/paper/data/adaptive_tau.csv"
     data.parent.mkdir(parents=True)
     ours = [str(p) for p in rollouts if "softmax_ess" in str(p)]
-    assert adaptive.main(["tau-data", "--rollouts", *ours, "--out", str(data)]) == 0
+    assert adaptive.main(["tau-data", "--rollouts", json.dumps(runs_json(ours)), "--out", str(data)]) == 0
     png, pdf = root / "tau.png", root / "tau.pdf"
     assert adaptive.main(["tau-figure", "--data", str(data), "--label", "test", "--png", str(png),
                           "--pdf", str(pdf)]) == 0
@@ -187,11 +194,12 @@ def test_runs_without_gradient_signal_are_left_out_not_fatal(tmp_path):
                                         "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
                                         "length": [1] * 4, "correct": rewards.int().tolist()}) + "\n")
     paths = sorted(tmp_path.rglob("rollouts.jsonl"))
-    frame = adaptive.allocation_comparison(paths, "softmax_ess", ["grpo_exact"])
+    frame = adaptive.allocation_comparison(runs_written(paths), "softmax_ess", ["grpo_exact"])
     assert set(frame["n_seeds"]) == {1}  # seed 1 left out everywhere, seed 0 kept and paired
     for path in [p for p in paths if p.parent.name == "seed0"]:
         path.unlink()
-    frame = adaptive.allocation_comparison(sorted(tmp_path.rglob("rollouts.jsonl")), "softmax_ess", ["grpo_exact"])
+    frame = adaptive.allocation_comparison(runs_written(sorted(tmp_path.rglob("rollouts.jsonl"))), "softmax_ess",
+                                           ["grpo_exact"])
     assert set(frame["n_seeds"]) == {0} and len(frame) == 3  # two share rows and one difference row, all empty
     written = adaptive.allocation_comparison_table(frame, "t", tmp_path / "table")
     assert "GRPO-Exact (pp)" in next(p for p in written if p.suffix == ".md").read_text()

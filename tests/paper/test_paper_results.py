@@ -5,15 +5,16 @@ import json
 import pandas as pd
 
 from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
-from pipeline_lib.plan import METHODS
+from pipeline_lib.plan import METHODS, RunId
 from pipeline_lib.plan.settings import local_rl_spec, reference_prompts
+from tests.conftest import runs_written
 
 
 def write_metrics(root, task, method, seed, value):
     path = root / "results/eval" / task / method / f"seed{seed}" / "metrics.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"pass@1_greedy": value, "mean_length_greedy": 10.0}))
-    return path
+    return str(path), RunId("main", task, method, seed, f"results/train/{task}/{method}/seed{seed}/DONE.json")
 
 
 def test_table1_means_spread_bold_and_missing_cells(tmp_path):
@@ -21,7 +22,7 @@ def test_table1_means_spread_bold_and_missing_cells(tmp_path):
              write_metrics(tmp_path, "a_task", "softmax_exact", 0, 0.50),
              write_metrics(tmp_path, "a_task", "softmax_exact", 1, 0.70),
              write_metrics(tmp_path, "b_task", "sft", 0, 0.9)]
-    frame = table1_data(paths)
+    frame = table1_data(dict(paths))
     assert set(frame.columns) >= {"task", "method", "seed", "pass@1_greedy"}
     csv, md, tex = table1(frame, "pass@1_greedy", "tiny", tmp_path / "table1")
     table = pd.read_csv(csv)
@@ -47,7 +48,8 @@ def test_gradient_allocation_fractions(tmp_path):
               "advantage": [1, -1, 0, 0, 3, -1, -1, -1], "length": [2, 2, 5, 5, 1, 1, 1, 1],
               "correct": [1, 0, 1, 1, 1, 0, 0, 0], "prompt_index": [0] * 8}
     path.write_text(json.dumps(record) + "\n")
-    frame = allocation_data([path])
+    run = RunId("main", "t", "grpo_exact", 0, "results/train/t/grpo_exact/seed0/DONE.json")
+    frame = allocation_data({str(path): run})
     assert frame.loc[0, "bin1"] == 6 and frame.loc[0, "bin2"] == 4 and frame.loc[0, "bin4"] == 0
     csv, _, _ = allocation_table(frame, "tiny", tmp_path / "alloc")
     row = pd.read_csv(csv).iloc[0]
@@ -101,7 +103,7 @@ def test_bold_marks_only_a_best_the_claims_rules_support(tmp_path):
                                                                                   seed, grpo)]
         paths += [write_metrics(tmp_path, "close", "sft", seed, 0.500 + 0.02 * seed),
                   write_metrics(tmp_path, "close", "grpo_exact", seed, 0.501 + 0.02 * seed - 0.03 * (seed == 1))]
-    csv, md, _ = table1(table1_data(paths), "pass@1_greedy", "tiny", tmp_path / "table1")
+    csv, md, _ = table1(table1_data(dict(paths)), "pass@1_greedy", "tiny", tmp_path / "table1")
     table = pd.read_csv(csv).set_index("Method")
     assert table.loc["GRPO-Exact", "clear"].startswith("**") and "**" not in table.loc["SFT", "clear"]
     assert "**" not in table["close"].str.cat()
@@ -139,7 +141,7 @@ def test_training_curves_band_seeds_and_keep_reward_kinds_apart(tmp_path):
     assert len(similarity.collections) == 2
     assert "min-max across seeds (band; 3 seed(s) per run)" in fig._suptitle.get_text()
     plt.close(fig)
-    curves(paths, "tiny", str(tmp_path / "c.png"), str(tmp_path / "c.pdf"))
+    curves(runs_written(paths), "tiny", str(tmp_path / "c.png"), str(tmp_path / "c.pdf"))
     assert (tmp_path / "c.png").stat().st_size > 0
 
 
@@ -157,7 +159,7 @@ def test_judged_table_marks_no_best_on_a_single_seed_lead(tmp_path):
                 path.parent.mkdir(parents=True)
                 path.write_text(json.dumps({"score_100": value, "failed": 0, "judge": {"label": "j", "kind": "k"}}))
                 paths.append(path)
-    csv, _, tex = nonverifiable_table(paths, ["sft", "opd", "softmax_sim"], "tiny", tmp_path / "nv")
+    csv, _, tex = nonverifiable_table(runs_written(paths), ["sft", "opd", "softmax_sim"], "tiny", tmp_path / "nv")
     table = pd.read_csv(csv).set_index("Method")
     assert "**" not in table["close"].str.cat()
     assert table["clear"].str.cat().count("**") == 2 and table.loc[table.index[2], "clear"].startswith("**")

@@ -15,7 +15,8 @@ from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bin
 from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
 from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
-from tests.conftest import REPO
+from pipeline_lib.plan import RunId
+from tests.conftest import REPO, runs_written
 
 REFERENCE = yaml.safe_load((Path(__file__).parents[2] / "config/paper_reference.yaml").read_text())
 
@@ -87,7 +88,7 @@ def test_judge_items_from_score_files_pair_by_item_and_reach_the_report(tmp_path
         (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         (run / "summary.json").write_text("{}")
         summaries.append(run / "summary.json")
-    items = load_judge_items(summaries)
+    items = load_judge_items(runs_written(summaries))
     sft = items[("meeting_tiny", "sft", 0)]["judge"]
     assert list(sft.index) == [0, 1, 2, 3, 4, 5] and sft[2] == 0.42
     assert compare(items, "meeting_tiny", "softmax_sim", "sft", "judge").note == "different test prompts"
@@ -181,15 +182,16 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
     """The split's two parts add up to the shift the report computes from the allocation data, and re-weighting
     GRPO's own rollouts is what the arithmetic part measures (visits = 0 when both runs saw the same groups)."""
     gen = torch.Generator().manual_seed(0)
-    rollouts = []
+    rollouts: dict[str, RunId] = {}
     for seed in range(3):
         pass_rate = torch.rand(6, 1, generator=gen, dtype=torch.float64)
         grpo = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
         softmax = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten()
         _write_rl_run(tmp_path, "grpo_exact", seed, grpo, "grpo", {})
         _write_rl_run(tmp_path, "softmax_exact", seed, softmax, "softmax", {"tau": 0.1})
-        rollouts += [tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl" for m in ("grpo_exact",
-                                                                                             "softmax_exact")]
+        rollouts |= {str(tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl"):
+                     RunId("main", "arith_tiny", m, seed, f"arith_tiny/{m}/seed{seed}/DONE.json")
+                     for m in ("grpo_exact", "softmax_exact")}
     split = allocation_split(tmp_path, ["arith_tiny"]).set_index("part")["result"]
     shift = allocation_shift(allocation_data(rollouts))[0]["result"]
     assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
@@ -366,12 +368,12 @@ def test_load_slips_reads_the_vote_each_judged_output_states(tmp_path):
                  "Resolution 2022-52 to fund road repairs; the motion", "the motion passed 6-1."]
     (run / "scores.jsonl").write_text("".join(json.dumps({"prompt_index": i, "response": r, "score_100": 80.0}) + "\n"
                                               for i, r in enumerate(responses)))
-    slips = load_slips([run / "summary.json"], [test])
+    slips = load_slips(runs_written([run / "summary.json"]), [test])
     assert list(slips) == [("meeting_tiny", "sft", 2)]
     assert slips[("meeting_tiny", "sft", 2)].tolist() == ["correct", "tie", "slip", "none", "other"]
     (run / "scores.jsonl").write_text(json.dumps({"prompt_index": 9, "response": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"scores.jsonl:1: .*meeting_tiny's test split"):
-        load_slips([run / "summary.json"], [test])
+        load_slips(runs_written([run / "summary.json"]), [test])
 
 
 def _slip_runs(seeds: int, gap: float, noise: float) -> tuple[dict, dict]:

@@ -33,7 +33,7 @@ for job, kind in JOBS.items():
             f"logs/{job}/{{run}}.log",
         benchmark:
             f"results/benchmarks/{job}/{{run}}.tsv"
-        priority: lambda wildcards, job=job: job_priority(job, PLAN.get(job, wildcards.run).name)
+        priority: lambda wildcards, job=job: job_priority(job, PLAN.get(job, wildcards.run))
         threads: 1
         conda:
             f"../../envs/{kind.conda}"

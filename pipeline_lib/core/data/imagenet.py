@@ -96,8 +96,9 @@ class EpochSampler(Sampler[int]):
         return self.size - self.start
 
 
-def build_splits(dataset: ImageNetDataset, seed: int) -> SplitData:
-    """The run's train and validation splits, as its ``imagenet.dataset`` settings say."""
+def build_splits(dataset: ImageNetDataset) -> SplitData:
+    """The study's train and validation splits, as its ``imagenet.dataset`` settings say. The run's seed does not
+    enter: every seed trains on the same data (the synthetic problem's own ``imagenet.dataset.seed``)."""
     if dataset.kind == "synthetic":
         return synthetic_splits(dataset.n_classes, dataset.dim, dataset.n_train, dataset.n_val, dataset.noise,
                                 dataset.seed)

@@ -1,7 +1,7 @@
 """Numerical verification of every equation of paper Sec. 3 and App. A.
 
 Each check compares two independently computed quantities: a closed form from
-:mod:`pipeline_lib.formulas.formulas` against a Monte Carlo estimate, a finite difference,
+:mod:`pipeline_lib.core.theory.formulas` against a Monte Carlo estimate, a finite difference,
 the advantage registry, or a brute-force search. Tolerances are stated per
 check (Monte Carlo ones as a multiple of the standard error plus any known
 finite-M bias), so every row can fail if either side is wrong.

@@ -114,7 +114,7 @@ def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = Tru
     random.seed(seed)
     np.random.seed(seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    data = build_splits(spec.dataset, seed)
+    data = build_splits(spec.dataset)
     model = build_model(spec.model, data).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum,
                                 weight_decay=spec.weight_decay)

@@ -463,13 +463,13 @@ def test_table1_shows_a_dash_where_a_method_did_not_run(tmp_path):
 def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
     from pipeline_lib.paper.ablation import ablation_data, ablation_table
 
-    paths = []
-    for tau, m, score, length in (("0p1", 4, 0.5, 30.0), ("10", 4, 0.25, 20.0), ("0p1", 8, 0.75, 10.0)):
-        path = tmp_path / f"eval/countdown_tiny/softmax_tau{tau}_m{m}/seed0/metrics.json"
+    cells = {}
+    for tau, m, score, length in ((0.1, 4, 0.5, 30.0), (10, 4, 0.25, 20.0), (0.1, 8, 0.75, 10.0)):
+        path = tmp_path / f"eval/countdown_tiny/cell_{tau}_{m}/seed0/metrics.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"pass@1_greedy": score, "mean_length_greedy": length}))
-        paths.append(path)
-    frame = ablation_data(paths)
+        cells[str(path)] = {"task": "countdown_tiny", "seed": 0, "tau": tau, "M": m}
+    frame = ablation_data(cells)
     assert sorted(frame["tau"]) == [0.1, 0.1, 10.0]
     ablation_table(frame, "test", tmp_path / "ablation", {"steps": [10, 20]})
     table = pd.read_csv(tmp_path / "ablation.csv", dtype=str).set_index("tau")
@@ -479,8 +479,8 @@ def test_ablation_table_lays_out_tau_rows_and_m_columns(tmp_path):
     bad = tmp_path / "eval/countdown_tiny/grpo_exact/seed0/metrics.json"
     bad.parent.mkdir(parents=True)
     bad.write_text("{}")
-    with pytest.raises(ValueError, match="grpo_exact"):
-        ablation_data([bad])
+    with pytest.raises(ValueError, match=r"grpo_exact/seed0/metrics.json has no \['tau'\]"):
+        ablation_data({str(bad): {"task": "countdown_tiny", "seed": 0, "M": 4}})
 
 
 def test_every_baseline_and_the_ablation_run_end_to_end_through_snakemake(workflow_copy):
@@ -564,19 +564,21 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
 def test_scale_table_groups_runs_by_base_model(tmp_path):
     from pipeline_lib.paper.scale import scale_data, scale_table
 
-    paths = []
-    for run, score in (("grpo_exact", 0.5), ("softmax_exact", 0.75), ("grpo_exact_at_big", 0.25),
-                       ("softmax_exact_at_big", 1.0)):
+    cells = {}
+    for run, method, model, score in (("grpo_exact", "grpo_exact", "Small", 0.5),
+                                      ("softmax_exact", "softmax_exact", "Small", 0.75),
+                                      ("grpo_exact_at_big", "grpo_exact", "Big", 0.25),
+                                      ("softmax_exact_at_big", "softmax_exact", "Big", 1.0)):
         path = tmp_path / f"eval/countdown/{run}/seed0/metrics.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps({"pass@1_greedy": score}))
-        paths.append(path)
-    frame = scale_data(paths, "Small", {"big": "Big"})
+        cells[str(path)] = {"task": "countdown", "seed": 0, "method": method, "model": model}
+    frame = scale_data(cells)
     scale_table(frame, "test", tmp_path / "scale")
     table = pd.read_csv(tmp_path / "scale.csv", dtype=str)
     assert list(zip(table["Base model"], table["Method"], table["countdown"], strict=True)) == [
         ("Small", "GRPO-Exact", "50.0"), ("Small", "SoftmaxGRPO-Exact", "75.0"),
         ("Big", "GRPO-Exact", "25.0"), ("Big", "SoftmaxGRPO-Exact", "100.0")]  # one seed: no verdict, no bold
-    with pytest.raises(ValueError, match="huge"):
-        scale_data([tmp_path / "eval/countdown/grpo_exact/seed0/metrics.json"] + [
-            p.parent.parent.parent / "grpo_exact_at_huge/seed0/metrics.json" for p in paths[:1]], "S", {"big": "B"})
+    with pytest.raises(ValueError, match=r"grpo_exact_at_big/seed0/metrics.json has no \['model'\]"):
+        scale_data({str(tmp_path / "eval/countdown/grpo_exact_at_big/seed0/metrics.json"):
+                    {"task": "countdown", "seed": 0, "method": "grpo_exact"}})

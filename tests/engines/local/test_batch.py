@@ -198,8 +198,8 @@ def test_job_priorities_start_what_unlocks_the_most_work_first():
 
     config = _default_config()
     plan = plan_runs(config)
-    sft = {job_priority(run.job, run.name) for run in plan.runs if run.name == "sft"}
-    started_from_sft = {job_priority(run.job, run.name) for run in plan.runs
+    sft = {job_priority(run.job, run) for run in plan.runs if run.name == "sft"}
+    started_from_sft = {job_priority(run.job, run) for run in plan.runs
                         if any("/sft/" in path for path in run.inputs.values()) and run.job != "train_imagenet"}
     assert sft and started_from_sft and min(sft) > max(started_from_sft)
     assert min(job_priority("data_tiny"), job_priority("data_tokenizer")) > max(sft)  # every run waits on the data

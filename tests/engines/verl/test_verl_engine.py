@@ -279,6 +279,7 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
 
     from pipeline_lib.jobs.engines.verl.train import collect_rollouts
     from pipeline_lib.paper.results import allocation_data
+    from pipeline_lib.plan import RunId
 
     run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
     rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(2).to_dict("records")
@@ -300,7 +301,8 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
                                     torch.tensor(record["group"]), tau=0.1)
         assert record["advantage"] == expected.tolist()
         assert record["correct"] == record["reward"]  # exact runs: the training reward is the verifier
-    frame = allocation_data([path])
+    run = RunId("main", "countdown_tiny", "softmax_exact", 0, str(run_dir / "DONE.json"))
+    frame = allocation_data({str(path): run})
     assert len(frame) == 1
     with pytest.raises(Exception, match="missing for steps"):
         collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=3)
@@ -389,7 +391,7 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
         assert record["advantage"] == expected.tolist() and any(a != 0 for a in record["advantage"])
 
 
-def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl(tmp_path):
+def test_verls_model_patch_imports_the_value_head_from_the_pinned_trl():
     """verl's `apply_monkey_patch` (every FSDP actor/reference/SFT model build) imports trl's value-head model whenever
     trl is importable; trl 1.16 has none (ImportError at actor init). The pinned trl is installed and verl's patch runs
     on a tiny Qwen2 (in a child: the patch changes transformers process-wide)."""

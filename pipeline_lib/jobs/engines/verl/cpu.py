@@ -13,7 +13,7 @@ What stock verl needs on CPU, each point found by running it (verl file:line in 
   the device is ``cpu`` too;
 - the FSDP engine registered for ``cpu`` (``workers/engine/fsdp/transformer_impl.py:1143`` registers cuda/npu
   only), with FSDP2 (FSDP1's ``sync_module_states`` needs a GPU) and no torch.compile: the latter two are Hydra
-  overrides (:data:`CPU_OVERRIDES`);
+  overrides (:func:`cpu_overrides`);
 - the reference's ``CPUOffloadPolicy(pin_memory=True)`` (``transformer_impl.py:462``) without pinned memory (pinning
   needs an accelerator);
 - ``torch.cpu`` as the device module: verl's FLOPs counter (``utils/flops_counter.py:77``) recognises the CPU by it;
