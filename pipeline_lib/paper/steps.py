@@ -33,6 +33,7 @@ from pipeline_lib.plan.targets import (
     judge_ours,
     judge_rubric,
     judge_score_files,
+    judge_score_runs,
     judge_spec,
     judge_summaries,
     judge_tasks,
@@ -351,13 +352,18 @@ def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str
                 "mode": config["judge"]["mode"],
                 "cache": lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
                 "out_dir": lambda wildcards, output: os.path.dirname(output.summary)}
+    # the judged runs' files of one task, each with its run (the entry points read a run's identity from there)
+    scores = {"scores": lambda wildcards: run_ids_json(judge_score_runs(plan, wildcards.task))}
     if family == "cross":
-        return {"methods": judge_methods(plan)}
+        return {"methods": judge_methods(plan),
+                **{judge: lambda wildcards, judge=judge: run_ids_json(judged_runs(plan, judge, wildcards.task))
+                   for judge in JUDGES}}
     if family == "export":
         return {"rubric": rubric, "size": calibration["items_per_task"], "seed": calibration["seed"],
-                "out_dir": lambda wildcards, output: os.path.dirname(output.sheet)}
+                "out_dir": lambda wildcards, output: os.path.dirname(output.sheet), **scores}
     if family == "import":
-        return {"rubric": rubric, "ratings": lambda wildcards: calibration["ratings"].get(wildcards.task) or ""}
+        return {"rubric": rubric, "ratings": lambda wildcards: calibration["ratings"].get(wildcards.task) or "",
+                **scores}
     raise ValueError(f"unknown judge rule family {family!r}")
 
 

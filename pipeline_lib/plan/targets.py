@@ -6,11 +6,13 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
@@ -43,6 +45,7 @@ __all__ = [
     "judge_rubric",
     "judge_rubric_prompt",
     "judge_score_files",
+    "judge_score_runs",
     "judge_spec",
     "judge_summaries",
     "judge_targets",
@@ -55,6 +58,7 @@ __all__ = [
     "requests_of",
     "rl_requests",
     "rl_runs",
+    "run_ids_argument",
     "run_ids_json",
     "runs_of",
     "scale_cells",
@@ -243,6 +247,14 @@ def read_run_ids(value: Mapping[str, Mapping[str, Any]]) -> dict[str, RunId]:
     return out
 
 
+def run_ids_argument(value: str) -> dict[str, RunId]:
+    """An argparse ``type``: a ``--runs`` file (or inline JSON) as file -> :class:`RunId` (:func:`run_ids_json`)."""
+    try:
+        return read_run_ids(json_value(value))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 JUDGES = ("primary", "second")
 JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverifiable", "judge_validation")
                      for ext in ("tex", "md", "csv"))
@@ -339,9 +351,15 @@ def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
     return list(transfer_runs(config, plan))
 
 
+def judge_score_runs(plan: Plan, task: str) -> dict[str, RunId]:
+    """The primary judge's per-item scores of every judged run (what calibration samples and correlates) -> the run."""
+    summaries = judged_runs(plan, "primary", task)
+    return {path.replace("summary.json", "scores.jsonl"): run for path, run in summaries.items()}
+
+
 def judge_score_files(plan: Plan, task: str) -> list[str]:
-    """The primary judge's per-item scores of every judged run (what calibration samples and correlates)."""
-    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(plan, "primary", task)]
+    """The primary judge's per-item scores of every judged run (:func:`judge_score_runs`)."""
+    return list(judge_score_runs(plan, task))
 
 
 def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
