@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.config import load_yaml
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.provenance import write_provenance
@@ -510,6 +511,15 @@ def _made(pairs: list[str]) -> dict[str, Path]:
     return out
 
 
+def _test_splits(value: str) -> dict[str, Path]:
+    """An argparse ``type``: ``--test-data`` (a JSON file or inline JSON) as task -> its test split, the task a field
+    the plan wrote (:func:`pipeline_lib.plan.targets.test_splits`), never read off the split's path."""
+    record = json_value(value)
+    if not isinstance(record, Mapping) or not all(isinstance(p, str) for p in record.values()):
+        raise argparse.ArgumentTypeError(f"--test-data must map each task to its rl_test.parquet, got {record!r}")
+    return {task: Path(path) for task, path in record.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.reproduction", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -526,9 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--made", nargs="*", default=[],
                         help="NAME=PATH of the other tables this run made (nonverifiable, ablation, scale, "
                              "judge_validation), PATH their markdown")
-    parser.add_argument("--test-data", type=Path, nargs="*", default=[],
-                        help="results/data/<task>/rl_test.parquet of the tiny tasks: their planted blind spot "
-                             "(manifest.json beside each: the data spec)")
+    parser.add_argument("--test-data", type=_test_splits, default={},
+                        help="JSON (or its file): each tiny task -> its results/data/<task>/rl_test.parquet (their "
+                             "planted blind spot; manifest.json beside each: the data spec)")
     parser.add_argument("--min-seeds", type=int, default=MIN_SEEDS,
                         help=f"seeds a verdict needs (config report.min_seeds, >= {MIN_SEEDS})")
     parser.add_argument("--out", type=Path, required=True)
@@ -547,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                                       base_runs=base_done_records(evaluations), min_seeds=args.min_seeds,
                                       train_root=args.train_root,
                                       slips=load_slips(args.judge_summaries, args.test_data)))
-    inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
+    inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data.values())
     inputs += [*args.judge_summaries, *made.values()]
     if args.train_root is not None and table1 is not None:  # the demonstrations the summary's well-formed share reads
         inputs += [p for task in sorted(table1["task"].unique())

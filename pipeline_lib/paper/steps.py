@@ -45,6 +45,7 @@ from pipeline_lib.plan.targets import (
     runs_of,
     scale_cells,
     table1_evaluations,
+    test_splits,
     transfer_runs,
 )
 
@@ -204,15 +205,15 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
              " --allocation {input.allocation} --eval-root results/eval --train-root results/train"
              " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
-             " --test-data {input.test_data} --out {output.report}",
+             " --test-data {params.test_data_file} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
              {"reference": "config/paper_reference.yaml", "table1": f"{data}/table1.csv",
               "allocation": f"{data}/gradient_allocation.csv", "generations": report["generations"],
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
               "test_data": report["test_data"]},
              {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
-              "summaries": run_ids_json(judged)},
-             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries",)),
+              "summaries": run_ids_json(judged), "test_data": json.dumps(test_splits(config))},
+             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries", "test_data")),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),

@@ -72,18 +72,18 @@ SLIP_DETECTORS = {"meeting_tiny": _meeting_slip}
 SLIP_FACTS = {"meeting_tiny": "the vote count"}
 
 
-def load_slips(judge_summaries: Mapping[str, RunId], test_splits: Sequence[Path]
+def load_slips(judge_summaries: Mapping[str, RunId], test_splits: Mapping[str, Path]
                ) -> dict[tuple[str, str, int], pd.Series]:
     """(task, method, seed) -> per judged item (indexed by prompt_index) whether the judged output carries the
     planted slip (:data:`SLIP_DETECTORS`), from the ``response`` of ``scores.jsonl`` beside each judge summary
     (``judge_summaries``: each summary -> its run) and the facts the generator recorded in ``extra_info["facts"]`` of
-    ``results/data/<task>/rl_test.parquet``."""
+    each task's test split (``test_splits``: task -> ``rl_test.parquet``, handed over by the plan)."""
     facts = {}
-    for path in test_splits:
-        if path.parent.name in SLIP_DETECTORS:
+    for task, path in test_splits.items():
+        if task in SLIP_DETECTORS:
             extra = pd.read_parquet(path, columns=["extra_info"])["extra_info"]
             try:
-                facts[path.parent.name] = [dict(dict(row)["facts"]) for row in extra]
+                facts[task] = [dict(dict(row)["facts"]) for row in extra]
             except KeyError:
                 raise KeyError(f"{path}: extra_info has no 'facts' (the generator's record of the vote)") from None
     out = {}

@@ -67,6 +67,7 @@ __all__ = [
     "table1_eval_targets",
     "table1_evaluations",
     "table1_tasks",
+    "test_splits",
     "tokenizer_inputs",
     "transfer_runs",
     "transfer_targets",
@@ -481,7 +482,12 @@ def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str
     summaries = [path for task in judge_tasks(plan) for path in judge_summaries(plan, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
             if f"results/paper/tables/{name}.md" in paper_targets]
-    # the tiny tasks' test splits: each row says whether it is on the expert's planted blind spot
+    return {"generations": generations, "summaries": summaries, "made": made,
+            "test_data": list(test_splits(config).values())}
+
+
+def test_splits(config: Mapping[str, Any]) -> dict[str, str]:
+    """The tiny tasks' test splits, task -> ``rl_test.parquet`` (each row says whether it is on the expert's planted
+    blind spot): the reproduction report's ``--test-data``, the task a field, never read off the path."""
     tasks = [*(config.get("train", {}).get("tasks") or []), *(config.get("judge", {}).get("tasks") or [])]
-    test_data = [f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS]
-    return {"generations": generations, "summaries": summaries, "made": made, "test_data": test_data}
+    return {task: f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS}

@@ -368,12 +368,12 @@ def test_load_slips_reads_the_vote_each_judged_output_states(tmp_path):
                  "Resolution 2022-52 to fund road repairs; the motion", "the motion passed 6-1."]
     (run / "scores.jsonl").write_text("".join(json.dumps({"prompt_index": i, "response": r, "score_100": 80.0}) + "\n"
                                               for i, r in enumerate(responses)))
-    slips = load_slips(runs_written([run / "summary.json"]), [test])
+    slips = load_slips(runs_written([run / "summary.json"]), {"meeting_tiny": test})
     assert list(slips) == [("meeting_tiny", "sft", 2)]
     assert slips[("meeting_tiny", "sft", 2)].tolist() == ["correct", "tie", "slip", "none", "other"]
     (run / "scores.jsonl").write_text(json.dumps({"prompt_index": 9, "response": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"scores.jsonl:1: .*meeting_tiny's test split"):
-        load_slips(runs_written([run / "summary.json"]), [test])
+        load_slips(runs_written([run / "summary.json"]), {"meeting_tiny": test})
 
 
 def _slip_runs(seeds: int, gap: float, noise: float) -> tuple[dict, dict]:
