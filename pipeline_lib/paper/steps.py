@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
-from pipeline_lib.plan import Plan, RunId
+from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
@@ -198,12 +198,16 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     report = report_inputs(config, plan, paper_targets)
+    # the demonstrations a Table 1 run generated for itself (the registry's generated_demonstrations), each with its run
+    demonstrations = {os.path.join(os.path.dirname(r.path), METHODS[r.name].generated_demonstrations): r
+                      for r in evaluated.values() if METHODS[r.name].generated_demonstrations}
     # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
     judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
-             " --allocation {input.allocation} --eval-root results/eval --train-root results/train"
+             " --allocation {input.allocation} --eval-root results/eval --rollouts {params.rollouts_file}"
+             " --demonstrations {params.demonstrations_file}"
              " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
              " --test-data {params.test_data_file} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
@@ -212,8 +216,10 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
               "test_data": report["test_data"]},
              {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
-              "summaries": run_ids_json(judged), "test_data": json.dumps(test_splits(config))},
-             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries", "test_data")),
+              "summaries": run_ids_json(judged), "test_data": json.dumps(test_splits(config)),
+              "rollouts": run_ids_json(rollouts), "demonstrations": run_ids_json(demonstrations)},
+             {"report": ("reproduction_report.rst", "Reproduction")},
+             files=("summaries", "test_data", "rollouts", "demonstrations")),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),

@@ -138,6 +138,10 @@ class Method:
     #: The model before any post-training (Base): the report says whether this run is a pretrained model or an
     #: untrained initialisation (:func:`pipeline_lib.paper.captions.base_note`).
     before_training: bool = False
+    #: The demonstrations this method generates for itself, a file beside its run (Rationalization's
+    #: ``rationalized_sft.parquet``): the report says how many are well-formed
+    #: (:func:`pipeline_lib.paper.summary.demonstration_quality`).
+    generated_demonstrations: str | None = None
 
 
 def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
@@ -202,7 +206,7 @@ _METHODS = (
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
                    _named(verl_sft_spec), "sft", prelude="pipeline_lib.plan.runs:annotation_run"),
-             RationalizationSettings),
+             RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              IterativeDPOSettings, demonstrations=True),
