@@ -51,7 +51,7 @@ from pipeline_lib.plan.settings import (
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
            "PlanError", "Preflight", "baseline", "group_rl", "method", "pairs", "preflight_kinds", "register",
-           "unregister", "verl_baseline", "verl_estimators"]
+           "starting_point", "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -254,6 +254,16 @@ def pairs(table: str) -> tuple[tuple[str, str], ...]:
     ``nonverifiable``), in the report's order: each method's :attr:`Method.compared_with`."""
     rows = sorted((row, a, b) for a, m in METHODS.items() for b, row in m.compared_with.get(table, {}).items())
     return tuple((a, b) for _, a, b in rows)
+
+
+def starting_point() -> str:
+    """The name of the run every other trained run of a task and seed starts from (the entry whose
+    :attr:`Method.starting_point` is set: SFT); exactly one entry may be it."""
+    names = [name for name, entry in METHODS.items() if entry.starting_point]
+    if len(names) != 1:
+        raise PlanError(f"exactly one registered method must be the starting point (Method.starting_point), got "
+                        f"{names}")
+    return names[0]
 
 
 def method(name: str) -> Method:
