@@ -501,7 +501,8 @@ def validate_planned_config(config: MutableMapping[str, Any], schema_path: str |
     where
     it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
     no torch). The preflight's config plans nothing."""
-    validate_config(config, schema_path, base_dir)
+    validate_config(config, schema_path, base_dir,
+                    untrained=tuple(name for name, m in METHODS.items() if m.before_training or m.starting_point))
     if not config.get("preflight"):
         try:
             plan_runs(config)
