@@ -122,6 +122,17 @@ def test_configs_the_schema_accepted_that_make_no_sense_fail_at_parse_time_namin
     assert says in line, str(excinfo.value)
 
 
+def test_the_methods_a_study_may_name_besides_trained_ones_come_from_the_caller():
+    """core cannot read the registry: the plan passes its start and model before training (``untrained``), and a
+    study naming a method outside them, ``train.methods`` and the baselines is refused, naming what it may be."""
+    from pipeline_lib.core.config import ConfigError, validate_config
+
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    validate_config(_tiny(judge={"methods": ["sft"]}), schema, base_dir=REPO)  # the default: base and sft
+    with pytest.raises(ConfigError, match=r"'judge.methods': unknown method\(s\) \['sft'\]; each is base, a train"):
+        validate_config(_tiny(judge={"methods": ["sft"]}), schema, base_dir=REPO, untrained=("base",))
+
+
 def test_a_plan_error_is_found_when_the_config_is_parsed():
     """A method the registry does not know passed the schema and failed in the first rule that planned."""
     from pipeline_lib.core.config import ConfigError

@@ -29,7 +29,7 @@ __all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_seed_argument", "
 SPEC_DIR = Path(".snakemake") / "specs"
 
 #: The flags whose value is JSON (a spec, settings, a judge, a config): :func:`file_args` moves them to files.
-JSON_FLAGS = ("--spec", "--tracking", "--steps", "--config", "--eval-spec", "--judge", "--reward-weights", "--labels")
+JSON_FLAGS = ("--spec", "--tracking", "--steps", "--config", "--eval-spec", "--judge", "--reward-weights")
 
 
 def json_text(value: str) -> str:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import math
 import os
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -311,7 +311,9 @@ _TEMPERATURE_KEYS = ("tau", "taus", "temperature")
 #: Keys that name tasks (lists, or one name): each must be a tiny task or a configured dataset.
 _TASK_KEYS = (("train", "tasks"), ("train", "baselines", "tasks"), ("train", "ablation", "tasks"),
               ("train", "scale", "tasks"), ("judge", "tasks"), ("eval", "transfer", "task"))
-#: Methods that are neither ``train.methods`` entries nor baselines: the base model and its SFT.
+#: Methods that are neither ``train.methods`` entries nor baselines: the base model and its SFT. core cannot read the
+#: registry (pipeline_lib.plan): the plan passes its entries with ``before_training`` / ``starting_point``
+#: (:func:`validate_config`'s ``untrained``); this default keeps a direct caller working.
 _UNTRAINED_METHODS = ("base", "sft")
 
 
@@ -351,7 +353,7 @@ def _model_problems(where: str, model: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
+def _semantic_problems(config: Mapping[str, Any], untrained: Sequence[str] = _UNTRAINED_METHODS) -> list[str]:
     """What the schema cannot say: names that must exist, sizes that must divide, numbers that must fit float32 or
     stay within another key's value. Runs only on a config the schema accepted (every section is in place)."""
     problems = _temperature_problems(config)
@@ -373,8 +375,8 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     if unrubricked:
         problems.append(f"key 'judge.tasks': {unrubricked} have no judge.rubrics entry (the rubric to judge them by)")
     rl_methods = list(_section(train, "methods"))
-    known = list(dict.fromkeys([*_UNTRAINED_METHODS, *rl_methods, *_names(baselines.get("methods"))]))
-    anything = "base, sft, a train.methods key or a baseline"
+    known = list(dict.fromkeys([*untrained, *rl_methods, *_names(baselines.get("methods"))]))
+    anything = f"{', '.join(untrained)}, a train.methods key or a baseline"
     for keys, allowed, what in ((("judge", "methods"), known, anything), (("eval", "transfer", "methods"), known,
                                                                           anything),
                                 (("train", "scale", "methods"), rl_methods, "a train.methods key")):
@@ -479,10 +481,13 @@ def _describe(error: ValidationError) -> str:
 
 
 def validate_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
-                    base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
+                    base_dir: str | os.PathLike[str] | None = None,
+                    untrained: Sequence[str] = _UNTRAINED_METHODS) -> MutableMapping[str, Any]:
     """Validate ``config`` in place (filling defaults); raise :class:`ConfigError` naming every bad key.
 
     Relative ``local`` paths are resolved against ``base_dir`` (default: the working directory, as jobs do).
+    ``untrained``: the methods a study may name besides ``train.methods`` and the baselines (the plan passes the
+    registry's start and model before training).
     """
     schema = with_estimator_params(load_schema(schema_path))
     errors = sorted(_DefaultingValidator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
@@ -491,7 +496,7 @@ def validate_config(config: MutableMapping[str, Any], schema_path: str | os.Path
     if not errors and isinstance(config.get("tracking"), MutableMapping):
         lines += missing_backend_packages(config["tracking"].get("backends", []))
     if not errors:
-        lines += _semantic_problems(config)
+        lines += _semantic_problems(config, untrained)
     if lines:
         listing = "\n".join(f"  - {line}" for line in lines)
         raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n{listing}")

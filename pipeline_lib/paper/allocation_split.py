@@ -15,6 +15,7 @@ Each part is paired by seed with :func:`pipeline_lib.core.stats.paired_interval`
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from pipeline_lib.core.provenance import SIDECAR_SUFFIX
 from pipeline_lib.core.stats import PairedDifference, paired_interval
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, allocation_bins
 from pipeline_lib.paper.tables import to_markdown
+from pipeline_lib.plan.runs import RunId
 
 __all__ = ["HARD_BINS", "allocation_split", "bin_names", "run_advantage", "unfillable_bins"]
 
@@ -77,16 +79,19 @@ def _hard_share(bins: dict[str, float]) -> float:
     return float(values[HARD_BINS].sum() / values.sum()) if values.sum() > 0 else float("nan")
 
 
-def allocation_split(train_root: Path, tasks: list[str], a: str = "softmax_exact",
+def allocation_split(rollouts: Mapping[str, RunId], tasks: list[str], a: str = "softmax_exact",
                      b: str = "grpo_exact") -> pd.DataFrame:
     """Per task and part (``arithmetic``, ``visits``; they add up to the total shift): the hard-share difference
-    paired by seed, over the seeds where both runs have rollouts and gradient signal."""
+    paired by seed, over the seeds where both runs have rollouts and gradient signal (``rollouts``: each run's
+    ``rollouts.jsonl`` -> the run, handed over by the plan; runs pair by their task and seed fields)."""
+    written = {(run.task, run.name, run.seed): Path(path) for path, run in rollouts.items() if Path(path).is_file()}
     rows = []
     for task in tasks:
         shares: dict[str, list[float]] = {"aa": [], "ab": [], "bb": []}
-        for run_a in sorted((train_root / task / a).glob("seed*/rollouts.jsonl")):
-            run_b = train_root / task / b / run_a.parent.name / "rollouts.jsonl"
-            if not run_b.is_file():
+        for (_, _, seed_k), run_a in sorted(((k, p) for k, p in written.items() if k[:2] == (task, a)),
+                                            key=lambda item: item[1]):
+            run_b = written.get((task, b, seed_k))
+            if run_b is None:
                 continue
             seed = {"aa": _hard_share(allocation_bins(run_a)),
                     "ab": _hard_share(allocation_bins(run_b, run_advantage(run_a.parent))),

@@ -58,12 +58,13 @@ class Planted:
     spec: dict[str, Any]  # data.tiny as the data step ran it (imperfect_fraction, blind_spot_slip, ...)
 
 
-def load_planted(test_splits: list[Path]) -> dict[str, Planted]:
-    """``results/data/<task>/rl_test.parquet`` of each tiny task -> its blind-spot membership and data spec (from
-    ``manifest.json`` beside it). Files of other tasks (a real dataset has no planted blind spot) are skipped."""
+def load_planted(test_splits: Mapping[str, Path]) -> dict[str, Planted]:
+    """Each tiny task's test split (``test_splits``: task -> ``rl_test.parquet``, handed over by the plan) -> its
+    blind-spot membership and data spec (from ``manifest.json`` beside it). Other tasks (a real dataset has no
+    planted blind spot) are skipped."""
     out = {}
-    for path in test_splits:
-        task = path.parent.name
+    for task, path in test_splits.items():
+        path = Path(path)
         if task not in BLIND_SPOTS:
             continue
         frame = pd.read_parquet(path, columns=["extra_info"])

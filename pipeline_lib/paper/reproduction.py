@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.config import load_yaml
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.provenance import write_provenance
@@ -385,18 +386,21 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                  scores: dict | None = None, judge_items: dict | None = None,
                  made: dict[str, Path] | None = None, planted: dict | None = None,
                  machines: pd.DataFrame | None = None, base_runs: dict | None = None, min_seeds: int = MIN_SEEDS,
-                 train_root: Path | None = None, slips: dict | None = None) -> str:
+                 rollouts: Mapping[str, RunId] | None = None, demonstrations: Mapping[str, RunId] | None = None,
+                 slips: dict | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
     ``made`` the other tables this run made (name -> its markdown file), ``planted`` the tiny tasks' planted design
     (:func:`pipeline_lib.paper.miniature.load_planted`), ``machines`` the machines behind the runs
     (:func:`pipeline_lib.paper.machines.run_machines`), ``base_runs`` the base runs' ``DONE.json`` by run
     (:func:`pipeline_lib.paper.captions.base_done_records`), ``min_seeds`` the seeds a verdict needs,
-    ``train_root`` the training runs (their rollouts split the allocation shift), ``slips`` whether each judged
+    ``rollouts`` the paired RL runs' ``rollouts.jsonl`` by file -> run (they split the allocation shift),
+    ``demonstrations`` the demonstrations a method generated for itself by file -> run
+    (:func:`pipeline_lib.paper.summary.demonstration_quality`), ``slips`` whether each judged
     output carries the planted slip (:func:`pipeline_lib.paper.summary.load_slips`)."""
     comparable = label == "paper"
     made = made or {}
     tasks = sorted(table1["task"].unique()) if table1 is not None and not table1.empty else []
-    quality = demonstration_quality(train_root, tasks)
+    quality = demonstration_quality(demonstrations, tasks)
     blind = blind_judges(planted or {}, judge_items, slips)
     artefacts = artefact_notes(quality, blind, allocation)
     rationalization = [a for a in artefacts if a.startswith("Rationalization on")]
@@ -451,8 +455,8 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                      if s["result"] else "–"}
                     for s in shifts]
             parts += ["### Gradient-allocation shift, paired by seed", "", to_markdown(pd.DataFrame(rows)), ""]
-            if train_root is not None:
-                split = allocation_split(train_root, [s["task"] for s in shifts])
+            if rollouts is not None:
+                split = allocation_split(rollouts, [s["task"] for s in shifts])
                 parts += ["### Where the shift comes from", "",
                           "The shift above adds up from two parts, each paired by seed: the estimator's arithmetic "
                           "(GRPO-Exact's own rollouts re-weighted with the softmax run's estimator through the "
@@ -510,6 +514,15 @@ def _made(pairs: list[str]) -> dict[str, Path]:
     return out
 
 
+def _test_splits(value: str) -> dict[str, Path]:
+    """An argparse ``type``: ``--test-data`` (a JSON file or inline JSON) as task -> its test split, the task a field
+    the plan wrote (:func:`pipeline_lib.plan.targets.test_splits`), never read off the split's path."""
+    record = json_value(value)
+    if not isinstance(record, Mapping) or not all(isinstance(p, str) for p in record.values()):
+        raise argparse.ArgumentTypeError(f"--test-data must map each task to its rl_test.parquet, got {record!r}")
+    return {task: Path(path) for task, path in record.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.reproduction", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -519,16 +532,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allocation", type=Path, default=None)
     parser.add_argument("--eval-root", type=Path, default=None,
                         help="results/eval: per-prompt scores (generations.jsonl) of the Table 1 runs")
-    parser.add_argument("--train-root", type=Path, default=None,
-                        help="results/train: the GRPO- and SoftmaxGRPO-Exact runs' rollouts (the allocation split)")
+    parser.add_argument("--rollouts", type=run_ids_argument, default=None,
+                        help="JSON (or its file): each paired RL run's rollouts.jsonl -> its run (allocation split)")
+    parser.add_argument("--demonstrations", type=run_ids_argument, default={},
+                        help="JSON (or its file): each file of demonstrations a method generated for itself -> its run")
     parser.add_argument("--judge-summaries", type=run_ids_argument, default={},
                         help="JSON (or its file): each primary judge summary.json (scores.jsonl beside it) -> its run")
     parser.add_argument("--made", nargs="*", default=[],
                         help="NAME=PATH of the other tables this run made (nonverifiable, ablation, scale, "
                              "judge_validation), PATH their markdown")
-    parser.add_argument("--test-data", type=Path, nargs="*", default=[],
-                        help="results/data/<task>/rl_test.parquet of the tiny tasks: their planted blind spot "
-                             "(manifest.json beside each: the data spec)")
+    parser.add_argument("--test-data", type=_test_splits, default={},
+                        help="JSON (or its file): each tiny task -> its results/data/<task>/rl_test.parquet (their "
+                             "planted blind spot; manifest.json beside each: the data spec)")
     parser.add_argument("--min-seeds", type=int, default=MIN_SEEDS,
                         help=f"seeds a verdict needs (config report.min_seeds, >= {MIN_SEEDS})")
     parser.add_argument("--out", type=Path, required=True)
@@ -545,13 +560,13 @@ def main(argv: list[str] | None = None) -> int:
     write_text(args.out, build_report(args.label, reference, table1, allocation, scores, judge_items, made,
                                       planted=load_planted(args.test_data), machines=run_machines(evaluations),
                                       base_runs=base_done_records(evaluations), min_seeds=args.min_seeds,
-                                      train_root=args.train_root,
+                                      rollouts=args.rollouts, demonstrations=args.demonstrations,
                                       slips=load_slips(args.judge_summaries, args.test_data)))
-    inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data)
+    inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data.values())
     inputs += [*args.judge_summaries, *made.values()]
-    if args.train_root is not None and table1 is not None:  # the demonstrations the summary's well-formed share reads
-        inputs += [p for task in sorted(table1["task"].unique())
-                   for p in sorted((args.train_root / task / "rationalization").glob("seed*/rationalized_sft.parquet"))]
+    if table1 is not None:  # the demonstrations the summary's well-formed share reads
+        inputs += [Path(p) for task in sorted(table1["task"].unique())
+                   for p, run in sorted(args.demonstrations.items()) if run.task == task and Path(p).is_file()]
     write_provenance([args.out], step="paper_reproduction_report", inputs=inputs,
                      params={"label": args.label, "min_seeds": args.min_seeds,
                              "runs": runs_record(args.judge_summaries)}, started_at=started)

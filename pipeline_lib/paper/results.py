@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
@@ -36,7 +35,7 @@ from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.plan.runs import RunId
-from pipeline_lib.plan.targets import read_run_ids
+from pipeline_lib.plan.targets import run_ids_argument
 
 log = logging.getLogger("pipeline_lib.paper.results")
 
@@ -46,15 +45,6 @@ log = logging.getLogger("pipeline_lib.paper.results")
 def run_columns(run: RunId) -> dict[str, object]:
     """A run's identity columns in a data frame: its task, method (the run's name) and seed."""
     return {"task": run.task, "method": run.name, "seed": run.seed}
-
-
-def run_ids_argument(value: str) -> dict[str, RunId]:
-    """An argparse ``type``: a ``--runs`` file (or inline JSON) as file -> :class:`RunId`
-    (:func:`pipeline_lib.plan.targets.run_ids_json`)."""
-    try:
-        return read_run_ids(json_value(value))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def runs_record(runs: Mapping[str, RunId]) -> dict[str, Any]:

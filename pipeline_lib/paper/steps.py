@@ -21,7 +21,7 @@ from typing import Any
 
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
-from pipeline_lib.plan import Plan, RunId
+from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
@@ -33,6 +33,7 @@ from pipeline_lib.plan.targets import (
     judge_ours,
     judge_rubric,
     judge_score_files,
+    judge_score_runs,
     judge_spec,
     judge_summaries,
     judge_tasks,
@@ -44,6 +45,7 @@ from pipeline_lib.plan.targets import (
     runs_of,
     scale_cells,
     table1_evaluations,
+    test_splits,
     transfer_runs,
 )
 
@@ -196,22 +198,28 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     ]
 
     report = report_inputs(config, plan, paper_targets)
+    # the demonstrations a Table 1 run generated for itself (the registry's generated_demonstrations), each with its run
+    demonstrations = {os.path.join(os.path.dirname(r.path), METHODS[r.name].generated_demonstrations): r
+                      for r in evaluated.values() if METHODS[r.name].generated_demonstrations}
     # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
     judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
-             " --allocation {input.allocation} --eval-root results/eval --train-root results/train"
+             " --allocation {input.allocation} --eval-root results/eval --rollouts {params.rollouts_file}"
+             " --demonstrations {params.demonstrations_file}"
              " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
-             " --test-data {input.test_data} --out {output.report}",
+             " --test-data {params.test_data_file} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
              {"reference": "config/paper_reference.yaml", "table1": f"{data}/table1.csv",
               "allocation": f"{data}/gradient_allocation.csv", "generations": report["generations"],
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
               "test_data": report["test_data"]},
              {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
-              "summaries": run_ids_json(judged)},
-             {"report": ("reproduction_report.rst", "Reproduction")}, files=("summaries",)),
+              "summaries": run_ids_json(judged), "test_data": json.dumps(test_splits(config)),
+              "rollouts": run_ids_json(rollouts), "demonstrations": run_ids_json(demonstrations)},
+             {"report": ("reproduction_report.rst", "Reproduction")},
+             files=("summaries", "test_data", "rollouts", "demonstrations")),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),
@@ -351,13 +359,18 @@ def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str
                 "mode": config["judge"]["mode"],
                 "cache": lambda wildcards: f"results/judge/cache/{wildcards.judge}.sqlite",
                 "out_dir": lambda wildcards, output: os.path.dirname(output.summary)}
+    # the judged runs' files of one task, each with its run (the entry points read a run's identity from there)
+    scores = {"scores": lambda wildcards: run_ids_json(judge_score_runs(plan, wildcards.task))}
     if family == "cross":
-        return {"methods": judge_methods(plan)}
+        return {"methods": judge_methods(plan),
+                **{judge: lambda wildcards, judge=judge: run_ids_json(judged_runs(plan, judge, wildcards.task))
+                   for judge in JUDGES}}
     if family == "export":
         return {"rubric": rubric, "size": calibration["items_per_task"], "seed": calibration["seed"],
-                "out_dir": lambda wildcards, output: os.path.dirname(output.sheet)}
+                "out_dir": lambda wildcards, output: os.path.dirname(output.sheet), **scores}
     if family == "import":
-        return {"rubric": rubric, "ratings": lambda wildcards: calibration["ratings"].get(wildcards.task) or ""}
+        return {"rubric": rubric, "ratings": lambda wildcards: calibration["ratings"].get(wildcards.task) or "",
+                **scores}
     raise ValueError(f"unknown judge rule family {family!r}")
 
 

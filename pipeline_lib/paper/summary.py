@@ -31,19 +31,23 @@ __all__ = ["SLIP_DETECTORS", "SlipGap", "artefact_notes", "blind_judges", "demon
 WELL_FORMED_FLOOR = 0.5
 
 
-def demonstration_quality(train_root: Path | None, tasks: Sequence[str]) -> pd.DataFrame:
-    """Per task: how many of Rationalization's generated demonstrations (every seed's ``rationalized_sft.parquet``)
-    pass the format check (:func:`pipeline_lib.core.rewards.format_reward.format_score`: one non-empty
-    ``<think>...</think>`` and then an answer). Empty when no run wrote them (a verl run, or none ran)."""
+def demonstration_quality(demonstrations: Mapping[str, RunId] | None, tasks: Sequence[str]) -> pd.DataFrame:
+    """Per task: how many of the demonstrations a method generated for itself (``demonstrations``: each run's file,
+    e.g. Rationalization's ``rationalized_sft.parquet`` -> the run, handed over by the plan; the registry's
+    ``generated_demonstrations``) pass the format check (:func:`pipeline_lib.core.rewards.format_reward.format_score`:
+    one non-empty ``<think>...</think>`` and then an answer). Empty when no run wrote them (a verl run, or none ran)."""
     rows = []
-    for task in tasks if train_root is not None else ():
-        for path in sorted((train_root / task / "rationalization").glob("seed*/rationalized_sft.parquet")):
+    for task in tasks:
+        for name, run in sorted((demonstrations or {}).items()):
+            path = Path(name)
+            if run.task != task or not path.is_file():
+                continue
             frame = pd.read_parquet(path, columns=["messages"])
             try:
                 ok = sum(format_score(str(list(messages)[-1]["content"]))["score"] for messages in frame["messages"])
             except (KeyError, IndexError, TypeError) as error:
                 raise ValueError(f"{path}: a row's messages have no assistant turn with 'content': {error}") from None
-            rows.append({"task": task, "seed": path.parent.name, "demonstrations": len(frame), "well_formed": int(ok)})
+            rows.append({"task": task, "seed": run.seed, "demonstrations": len(frame), "well_formed": int(ok)})
     return pd.DataFrame(rows, columns=["task", "seed", "demonstrations", "well_formed"])
 
 
@@ -72,18 +76,18 @@ SLIP_DETECTORS = {"meeting_tiny": _meeting_slip}
 SLIP_FACTS = {"meeting_tiny": "the vote count"}
 
 
-def load_slips(judge_summaries: Mapping[str, RunId], test_splits: Sequence[Path]
+def load_slips(judge_summaries: Mapping[str, RunId], test_splits: Mapping[str, Path]
                ) -> dict[tuple[str, str, int], pd.Series]:
     """(task, method, seed) -> per judged item (indexed by prompt_index) whether the judged output carries the
     planted slip (:data:`SLIP_DETECTORS`), from the ``response`` of ``scores.jsonl`` beside each judge summary
     (``judge_summaries``: each summary -> its run) and the facts the generator recorded in ``extra_info["facts"]`` of
-    ``results/data/<task>/rl_test.parquet``."""
+    each task's test split (``test_splits``: task -> ``rl_test.parquet``, handed over by the plan)."""
     facts = {}
-    for path in test_splits:
-        if path.parent.name in SLIP_DETECTORS:
+    for task, path in test_splits.items():
+        if task in SLIP_DETECTORS:
             extra = pd.read_parquet(path, columns=["extra_info"])["extra_info"]
             try:
-                facts[path.parent.name] = [dict(dict(row)["facts"]) for row in extra]
+                facts[task] = [dict(dict(row)["facts"]) for row in extra]
             except KeyError:
                 raise KeyError(f"{path}: extra_info has no 'facts' (the generator's record of the vote)") from None
     out = {}

@@ -51,7 +51,7 @@ from pipeline_lib.plan.settings import (
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
            "PlanError", "Preflight", "baseline", "group_rl", "method", "pairs", "preflight_kinds", "register",
-           "unregister", "verl_baseline", "verl_estimators"]
+           "starting_point", "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -138,6 +138,10 @@ class Method:
     #: The model before any post-training (Base): the report says whether this run is a pretrained model or an
     #: untrained initialisation (:func:`pipeline_lib.paper.captions.base_note`).
     before_training: bool = False
+    #: The demonstrations this method generates for itself, a file beside its run (Rationalization's
+    #: ``rationalized_sft.parquet``): the report says how many are well-formed
+    #: (:func:`pipeline_lib.paper.summary.demonstration_quality`).
+    generated_demonstrations: str | None = None
 
 
 def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
@@ -202,7 +206,7 @@ _METHODS = (
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
                    _named(verl_sft_spec), "sft", prelude="pipeline_lib.plan.runs:annotation_run"),
-             RationalizationSettings),
+             RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              IterativeDPOSettings, demonstrations=True),
@@ -250,6 +254,16 @@ def pairs(table: str) -> tuple[tuple[str, str], ...]:
     ``nonverifiable``), in the report's order: each method's :attr:`Method.compared_with`."""
     rows = sorted((row, a, b) for a, m in METHODS.items() for b, row in m.compared_with.get(table, {}).items())
     return tuple((a, b) for _, a, b in rows)
+
+
+def starting_point() -> str:
+    """The name of the run every other trained run of a task and seed starts from (the entry whose
+    :attr:`Method.starting_point` is set: SFT); exactly one entry may be it."""
+    names = [name for name, entry in METHODS.items() if entry.starting_point]
+    if len(names) != 1:
+        raise PlanError(f"exactly one registered method must be the starting point (Method.starting_point), got "
+                        f"{names}")
+    return names[0]
 
 
 def method(name: str) -> Method:

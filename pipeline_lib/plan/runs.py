@@ -35,7 +35,7 @@ from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
 from pipeline_lib.plan.layouts import spec_json as _spec_json
-from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method
+from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method, starting_point
 from pipeline_lib.plan.settings import (
     ablation_method,
     annotation_spec,
@@ -291,8 +291,8 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     entry = registered.engines[engine]
     if registered.family == "group_rl":
         _check_method(config, name)
-    c = _Ctx(config, task, name, name, seed, _done(task, "sft", seed),
-             _data(task, name) if registered.family != "sft" else "")
+    c = _Ctx(config, task, name, name, seed, _done(task, starting_point(), seed),
+             "" if registered.starting_point else _data(task, name))
     runs = [_make(c, entry, entry.spec(config, task, name), study)]
     before = prelude(entry)
     if before is not None:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
@@ -318,7 +318,8 @@ def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, ce
     """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
     base = softmax_exact_method(config)
     entry = METHODS[base].engines[engine_of(config, task)]
-    c = _Ctx(config, task, name, base, seed, _done(task, "sft", seed), f"results/data/{task}/rl_train.parquet")
+    c = _Ctx(config, task, name, base, seed, _done(task, starting_point(), seed),
+             f"results/data/{task}/rl_train.parquet")
     tau, group = cell
     spec = entry.spec(_ablation_config(config, task, group), task, base)
     spec = replace(spec, estimator=Estimator(spec.estimator.name, estimator_params(config, task, base, tau)))
@@ -332,8 +333,8 @@ def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base:
     entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
         _check_method(config, base)
-    c = _Ctx(config, task, name, base, seed, _done(task, f"sft_at_{scale}", seed),
-             "" if registered.family == "sft" else _data(task, base))
+    c = _Ctx(config, task, name, base, seed, _done(task, f"{starting_point()}_at_{scale}", seed),
+             "" if registered.starting_point else _data(task, base))
     return _make(c, entry, entry.spec(scaled, task, base), "scale")
 
 
@@ -341,7 +342,7 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     if engine_of(config, task) != "local":
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
-    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, "sft", seed), "")
+    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, starting_point(), seed), "")
     entry = Entry("train_local", "pipeline_lib.jobs.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 
@@ -404,7 +405,7 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
     train = config.get("train") or {}
     wanted = []
     for task in train.get("tasks", []):
-        for name in ["sft", *trained_methods(config, task)]:  # SFT is evaluated too (Table 1's SFT row)
+        for name in [starting_point(), *trained_methods(config, task)]:  # SFT is evaluated too (Table 1's SFT row)
             # the start every method trains from is read, not a train target of its own
             wanted += [(task, name, seed, "main", not method(name).starting_point) for seed in train["seeds"]]
     baselines = train.get("baselines") or {}
@@ -451,7 +452,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
              for group in ablation.get("group_sizes", [])} if ablation.get("tasks") else {}
     scales = {f"{base}_at_{model}": (base, model) for model in (train.get("scale") or {}).get("models", {})
-              for base in ["sft", *train.get("methods", {})]}
+              for base in [starting_point(), *train.get("methods", {})]}
     built: dict[tuple[str, str, int], list[Run]] = {}
     targets: list[str] = []
     requests: dict[str, list[RunId]] = {}
@@ -500,7 +501,8 @@ def validate_planned_config(config: MutableMapping[str, Any], schema_path: str |
     where
     it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
     no torch). The preflight's config plans nothing."""
-    validate_config(config, schema_path, base_dir)
+    validate_config(config, schema_path, base_dir,
+                    untrained=tuple(name for name, m in METHODS.items() if m.before_training or m.starting_point))
     if not config.get("preflight"):
         try:
             plan_runs(config)

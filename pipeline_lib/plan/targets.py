@@ -6,11 +6,13 @@ Which runs exist is decided in :func:`pipeline_lib.plan.plan_runs`; here each st
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
@@ -43,6 +45,7 @@ __all__ = [
     "judge_rubric",
     "judge_rubric_prompt",
     "judge_score_files",
+    "judge_score_runs",
     "judge_spec",
     "judge_summaries",
     "judge_targets",
@@ -55,6 +58,7 @@ __all__ = [
     "requests_of",
     "rl_requests",
     "rl_runs",
+    "run_ids_argument",
     "run_ids_json",
     "runs_of",
     "scale_cells",
@@ -63,6 +67,7 @@ __all__ = [
     "table1_eval_targets",
     "table1_evaluations",
     "table1_tasks",
+    "test_splits",
     "tokenizer_inputs",
     "transfer_runs",
     "transfer_targets",
@@ -243,6 +248,14 @@ def read_run_ids(value: Mapping[str, Mapping[str, Any]]) -> dict[str, RunId]:
     return out
 
 
+def run_ids_argument(value: str) -> dict[str, RunId]:
+    """An argparse ``type``: a ``--runs`` file (or inline JSON) as file -> :class:`RunId` (:func:`run_ids_json`)."""
+    try:
+        return read_run_ids(json_value(value))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 JUDGES = ("primary", "second")
 JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverifiable", "judge_validation")
                      for ext in ("tex", "md", "csv"))
@@ -339,9 +352,15 @@ def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
     return list(transfer_runs(config, plan))
 
 
+def judge_score_runs(plan: Plan, task: str) -> dict[str, RunId]:
+    """The primary judge's per-item scores of every judged run (what calibration samples and correlates) -> the run."""
+    summaries = judged_runs(plan, "primary", task)
+    return {path.replace("summary.json", "scores.jsonl"): run for path, run in summaries.items()}
+
+
 def judge_score_files(plan: Plan, task: str) -> list[str]:
-    """The primary judge's per-item scores of every judged run (what calibration samples and correlates)."""
-    return [path.replace("summary.json", "scores.jsonl") for path in judge_summaries(plan, "primary", task)]
+    """The primary judge's per-item scores of every judged run (:func:`judge_score_runs`)."""
+    return list(judge_score_runs(plan, task))
 
 
 def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
@@ -463,7 +482,12 @@ def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str
     summaries = [path for task in judge_tasks(plan) for path in judge_summaries(plan, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
             if f"results/paper/tables/{name}.md" in paper_targets]
-    # the tiny tasks' test splits: each row says whether it is on the expert's planted blind spot
+    return {"generations": generations, "summaries": summaries, "made": made,
+            "test_data": list(test_splits(config).values())}
+
+
+def test_splits(config: Mapping[str, Any]) -> dict[str, str]:
+    """The tiny tasks' test splits, task -> ``rl_test.parquet`` (each row says whether it is on the expert's planted
+    blind spot): the reproduction report's ``--test-data``, the task a field, never read off the path."""
     tasks = [*(config.get("train", {}).get("tasks") or []), *(config.get("judge", {}).get("tasks") or [])]
-    test_data = [f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS]
-    return {"generations": generations, "summaries": summaries, "made": made, "test_data": test_data}
+    return {task: f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS}

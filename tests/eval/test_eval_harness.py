@@ -74,3 +74,14 @@ def test_lm_eval_results_name_missing_tasks():
     assert harness.lm_eval_results(raw, ["mmlu"]) == {"mmlu": {"acc,none": 0.6}}
     with pytest.raises(KeyError, match="gpqa_main_zeroshot"):
         harness.lm_eval_results(raw, ["mmlu", "gpqa_main_zeroshot"])
+
+
+def test_alpaca_eval_needs_the_runs_method_when_no_generator_name_is_set(tmp_path, capsys):
+    """The leaderboard's name is the run's method handed over by the rule (``--method``), never read off the model
+    directory: without it and without ``generator_name`` the entry point stops before generating anything."""
+    spec = json.dumps({"instructions": str(tmp_path / "missing.jsonl"), "generator_name": None})
+    with pytest.raises(SystemExit) as stop:
+        harness.main(["alpaca-eval", "--model", str(tmp_path / "final"), "--spec", spec,
+                      "--out", str(tmp_path / "alpaca_eval.json")])
+    assert stop.value.code == 2 and "--method is required" in capsys.readouterr().err
+    assert not (tmp_path / "alpaca_eval.json").exists()

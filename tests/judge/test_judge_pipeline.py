@@ -19,6 +19,7 @@ from scipy import stats
 
 from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.jobs.judge import calibration, cross, score
+from pipeline_lib.paper.results import runs_record
 from tests.chat_server import ChatServer, meetingbank_verdict
 from tests.conftest import runs_written
 
@@ -219,7 +220,7 @@ def test_cross_judge_rank_correlation_and_offset(tmp_path, meeting_data):
     methods = ["bad", "cut", "good"]
     primary = [run_score(tmp_path, meeting_data, PROGRAMMATIC, "primary", m, m) for m in methods]
     second = [run_score(tmp_path, meeting_data, LENIENT, "second", m, m) for m in methods]
-    result = cross.cross_judge(primary, second, methods)
+    result = cross.cross_judge(runs_written(primary), runs_written(second), methods)
     rows = {r["method"]: r for r in result["methods"]}
     assert result["spearman_methods"] == pytest.approx(1.0)  # both judges order bad < cut < good
     assert result["offset_mean"] == pytest.approx(sum(r["primary"] - r["second"] for r in rows.values()) / 3)
@@ -227,14 +228,14 @@ def test_cross_judge_rank_correlation_and_offset(tmp_path, meeting_data):
     assert cross.rank_correlation([1, 2], [2, 1])[0] is None
     assert cross.rank_correlation([1, 1, 1], [1, 2, 3])[1].startswith("undefined")
     with pytest.raises(ValueError, match=r"\['missing'\]"):
-        cross.cross_judge(primary, second, [*methods, "missing"])
+        cross.cross_judge(runs_written(primary), runs_written(second), [*methods, "missing"])
 
 
 @pytest.fixture
 def exported(tmp_path, meeting_data):
     methods = ["bad", "cut", "good"]
     summaries = [run_score(tmp_path, meeting_data, PROGRAMMATIC, "primary", m, m) for m in methods]
-    scores = [s.with_name("scores.jsonl") for s in summaries]
+    scores = runs_written([s.with_name("scores.jsonl") for s in summaries])
     out = tmp_path / "calibration"
     calibration.export_calibration("meeting_tiny", MEETING, scores, meeting_data, 30, 7, out)
     return out, scores
@@ -276,10 +277,10 @@ def test_ratings_import_computes_correlations_and_rejects_bad_cells(exported, tm
     rows = [[r["item_id"], *([level[r["method"]]] * 5)] for r in key]
     result = calibration.agreement(write_ratings(tmp_path / "r.csv", rows), out / "key" / "key.csv", scores, MEETING)
     judged = {}
-    for path in scores:
-        for line in path.open():
+    for path, run in scores.items():
+        for line in Path(path).read_text().splitlines():
             record = json.loads(line)
-            judged[(path.parent.parent.name, record["prompt_index"])] = record["score_100"]
+            judged[(run.name, record["prompt_index"])] = record["score_100"]
     human = [10 * level[r["method"]] for r in sorted(key, key=lambda r: r["item_id"])]
     judge = [judged[(r["method"], int(r["prompt_index"]))] for r in sorted(key, key=lambda r: r["item_id"])]
     assert result["items_compared"] == 30
@@ -348,7 +349,7 @@ def test_rating_page_in_headless_chromium(exported, tmp_path):
     rows = list(csv.DictReader(target.open()))
     assert len(rows) == 30 and set(rows[0]) == {"item_id", *MEETING.keys}
     assert calibration.main(["import", "--rubric", "meetingbank", "--ratings", str(target), "--key",
-                             str(out / "key" / "key.csv"), "--scores", *map(str, scores),
+                             str(out / "key" / "key.csv"), "--scores", json.dumps(runs_record(scores)),
                              "--out", str(tmp_path / "agreement.json")]) == 0
     result = json.loads((tmp_path / "agreement.json").read_text())
     assert result["status"] == "rated" and result["items_compared"] == 30
@@ -436,7 +437,7 @@ def test_nonverifiable_and_validation_tables_say_what_they_are(tmp_path, meeting
     assert (tmp_path / "nv.csv").read_text().splitlines()[2].startswith("cut,")
     cross_path = tmp_path / "cross" / "meeting_tiny.json"
     cross_path.parent.mkdir()
-    cross_path.write_text(json.dumps(cross.cross_judge(primary, second, methods)))
+    cross_path.write_text(json.dumps(cross.cross_judge(runs_written(primary), runs_written(second), methods)))
     agreement = tmp_path / "agreement.json"
     agreement.write_text(json.dumps({"status": "no ratings", "items_in_sample": 30}))
     validation_table([cross_path], [agreement], "good", "tiny", tmp_path / "val")

@@ -46,7 +46,7 @@ def _planted_runs(tmp_path: Path) -> tuple[pd.DataFrame, dict, Path]:
 
 def test_report_discloses_the_plant_next_to_table1_and_splits_the_gain_by_the_blind_spot(tmp_path):
     table1, scores, test = _planted_runs(tmp_path)
-    planted = load_planted([test])
+    planted = load_planted({"countdown_tiny": test})
     blind = planted["countdown_tiny"].blind_spot
     numbers = [row["numbers"][0] for row in pd.read_parquet(test)["extra_info"]]
     assert list(blind) == [n <= 4 for n in numbers] and 0 < blind.sum() < len(blind)
@@ -76,8 +76,8 @@ def test_data_without_a_recorded_blind_spot_is_named(tmp_path):
     path.parent.mkdir()
     pd.DataFrame({"extra_info": [{"index": 0, "numbers": [1, 2, 3]}]}).to_parquet(path)
     with pytest.raises(KeyError, match=r"rl_test\.parquet: extra_info has no 'blind_spot'"):
-        load_planted([path])
-    assert load_planted([tmp_path / "gsm8k" / "rl_test.parquet"]) == {}  # a real dataset plants nothing
+        load_planted({"countdown_tiny": path})
+    assert load_planted({"gsm8k": tmp_path / "gsm8k" / "rl_test.parquet"}) == {}  # a real dataset plants nothing
 
 
 def test_report_names_the_machines_of_training_and_evaluation_from_their_sidecars(tmp_path):
@@ -117,13 +117,13 @@ def test_judged_task_gains_are_split_by_its_blind_spot_too(tmp_path):
     """meeting_tiny: the judge's per-item scores (items the judge failed on are missing) split like pass@1."""
     test = next(p for p in build_tiny("meeting_tiny", SPEC, 0, None, tmp_path / "data/meeting_tiny")
                 if p.name == "rl_test.parquet")
-    planted = load_planted([test])
+    planted = load_planted({"meeting_tiny": test})
     blind = planted["meeting_tiny"].blind_spot
     index = blind.index[1:]  # item 0 failed to score in every run
     items = {("meeting_tiny", method, 0): {"judge": pd.Series(np.where(blind[index], low, 0.5), index=index)}
              for method, low in (("sft", 0.2), ("softmax_sim", 0.9))}
     table1, scores, countdown = _planted_runs(tmp_path)  # two tasks, blind spots of different sizes, one table
-    planted |= load_planted([countdown])
+    planted |= load_planted({"countdown_tiny": countdown})
     section = build_report("tiny", REFERENCE, table1, None, scores, judge_items=items, planted=planted).split(
         "## What the miniature plants")[1].split("\n## ")[0]
     table = [line for line in section.splitlines() if line.startswith("|")]

@@ -192,7 +192,7 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
         rollouts |= {str(tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl"):
                      RunId("main", "arith_tiny", m, seed, f"arith_tiny/{m}/seed{seed}/DONE.json")
                      for m in ("grpo_exact", "softmax_exact")}
-    split = allocation_split(tmp_path, ["arith_tiny"]).set_index("part")["result"]
+    split = allocation_split(rollouts, ["arith_tiny"]).set_index("part")["result"]
     shift = allocation_shift(allocation_data(rollouts))[0]["result"]
     assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
     assert split["arithmetic"].n_seeds == 3 and split["arithmetic"].method == "t, seeds"
@@ -203,9 +203,10 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
         rewards = torch.tensor(rewards["reward"], dtype=torch.float64)
         _write_rl_run(same, "grpo_exact", seed, rewards, "grpo", {})
         _write_rl_run(same, "softmax_exact", seed, rewards, "softmax", {"tau": 0.1})
-    held = allocation_split(same, ["arith_tiny"]).set_index("part")["result"]
+    held = allocation_split({str(same / Path(path).relative_to(tmp_path)): run for path, run in rollouts.items()},
+                            ["arith_tiny"]).set_index("part")["result"]
     assert held["visits"].mean == 0.0 and held["arithmetic"].mean == pytest.approx(split["arithmetic"].mean)
-    report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), train_root=tmp_path)
+    report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), rollouts=rollouts)
     assert "estimator's arithmetic: GRPO-Exact's own rollouts" in report.split("### Where the shift comes from")[1]
 
 
@@ -311,8 +312,11 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
     table1 = pd.concat([table1, pd.DataFrame([{"task": "arith_tiny", "method": "rationalization", "seed": s,
                                                "pass@1_greedy": 0.005} for s in range(3)])], ignore_index=True)
     good, bad = "<think>2 + 3 = 5</think>\n<answer>5</answer>", "5 5 5 <answer>5</answer>"
+    demonstrations = {}
     for seed in range(3):  # 3 of 40 demonstrations well-formed
         run = tmp_path / "train/arith_tiny/rationalization" / f"seed{seed}"
+        demonstrations[str(run / "rationalized_sft.parquet")] = RunId("main", "arith_tiny", "rationalization", seed,
+                                                                      str(run / "DONE.json"))
         run.mkdir(parents=True)
         demos = [good] + [bad] * (13 if seed == 0 else 12)
         pd.DataFrame({"messages": [[{"role": "user", "content": "q"}, {"role": "assistant", "content": d}]
@@ -329,7 +333,7 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
     nonverifiable.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 60.0 |")
     unstated = {key: pd.Series(["none"] * 4, index=blind.index, dtype=object) for key in judge}  # no vote stated
     report = build_report("tiny", REFERENCE, table1, allocation, scores, judge, {"nonverifiable": nonverifiable},
-                          planted=planted, train_root=tmp_path / "train", slips=unstated)
+                          planted=planted, demonstrations=demonstrations, slips=unstated)
     sections = report.split("\n## ")
     assert sections[1].startswith("Summary")
     summary = sections[1]
@@ -368,12 +372,12 @@ def test_load_slips_reads_the_vote_each_judged_output_states(tmp_path):
                  "Resolution 2022-52 to fund road repairs; the motion", "the motion passed 6-1."]
     (run / "scores.jsonl").write_text("".join(json.dumps({"prompt_index": i, "response": r, "score_100": 80.0}) + "\n"
                                               for i, r in enumerate(responses)))
-    slips = load_slips(runs_written([run / "summary.json"]), [test])
+    slips = load_slips(runs_written([run / "summary.json"]), {"meeting_tiny": test})
     assert list(slips) == [("meeting_tiny", "sft", 2)]
     assert slips[("meeting_tiny", "sft", 2)].tolist() == ["correct", "tie", "slip", "none", "other"]
     (run / "scores.jsonl").write_text(json.dumps({"prompt_index": 9, "response": "x"}) + "\n")
     with pytest.raises(ValueError, match=r"scores.jsonl:1: .*meeting_tiny's test split"):
-        load_slips(runs_written([run / "summary.json"]), [test])
+        load_slips(runs_written([run / "summary.json"]), {"meeting_tiny": test})
 
 
 def _slip_runs(seeds: int, gap: float, noise: float) -> tuple[dict, dict]:

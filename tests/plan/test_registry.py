@@ -8,7 +8,16 @@ import pytest
 
 from pipeline_lib.core.config import load_config_file
 from pipeline_lib.plan import layouts
-from pipeline_lib.plan.registry import METHODS, pairs, preflight_kinds
+from pipeline_lib.plan.registry import (
+    METHODS,
+    PlanError,
+    baseline,
+    pairs,
+    preflight_kinds,
+    register,
+    starting_point,
+    unregister,
+)
 from pipeline_lib.plan.runs import prelude
 from tests.conftest import REPO
 
@@ -47,3 +56,18 @@ def test_paired_comparisons_name_registered_methods_once_each_in_row_order(table
     found = pairs(table)
     assert len(found) == len(set(found)) == len(rows)
     assert all(a in METHODS and b in METHODS and a != b for a, b in found)
+
+
+def test_the_starting_point_is_the_one_entry_that_says_so():
+    """The plan reads the start every run trains from off the registry (SFT), never a literal name: a second entry
+    that claims to be the start is an error that names both."""
+    assert starting_point() == "sft" and METHODS["sft"].starting_point
+    sft = METHODS["sft"]
+    register(baseline("second_start", "Second start", sft.engines["local"], sft.engines["verl"],
+                      starting_point=True))
+    try:
+        with pytest.raises(PlanError, match=r"\['sft', 'second_start'\]"):
+            starting_point()
+    finally:
+        unregister("second_start")
+    assert starting_point() == "sft"

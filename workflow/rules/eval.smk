@@ -100,4 +100,5 @@ rule eval_alpaca_eval:
         "../../envs/eval.yaml"
     shell:
         "python -m pipeline_lib.jobs.eval.harness alpaca-eval --model {params.model} --spec {params.spec_file}"
-        " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --out {output} > {log} 2>&1"
+        " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --method {wildcards.method} --out {output}"
+        " > {log} 2>&1"

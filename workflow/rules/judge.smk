@@ -3,7 +3,7 @@
 # LLM judges hold `judge_requests` (their request concurrency) of the global resource the profiles cap,
 # so parallel scoring jobs share one endpoint's budget. A served judge (`serve.command`) is started inside
 # judge_score only if some item is not in the judge's response cache. The judged runs: the plan's judge study
-# (common.smk).
+# (common.smk); cross and calibration get each file's run from the plan (a runs file), never from its path.
 
 from pipeline_lib.core.cli import with_files
 from pipeline_lib.plan.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
@@ -46,7 +46,7 @@ rule judge_cross:
         "results/judge/cross/{task}.json",
     params:
         code=code_digest("pipeline_lib.jobs.judge.cross"),
-        **judge_params(config, PLAN, "cross"),
+        **with_files(judge_params(config, PLAN, "cross"), *JUDGES),
     log:
         "logs/judge_cross/{task}.log",
     benchmark:
@@ -54,7 +54,7 @@ rule judge_cross:
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
-        "python -m pipeline_lib.jobs.judge.cross --primary {input.primary} --second {input.second}"
+        "python -m pipeline_lib.jobs.judge.cross --primary {params.primary_file} --second {params.second_file}"
         " --methods {params.methods} --out {output} > {log} 2>&1"
 
 
@@ -68,7 +68,7 @@ rule judge_calibration_export:
         key="results/judge/calibration/{task}/key/key.csv",
     params:
         code=code_digest("pipeline_lib.jobs.judge.calibration"),
-        **judge_params(config, PLAN, "export"),
+        **with_files(judge_params(config, PLAN, "export"), "scores"),
     log:
         "logs/judge_calibration_export/{task}.log",
     benchmark:
@@ -77,7 +77,7 @@ rule judge_calibration_export:
         "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.jobs.judge.calibration export --task {wildcards.task} --rubric {params.rubric}"
-        " --scores {input.scores} --data {input.data} --size {params.size} --seed {params.seed}"
+        " --scores {params.scores_file} --data {input.data} --size {params.size} --seed {params.seed}"
         " --out {params.out_dir} > {log} 2>&1"
 
 
@@ -90,7 +90,7 @@ rule judge_calibration_import:
         "results/judge/calibration/{task}/agreement.json",
     params:
         code=code_digest("pipeline_lib.jobs.judge.calibration"),
-        **judge_params(config, PLAN, "import"),
+        **with_files(judge_params(config, PLAN, "import"), "scores"),
     log:
         "logs/judge_calibration_import/{task}.log",
     benchmark:
@@ -99,4 +99,4 @@ rule judge_calibration_import:
         "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.jobs.judge.calibration import --rubric {params.rubric} --key {input.key}"
-        " --scores {input.scores} --ratings={params.ratings:q} --out {output} > {log} 2>&1"
+        " --scores {params.scores_file} --ratings={params.ratings:q} --out {output} > {log} 2>&1"

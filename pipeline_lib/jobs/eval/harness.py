@@ -1,7 +1,8 @@
 """Transfer benchmarks of the OpenThoughts run through the libraries the field uses (never reimplemented).
 
     python -m pipeline_lib.jobs.eval.harness lm-eval --model DIR --spec JSON --seed 0 --out .../lm_eval.json
-    python -m pipeline_lib.jobs.eval.harness alpaca-eval --model DIR --spec JSON --seed 0 --out .../alpaca_eval.json
+    python -m pipeline_lib.jobs.eval.harness alpaca-eval --model DIR --spec JSON --seed 0 --method sft
+        --out .../alpaca_eval.json
 
 * ``lm-eval``: EleutherAI lm-evaluation-harness ``simple_evaluate`` (MMLU, GPQA...) with the model backend and
   arguments from config (``vllm`` on GPU, ``hf`` on CPU); the output keeps every task's metrics plus the
@@ -65,9 +66,10 @@ def run_lm_eval(model_dir: Path, spec: dict[str, Any], seed: int) -> dict[str, A
             "n_samples": raw.get("n-samples", {})}
 
 
-def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path
-                ) -> dict[str, Any]:
-    """Generate answers to the AlpacaEval set with our backend, then run the ``alpaca_eval`` CLI on them."""
+def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path,
+                method: str) -> dict[str, Any]:
+    """Generate answers to the AlpacaEval set with our backend, then run the ``alpaca_eval`` CLI on them. The
+    leaderboard names them ``generator_name``, or else ``method`` (the run's method, handed over by the rule)."""
     import pandas as pd
 
     instructions = pd.read_json(spec["instructions"], lines=spec["instructions"].endswith(".jsonl"))
@@ -78,7 +80,7 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
     prompts = [[{"role": "user", "content": text}] for text in instructions["instruction"]]
     with open_backend(model_dir, eval_spec, seed, work_dir) as backend:
         outputs = backend.generate(prompts, samples=1, greedy=True)
-    generator = spec.get("generator_name") or model_dir.parent.name
+    generator = spec.get("generator_name") or method
     model_outputs = [{"instruction": text, "output": out[0].text, "generator": generator,
                       "dataset": row.get("dataset", "alpaca_eval")}
                      for text, out, (_, row) in zip(instructions["instruction"], outputs, instructions.iterrows(),
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-spec", default="{}", type=json_text,
                         help="JSON of config `eval` (generation backend; alpaca-eval)")
     add_seed_argument(parser, required=False)
+    parser.add_argument("--method", default=None,
+                        help="the run's method: its leaderboard name unless generator_name is set (alpaca-eval)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
@@ -119,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         result = run_lm_eval(args.model, spec, args.seed)
         inputs = [args.model / "config.json"]
     else:
-        result = alpaca_eval(args.model, spec, json.loads(args.eval_spec), args.seed, args.out.parent)
+        if not (spec.get("generator_name") or args.method):
+            parser.error("alpaca-eval: --method is required when eval.transfer.alpaca_eval.generator_name is null")
+        result = alpaca_eval(args.model, spec, json.loads(args.eval_spec), args.seed, args.out.parent, args.method)
         inputs = [args.model / "config.json", Path(spec["instructions"])]
     write_json(args.out, result)
     write_provenance([args.out], step=f"eval_{args.benchmark.replace('-', '_')}", inputs=inputs,

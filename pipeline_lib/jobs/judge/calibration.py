@@ -9,6 +9,9 @@ in the browser's local storage, "Download ratings CSV"; no server) and, separate
 ``import``: a completed ratings CSV + the key + the primary judge's item scores ->
 human-judge Pearson and Spearman over the rated items. Without a ratings file the result
 says so (``status: no ratings``); no number is ever invented.
+
+``--scores`` maps each primary-judge ``scores.jsonl`` to its run (:class:`pipeline_lib.plan.runs.RunId`, written by
+the plan): a run's method and seed are read from there (the key's ``seed`` column keeps its ``seed<k>`` form).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 import random
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,8 @@ from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rubrics import RUBRICS, Rubric
 from pipeline_lib.jobs.judge.score import prompt_row
+from pipeline_lib.plan.runs import RunId
+from pipeline_lib.plan.targets import run_ids_argument
 
 __all__ = ["RatingsError", "agreement", "blind_sample", "export_calibration", "read_ratings", "render_page"]
 
@@ -50,9 +56,9 @@ class RatingsError(ValueError):
     """A ratings file that cannot be used, with the row and column at fault."""
 
 
-def _run_of(path: Path) -> tuple[str, str]:
-    """``.../{task}/{method}/seed{k}/scores.jsonl`` -> (method, seed)."""
-    return path.parent.parent.name, path.parent.name
+def _key_of(run: RunId) -> tuple[str, str]:
+    """A judged run as the key file names it: (method, ``seed<k>``)."""
+    return run.name, f"seed{run.seed}"
 
 
 def blind_sample(pool: dict[str, list[dict[str, Any]]], size: int, seed: int) -> list[dict[str, Any]]:
@@ -163,14 +169,15 @@ refresh();
 """
 
 
-def export_calibration(task: str, rubric: Rubric, score_files: list[Path], data: Path, size: int, seed: int,
+def export_calibration(task: str, rubric: Rubric, score_files: Mapping[str, RunId], data: Path, size: int, seed: int,
                        out_dir: Path) -> list[Path]:
+    """The blind sample of ``score_files`` (each primary-judge ``scores.jsonl`` -> its run) and its rating page."""
     import pandas as pd
 
     frame = pd.read_parquet(data)
     pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(score_files):
-        method, run_seed = _run_of(path)
+    for path, run in sorted(score_files.items()):
+        method, run_seed = _key_of(run)
         with open(path, encoding="utf-8") as handle:
             for line_no, line in enumerate(handle, 1):
                 record = json.loads(line)
@@ -223,7 +230,9 @@ def read_ratings(path: Path, rubric: Rubric, item_ids: set[str]) -> dict[str, fl
     return ratings
 
 
-def agreement(ratings_path: Path | None, key_path: Path, score_files: list[Path], rubric: Rubric) -> dict[str, Any]:
+def agreement(ratings_path: Path | None, key_path: Path, score_files: Mapping[str, RunId], rubric: Rubric
+              ) -> dict[str, Any]:
+    """Human-judge correlation over the rated items (``score_files``: each ``scores.jsonl`` -> its run)."""
     with open(key_path, encoding="utf-8", newline="") as handle:
         key = {row["item_id"]: row for row in csv.DictReader(handle)}
     if ratings_path is None or not ratings_path.exists():
@@ -232,8 +241,8 @@ def agreement(ratings_path: Path | None, key_path: Path, score_files: list[Path]
                 "note": "no human ratings file; rate the items with rate.html and set judge.calibration.ratings"}
     ratings = read_ratings(ratings_path, rubric, set(key))
     judge_scores: dict[tuple[str, str, int], float] = {}
-    for path in score_files:
-        method, seed = _run_of(path)
+    for path, run in score_files.items():
+        method, seed = _key_of(run)
         with open(path, encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)
@@ -262,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     export = sub.add_parser("export", help="blind sample + rating page + separate key")
     export.add_argument("--task", required=True)
     export.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
-    export.add_argument("--scores", type=Path, nargs="+", required=True, help="primary judge scores.jsonl files")
+    export.add_argument("--scores", type=run_ids_argument, required=True,
+                        help="JSON (or its file): each primary judge scores.jsonl -> its run")
     export.add_argument("--data", type=Path, required=True)
     export.add_argument("--size", type=int, required=True)
     export.add_argument("--seed", type=int, required=True)
@@ -271,20 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
     imp.add_argument("--ratings", default="", help="completed ratings CSV; empty or absent file = no ratings yet")
     imp.add_argument("--key", type=Path, required=True)
-    imp.add_argument("--scores", type=Path, nargs="+", required=True)
+    imp.add_argument("--scores", type=run_ids_argument, required=True,
+                     help="JSON (or its file): each primary judge scores.jsonl -> its run")
     imp.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     rubric = RUBRICS[args.rubric]
     if args.command == "export":
         outputs = export_calibration(args.task, rubric, args.scores, args.data, args.size, args.seed, args.out)
-        write_provenance(outputs, step="judge_calibration_export", inputs=[*args.scores, args.data],
+        write_provenance(outputs, step="judge_calibration_export", inputs=[*map(Path, args.scores), args.data],
                          params={"task": args.task, "size": args.size}, seeds={"sample": args.seed})
         print(f"{args.task}: {args.size} blind items -> {args.out / 'rate.html'}")
     else:
         ratings = Path(args.ratings) if args.ratings else None
         result = agreement(ratings, args.key, args.scores, rubric)
         write_json(args.out, result)
-        inputs = [args.key, *args.scores] + ([ratings] if ratings and ratings.exists() else [])
+        inputs = [args.key, *map(Path, args.scores)] + ([ratings] if ratings and ratings.exists() else [])
         write_provenance([args.out], step="judge_calibration_import", inputs=inputs)
         print(json.dumps(result))
     return 0

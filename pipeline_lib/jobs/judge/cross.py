@@ -4,7 +4,8 @@ Method-level means under the primary and the second judge (each method's score i
 mean over its seeds of the mean 0-100 item score), the Spearman rank correlation of the
 two orderings (the paper's "cross-judge rank correlation"), and the score offset
 (primary minus second, averaged over methods). Item-level Spearman over every item both
-judges scored is reported beside it.
+judges scored is reported beside it. ``--primary`` and ``--second`` map each judge's ``summary.json`` to its run
+(:class:`pipeline_lib.plan.runs.RunId`, written by the plan): a run's method and seed are read from there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from scipy import stats
 
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.plan.runs import RunId
+from pipeline_lib.plan.targets import run_ids_argument
 
 __all__ = ["cross_judge", "rank_correlation"]
 
@@ -35,19 +39,16 @@ def rank_correlation(x: list[float], y: list[float]) -> tuple[float | None, str 
     return (rho, None) if math.isfinite(rho) else (None, "undefined")
 
 
-def _method_of(path: Path) -> tuple[str, str]:
-    """``.../{judge}/{task}/{method}/seed{k}/summary.json`` -> (method, seed)."""
-    return path.parent.parent.name, path.parent.name
-
-
-def _load(paths: list[Path]) -> tuple[dict[str, list[float]], dict[tuple[str, str, int], float], dict[str, Any]]:
+def _load(summaries: Mapping[str, RunId]
+          ) -> tuple[dict[str, list[float]], dict[tuple[str, int, int], float], dict[str, Any]]:
     by_method: dict[str, list[float]] = defaultdict(list)
-    items: dict[tuple[str, str, int], float] = {}
+    items: dict[tuple[str, int, int], float] = {}
     judge: dict[str, Any] = {}
-    for path in paths:
+    for name, run in summaries.items():
+        path = Path(name)
         summary = json.loads(path.read_text())
         judge = summary["judge"]
-        method, seed = _method_of(path)
+        method, seed = run.name, run.seed
         if summary["score_100"] is None:
             raise ValueError(f"{path}: no item was scored ({summary['failed']} failed); rerun the judge")
         by_method[method].append(summary["score_100"])
@@ -59,7 +60,8 @@ def _load(paths: list[Path]) -> tuple[dict[str, list[float]], dict[tuple[str, st
     return by_method, items, judge
 
 
-def cross_judge(primary: list[Path], second: list[Path], methods: list[str]) -> dict[str, Any]:
+def cross_judge(primary: Mapping[str, RunId], second: Mapping[str, RunId], methods: list[str]) -> dict[str, Any]:
+    """The agreement of two judges over the same runs (``primary``, ``second``: each judge's summary -> its run)."""
     primary_means, primary_items, primary_judge = _load(primary)
     second_means, second_items, second_judge = _load(second)
     missing = [m for m in methods if m not in primary_means or m not in second_means]
@@ -79,14 +81,16 @@ def cross_judge(primary: list[Path], second: list[Path], methods: list[str]) -> 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--primary", type=Path, nargs="+", required=True, help="primary judge summary.json files")
-    parser.add_argument("--second", type=Path, nargs="+", required=True, help="second judge summary.json files")
+    parser.add_argument("--primary", type=run_ids_argument, required=True,
+                        help="JSON (or its file): each primary judge summary.json -> its run")
+    parser.add_argument("--second", type=run_ids_argument, required=True,
+                        help="JSON (or its file): each second judge summary.json -> its run")
     parser.add_argument("--methods", nargs="+", required=True, help="methods in table order")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     result = cross_judge(args.primary, args.second, args.methods)
     write_json(args.out, result)
-    inputs = [*args.primary, *args.second]
+    inputs = [Path(p) for p in (*args.primary, *args.second)]
     inputs += [p.with_name("scores.jsonl") for p in inputs]
     write_provenance([args.out], step="judge_cross", inputs=inputs, params={"methods": args.methods})
     print(json.dumps({k: result[k] for k in ("spearman_methods", "offset_mean", "items_compared")}))
