@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
 
 __all__ = ["BaselineSettings", "IterativeDPOSettings", "OPDSettings", "OPDTeacher", "OPDVerl", "RLLogitSettings",
-           "RaroSettings", "RationalizationSettings", "SettingsError", "declare", "declared", "from_json_value",
-           "to_json_value", "undeclare"]
+           "RaroSettings", "RationalizationSettings", "SettingsError", "declare", "declared", "exact_fields",
+           "from_json_value", "to_json_value", "undeclare"]
 
 S = TypeVar("S", bound="BaselineSettings")
 
@@ -30,20 +30,26 @@ class SettingsError(ValueError):
     """A baseline section or its JSON form lacks a key, has an unknown one, or names a class that is no settings."""
 
 
-def _build(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
-    """``cls`` from a mapping with exactly its fields (besides ``skip``); a field of ``cls.nested`` from its mapping."""
+def exact_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = (), error: type[Exception] = SettingsError,
+                 hint: str = "") -> dict[str, Any]:
+    """``data``'s values for exactly the fields of dataclass ``cls`` (keys in ``skip`` are let through and dropped);
+    a key missing or unknown is an ``error`` naming it (``where``), with ``hint`` appended."""
     if not isinstance(data, Mapping):
-        raise SettingsError(f"{where}: must be a mapping, got {type(data).__name__}")
+        raise error(f"{where}: must be a mapping, got {type(data).__name__}")
     names = [f.name for f in fields(cls)]
     missing = [name for name in names if name not in data]
     unknown = sorted(set(data) - set(names) - set(skip))
     if missing or unknown:
-        raise SettingsError(f"{where}: lacks {missing} / has unknown {unknown} (the schema's defaults fill every key: "
-                            f"is the config validated?)")
-    values = {}
-    for f in fields(cls):
-        nested = getattr(cls, "nested", {}).get(f.name)
-        values[f.name] = _build(nested, data[f.name], f"{where}.{f.name}") if nested else data[f.name]
+        raise error(f"{where}: lacks {missing} / has unknown {unknown}{hint}")
+    return {name: data[name] for name in names}
+
+
+def _build(cls: type, data: Any, where: str, skip: tuple[str, ...] = ()) -> Any:
+    """``cls`` from a mapping with exactly its fields (besides ``skip``); a field of ``cls.nested`` from its mapping."""
+    values = exact_fields(cls, data, where, skip,
+                          hint=" (the schema's defaults fill every key: is the config validated?)")
+    for name, nested in getattr(cls, "nested", {}).items():
+        values[name] = _build(nested, values[name], f"{where}.{name}")
     return cls(**values)
 
 

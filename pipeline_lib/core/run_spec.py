@@ -21,7 +21,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from pipeline_lib.core.baselines import BaselineSettings, SettingsError, from_json_value, to_json_value
+from pipeline_lib.core.baselines import (
+    BaselineSettings,
+    SettingsError,
+    exact_fields,
+    from_json_value,
+    to_json_value,
+)
 
 __all__ = ["AGGREGATIONS", "ENGINES", "IMAGENET_RUN_FIELDS", "KL_ESTIMATORS", "SPEC_ENGINES", "Estimator",
            "ImageNetDataset", "ImageNetModel", "ImageNetSettings", "LocalRLKnobs", "LocalSFTKnobs", "PlanError",
@@ -382,9 +388,9 @@ class ImageNetSettings:
         """Read the flat mapping (the section's run keys with ``objective`` and ``rollouts``, or the JSON form); a
         key missing or unknown, here or in ``dataset`` / ``model``, is an error naming it."""
         nested = {"dataset": ImageNetDataset, "model": ImageNetModel}
-        values = dict(_exact(cls, data, where))
+        values = exact_fields(cls, data, where, error=PlanError)
         for name, typed in nested.items():
-            values[name] = typed(**_exact(typed, values[name], f"{where}.{name}"))
+            values[name] = typed(**exact_fields(typed, values[name], f"{where}.{name}", error=PlanError))
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -397,18 +403,6 @@ class ImageNetSettings:
         """The section's run keys without ``objective`` and ``rollouts``: what the trainer's resume digest has always
         hashed beside them (an unchanged run keeps its digest and reruns nothing)."""
         return {k: v for k, v in self.to_dict().items() if k not in IMAGENET_RUN_FIELDS}
-
-
-def _exact(cls: type, data: Any, where: str) -> dict[str, Any]:
-    """``data``'s values for exactly ``cls``'s fields; a key missing or unknown is an error naming it."""
-    if not isinstance(data, Mapping):
-        raise PlanError(f"{where}: must be a mapping, got {type(data).__name__}")
-    names = [f.name for f in fields(cls)]
-    missing = [k for k in names if k not in data]
-    unknown = sorted(set(data) - set(names))
-    if missing or unknown:
-        raise PlanError(f"{where}: lacks {missing} / has unknown {unknown}")
-    return {k: data[k] for k in names}
 
 
 @dataclass(frozen=True)
