@@ -189,3 +189,16 @@ def test_sdpa_over_a_packed_micro_batch_equals_attention_per_sequence():
         mixed = model(input_ids=packed_ids, attention_mask=None, use_cache=False).logits[0]
     assert torch.allclose(packed, alone, atol=1e-5)
     assert not torch.allclose(mixed, alone, atol=1e-2)
+
+
+def test_each_lock_names_its_cuda_and_the_driver_it_needs():
+    """The driver a lock needs comes from its CUDA runtime wheel through the one table (envlock.CUDA_MIN_DRIVER): the
+    PyPI locks are CUDA 13.0 builds (driver >= 580); a cu12 wheel's runtime maps to its own row."""
+    from pipeline_lib.jobs.envlock import lock_cuda, min_driver_for_cuda
+
+    for env in ENVS:
+        assert lock_cuda(REPO / "envs" / f"{env}.yaml") == "13.0", env
+    assert min_driver_for_cuda("13.0") == 580 and min_driver_for_cuda("13.0.96") == 580
+    assert min_driver_for_cuda("12.8.90") == 570 and min_driver_for_cuda("12.6") == 560
+    with pytest.raises(LockError, match=r"no driver requirement known for CUDA '14.1'.*CUDA_MIN_DRIVER"):
+        min_driver_for_cuda("14.1")

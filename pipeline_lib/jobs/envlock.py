@@ -34,8 +34,9 @@ from pathlib import Path
 
 from pipeline_lib.core.io import atomic_path
 
-__all__ = ["PLATFORM", "PYTHON", "UV_VERSION", "LockError", "Locked", "check", "input_requirements",
-           "lock", "locked_packages", "main", "render", "resolve"]
+__all__ = ["CUDA_MIN_DRIVER", "PLATFORM", "PYTHON", "UV_VERSION", "LockError", "Locked", "check",
+           "input_requirements", "lock", "lock_cuda", "locked_packages", "main", "min_driver_for_cuda", "render",
+           "resolve"]
 
 PYTHON = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"  # torch 2.11's linux wheels are manylinux_2_28
@@ -51,6 +52,30 @@ _PIP_BLOCK = re.compile(r"^(?P<indent>\s*)- pip:\s*$")
 _ENTRY = re.compile(r"^\s*- (?P<quote>['\"]?)(?P<line>[A-Za-z0-9][^'\"]*?)(?P=quote)\s*(#.*)?$")
 _LOCKED = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(?P<version>\S+)(?P<hashes>(\s+--hash="
                      r"sha256:[0-9a-f]{64})+)$")
+
+
+#: CUDA release (major.minor) -> the oldest Linux x86_64 driver branch that runs it with full compatibility: NVIDIA's
+#: "CUDA Toolkit and Corresponding Driver Versions" table in the CUDA release notes (e.g. 13.0 GA >= 580.65.06, 12.8
+#: GA >= 570.26, 12.6 GA >= 560.28.03). The one copy of that table in the project: the canary and the docs use it.
+#: CUDA's minor-version compatibility lets 12.x run on a >= 525 driver without PTX JIT; the locks do not rely on it.
+CUDA_MIN_DRIVER: dict[str, int] = {
+    "11.8": 520, "12.0": 525, "12.1": 530, "12.2": 535, "12.3": 545, "12.4": 550, "12.5": 555, "12.6": 560,
+    "12.8": 570, "12.9": 575, "13.0": 580,
+}
+_CUDA = re.compile(r"^(?P<major>\d+)\.(?P<minor>\d+)")
+#: The distributions whose version is the CUDA runtime a lock ships (PyPI's CUDA 13 name, then the cu12 wheels').
+_CUDA_RUNTIME = ("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11")
+
+
+def min_driver_for_cuda(cuda: str) -> int:
+    """The oldest NVIDIA driver branch (``580`` for ``"13.0"`` or ``"13.0.96"``) a CUDA release's wheels run on, so
+    a job can refuse an old driver with one sentence before its first CUDA call fails."""
+    match = _CUDA.match(cuda.strip())
+    key = f"{match.group('major')}.{match.group('minor')}" if match else cuda
+    if key not in CUDA_MIN_DRIVER:
+        raise LockError(f"no driver requirement known for CUDA {cuda!r} (known: {', '.join(CUDA_MIN_DRIVER)}): add "
+                        f"its row from NVIDIA's CUDA release notes to envlock.CUDA_MIN_DRIVER")
+    return CUDA_MIN_DRIVER[key]
 
 
 class LockError(RuntimeError):
@@ -172,6 +197,18 @@ def locked_packages(env_file: Path) -> dict[str, Locked]:
                 raise LockError(f"{env_file}: {line.strip()[:120]!r} is not a quoted pip entry")
             entries.append(match.group("line"))
     return _parse("\n".join(entries), str(env_file))
+
+
+def lock_cuda(env_file: Path) -> str | None:
+    """The CUDA release (``"13.0"``) an env file's lock ships, read from its CUDA runtime wheel; None for an env without
+    one. With :func:`min_driver_for_cuda` it names the driver the env's GPU jobs need."""
+    packages = locked_packages(env_file)
+    for name in _CUDA_RUNTIME:
+        if name in packages:
+            match = _CUDA.match(packages[name].version)
+            if match:
+                return f"{match.group('major')}.{match.group('minor')}"
+    return None
 
 
 def _digest(input_file: Path) -> str:
