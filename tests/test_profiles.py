@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import NO_CONDA
+
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "profiles" / "slurm" / "config.yaml"
 DEFAULT = REPO / "profiles" / "default" / "config.yaml"
@@ -102,12 +104,6 @@ def test_plain_snakemake_gets_exactly_the_tiny_default(at_repo):
     assert effective["cores"] == 2 and effective["resources"] == {"judge_requests": ("judge_requests", 32)}
     assert [str(path) for path in effective["configfile"]] == ["config/config.yaml"]
     assert effective["keep_going"] is False and effective["executor"] is None
-
-
-#: The dry-runs' stand-in for the profile's conda deployment on a machine without conda (CI, a developer's: no package
-#: registry they reach ships conda): Snakemake's dry-run asks `conda info` for each env's platform. No rule has an
-#: `envmodules:` directive, so env-modules deploys nothing; the plan, resources and partitions are the profile's.
-NO_CONDA = ("--software-deployment-method", "env-modules")
 
 
 def test_slurm_profile_deploys_each_rules_locked_env_under_a_shared_prefix(at_repo, monkeypatch):
