@@ -293,3 +293,13 @@ def test_an_index_line_is_checked_naming_the_file_and_line(tmp_path, line, error
     source.write_text(f"name: x\ndependencies:\n  - pip:\n      - {line}\n      - torch==2.11.0\n")
     with pytest.raises(LockError, match=error):
         envlock.input_requirements(source)
+
+
+def test_the_usage_docs_driver_table_is_the_librarys():
+    """docs/usage.md's CUDA -> driver rows say what min_driver_for_cuda says (one table, the docs a view of it)."""
+    from pipeline_lib.jobs.envlock import min_driver_for_cuda
+
+    text = (REPO / "docs" / "usage.md").read_text()
+    rows = re.findall(r"^\| (\d+\.\d+)[^|]* \| >= (\d+) \|$", text, re.MULTILINE)
+    assert len(rows) >= 3, rows
+    assert {cuda: int(driver) for cuda, driver in rows} == {cuda: min_driver_for_cuda(cuda) for cuda, _ in rows}
