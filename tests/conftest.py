@@ -20,6 +20,11 @@ from pipeline_lib.plan.runs import RunId
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "envs", "profiles")
+#: Appended to a dry-run under profiles/slurm, whose jobs deploy conda envs: Snakemake's dry-run asks `conda info`,
+#: and this machine, CI's and the developers' have no conda (no package registry they reach ships it). No rule has an
+#: `envmodules:` directive, so env-modules deploys nothing; the plan, resources and partitions stay the profile's
+#: (tests/test_profiles.py checks the profile itself resolves to conda).
+NO_CONDA = ("--software-deployment-method", "env-modules")
 
 
 def runs_written(paths: list[Path]) -> dict[str, RunId]:

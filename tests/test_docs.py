@@ -32,7 +32,7 @@ import pytest
 import tomllib
 import yaml
 
-from tests.conftest import REPO, WORKFLOW_PARTS, repo_env
+from tests.conftest import NO_CONDA, REPO, WORKFLOW_PARTS, repo_env
 
 #: The pages whose commands and names are checked.
 DOCS = ("README.md", "docs/usage.md", "docs/output.md", "docs/design.md", "docs/miniature.md", "docs/tracking.md",
@@ -252,8 +252,8 @@ def snakemake_argv(args: list[str]) -> tuple[list[str], list[str]]:
 def dry_run_argv(kept: list[str]) -> list[str]:
     """The dry-run of a config and profile: ``--summary`` (it builds the whole job graph as ``-n`` does, and lists
     the outputs) where the profile is the default, ``-n`` under another profile."""
-    if "--profile" in kept:
-        return [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--nolock", *kept]
+    if "--profile" in kept:  # profiles/slurm deploys conda envs: the dry-run's stand-in (conftest.NO_CONDA)
+        return [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--nolock", *kept, *NO_CONDA]
     return [sys.executable, "-m", "snakemake", "--summary", "--nolock", *kept]
 
 

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import NO_CONDA
+
 REPO = Path(__file__).resolve().parents[1]
 SLURM = REPO / "profiles" / "slurm" / "config.yaml"
 DEFAULT = REPO / "profiles" / "default" / "config.yaml"
@@ -104,27 +106,81 @@ def test_plain_snakemake_gets_exactly_the_tiny_default(at_repo):
     assert effective["keep_going"] is False and effective["executor"] is None
 
 
-def test_paper_dry_run_jobs_get_the_slurm_threads(workflow_copy):
-    """The paper plan's dry-run under the Slurm profile: every job of a `set-threads` rule runs with the file's threads
-    (before the fix each had threads: 2), and its command is given them."""
+def test_slurm_profile_deploys_each_rules_locked_env_under_a_shared_prefix(at_repo, monkeypatch):
+    """`snakemake --profile profiles/slurm` runs every job in its rule's conda env (the locks in envs/), created under
+    the profile's conda-prefix, not in the submit host's Python (issue 44: the profile set no deployment method)."""
+    from snakemake.cli import parse_args
+    from snakemake.settings.types import DeploymentMethod
+
+    monkeypatch.delenv("SNAKEMAKE_CONDA_PREFIX", raising=False)
+    monkeypatch.setenv("HOME", "/shared/home/someone")
+    profile = yaml.safe_load(SLURM.read_text())
+    _parser, args = parse_args(["--profile", "profiles/slurm", "--configfile", "config/paper.yaml"])
+    assert args.software_deployment_method == {DeploymentMethod.CONDA}
+    # Snakemake expands the prefix's variables ($HOME of the submit host): an absolute path outside the checkout
+    assert "$" in profile["conda-prefix"] and args.conda_prefix == os.path.expandvars(profile["conda-prefix"])
+    prefix = Path(args.conda_prefix)
+    assert prefix.is_absolute() and prefix.is_relative_to("/shared/home/someone") and not prefix.is_relative_to(REPO)
+    # the dry-runs' stand-in changes the deployment only
+    _parser, stand_in = parse_args(["--profile", "profiles/slurm", "--configfile", "config/paper.yaml", *NO_CONDA])
+    assert stand_in.software_deployment_method == {DeploymentMethod.ENV_MODULES}
+    assert {key: _plain(value) for key, value in vars(stand_in).items() if key != "software_deployment_method"} == {
+        key: _plain(value) for key, value in vars(args).items() if key != "software_deployment_method"}
+
+
+def _job_blocks(stdout: str) -> list[tuple[str, str]]:
+    """(rule, block) of every job Snakemake printed in a full-console dry-run."""
+    found = []
+    for block in re.split(r"\n(?=(?:local)?rule )", stdout):
+        rule = re.match(r"(local)?rule (\w+):", block)
+        if rule is not None:
+            found.append((("local:" if rule.group(1) else "") + rule.group(2), block))
+    return found
+
+
+def test_paper_dry_run_jobs_get_the_slurm_threads_partitions_and_node_sizes(workflow_copy):
+    """The paper plan's dry-run under the Slurm profile with its two partition site values set apart: every job of a
+    `set-threads` rule runs with the file's threads (before issue 38 each had threads: 2) and its command is given
+    them; every job that asks for a GPU goes to the GPU partition and every other cluster job to the CPU partition
+    (the one `cpu_partition` site value); the verl jobs ask the profile's per-node CPUs and memory."""
+    profile_file = workflow_copy / "profiles/slurm/config.yaml"
+    text = profile_file.read_text()
+    for anchor, value in (("&cpu_partition", "cpuq"), ("&partition", "gpuq")):
+        text, count = re.subn(rf"({anchor}) \"[^\"]*\"", rf'\1 "{value}"', text)
+        assert count == 1, anchor
+    profile_file.write_text(text)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "SNAKEMAKE_"))}
-    env["PIPELINE_CONSOLE"] = "full"  # Snakemake's job blocks, with each job's threads
+    env["PIPELINE_CONSOLE"] = "full"  # Snakemake's job blocks, with each job's threads and resources
     result = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm", "--configfile",
-                             "config/paper.yaml"], cwd=workflow_copy, capture_output=True, text=True, timeout=600,
-                            env=env)
+                             "config/paper.yaml", *NO_CONDA], cwd=workflow_copy, capture_output=True, text=True,
+                            timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
-    set_threads = yaml.safe_load(SLURM.read_text())["set-threads"]
+    profile = yaml.safe_load(SLURM.read_text())
+    set_threads = profile["set-threads"]
     seen: dict[str, set[int]] = {}
-    for block in re.split(r"\n(?=(?:local)?rule )", result.stdout):
-        rule = re.match(r"(?:local)?rule (\w+):", block)
-        if rule is None or rule.group(1) not in set_threads:
+    partitions: dict[str, set[tuple[str, bool]]] = {}
+    for rule, block in _job_blocks(result.stdout):
+        if rule.startswith("local:"):
+            continue
+        resources = dict(re.findall(r"(\w+)=([^,\n]+)", re.search(r"^\s+resources: (.*)$", block, re.M).group(1)))
+        gpu = int(resources.get("gpu", 0)) > 0 or resources.get("gres", "").startswith("gpu")
+        partitions.setdefault(rule, set()).add((resources.get("slurm_partition"), gpu))
+        if rule == "train_verl":
+            assert int(resources["cpus_per_task"]) == profile["set-resources"]["train_verl"]["cpus_per_task"]
+            assert int(resources["mem_mb"]) == profile["set-resources"]["train_verl"]["mem_mb"]
+        if rule not in set_threads:
             continue
         threads = re.search(r"^\s+threads: (\d+)$", block, re.MULTILINE)
-        seen.setdefault(rule.group(1), set()).add(int(threads.group(1)) if threads else 1)
+        seen.setdefault(rule, set()).add(int(threads.group(1)) if threads else 1)
         command = re.search(r"--threads (\d+)", block)
-        assert command is None or int(command.group(1)) == set_threads[rule.group(1)], block
+        assert command is None or int(command.group(1)) == set_threads[rule], block
     assert seen, "the paper plan has no job of a set-threads rule: this test checks nothing"
     assert seen == {rule: {set_threads[rule]} for rule in seen}
+    wrong = {rule: found for rule, found in partitions.items()
+             if any(partition != ("gpuq" if gpu else "cpuq") for partition, gpu in found)}
+    assert not wrong, f"jobs in the wrong partition: {wrong}"
+    kinds = {gpu for found in partitions.values() for _, gpu in found}
+    assert kinds == {True, False} and "train_verl" in partitions, sorted(partitions)
 
 
 def test_slurm_extra_is_a_submit_host_without_gpu_packages():

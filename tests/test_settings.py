@@ -7,6 +7,7 @@ JSON, and a config still using a name or a place from before is told the new one
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -349,3 +350,16 @@ def test_imagenet_settings_that_are_not_the_sections_are_refused():
                                    "imagenet")
     with pytest.raises(PlanError, match="imagenet must be ImageNetSettings or None"):
         RunSpec(method="grpo", task="imagenet", engine="classify", imagenet=flat)
+
+
+@pytest.mark.parametrize("config", [
+    {"judge": {"primary": {"kind": "llm", "endpoint": {"model": "judge"}, "serve": {"command": ["x"], "port": 8000}}}},
+    {"eval": {"server": {"serve": {"command": ["x"], "port": 8100}}}},
+])
+def test_a_fixed_server_port_is_refused_naming_the_change(config):
+    """`serve.port` (judges, the eval server) is removed: a started server listens on a free port chosen at start
+    (issue 44: two judge jobs on one node collided on 8000/8001); a config still setting one is told so."""
+    with pytest.raises(ConfigError) as error:
+        validate_config(config, SCHEMA, base_dir=REPO)
+    assert re.search(r"unknown key '(judge\.primary|eval\.server)\.serve\.port' \(removed: a started server listens "
+                     r"on a free port chosen at start", str(error.value)), str(error.value)

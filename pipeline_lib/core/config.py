@@ -437,6 +437,17 @@ MOVED_KEYS = {"train.verl.rl": "train.rl (verl's own knobs: train.rl.verl)",
               "train.verl.tasks": "train.task_settings (a row's settings under its rl / sft)"}
 
 
+#: Keys that no longer mean anything: the last parts of a dotted key -> why, and what to do instead.
+REMOVED_KEYS = {"serve.port": "a started server listens on a free port chosen at start, so two jobs on one node never "
+                              "collide (issue 44): drop the key"}
+
+
+def _removed_key(where: str, key: str) -> str | None:
+    dotted = f"{where}{key}"
+    return next((why for suffix, why in REMOVED_KEYS.items() if dotted == suffix or dotted.endswith("." + suffix)),
+                None)
+
+
 def _moved_key(where: str, key: str) -> str | None:
     """Where an old key lives now: a moved section (:data:`MOVED_KEYS`), an engine's knob now under
     ``train.rl.<engine>`` / ``train.sft.<engine>``, or an old flat task-row key now under the row's ``rl`` / ``sft``."""
@@ -464,7 +475,9 @@ def _moved_key(where: str, key: str) -> str | None:
 def _unknown_key(where: str, key: str, allowed: set[str]) -> str:
     new = RENAMED_KEYS.get(key)
     moved = _moved_key(where, key)
-    hint = f"renamed: use '{new}'; " if new in allowed else f"moved: use '{moved}'; " if moved else ""
+    removed = _removed_key(where, key)
+    hint = f"renamed: use '{new}'; " if new in allowed else f"moved: use '{moved}'; " if moved else \
+        f"removed: {removed}; " if removed else ""
     return f"unknown key '{where}{key}' ({hint}allowed here: {sorted(allowed)})"
 
 

@@ -229,18 +229,14 @@ def test_judge_job_on_a_full_disk_exits_non_zero_and_a_rerun_keeps_what_was_stor
 
 def test_a_served_judge_trickling_its_health_answer_cannot_stretch_the_startup_timeout(tmp_path):
     """Each /health probe and the whole wait have total deadlines (a per-read timeout never trips on a trickle)."""
-    import socket
     import sys
     import time
 
     from pipeline_lib.jobs.judge.serve import ServerStartError, served_endpoint
     from tests.conftest import REPO
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     serve = {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}", "--trickle", "1"],
-             "port": port, "startup_timeout_s": 3}
+             "startup_timeout_s": 3}
     started = time.monotonic()
     with pytest.raises(ServerStartError, match="not healthy"), served_endpoint({}, serve, tmp_path / "server.log"):
         pass
@@ -351,3 +347,41 @@ def test_parse_verdict_work_is_bounded_whatever_the_answers_length(monkeypatch, 
         assert work[size] <= parse.MAX_CANDIDATES * parse.MAX_OBJECT_CHARS + parse.FULL_DECODES * len(text)
     if not verdict_first:  # the search stops at the verdict: nothing before it is decoded
         assert work[405_000] <= 1.5 * work[15_000]
+
+
+def test_a_served_judge_whose_free_port_is_taken_before_it_binds_starts_again_on_another(tmp_path, monkeypatch,
+                                                                                         caplog):
+    """The race of choosing a free port: another process binds it between the choice and the server's own bind. The
+    server exits saying its address is in use, and the job starts it again on a fresh port; a port taken every time
+    is a clear error after serve.PORT_TRIES starts."""
+    import logging
+    import socket
+    import sys
+
+    from pipeline_lib.jobs.judge import serve as serving
+    from pipeline_lib.jobs.judge.serve import ServerStartError, served_endpoint
+    from tests.conftest import REPO
+
+    caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
+    with socket.socket() as taken:  # bound, not listening, no SO_REUSEADDR: binds fail, probes refused
+        taken.bind(("127.0.0.1", 0))
+        busy = taken.getsockname()[1]
+        picks = iter([busy, busy])
+        real = serving.free_port
+        monkeypatch.setattr(serving, "free_port", lambda: next(picks, None) or real())
+        command = {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}"],
+                   "startup_timeout_s": 60}
+        with served_endpoint({"model": "judge"}, command, tmp_path / "server.log") as endpoint:
+            port = int(endpoint["base_url"].split(":")[2].split("/")[0])
+            assert port != busy and endpoint["base_url"] == f"http://127.0.0.1:{port}/v1"
+            assert serving._healthy(port)
+        assert caplog.text.count(f"port {busy} was taken before it bound it") == 2
+        assert "Address already in use" in (tmp_path / "server.log").read_text()
+
+        monkeypatch.setattr(serving, "free_port", lambda: busy)
+        with pytest.raises(ServerStartError, match=f"found its port taken {serving.PORT_TRIES} times"), \
+                served_endpoint({}, command, tmp_path / "again.log"):
+            pass
+    with pytest.raises(ValueError, match=r"serve.port = 8000: removed \(issue 44\)"), \
+            served_endpoint({}, {**command, "port": 8000}, tmp_path / "never.log"):
+        pass

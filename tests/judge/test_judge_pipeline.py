@@ -19,6 +19,7 @@ from scipy import stats
 
 from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.jobs.judge import calibration, cross, score
+from pipeline_lib.jobs.judge.serve import free_port
 from pipeline_lib.paper.results import runs_record
 from tests.chat_server import ChatServer, meetingbank_verdict
 from tests.conftest import runs_written
@@ -88,22 +89,20 @@ def test_programmatic_judge_refuses_rows_without_facts(tmp_path, meeting_data):
         run_score(tmp_path, stripped, PROGRAMMATIC, "primary", "sft", "good")
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def test_llm_judge_served_for_the_job_then_stopped(tmp_path, meeting_data, caplog):
+    """`serve.command` starts a server (here the test chat server standing in for `vllm serve`) on a free port, the
+    job waits for /health, scores through it, and the server is gone afterwards; a rerun hits the cache only."""
+    import logging
+    import re
 
-
-def test_llm_judge_served_for_the_job_then_stopped(tmp_path, meeting_data):
-    """`serve.command` starts a server (here the test chat server standing in for `vllm serve`), the job waits
-    for /health, scores through it, and the server is gone afterwards; a rerun hits the cache only."""
-    port = free_port()
+    caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
     judge = {"kind": "llm", "label": "served", "parse_retries": 1,
              "endpoint": {"model": "judge", "concurrency": 4, "backoff_s": 0.01},
              "serve": {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}"],
-                       "port": port, "startup_timeout_s": 60}}
+                       "startup_timeout_s": 60}}
     summary = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "good", "good").read_text())
     assert summary["scored"] == 12 and summary["failed"] == 0 and summary["judge"]["served"] is True
+    port = int(re.search(r"healthy at http://127\.0\.0\.1:(\d+)/health", caplog.text).group(1))
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()  # the server was stopped
     # external endpoint (no serve command) against a server we control: the cache answers everything
@@ -122,11 +121,11 @@ def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeti
     served = {"kind": "llm", "label": "served", "parse_retries": 1,
               "endpoint": {"model": "judge", "concurrency": 4, "backoff_s": 0.01},
               "serve": {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}"],
-                        "port": free_port(), "startup_timeout_s": 60}}
+                        "startup_timeout_s": 60}}
     first = json.loads(run_score(tmp_path, meeting_data, served, "primary", "good", "good").read_text())
     marker = tmp_path / "server_was_started"
     never = served | {"serve": {"command": [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1])"
-                                            ".touch(); sys.exit(9)", str(marker)], "port": free_port(),
+                                            ".touch(); sys.exit(9)", str(marker)],
                                 "startup_timeout_s": 60}}
     again = json.loads(run_score(tmp_path, meeting_data, never, "primary", "good", "good").read_text())
     assert not marker.exists() and again == first and again["scored"] == 12
@@ -137,7 +136,7 @@ def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeti
 
 def test_served_judge_that_dies_is_a_clear_error(tmp_path, meeting_data):
     judge = {"kind": "llm", "label": "broken", "endpoint": {"model": "judge"},
-             "serve": {"command": [sys.executable, "-c", "raise SystemExit(3)"], "port": free_port(),
+             "serve": {"command": [sys.executable, "-c", "raise SystemExit(3)"],
                        "startup_timeout_s": 30}}
     from pipeline_lib.jobs.judge.serve import ServerStartError
 

@@ -59,12 +59,6 @@ def vllm_available() -> None:
         pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _prompt_tokens(tokenizer, fields: dict[str, str], attempt: int = 0) -> int:
     """Tokens of the judge's request as vLLM renders it (the model directory's chat template)."""
     messages = list(_request(MEETING.render(**fields), attempt).messages)
@@ -141,7 +135,7 @@ def judged(tmp_path_factory, vllm_available) -> dict:
     return {"root": root, "data": data, "model": root / "model", "generations": generations, "lines": lines}
 
 
-def _judge(model: Path, port: int, command: list[str] | None = None) -> dict:
+def _judge(model: Path, command: list[str] | None = None) -> dict:
     serve = command or [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                         "--port", "{port}", "--served-model-name", "judge", "--max-model-len", str(MAX_MODEL_LEN),
                         "--dtype", "float32", "--enforce-eager", "--structured-outputs-config", STRUCTURED]
@@ -150,7 +144,7 @@ def _judge(model: Path, port: int, command: list[str] | None = None) -> dict:
             "max_failed_fraction": 0.5,
             "endpoint": {"model": "judge", "concurrency": 4, "timeout_s": 120, "max_retries": 2,
                          "sampling": {"temperature": 0.0}},
-            "serve": {"command": serve, "port": port, "startup_timeout_s": 600}}
+            "serve": {"command": serve, "startup_timeout_s": 600}}
 
 
 def _score(judge: dict, generations: Path, data: Path, cache: Path, out: Path) -> dict:
@@ -171,9 +165,9 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
                                                                                    caplog):
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the default takes a share of the RAM
     caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
-    cache, port = tmp_path / "judge.sqlite", _free_port()
+    cache = tmp_path / "judge.sqlite"
     started = time.monotonic()
-    summary = _score(_judge(judged["model"], port), judged["generations"], judged["data"], cache, tmp_path / "out")
+    summary = _score(_judge(judged["model"]), judged["generations"], judged["data"], cache, tmp_path / "out")
     wall_s = time.monotonic() - started
     log = (tmp_path / "out" / "server.log").read_text(errors="replace")
 
@@ -198,7 +192,8 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
 
     # the server was stopped by its PID: the one the job started is vLLM's API server, and every vLLM process the
     # log names (the API server, its engine core, its worker) is gone
-    healthy = re.search(r"judge server \(pid (\d+)\) healthy at \S+ after ([\d.]+) s", caplog.text)
+    healthy = re.search(r"judge server \(pid (\d+)\) healthy at http://127\.0\.0\.1:(\d+)/health after ([\d.]+) s",
+                        caplog.text)
     stopped = re.search(r"judge server \(pid (\d+)\) stopped in ([\d.]+) s", caplog.text)
     assert healthy and stopped and healthy[1] == stopped[1], caplog.text[-2000:]
     assert f"(APIServer pid={healthy[1]})" in log
@@ -209,11 +204,11 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
         time.sleep(0.5)
     assert not [pid for pid in pids if _alive(pid)], pids
     with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        socket.create_connection(("127.0.0.1", int(healthy[2])), timeout=1).close()
 
     # the cache holds the parsed answers only (a malformed one is forgotten, so a rerun asks again)
     assert len(ResponseCache(cache)) == short
-    start_s, stop_s = float(healthy[2]), float(stopped[2])
+    start_s, stop_s = float(healthy[3]), float(stopped[2])
     print(f"\nvLLM judge job: {wall_s:.1f} s in all; server healthy after {start_s:.1f} s, {len(posts)} requests "
           f"(concurrency 4) in {wall_s - start_s - stop_s:.1f} s, stopped in {stop_s:.1f} s")
 
@@ -222,7 +217,7 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
     never = [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1]).touch(); sys.exit(9)", str(marker)]
     subset = tmp_path / "scored.jsonl"
     subset.write_text("".join(json.dumps(line) + "\n" for line in judged["lines"] if line["prompt_index"] % 2 == 0))
-    again = _score(_judge(judged["model"], _free_port(), never), subset, judged["data"], cache, tmp_path / "rerun")
+    again = _score(_judge(judged["model"], never), subset, judged["data"], cache, tmp_path / "rerun")
     assert not marker.exists() and not (tmp_path / "rerun" / "server.log").exists()
     rerun_rows = [json.loads(line) for line in (tmp_path / "rerun" / "scores.jsonl").read_text().splitlines()]
     assert rerun_rows == [row for row in rows if row["prompt_index"] % 2 == 0]
@@ -230,6 +225,53 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
 
     # all items again: the padded ones are not cached, so the job needs its server (and says it cannot start it)
     with pytest.raises(ServerStartError, match="exited with status 9"):
-        _score(_judge(judged["model"], _free_port(), never), judged["generations"], judged["data"], cache,
+        _score(_judge(judged["model"], never), judged["generations"], judged["data"], cache,
                tmp_path / "all")
     assert marker.exists()
+
+
+def test_two_judge_servers_started_at_once_on_one_node_each_get_their_own_port(judged, tmp_path, monkeypatch,
+                                                                                caplog):
+    """Two scoring jobs on one node (issue 44: both servers were told port 8000): two real vLLM servers started at the
+    same time through the judge's serve code each listen on their own free port, each answers its own client, and
+    both are stopped afterwards."""
+    import concurrent.futures
+    import contextlib
+    import urllib.request
+
+    from pipeline_lib.jobs.judge.serve import served_endpoint
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache each: the default takes a share of the RAM
+    caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
+    serve = {"command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(judged["model"]),
+                         "--port", "{port}", "--served-model-name", "judge", "--max-model-len", str(MAX_MODEL_LEN),
+                         "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "2"],
+             "startup_timeout_s": 600}
+    stacks, ports = [contextlib.ExitStack() for _ in range(2)], []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            endpoints = list(pool.map(lambda index: stacks[index].enter_context(served_endpoint(
+                {"model": "judge"}, serve, tmp_path / f"server{index}.log")), range(2)))
+        urls = [endpoint["base_url"] for endpoint in endpoints]
+        ports += [int(url.split(":")[2].split("/")[0]) for url in urls]
+        assert len(set(ports)) == 2
+        assert urls == [f"http://127.0.0.1:{port}/v1" for port in ports]
+        for url in urls:
+            body = {"model": "judge", "max_tokens": 4, "temperature": 0.0,
+                    "messages": [{"role": "user", "content": "hi"}]}
+            request = urllib.request.Request(f"{url}/chat/completions", method="POST", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                answer = json.loads(response.read())
+            assert response.status == 200 and answer["model"] == "judge" and answer["choices"][0]["message"]
+        # each server's own log shows it serving, on its own port: neither died on the other's address
+        for index, port in enumerate(ports):
+            log = (tmp_path / f"server{index}.log").read_text(errors="replace")
+            assert "Application startup complete" in log and "Address already in use" not in log
+            assert f"healthy at http://127.0.0.1:{port}/health" in caplog.text
+    finally:
+        for stack in stacks:
+            stack.close()
+    for port in ports:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
