@@ -381,7 +381,8 @@ def _describe(exc: BaseException) -> str:
 
 
 class _Breaker:
-    """One endpoint's health, shared by the concurrent requests of one call (locked, so threads may share it too).
+    """One endpoint's health, shared by the concurrent requests of one call (its counts and state change under a lock;
+    the requests are tasks of the call's event loop, which the wake-up event belongs to).
 
     Opens after ``limit`` consecutive transport failures (any success resets the count) or at once on a Retry-After
     past ``MAX_RETRY_AFTER_S``; once open it stays open for the call. A Retry-After within the cap is a hold on every

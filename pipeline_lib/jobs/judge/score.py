@@ -162,6 +162,7 @@ def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
     else:
         endpoint = judge.get("endpoint", {})
         description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),
+                        "structured_output": endpoint.get("structured_output", "none"),
                         "served": bool(judge.get("serve", {}).get("command"))}
     return description
 
