@@ -32,9 +32,13 @@ class ChatServer:
     def __init__(self, content: Callable[[dict[str, Any]], str] = default_content, latency_s: float = 0.0,
                  failures: list[int] | None = None, reasoning: Callable[[dict[str, Any]], str | None] | None = None,
                  port: int = 0, raw_body: Callable[[dict[str, Any]], tuple[str, bytes] | None] | None = None,
-                 trickle_s: float = 0.0, error_headers: dict[str, str] | None = None) -> None:
+                 trickle_s: float = 0.0, error_headers: dict[str, str] | None = None,
+                 finish_reason: Callable[[dict[str, Any]], str] | None = None,
+                 body_headers: dict[str, str] | None = None) -> None:
         self.content, self.latency_s, self.reasoning = content, latency_s, reasoning
         self.raw_body, self.trickle_s = raw_body, trickle_s
+        self.finish_reason = finish_reason or (lambda request: "stop")
+        self.body_headers = dict(body_headers or {})  # sent with every 200 (e.g. Content-Encoding of a raw body)
         self.error_headers = dict(error_headers or {})  # sent with every scripted failure (e.g. Retry-After)
         self.times: list[float] = []  # monotonic arrival time of each POST
         self.failures = list(failures or [])
@@ -76,7 +80,8 @@ class ChatServer:
                         message["reasoning"] = server.reasoning(body)
                     payload = {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
                                "model": body.get("model", "test"),
-                               "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                               "choices": [{"index": 0, "message": message,
+                                            "finish_reason": server.finish_reason(body)}],
                                "usage": {"prompt_tokens": 1, "completion_tokens": len(message["content"].split()),
                                          "total_tokens": 1 + len(message["content"].split())}}
                 data, content_type = json.dumps(payload).encode(), "application/json"
@@ -87,7 +92,7 @@ class ChatServer:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
                     self.send_header("Content-Length", str(len(data)))
-                    for name, value in (server.error_headers.items() if status != 200 else ()):
+                    for name, value in (server.error_headers if status != 200 else server.body_headers).items():
                         self.send_header(name, value)
                     self.end_headers()
                     if server.trickle_s:  # a slow peer: every read gets a byte before any per-read timeout
@@ -117,10 +122,19 @@ class ChatServer:
         self.httpd.server_close()
 
 
+def delimited(prompt: str, field: str) -> str:
+    """The text a rendered rubric prompt encloses in ``field``'s tags (``<summary_text-NONCE>`` ... ``</...>``)."""
+    import re
+
+    match = re.search(rf"<{field.lower()}-([0-9a-f]+)>\n(.*?)\n</{field.lower()}-\1>", prompt, re.DOTALL)
+    if match is None:
+        raise ValueError(f"no {field} tags in the prompt")
+    return match.group(2)
+
+
 def meetingbank_verdict(request: dict[str, Any]) -> str:
     """A thinking-style answer whose scores depend on the summary's length (so methods differ), then JSON."""
-    prompt = request["messages"][-1]["content"]
-    summary = prompt.split("CANDIDATE SUMMARY:", 1)[1].split("[Non-Negotiable Rules]", 1)[0].strip()
+    summary = delimited(request["messages"][-1]["content"], "SUMMARY_TEXT").strip()
     base = 1 + min(9, len(summary.split()) // 4)
     keys = ("informativeness", "factuality", "fluency", "coherence", "redundancy")
     return "Let me check the facts first.\n```json\n" + json.dumps(dict.fromkeys(keys, base)) + "\n```"

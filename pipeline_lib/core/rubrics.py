@@ -1,13 +1,22 @@
 """Rubric prompts (templates under ``config/prompts/``) and the JSON keys each judge must return.
 
-The templates reproduce the paper's two rubric figures; ``{NAME}`` fields are filled with
-``str.replace`` (not ``str.format``), since the prompts themselves contain JSON braces.
+The templates reproduce the paper's two rubric figures, with one added sentence on the inputs' delimiters. A template
+is filled in one pass (one regex substitution over the template: a value is never scanned again, so a title holding
+``{SUMMARY_TEXT}`` stays that text; ``str.format`` would trip on the prompts' JSON braces). Each value is enclosed
+in ``<name-NONCE>`` ... ``</name-NONCE>`` tags (``{NONCE}`` in the template names them): the nonce is a digest of
+the request's own inputs, so no input can know it in advance (it would have to contain its own digest), and it is
+the same on a rerun (the response cache's keys are the prompts); an input's own ``<name-`` openings are neutralised
+as well.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 __all__ = ["RUBRICS", "Rubric"]
 
@@ -23,21 +32,48 @@ class Rubric:
     fields: tuple[str, ...]
     scale: tuple[int, int] = (1, 10)
 
+    def nonce(self, values: dict[str, str]) -> str:
+        """The delimiters' tag suffix: a digest of this request's inputs (unguessable by them, stable on a rerun)."""
+        payload = json.dumps([self.name, [values[field] for field in self.fields]])
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
     def render(self, **values: str) -> str:
+        """The prompt: every ``{FIELD}`` (and ``{NONCE}``) of the template filled in one pass, each value delimited."""
         missing = sorted(set(self.fields) - set(values))
         if missing:
             raise KeyError(f"rubric {self.name!r} needs field(s) {missing}")
-        text = Path(self.template_path).read_text(encoding="utf-8")
+        nonce = self.nonce(values)
+        # an input's own "<summary_text-" / "</poem_text-" (any field's tag, any case) cannot open or close a tag
+        spoof = re.compile(r"<(?=\s*/?\s*(?:" + "|".join(f.lower() for f in self.fields) + r")\s*-)", re.IGNORECASE)
+        filled = {"NONCE": nonce}
         for field in self.fields:
-            text = text.replace("{" + field + "}", values[field])
-        return text
+            tag = f"{field.lower()}-{nonce}"
+            value = spoof.sub("\uff1c", values[field])  # a full-width "<": reads the same, opens nothing
+            filled[field] = f"<{tag}>\n{value}\n</{tag}>"
+        text = Path(self.template_path).read_text(encoding="utf-8")
+        return re.sub(r"\{([A-Z][A-Z_]*)\}", lambda m: filled.get(m.group(1), m.group(0)), text)
 
-    def response_format(self) -> dict:
-        """vLLM/OpenAI structured output: a JSON object with exactly the rubric's integer keys in range."""
+    def json_schema(self) -> dict[str, Any]:
+        """The verdict's JSON schema: an object with exactly the rubric's integer keys in range."""
         low, high = self.scale
-        schema = {"type": "object", "additionalProperties": False, "required": list(self.keys),
-                  "properties": {k: {"type": "integer", "minimum": low, "maximum": high} for k in self.keys}}
-        return {"type": "json_schema", "json_schema": {"name": f"{self.name}_verdict", "schema": schema}}
+        return {"type": "object", "additionalProperties": False, "required": list(self.keys),
+                "properties": {k: {"type": "integer", "minimum": low, "maximum": high} for k in self.keys}}
+
+    def structured_sampling(self, mode: str) -> dict[str, Any]:
+        """The request parameters asking the server for a verdict in :meth:`json_schema` (``mode``: an endpoint's
+        ``structured_output``); {} for "none"."""
+        schema = self.json_schema()
+        if mode == "response_format":  # the OpenAI form, which vLLM's server takes too
+            return {"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": f"{self.name}_verdict", "schema": schema}}}
+        if mode == "structured_outputs":  # vLLM >= 0.12's extra parameter
+            return {"extra_body": {"structured_outputs": {"json": schema}}}
+        if mode == "guided_json":  # vLLM < 0.12's extra parameter (removed in 0.12)
+            return {"extra_body": {"guided_json": schema}}
+        if mode == "none":
+            return {}
+        raise ValueError(f"structured_output {mode!r} is not one of none, response_format, structured_outputs, "
+                         "guided_json")
 
     def normalise(self, scores: dict[str, int]) -> float:
         """The paper's 0-100 reporting scale: the mean dimension score times 10."""

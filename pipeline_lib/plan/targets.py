@@ -286,8 +286,7 @@ def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
     if judge not in JUDGES:
         raise ValueError(f"unknown judge {judge!r}; judges: {JUDGES}")
     spec = {"kind": "programmatic", "label": "programmatic rubric judge", "basis": "facts", "weighting": "strict",
-            "parse_retries": 2,
-            "structured_output": False, "endpoint": {}, "serve": {}}
+            "parse_retries": 2, "endpoint": {}, "serve": {}}
     return spec | dict(config["judge"].get(judge) or {})
 
 

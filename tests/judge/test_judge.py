@@ -11,10 +11,12 @@ GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'
 
 def test_rubrics_render_the_papers_structure():
     poetry = RUBRICS["poetry"].render(POEM_TEXT="Snow on the bell tower")
-    assert "POEM: Snow on the bell tower" in poetry and "G) Context & Coherence" in poetry
+    assert "POEM: <poem_text-" in poetry and "\nSnow on the bell tower\n</poem_text-" in poetry
+    assert "G) Context & Coherence" in poetry
     meeting = RUBRICS["meetingbank"].render(MEETING_TITLE="Council", TRANSCRIPT_TEXT="Chair: ...",
                                             SUMMARY_TEXT="The council met.")
-    assert '"redundancy": 1-10' in meeting and "CANDIDATE SUMMARY: The council met." in meeting
+    assert '"redundancy": 1-10' in meeting and "CANDIDATE SUMMARY: <summary_text-" in meeting
+    assert "\nThe council met.\n</summary_text-" in meeting
     with pytest.raises(KeyError, match="SUMMARY_TEXT"):
         RUBRICS["meetingbank"].render(MEETING_TITLE="x", TRANSCRIPT_TEXT="y")
 
@@ -24,10 +26,12 @@ def test_thinking_text_then_fenced_json():
     assert parse_verdict(text, POETRY_KEYS)["C"] == 8
 
 
-def test_reasoning_field_is_used_only_when_the_answer_has_no_verdict():
+def test_reasoning_field_is_used_only_when_the_answer_is_empty():
     assert parse_verdict("", POETRY_KEYS, reasoning="thinking... " + GOOD)["A"] == 7
     other = GOOD.replace('"A": 7', '"A": 9')
     assert parse_verdict(other, POETRY_KEYS, reasoning=GOOD)["A"] == 9
+    with pytest.raises(VerdictParseError, match="no JSON object"):  # an answer without a verdict has none
+        parse_verdict("I cannot score this.", POETRY_KEYS, reasoning=GOOD)
 
 
 @pytest.mark.parametrize("text, match", [

@@ -144,14 +144,23 @@ def test_served_judge_that_dies_is_a_clear_error(tmp_path, meeting_data):
         run_score(tmp_path, meeting_data, judge, "primary", "sft", "good")
 
 
-def test_structured_output_is_requested_when_configured(tmp_path, meeting_data):
-    with ChatServer(content=meetingbank_verdict) as server:
-        judge = {"kind": "llm", "label": "structured", "structured_output": True,
-                 "endpoint": {"base_url": server.base_url, "model": "judge"}}
-        run_score(tmp_path, meeting_data, judge, "primary", "sft", "good")
-        schema = server.requests[0]["response_format"]["json_schema"]["schema"]
+@pytest.mark.parametrize("mode", ["response_format", "structured_outputs", "guided_json"])
+def test_structured_output_is_requested_when_configured(tmp_path, meeting_data, mode):
+    def answer(request):  # a schema-constrained server answers the object alone
+        verdict = meetingbank_verdict(request)
+        return verdict[verdict.index("{"):verdict.rindex("}") + 1]
+
+    with ChatServer(content=answer) as server:
+        judge = {"kind": "llm", "label": "structured",
+                 "endpoint": {"base_url": server.base_url, "model": "judge", "structured_output": mode}}
+        summary = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "sft", "good").read_text())
+        body = server.requests[0]
+    schema = {"response_format": lambda: body["response_format"]["json_schema"]["schema"],
+              "structured_outputs": lambda: body["structured_outputs"]["json"],
+              "guided_json": lambda: body["guided_json"]}[mode]()
     assert schema["required"] == list(MEETING.keys)
     assert schema["properties"]["factuality"] == {"type": "integer", "minimum": 1, "maximum": 10}
+    assert summary["scored"] == 12
 
 
 def test_a_judge_job_whose_items_fail_exits_1_unless_max_failed_fraction_allows(tmp_path, meeting_data):
@@ -178,7 +187,7 @@ def test_timeouts_are_retried_then_recorded_as_failures(tmp_path, meeting_data):
     with ChatServer(content=meetingbank_verdict, latency_s=3.0) as server:
         judge = {"kind": "llm", "label": "slow", "parse_retries": 0, "max_failed_fraction": 1.0,
                  "endpoint": {"base_url": server.base_url, "model": "judge", "timeout_s": 0.5, "max_retries": 1,
-                              "backoff_s": 0.01, "concurrency": 4}}
+                              "backoff_s": 0.01, "concurrency": 4, "breaker_failures": 100}}  # per-item failures
         summary = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "sft", "good").read_text())
         assert len(server.requests) == 24  # every item asked twice (one retry), then given up
     assert summary["scored"] == 0 and summary["failed"] == 12 and summary["score_100"] is None

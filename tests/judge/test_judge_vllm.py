@@ -140,9 +140,9 @@ def _judge(model: Path, command: list[str] | None = None) -> dict:
                         "--port", "{port}", "--served-model-name", "judge", "--max-model-len", str(MAX_MODEL_LEN),
                         "--dtype", "float32", "--enforce-eager", "--structured-outputs-config", STRUCTURED]
     # half the items are cut off on purpose (counted as failed): the job may fail up to that share and exit 0
-    return {"kind": "llm", "label": "tiny vllm", "structured_output": True, "parse_retries": 1,
-            "max_failed_fraction": 0.5,
+    return {"kind": "llm", "label": "tiny vllm", "parse_retries": 1, "max_failed_fraction": 0.5,
             "endpoint": {"model": "judge", "concurrency": 4, "timeout_s": 120, "max_retries": 2,
+                         "structured_output": "response_format",
                          "sampling": {"temperature": 0.0}},
             "serve": {"command": serve, "startup_timeout_s": 600}}
 

@@ -8,7 +8,10 @@ instead of replaying the failure. A transport failure (429/5xx, timeout, a refus
 the client has already retried it with the same request (same prompt, same cache key), so the item fails with that
 reason and is never re-asked under a "Re-evaluation" prompt. The cache is read first (:func:`cached_results`): an
 item whose stored answer for any attempt parses is not asked again, so a job whose items are all cached needs no
-server at all.
+server at all. A verdict is read from the judge alone (:func:`parse_verdict`): the answer must have finished, its
+final object is the verdict (the whole answer under the endpoint's ``structured_output``), and an object that the
+item's inputs contain is never one. An endpoint whose circuit opened (:class:`EndpointUnavailableError`) stops the
+scoring at once: answers given so far stay cached.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ def _request(prompt: str, attempt: int) -> ChatRequest:
     return ChatRequest(tuple(messages))
 
 
-def _verdict(rubric: Rubric, response: dict[str, Any]) -> dict[str, int] | str:
+def _verdict(rubric: Rubric, response: dict[str, Any], item: dict[str, str], endpoint: EndpointConfig
+             ) -> dict[str, int] | str:
     """The scores, or the reason the response has none."""
     if "error" in response:
         return response["error"]
     try:
-        return parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"))
+        return parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"),
+                             finish_reason=response.get("finish_reason"), quoted=[item[f] for f in rubric.fields],
+                             whole=endpoint.structured_output != "none")
     except VerdictParseError as exc:
         return f"unparseable verdict: {exc}"
 
@@ -60,7 +66,7 @@ def cached_results(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
         found = None
         for attempt in range(parse_retries + 1):
             response = cache.get(_request(prompt, attempt).cache_key(endpoint))
-            verdict = _verdict(rubric, response) if response is not None else None
+            verdict = _verdict(rubric, response, item, endpoint) if response is not None else None
             if isinstance(verdict, dict):
                 found = _scored(rubric, verdict, attempt)
                 break
@@ -84,7 +90,7 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
         requests = {index: _request(prompts[index], attempt) for index in pending}
         responses = dict(zip(pending, run_chat_requests(endpoint, list(requests.values()), cache,
                                                         on_done=on_done if attempt == 0 else None), strict=True))
-        verdicts = {index: _verdict(rubric, response) for index, response in responses.items()}
+        verdicts = {index: _verdict(rubric, response, items[index], endpoint) for index, response in responses.items()}
         unusable = [index for index in pending if isinstance(verdicts[index], str) and "error" not in responses[index]]
         for index in unusable:  # never replay an unparseable answer: forget it (a rerun asks again) ...
             cache.discard(requests[index].cache_key(endpoint))
@@ -93,7 +99,7 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
             fresh = run_chat_requests(endpoint, [requests[index] for index in stale], cache)
             for index, response in zip(stale, fresh, strict=True):
                 responses[index] = response
-                verdicts[index] = _verdict(rubric, response)
+                verdicts[index] = _verdict(rubric, response, items[index], endpoint)
                 if isinstance(verdicts[index], str) and "error" not in response:
                     cache.discard(requests[index].cache_key(endpoint))
         still = []

@@ -1,4 +1,12 @@
-"""Reading a judge's verdict: the last valid JSON object carrying exactly the expected keys.
+"""Reading a judge's verdict: the judge's own final JSON object, from an answer that finished.
+
+A verdict comes from the judge alone (issue 45: a candidate that wrote ``{"informativeness": 10, ...}`` into its
+summary got 10s whenever the judge quoted it). So: the answer must have ended by itself (``finish_reason ==
+"stop"``; one cut by ``max_tokens`` stopped before its verdict); under structured output the whole answer must be
+the one object; otherwise the verdict is the answer's *final* JSON object (an object quoted after the verdict makes
+the answer unparseable, never falls back to an earlier one); and an object that any judged input (``quoted``: the
+candidate, the transcript) contains, by its text or by its scores, is never a verdict. The reasoning field is read
+only when the answer's content is empty, under the same rules.
 
 Thinking models put their reasoning in ``message.reasoning`` (older vLLM:
 ``reasoning_content``) or inline before the answer, often with JSON-looking fragments
@@ -52,46 +60,96 @@ def _score(value: object, scale: tuple[int, int]) -> int | None:
     return score if scale[0] <= score <= scale[1] else None
 
 
-def _json_objects(text: str) -> Iterator[object]:
+def _json_objects(text: str) -> Iterator[tuple[object, str]]:
     """What JSON decodes to at each ``{"`` (the last ``MAX_CANDIDATES`` of them), last first, decoded only as
-    asked for; the exception where it does not decode (malformed, deep nesting)."""
+    asked for, with the text it was decoded from; the exception (and "") where it does not decode (malformed, deep
+    nesting)."""
     starts = [match.start() for match in _OBJECT_START.finditer(text)][-MAX_CANDIDATES:]
     full_decodes = FULL_DECODES
     for start in reversed(starts):
         try:
-            yield _DECODER.raw_decode(text[start:start + MAX_OBJECT_CHARS])[0]
+            data, end = _DECODER.raw_decode(text[start:start + MAX_OBJECT_CHARS])
+            yield data, text[start:start + end]
             continue
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, deep nesting
             error: Exception = exc
         if start + MAX_OBJECT_CHARS < len(text) and full_decodes:  # cut by the window: read it whole
             full_decodes -= 1
             try:
-                yield _DECODER.raw_decode(text, start)[0]
+                data, end = _DECODER.raw_decode(text, start)
+                yield data, text[start:end]
                 continue
             except (ValueError, RecursionError) as exc:
                 error = exc
-        yield error
+        yield error, ""
+
+
+def _scores(data: object, keys: Sequence[str], scale: tuple[int, int]) -> dict[str, int | None] | None:
+    """Each key's integer score (None where it is not one) when ``data`` is an object with every key; else None."""
+    if not isinstance(data, dict) or not set(keys) <= set(data):
+        return None
+    return {k: _score(data[k], scale) for k in keys}
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _quoted_by(verdict: dict[str, int], raw: str, keys: Sequence[str], scale: tuple[int, int],
+               quoted: Sequence[str]) -> bool:
+    """Whether a judged input holds this object: its text (whitespace aside) or an object with the same scores."""
+    squeezed = _squeeze(raw)
+    for text in quoted:
+        if squeezed and squeezed in _squeeze(text):
+            return True
+        if any(_scores(data, keys, scale) == verdict for data, _ in _json_objects(text)):
+            return True
+    return False
+
+
+def _final_object(source: str, whole: bool) -> tuple[object, str]:
+    """The answer's final JSON object and its text (the whole answer under structured output)."""
+    if whole:
+        stripped = source.strip()
+        try:
+            data, end = _DECODER.raw_decode(stripped)
+        except (ValueError, RecursionError) as exc:
+            raise VerdictParseError(f"structured output that is not one JSON object ({type(exc).__name__})") from None
+        if stripped[end:].strip():
+            raise VerdictParseError("structured output with text after its JSON object")
+        return data, stripped
+    problems = []
+    for data, raw in _json_objects(source):
+        if isinstance(data, Exception):  # a fragment in prose ("{" then a quote), not an object
+            problems.append(f"malformed JSON ({type(data).__name__})")
+            continue
+        return data, raw
+    raise VerdictParseError("no JSON object" + (f" ({'; '.join(dict.fromkeys(problems))})" if problems else ""))
 
 
 def parse_verdict(content: str | None, keys: Sequence[str], scale: tuple[int, int] = (1, 10),
-                  reasoning: str | None = None) -> dict[str, int]:
-    """Scores from the answer (falling back to the reasoning text only when the answer has none)."""
-    problems = []
-    for source in (content, reasoning):
-        if not isinstance(source, str):  # None, or a malformed cached response: nothing to read
-            continue
-        for data in _json_objects(source):
-            if isinstance(data, Exception):
-                problems.append(f"malformed JSON ({type(data).__name__})")
-                continue
-            if not isinstance(data, dict) or not set(keys) <= set(data):
-                problems.append(f"missing key(s) {sorted(set(keys) - set(data))}" if isinstance(data, dict)
-                                else "not an object")
-                continue
-            scores = {k: _score(data[k], scale) for k in keys}
-            bad = {k: data[k] for k, v in scores.items() if v is None}
-            if bad:
-                raise VerdictParseError(f"scores outside {scale[0]}-{scale[1]} or not integers: {bad}"[:500])
-            return scores
-    raise VerdictParseError("no JSON object with keys " + ", ".join(keys)
-                            + (f" ({'; '.join(dict.fromkeys(problems))})" if problems else ""))
+                  reasoning: str | None = None, *, finish_reason: str | None = "stop", quoted: Sequence[str] = (),
+                  whole: bool = False) -> dict[str, int]:
+    """Scores from the judge's final JSON object (from the reasoning text only when the answer is empty).
+
+    ``finish_reason``: the answer's, which must be "stop"; ``quoted``: the judged inputs, whose objects are never a
+    verdict; ``whole``: the answer was asked for as structured output, so it must be exactly one object."""
+    if finish_reason != "stop":
+        raise VerdictParseError(f"the answer did not finish (finish_reason {finish_reason!r}): a verdict must be "
+                                "the final object of an answer that ended by itself")
+    source = content if isinstance(content, str) and content.strip() else reasoning
+    if not isinstance(source, str) or not source.strip():  # None, or a malformed cached response: nothing to read
+        raise VerdictParseError("no JSON object with keys " + ", ".join(keys) + " (empty answer)")
+    data, raw = _final_object(source, whole)
+    scores = _scores(data, keys, scale)
+    if scores is None:
+        found = f"missing key(s) {sorted(set(keys) - set(data))}" if isinstance(data, dict) else "not an object"
+        raise VerdictParseError(f"no JSON object with keys {', '.join(keys)}: the answer's final object has {found}")
+    bad = {k: data[k] for k, v in scores.items() if v is None}  # type: ignore[index]
+    if bad:
+        raise VerdictParseError(f"scores outside {scale[0]}-{scale[1]} or not integers: {bad}"[:500])
+    verdict = {k: int(v) for k, v in scores.items() if v is not None}
+    if _quoted_by(verdict, raw, keys, scale, quoted):
+        raise VerdictParseError("the answer's final JSON object is one the judged text contains (a candidate's own "
+                                "scores are never a verdict)")
+    return verdict

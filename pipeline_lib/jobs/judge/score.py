@@ -7,8 +7,10 @@ scores and the 0-100 score, or ``failed`` with the reason) and ``summary.json`` 
 0-100 score over scored items, per-dimension means, failure count, the judge's
 description). A failed item is never counted as a score, and a job whose share of failed items is over the judge's
 ``max_failed_fraction`` (default 0: any item that exhausted its retries) exits 1 naming them, writing no outputs,
-so Snakemake reruns it (answers already given stay in the cache and are not asked again). A generations file that
-holds one prompt's judged response twice is an error naming both lines (it would be asked and counted twice).
+so Snakemake reruns it (answers already given stay in the cache and are not asked again). An endpoint whose circuit
+opened (refused, failing, or asking to wait past the cap) ends the job the same way, in one logged sentence. A
+generations file that holds one prompt's judged response twice is an error naming both lines (it would be asked and
+counted twice).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pandas as pd
 
 from pipeline_lib.core.cli import json_text
 from pipeline_lib.core.io import write_json, write_text
-from pipeline_lib.core.llm_client import EndpointConfig
+from pipeline_lib.core.llm_client import EndpointConfig, EndpointUnavailableError
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rewards.extract import after_think
 from pipeline_lib.core.rubrics import RUBRICS, Rubric
@@ -109,10 +111,11 @@ def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[st
 
 
 def _endpoint(judge: dict[str, Any], rubric: Rubric, section: dict[str, Any]) -> EndpointConfig:
+    """The judge's endpoint, asking for the rubric's JSON schema in the form its ``structured_output`` names."""
     endpoint = EndpointConfig.from_config(section, f"judge {judge.get('label')!r}")
-    if judge.get("structured_output"):
-        endpoint = dataclasses.replace(endpoint, sampling={**endpoint.sampling,
-                                                           "response_format": rubric.response_format()})
+    structured = rubric.structured_sampling(endpoint.structured_output)
+    if structured:
+        endpoint = dataclasses.replace(endpoint, sampling={**endpoint.sampling, **structured})
     return endpoint
 
 
@@ -159,6 +162,7 @@ def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
     else:
         endpoint = judge.get("endpoint", {})
         description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),
+                        "structured_output": endpoint.get("structured_output", "none"),
                         "served": bool(judge.get("serve", {}).get("command"))}
     return description
 
@@ -203,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
     judge = json.loads(args.judge)
     rubric = RUBRICS[args.rubric]
     items = load_items(args.generations, args.data, args.mode)
-    results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+    try:
+        results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+    except EndpointUnavailableError as exc:  # one sentence, no traceback: the answers given so far are cached
+        log.error("judge %r: %s", judge.get("label"), exc)
+        return 1
     try:
         check_failures(judge, items, results, args.generations)
     except JudgeFailedError as exc:
