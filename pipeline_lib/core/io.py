@@ -62,15 +62,17 @@ def write_json(target: str | os.PathLike[str], payload: Any) -> None:
 #: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV injection"), and the quote that
 #: marks a neutralised cell (so a cell that itself began with a quote is quoted too, and the mark is reversible).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "'")
-_PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+#: Left as written: a plain number (a spreadsheet reads it as that number) and a placeholder of dashes (``--``, "not
+#: run"), which computes nothing.
+_HARMLESS = re.compile(r"^(?:[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|-+)$")
 
 
 def spreadsheet_cell(value: Any) -> Any:
     """``value`` safe to open in a spreadsheet: text that would start a formula gets a leading ``'`` (OWASP).
 
-    A plain number written as text (``-3``, ``+1.5e-2``) is left alone: a spreadsheet reads it as that number.
+    A plain number written as text (``-3``, ``+1.5e-2``) and a dash placeholder (``--``) are left alone.
     """
-    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _PLAIN_NUMBER.match(value):
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _HARMLESS.match(value):
         return "'" + value
     return value
 
@@ -92,11 +94,15 @@ def write_csv_rows(target: str | os.PathLike[str], rows: Iterable[Iterable[Any]]
 def write_csv_frame(frame: Any, target: str | os.PathLike[str]) -> None:
     """A pandas frame as CSV (no index), its text cells and column names through :func:`spreadsheet_cell`."""
     safe = frame.rename(columns=spreadsheet_cell)
+    carriage_return = False
     for column in safe.columns:
         if not _is_numeric(safe[column]):
             safe[column] = safe[column].map(spreadsheet_cell)
+            carriage_return |= bool(safe[column].map(lambda cell: isinstance(cell, str) and "\r" in cell).any())
     with atomic_path(target) as tmp:
-        safe.to_csv(tmp, index=False)
+        # the csv module quotes a cell holding a line terminator's character, and "\n" alone leaves a "\r" bare,
+        # which splits the row for every reader: a frame with one is written with "\r\n" rows
+        safe.to_csv(tmp, index=False, lineterminator="\r\n" if carriage_return else "\n")
 
 
 def read_csv_frame(path: str | os.PathLike[str]) -> Any:
