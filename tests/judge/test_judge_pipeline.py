@@ -320,8 +320,9 @@ def chromium(downloads: Path):
     return driver
 
 
-#: Generations written to end, comment out or break the page's script, or to run in a spreadsheet (issue 45).
-HOSTILE = ["</script><script>document.body.dataset.pwned = 'script'</script>", "<!--<script>", "<!--", "-->",
+#: Generations written to end, comment out or break the page's script, or to run in a spreadsheet (issue 45). No
+#: `-->`: it would close the `<!--` of another item and hide what `<!--<script>` does to a page that embeds markup.
+HOSTILE = ["</script><script>document.body.dataset.pwned = 'script'</script>", "<!--<script>", "<!--",
            "<script>", "</SCRIPT >", "]]></script><![CDATA[", "a\u2028line\u2029separator",
            "<img src=x onerror=\"document.body.dataset.pwned = 'img'\">", "&lt;b&gt; &amp; <b>bold</b>",
            "\\u003c/script\\u003e as typed", "=HYPERLINK(\"http://127.0.0.1/\", \"click\")", "+1+1",
