@@ -490,6 +490,10 @@ def _describe(error: ValidationError) -> str:
         return "; ".join(_unknown_key(prefix, key, allowed) for key in unknown)
     if error.validator == "required":
         return f"missing key '{where + '.' if where else ''}{error.message.split(chr(39))[1]}'"
+    if error.validator == "pattern":  # a name or id that would become a path, wildcard or command argument
+        what = error.schema.get("description", "").split(":")[0] or "a value of this key"
+        return (f"key '{where or '<root>'}': {error.instance!r} does not match {error.validator_value} ({what}); "
+                "rename it")
     return f"key '{where or '<root>'}': {error.message}"
 
 

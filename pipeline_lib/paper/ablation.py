@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline_lib.core.cli import json_value
-from pipeline_lib.core.io import atomic_path
+from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import differences_text
 from pipeline_lib.paper.tables import write_table
@@ -110,12 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "data":
-        with atomic_path(args.out) as tmp:
-            ablation_data(args.cells).to_csv(tmp, index=False)
+        write_csv_frame(ablation_data(args.cells), args.out)
         write_provenance([args.out], step="paper_ablation_data", inputs=list(args.cells), params={"cells": args.cells},
                          started_at=started)
     else:
-        paths = ablation_table(pd.read_csv(args.data), args.label, args.stem, args.differences)
+        paths = ablation_table(read_csv_frame(args.data), args.label, args.stem, args.differences)
         write_provenance(paths, step="paper_ablation", inputs=[args.data], params={"differences": args.differences},
                          started_at=started)
     return 0

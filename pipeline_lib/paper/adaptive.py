@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from pipeline_lib.core.io import atomic_path, save_figure
+from pipeline_lib.core.io import read_csv_frame, save_figure, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import ess_group_tau
 from pipeline_lib.core.stats import INTERVAL_METHOD, paired_interval
@@ -236,8 +236,7 @@ def tau_figure(data: pd.DataFrame, label: str, png: str, pdf: str) -> None:
 
 
 def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv_frame(frame, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                          params={"ess_fraction": args.ess_fraction, "runs": runs_record(args.rollouts)},
                          started_at=started)
     else:
-        tau_figure(pd.read_csv(args.data), args.label, args.png, args.pdf)
+        tau_figure(read_csv_frame(args.data), args.label, args.png, args.pdf)
         write_provenance([args.png, args.pdf], step="paper_adaptive_tau_figure", inputs=[args.data],
                          started_at=started)
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.core.io import atomic_path, save_figure
+from pipeline_lib.core.io import read_csv_frame, save_figure, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
 
@@ -45,8 +45,7 @@ def collect(done_paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _write_csv(frame: pd.DataFrame, path: str) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv_frame(frame, path)
 
 
 def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pdf: str, table_stem: Path) -> list[Path]:
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         inputs = [p for done in args.done for p in (done, done.parent / "metrics.jsonl")]
         write_provenance([args.curves, args.summary], step="paper_imagenet_data", inputs=inputs, started_at=started)
     else:
-        curves, summary = pd.read_csv(args.curves), pd.read_csv(args.summary)
+        curves, summary = read_csv_frame(args.curves), read_csv_frame(args.summary)
         paths = render(curves, summary, args.label, args.png, args.pdf, args.table_stem)
         write_provenance([args.png, args.pdf, *paths], step="paper_imagenet", inputs=[args.curves, args.summary],
                          params={"label": args.label}, started_at=started)

@@ -35,7 +35,7 @@ import pandas as pd
 
 from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.config import load_yaml
-from pipeline_lib.core.io import write_text
+from pipeline_lib.core.io import read_csv_frame, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
@@ -550,8 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     reference = load_yaml(args.reference, "paper reference data")
-    table1 = pd.read_csv(args.table1) if args.table1 else None
-    allocation = pd.read_csv(args.allocation) if args.allocation else None
+    table1 = read_csv_frame(args.table1) if args.table1 else None
+    allocation = read_csv_frame(args.allocation) if args.allocation else None
     scores = load_scores(table1, args.eval_root) if table1 is not None and args.eval_root else None
     judge_items = load_judge_items(args.judge_summaries) if args.judge_summaries else None
     made = _made(args.made)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.io import atomic_path
+from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
 from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS
@@ -53,8 +53,7 @@ def runs_record(runs: Mapping[str, RunId]) -> dict[str, Any]:
 
 
 def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv_frame(frame, path)
 
 
 def table1_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
@@ -187,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         write_provenance([args.out], step="paper_table1_data", inputs=list(args.runs),
                          params={"runs": runs_record(args.runs)}, started_at=started)
     elif args.command == "table1":
-        paths = table1(pd.read_csv(args.data), args.metric, args.label, args.stem)
+        paths = table1(read_csv_frame(args.data), args.metric, args.label, args.stem)
         write_provenance(paths, step="paper_table1", inputs=[args.data], params={"metric": args.metric},
                          started_at=started)
     elif args.command == "allocation-data":
@@ -195,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         write_provenance([args.out], step="paper_gradient_allocation_data", inputs=list(args.runs),
                          params={"runs": runs_record(args.runs)}, started_at=started)
     else:
-        paths = allocation_table(pd.read_csv(args.data), args.label, args.stem)
+        paths = allocation_table(read_csv_frame(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_gradient_allocation", inputs=[args.data], started_at=started)
     return 0
 

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline_lib.core.cli import json_value
-from pipeline_lib.core.io import atomic_path
+from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
@@ -95,12 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "data":
-        with atomic_path(args.out) as tmp:
-            scale_data(args.cells).to_csv(tmp, index=False)
+        write_csv_frame(scale_data(args.cells), args.out)
         write_provenance([args.out], step="paper_scale_data", inputs=list(args.cells), params={"cells": args.cells},
                          started_at=started)
     else:
-        paths = scale_table(pd.read_csv(args.data), args.label, args.stem)
+        paths = scale_table(read_csv_frame(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_scale", inputs=[args.data], started_at=started)
     return 0
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.core.io import atomic_path, write_text
+from pipeline_lib.core.io import write_csv_frame, write_text
 
 __all__ = ["latex_escape", "to_latex_booktabs", "to_markdown", "write_table"]
 
@@ -62,8 +62,7 @@ def write_table(
     """Write ``stem``.csv/.md/.tex; ``latex_frame`` may carry LaTeX-formatted cells."""
     stem = Path(stem)
     paths = [stem.with_suffix(".csv"), stem.with_suffix(".md"), stem.with_suffix(".tex")]
-    with atomic_path(paths[0]) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv_frame(frame, paths[0])
     write_text(paths[1], f"**{caption}**\n\n" + to_markdown(frame))
     write_text(paths[2], to_latex_booktabs(latex_frame if latex_frame is not None else frame, caption, label,
                                            raw_columns=raw_columns, column_format=column_format))

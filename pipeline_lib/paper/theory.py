@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.io import save_figure
+from pipeline_lib.core.io import read_csv_frame, save_figure
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
 
@@ -67,9 +67,9 @@ def render(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
     started = time.time()
-    curves = pd.read_csv(args.curves)
-    weights = pd.read_csv(args.weights)
-    view = pd.read_csv(args.weight_view)
+    curves = read_csv_frame(args.curves)
+    weights = read_csv_frame(args.weights)
+    view = read_csv_frame(args.weight_view)
     group_size = args.group_size
 
     taus = sorted(float(t) for t in curves["tau"].dropna().unique())

@@ -307,18 +307,16 @@ def browser_available() -> bool:
     return bool(shutil.which("chromium") and shutil.which("chromedriver"))
 
 
-@pytest.mark.skipif(not browser_available() and not os.environ.get("PIPELINE_REQUIRE_BROWSER"),
-                    reason="Debian chromium + chromium-driver not installed (CI installs them)")
-def test_rating_page_in_headless_chromium(exported, tmp_path):
-    """Open rate.html from disk, rate every item, download the CSV, import it: the whole rater round trip."""
+needs_browser = pytest.mark.skipif(not browser_available() and not os.environ.get("PIPELINE_REQUIRE_BROWSER"),
+                                   reason="Debian chromium + chromium-driver not installed (CI installs them)")
+
+
+def chromium(downloads: Path):
+    """Headless Chromium (Debian's chromium + chromedriver) saving downloads to ``downloads``."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
 
-    out, scores = exported
-    downloads = tmp_path / "downloads"
-    downloads.mkdir()
+    downloads.mkdir(exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium")
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
@@ -326,8 +324,80 @@ def test_rating_page_in_headless_chromium(exported, tmp_path):
     options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
                                               "download.prompt_for_download": False})
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    return driver
+
+
+#: Generations written to end, comment out or break the page's script, or to run in a spreadsheet (issue 45). No
+#: `-->`: it would close the `<!--` of another item and hide what `<!--<script>` does to a page that embeds markup.
+HOSTILE = ["</script><script>document.body.dataset.pwned = 'script'</script>", "<!--<script>", "<!--",
+           "<script>", "</SCRIPT >", "]]></script><![CDATA[", "a\u2028line\u2029separator",
+           "<img src=x onerror=\"document.body.dataset.pwned = 'img'\">", "&lt;b&gt; &amp; <b>bold</b>",
+           "\\u003c/script\\u003e as typed", "=HYPERLINK(\"http://127.0.0.1/\", \"click\")", "+1+1",
+           "-2+3+cmd|' /C calc'!A0", "@SUM(1, 2)", "\tTAB=1", "\rCR=1", "'quoted", "-3"]
+
+
+@needs_browser
+def test_rating_page_shows_hostile_generations_as_text(tmp_path, meeting_data):
+    """Every hostile generation is shown, as the text it is, and no script of it runs; items.csv holds no formula
+    and reads back as written; ratings downloaded from the page import."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from pipeline_lib.core.io import from_spreadsheet_cell
+
+    score_file = tmp_path / "judge" / "primary" / "meeting_tiny" / "hostile" / "seed0" / "scores.jsonl"
+    score_file.parent.mkdir(parents=True)
+    responses = [HOSTILE[i % len(HOSTILE)] + ("" if i < len(HOSTILE) else f" #{i}") for i in range(24)]
+    score_file.write_text("".join(json.dumps({"prompt_index": i % 12, "response": text, "score_100": 10.0 * (i % 7)})
+                                  + "\n" for i, text in enumerate(responses)))
+    scores = runs_written([score_file])
+    out = tmp_path / "calibration"
+    calibration.export_calibration("meeting_tiny", MEETING, scores, meeting_data, 24, 3, out)
+    with open(out / "items.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))[1:]
+    assert len(rows) == 24
+    for _, context, response in rows:  # no cell a spreadsheet would run, and the import reads the text back
+        for cell in (context, response):
+            assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")) or cell == "-3"
+    assert sorted(from_spreadsheet_cell(r[2]) for r in rows) == sorted(responses)
+    assert any(r[2] == "'=HYPERLINK(\"http://127.0.0.1/\", \"click\")" for r in rows)
+    page = (out / "rate.html").read_text()
+    assert page.count("<script") == 2 and page.count("</script>") == 2 and "<!--" not in page
+
+    driver = chromium(tmp_path / "downloads")
     try:
-        driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        driver.get((out / "rate.html").as_uri())
+        assert driver.find_element(By.ID, "status").text == "0 / 24 outputs rated"
+        shown = driver.execute_script("return [...document.querySelectorAll('.item .response')]"
+                                      ".map(e => e.textContent)")
+        assert sorted(shown) == sorted(responses)  # every item, each as its own text
+        assert driver.execute_script("return document.body.dataset.pwned") is None
+        assert driver.execute_script("return document.querySelectorAll('img, .item script').length") == 0
+        for select in driver.find_elements(By.CSS_SELECTOR, "select"):
+            Select(select).select_by_value("5")
+        assert driver.find_element(By.ID, "status").text == "24 / 24 outputs rated"
+        driver.find_element(By.ID, "download").click()
+        target = tmp_path / "downloads" / "ratings_meeting_tiny.csv"
+        deadline = time.monotonic() + 20
+        while not target.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        driver.quit()
+    result = calibration.agreement(target, out / "key" / "key.csv", scores, MEETING)
+    assert result["status"] == "rated" and result["items_rated"] == 24 and result["items_compared"] == 24
+
+
+@needs_browser
+def test_rating_page_in_headless_chromium(exported, tmp_path):
+    """Open rate.html from disk, rate every item, download the CSV, import it: the whole rater round trip."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    out, scores = exported
+    downloads = tmp_path / "downloads"
+    driver = chromium(downloads)
+    try:
         driver.get((out / "rate.html").as_uri())
         assert driver.find_element(By.ID, "status").text == "0 / 30 outputs rated"
         selects = driver.find_elements(By.CSS_SELECTOR, "select")

@@ -210,6 +210,10 @@ def _meeting(rng: random.Random, spec: dict[str, Any], index: int) -> TinyExampl
     return TinyExample(prompt, demonstration, reference, reference, imperfect, fields)
 
 
+#: Draws in a row that only repeat seen prompts before a task counts as exhausted (its distinct prompts fewer than the
+#: split sizes ask): a task with that many more left unseen has under one in 20,000 of its prompts still to find.
+_EXHAUSTED_AFTER = 20_000
+
 #: task name -> (generator, data_source, ability)
 TASKS: dict[str, tuple[Callable[[random.Random, dict[str, Any], int], TinyExample], str, str]] = {
     "countdown_tiny": (_countdown, "tiny/countdown", "math"),
@@ -228,14 +232,23 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
     seen: set[str] = set()
     out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_val": [], "rl_test": [], "sft_train": []}
     duplicates = 0
+    asked = spec["n_test"] + spec.get("n_val", 0) + spec["n_train"]
     for split, size in (("test", spec["n_test"]), ("val", spec.get("n_val", 0)), ("train", spec["n_train"])):
-        index = 0
+        index = misses = 0
         while len(out[f"rl_{split}"]) < size:
             example = generator(rng, spec, index)
             index += 1
             if example.prompt in seen:
                 duplicates += 1
+                misses += 1
+                if misses >= _EXHAUSTED_AFTER:
+                    raise ValueError(
+                        f"data.tiny.n_{split}: {task} has only about {len(seen)} distinct prompts with these settings "
+                        f"(numbers_per_task, max_number, max_target), and n_test + n_val + n_train = {asked} were "
+                        f"asked ({len(out[f'rl_{split}'])} of n_{split} = {size} found); lower the split sizes or "
+                        "widen the task")
                 continue
+            misses = 0
             seen.add(example.prompt)
             extra = {"index": len(out[f"rl_{split}"]), "split": split, "reference": example.reference,
                      "imperfect_demonstration": example.imperfect,

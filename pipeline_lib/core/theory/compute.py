@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.core.cli import json_text
-from pipeline_lib.core.io import atomic_path, write_json, write_text
+from pipeline_lib.core.io import write_csv_frame, write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.theory import formulas
 from pipeline_lib.core.theory.checks import VerificationSpec, run_checks
@@ -108,8 +108,7 @@ def _verification_markdown(results: list[dict[str, Any]], spec: TheorySpec) -> s
 
 
 def _write_csv(frame: pd.DataFrame, path: str) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csv_frame(frame, path)
 
 
 def compute(args: argparse.Namespace) -> int:

@@ -6,6 +6,10 @@ shown in shuffled order with the method hidden: ``items.csv`` (what the rater se
 in the browser's local storage, "Download ratings CSV"; no server) and, separately,
 ``key.csv`` (item -> method, seed, prompt), which the rater never needs.
 
+Generations are hostile text: the page carries them as JSON data (``<``, ``>``, ``&``, U+2028/9 escaped, so no
+text can end or comment out a script) and shows them with ``textContent`` only; CSV cells a spreadsheet would run
+as formulas are neutralised (:func:`pipeline_lib.core.io.spreadsheet_cell`) and read back as written.
+
 ``import``: a completed ratings CSV + the key + the primary judge's item scores ->
 human-judge Pearson and Spearman over the rated items. Without a ratings file the result
 says so (``status: no ratings``); no number is ever invented.
@@ -18,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import html
-import io
 import json
 import random
 import statistics
@@ -30,14 +34,15 @@ from typing import Any
 
 from scipy import stats
 
-from pipeline_lib.core.io import write_json, write_text
+from pipeline_lib.core.io import from_spreadsheet_cell, write_csv_rows, write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rubrics import RUBRICS, Rubric
 from pipeline_lib.jobs.judge.score import prompt_row
 from pipeline_lib.plan.runs import RunId
 from pipeline_lib.plan.targets import run_ids_argument
 
-__all__ = ["RatingsError", "agreement", "blind_sample", "export_calibration", "read_ratings", "render_page"]
+__all__ = ["RatingsError", "agreement", "blind_sample", "export_calibration", "page_data", "read_ratings",
+           "render_page"]
 
 DIMENSIONS = {
     "meetingbank": {"informativeness": "Informativeness: captures the main points at the right compression",
@@ -85,13 +90,26 @@ def _context(task_row: dict[str, Any], rubric: Rubric) -> str:
     return str(extra.get("instruction", ""))
 
 
+#: Characters escaped in the page's JSON: none of them can then close the data block, open a comment or a script
+#: inside it, or end a line in a JavaScript parser.
+_JSON_IN_HTML = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                               "\u2029": "\\u2029"})
+
+
+def page_data(payload: Any) -> str:
+    """``payload`` as JSON safe inside ``<script type="application/json">``: markup characters as ``\\u`` escapes."""
+    return json.dumps(payload, ensure_ascii=True).translate(_JSON_IN_HTML)
+
+
 def render_page(task: str, rubric: Rubric, items: list[dict[str, Any]]) -> str:
-    """The rating page: plain HTML + JS, data embedded, works from file:// with no server."""
+    """The rating page: plain HTML + JS, data embedded as JSON, works from file:// with no server."""
     low, high = rubric.scale
     dims = DIMENSIONS[rubric.name]
-    payload = json.dumps({"task": task, "keys": list(rubric.keys), "labels": dims, "low": low, "high": high,
-                          "items": [{"id": i["item_id"], "context": i["context"], "response": i["response"]}
-                                    for i in items]}).replace("</", "<\\/")
+    shown = [{"id": i["item_id"], "context": i["context"], "response": i["response"]} for i in items]
+    # the local-storage key names this sample, so ratings of another export (same ids, other items) never show
+    sample = hashlib.sha256(json.dumps([task, shown], sort_keys=True).encode()).hexdigest()[:16]
+    payload = page_data({"task": task, "sample": sample, "keys": list(rubric.keys), "labels": dims, "low": low,
+                         "high": high, "items": shown})
     title = html.escape(f"Blind rating: {task} ({len(items)} outputs)")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
@@ -114,7 +132,7 @@ done, press <b>Download ratings CSV</b> and send the file back.</p>
 <script id="data" type="application/json">{payload}</script>
 <script>
 const DATA = JSON.parse(document.getElementById("data").textContent);
-const STORE = "ratings:" + DATA.task + ":" + DATA.items.map(i => i.id).join(",").length;
+const STORE = "ratings:" + DATA.task + ":" + DATA.sample;
 const saved = JSON.parse(localStorage.getItem(STORE) || "{{}}");
 const root = document.getElementById("items");
 function complete(id) {{ return DATA.keys.every(k => saved[id] && saved[id][k]); }}
@@ -189,16 +207,11 @@ def export_calibration(task: str, rubric: Rubric, score_files: Mapping[str, RunI
     if available < size:
         raise ValueError(f"calibration for {task}: {size} items asked, only {available} judged outputs exist")
     items = blind_sample(pool, size, seed)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["item_id", "context", "response"])
-    writer.writerows([i["item_id"], i["context"], i["response"]] for i in items)
-    write_text(out_dir / "items.csv", buffer.getvalue())
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["item_id", "method", "seed", "prompt_index"])
-    writer.writerows([i["item_id"], i["method"], i["seed"], i["prompt_index"]] for i in items)
-    write_text(out_dir / "key" / "key.csv", buffer.getvalue())
+    write_csv_rows(out_dir / "items.csv", [["item_id", "context", "response"],
+                                           *([i["item_id"], i["context"], i["response"]] for i in items)])
+    write_csv_rows(out_dir / "key" / "key.csv", [["item_id", "method", "seed", "prompt_index"],
+                                                 *([i["item_id"], i["method"], i["seed"], i["prompt_index"]]
+                                                   for i in items)])
     write_text(out_dir / "rate.html", render_page(task, rubric, items))
     return [out_dir / "items.csv", out_dir / "rate.html", out_dir / "key" / "key.csv"]
 
@@ -212,7 +225,8 @@ def read_ratings(path: Path, rubric: Rubric, item_ids: set[str]) -> dict[str, fl
         if missing:
             raise RatingsError(f"{path}: missing column(s) {missing}; expected item_id,{','.join(rubric.keys)}")
         ratings: dict[str, float] = {}
-        for line_no, row in enumerate(reader, 2):
+        for line_no, raw in enumerate(reader, 2):
+            row = {name: from_spreadsheet_cell(cell) for name, cell in raw.items()}
             item = row["item_id"]
             if item not in item_ids:
                 raise RatingsError(f"{path}:{line_no}: unknown item_id {item!r} (not in this task's key)")
@@ -234,7 +248,8 @@ def agreement(ratings_path: Path | None, key_path: Path, score_files: Mapping[st
               ) -> dict[str, Any]:
     """Human-judge correlation over the rated items (``score_files``: each ``scores.jsonl`` -> its run)."""
     with open(key_path, encoding="utf-8", newline="") as handle:
-        key = {row["item_id"]: row for row in csv.DictReader(handle)}
+        key = {row["item_id"]: row for row in ({name: from_spreadsheet_cell(cell) for name, cell in raw.items()}
+                                               for raw in csv.DictReader(handle))}
     if ratings_path is None or not ratings_path.exists():
         return {"status": "no ratings", "items_in_sample": len(key),
                 "expected_file": str(ratings_path) if ratings_path else None,
