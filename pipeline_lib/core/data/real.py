@@ -25,6 +25,8 @@ from pipeline_lib.core.data.schema import (
     DatasetWriter,
     holdout_mask,
     model_prompt,
+    prompt_key,
+    question_form,
     rl_row,
     sft_row,
 )
@@ -91,13 +93,24 @@ def _gsm8k_gold(answer: str) -> str | None:
 
 
 def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) -> dict[str, pd.DataFrame]:
-    """Train/test by a hash of ``key``, a column equal between two rows exactly when their model-visible prompts are
-    (the prompt's one varying text, stripped as the prompt has it), so every copy of a prompt lands in one split."""
+    """Train/test by a hash of ``key``, a column equal between two rows exactly when their prompts are the same
+    question (:func:`_keys`, the normal form), so every copy of a prompt, near-duplicates included, lands in one
+    split."""
     mask = holdout_mask(frame[key].astype(str), fraction, salt)
     return {"train": frame[[not m for m in mask]], "test": frame[mask]}
 
 
-PROMPT, GOLD = "_prompt", "_gold"  # the model-visible prompt (schema.model_prompt) and the gold of each source row
+PROMPT, GOLD = "_prompt", "_gold"  # the prompt's key (schema.prompt_key) and the gold of each source row
+VERBATIM = "_verbatim"  # the model-visible prompt as written (schema.model_prompt), to count near-duplicates merged
+
+
+def _keys(render: Callable[[str], list[dict[str, str]]], texts: list[str]) -> dict[str, list[str]]:
+    """The ``PROMPT`` (key) and ``VERBATIM`` columns of rows whose prompt is ``render(text)``: the key renders the
+    text's normal form (:func:`question_form`, so a question's own trailing punctuation counts even when a template
+    follows it) and normalises the whole prompt (:func:`prompt_key`)."""
+    return {PROMPT: [prompt_key(render(question_form(t))) for t in texts],
+            VERBATIM: [model_prompt(render(t)) for t in texts]}
+
 CONFLICTING_GOLDS = "prompt with conflicting golds (every copy removed)"
 CONFLICTING_GOLDS_RULE = ("a prompt whose rows disagree on the gold (answer or reference) is removed from every split, "
                           f"counted under filters[{CONFLICTING_GOLDS!r}]")
@@ -111,7 +124,12 @@ def _hold_out(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str =
       one of its golds can be trusted over the others;
     * a prompt repeated within the test split is kept once (evaluation counts each prompt once);
     * a training row whose prompt is in the test split is removed, then repeats within train are kept once.
+
+    Prompts that differ verbatim but share a key (near-duplicates) are counted: ``near_duplicates_merged``.
     """
+    every = pd.concat(list(splits.values()))
+    if VERBATIM in every.columns:
+        writer.count_near_duplicates(every[VERBATIM], every[key])
     if gold is not None:
         every = pd.concat(list(splits.values()))
         golds = every.groupby(key)[gold].nunique()
@@ -164,8 +182,7 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             questions.append(_text(question, writer.name, at, "question"))
             answers.append(_text(answer, writer.name, at, "answer"))
             golds.append(_gsm8k_gold(answers[-1]))
-        frame = frame.assign(question=questions, answer=answers, **{GOLD: golds},
-                             **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
+        frame = frame.assign(question=questions, answer=answers, **{GOLD: golds}, **_keys(_math_prompt, questions))
         unparseable = frame[GOLD].isna()
         writer.count_filter("unparseable gold answer (no finite decimal number after ####)", int(unparseable.sum()))
         splits[split] = frame[~unparseable]
@@ -283,9 +300,8 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         at = where(fact, line)
         questions.append(_text(question, writer.name, at, "question"))
         golds.append(_gold(answer, writer.name, at, "final_answer"))
-    frame = frame.assign(_question=questions, **{GOLD: golds},
-                         **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
-    splits = _split_holdout(frame, "_question", spec["holdout_fraction"], writer.name)
+    frame = frame.assign(_question=questions, **{GOLD: golds}, **_keys(_math_prompt, questions))
+    splits = _split_holdout(frame, PROMPT, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         rl, sft = [], []
@@ -333,8 +349,10 @@ def build_poetry(writer: DatasetWriter, spec: dict[str, Any], instructions: dict
     poems = [_text(p, writer.name, where(fact, line), column)
              for p, line in zip(frame[column], frame[LINE], strict=True)]
     instructions_of = [instructions.get(poem) for poem in poems]
+    keys = _keys(_poetry_prompt, [i or "" for i in instructions_of])
     frame = frame.assign(_poem=poems, _instruction=instructions_of, **{GOLD: poems},
-                         **{PROMPT: [model_prompt(_poetry_prompt(i)) if i else None for i in instructions_of]})
+                         **{column: [k if i else None for k, i in zip(values, instructions_of, strict=True)]
+                            for column, values in keys.items()})
     failed = frame["_instruction"].isna() | (frame["_instruction"] == "")
     writer.count_filter("instruction synthesis failed (rerun to retry; finished items are cached)", int(failed.sum()))
     if failed.sum() == 0:  # counted only when it happened (a rerun that fixed every item says nothing)
@@ -362,9 +380,8 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         at = where(fact, line)
         transcripts.append(_text(transcript, writer.name, at, transcript_column))
         summaries.append(_text(summary, writer.name, at, summary_column))
-    frame = frame.assign(_transcript=transcripts, **{GOLD: summaries},
-                         **{PROMPT: [model_prompt(_meeting_prompt(t)) for t in transcripts]})
-    splits = _split_holdout(frame, "_transcript", spec["holdout_fraction"], writer.name)
+    frame = frame.assign(_transcript=transcripts, **{GOLD: summaries}, **_keys(_meeting_prompt, transcripts))
+    splits = _split_holdout(frame, PROMPT, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [(_meeting_prompt(t), summary, {"transcript": t})
@@ -395,9 +412,9 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
                       _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
-    table = table.assign(**{GOLD: table["response"], PROMPT: [model_prompt([{"role": "user", "content": q}])
-                                                              for q in table["question"]]})
-    splits = _split_holdout(table, "question", spec["holdout_fraction"], writer.name)
+    table = table.assign(**{GOLD: table["response"]},
+                         **_keys(lambda q: [{"role": "user", "content": q}], list(table["question"])))
+    splits = _split_holdout(table, PROMPT, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [([{"role": "user", "content": q}], r, {"domain": d})
