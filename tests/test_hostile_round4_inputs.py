@@ -184,3 +184,72 @@ def test_gsm8k_test_questions_copied_into_train_with_cosmetic_changes_are_remove
     removed = "train prompt also in test (removed from train)"
     assert manifest["filters"][removed] - clean["filters"].get(removed, 0) == len(twins)
     assert manifest["near_duplicates_merged"] == len(twins) and clean["near_duplicates_merged"] == 0
+
+
+# --- item 8: raw sources tracked by content ----------------------------------------------------------------------
+
+def test_sources_digest_follows_content_not_size_or_mtime(tmp_path):
+    import os
+
+    from pipeline_lib.core.data.real import sources_digest
+
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text('{"question": "What is 7 + 7?"}\n')
+    before, stat = sources_digest([str(raw)]), raw.stat()
+    raw.write_text('{"question": "What is 8 + 8?"}\n')  # same size
+    os.utime(raw, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old mtime
+    assert sources_digest([str(raw)]) != before
+    raw.write_text('{"question": "What is 7 + 7?"}\n')
+    assert sources_digest([str(raw)]) == before
+    assert sources_digest([str(tmp_path / "gone.jsonl")]) != before
+
+
+@pytest.mark.slow  # one Snakemake build and four dry runs (about 40 CPU s)
+def test_a_raw_source_replaced_with_same_size_or_older_content_plans_the_build(workflow_copy):
+    """The reported case: a raw file replaced by same-size content with its mtime restored, or by ``cp -p`` of an
+    older backup, planned nothing (only the audit noticed)."""
+    import os
+    import shutil
+    import subprocess
+
+    import yaml
+
+    from pipeline_lib.core.config import validate_config
+    from tests.conftest import FIXTURES, REPO, real_spec, snakemake
+
+    raw, backup = workflow_copy / "raw/deepmath.jsonl", workflow_copy / "backup/deepmath.jsonl"
+    raw.parent.mkdir(), backup.parent.mkdir()
+    original = (FIXTURES / "deepmath/train.jsonl").read_text()
+    edited = original.replace("Evaluate 7! / 5!.", "Evaluate 8! / 6!.")  # same size: one question, another gold
+    assert edited != original and len(edited) == len(original)
+    backup.write_text(edited)
+    os.utime(backup, (1_600_000_000, 1_600_000_000))  # an older backup
+    raw.write_text(original)
+    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()),
+                             REPO / "workflow/schemas/config.schema.yaml")
+    config["data"]["datasets"]["deepmath"] = real_spec("deepmath") | {"sources": {"main": {
+        "hub": "zwhe99/DeepMath-103K", "local": "raw/deepmath.jsonl"}}}
+    (workflow_copy / "raw.yaml").write_text(yaml.safe_dump(config))
+    target = "results/data/deepmath/rl_test.parquet"
+
+    def plan() -> subprocess.CompletedProcess:
+        result = snakemake(workflow_copy, target, "-n", "--configfile", "raw.yaml")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result
+
+    built = snakemake(workflow_copy, target, "--cores", "1", "--configfile", "raw.yaml")
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert "Nothing to be done" in plan().stdout
+    stat = raw.stat()
+    raw.write_text(edited)
+    os.utime(raw, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, mtime restored
+    assert raw.stat().st_size == stat.st_size and raw.stat().st_mtime_ns == stat.st_mtime_ns
+    replanned = plan()
+    assert "data_build" in replanned.stdout and "Nothing to be done" not in replanned.stdout, replanned.stdout[-2000:]
+    raw.write_text(original)  # the content it was built from: nothing to do again
+    os.utime(raw, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert "Nothing to be done" in plan().stdout
+    shutil.copy2(backup, raw)  # cp -p from an older backup
+    assert raw.stat().st_mtime < stat.st_mtime
+    replanned = plan()
+    assert "data_build" in replanned.stdout and "Nothing to be done" not in replanned.stdout, replanned.stdout[-2000:]

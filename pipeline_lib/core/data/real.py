@@ -9,7 +9,10 @@ SFT parquet and ``manifest.json`` through :class:`~pipeline_lib.core.data.schema
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -31,8 +34,9 @@ from pipeline_lib.core.data.schema import (
     sft_row,
 )
 from pipeline_lib.core.data.sources import _READERS, LINE, SourceSpec, load_split, where
+from pipeline_lib.core.io import sha256_file
 
-__all__ = ["BUILDERS", "build_dataset", "source_files"]
+__all__ = ["BUILDERS", "build_dataset", "source_files", "sources_digest"]
 
 COUNTDOWN_PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic operations "
@@ -102,14 +106,16 @@ def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) ->
 
 PROMPT, GOLD = "_prompt", "_gold"  # the prompt's key (schema.prompt_key) and the gold of each source row
 VERBATIM = "_verbatim"  # the model-visible prompt as written (schema.model_prompt), to count near-duplicates merged
+FORM = "_form"  # the prompt's one varying text in its normal form (schema.question_form): what the split hashes
 
 
 def _keys(render: Callable[[str], list[dict[str, str]]], texts: list[str]) -> dict[str, list[str]]:
     """The ``PROMPT`` (key) and ``VERBATIM`` columns of rows whose prompt is ``render(text)``: the key renders the
     text's normal form (:func:`question_form`, so a question's own trailing punctuation counts even when a template
     follows it) and normalises the whole prompt (:func:`prompt_key`)."""
-    return {PROMPT: [prompt_key(render(question_form(t))) for t in texts],
-            VERBATIM: [model_prompt(render(t)) for t in texts]}
+    forms = [question_form(t) for t in texts]
+    return {PROMPT: [prompt_key(render(f)) for f in forms], VERBATIM: [model_prompt(render(t)) for t in texts],
+            FORM: forms}
 
 CONFLICTING_GOLDS = "prompt with conflicting golds (every copy removed)"
 CONFLICTING_GOLDS_RULE = ("a prompt whose rows disagree on the gold (answer or reference) is removed from every split, "
@@ -301,7 +307,7 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         questions.append(_text(question, writer.name, at, "question"))
         golds.append(_gold(answer, writer.name, at, "final_answer"))
     frame = frame.assign(_question=questions, **{GOLD: golds}, **_keys(_math_prompt, questions))
-    splits = _split_holdout(frame, PROMPT, spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(frame, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         rl, sft = [], []
@@ -381,7 +387,7 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         transcripts.append(_text(transcript, writer.name, at, transcript_column))
         summaries.append(_text(summary, writer.name, at, summary_column))
     frame = frame.assign(_transcript=transcripts, **{GOLD: summaries}, **_keys(_meeting_prompt, transcripts))
-    splits = _split_holdout(frame, PROMPT, spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(frame, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [(_meeting_prompt(t), summary, {"transcript": t})
@@ -414,7 +420,7 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
     table = table.assign(**{GOLD: table["response"]},
                          **_keys(lambda q: [{"role": "user", "content": q}], list(table["question"])))
-    splits = _split_holdout(table, PROMPT, spec["holdout_fraction"], writer.name)
+    splits = _split_holdout(table, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [([{"role": "user", "content": q}], r, {"domain": d})
@@ -451,6 +457,31 @@ def source_files(spec: Mapping[str, Any]) -> list[str]:
         else:
             files.append(str(root))  # missing: Snakemake names it as a missing input, the build as a missing file
     return list(dict.fromkeys(files))
+
+
+def sources_digest(paths: list[str]) -> str:
+    """The digest of the content of every raw file a build reads (:func:`source_files`), a parameter of its rule: any
+    content change (same size, a restored mtime, ``cp -p`` from an older backup) changes it, so Snakemake plans the
+    build again. Only the files of jobs in the plan are read, each once per Snakemake process (:func:`_file_digest`).
+    A missing file digests as ``missing`` (Snakemake names it as a missing input)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{path}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return "missing"
+    # ctime and inode cannot be restored by hand (cp -p, touch -d set only mtime): safe as an in-process cache key
+    return _content_digest(path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+@functools.cache
+def _content_digest(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    return sha256_file(path)
 
 
 def build_dataset(name: str, spec: dict[str, Any], out_dir: Path, **kwargs: Any) -> DatasetWriter:
