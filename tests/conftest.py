@@ -293,7 +293,7 @@ def classify_spec(objective: str, rollouts: int, **changes):
 def final_parameters(run_dir):
     import torch
 
-    return torch.load(run_dir / "final.pt", weights_only=False)
+    return torch.load(run_dir / "final.pt", weights_only=True)
 
 
 # --- reference implementations (test oracles) -----------------------------------------------------------------------

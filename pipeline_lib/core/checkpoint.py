@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
 import shutil
 import time
@@ -76,13 +77,17 @@ def read_json_state(path: str | os.PathLike[str]) -> Any | None:
 
 
 def rng_state() -> dict[str, Any]:
-    """Global torch / numpy / python RNG states, so a resumed run draws what the uninterrupted one would."""
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Global torch / numpy / python RNG states, so a resumed run draws what the uninterrupted one would; only
+    tensors, lists and numbers, so a checkpoint loads with ``weights_only=True`` (no numpy object is pickled)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+            "python": random.getstate()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     random.setstate(state["python"])
 
 
@@ -110,9 +115,15 @@ def load_checkpoint(run_dir: str | os.PathLike[str], config_sha256: str) -> dict
 
 
 def load_torch_state(path: Path) -> dict[str, Any] | None:
-    """A ``torch.save``d state dict, or None (the file set aside) when it cannot be read: truncated or corrupt."""
+    """A ``torch.save``d state dict, or None (the file set aside) when it cannot be read: truncated, corrupt, or
+    holding anything but tensors, containers and numbers. Loaded with ``weights_only=True``: a planted pickle (a
+    checkpoint copied from elsewhere, a shared filesystem) is refused by torch's restricted unpickler, never run."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only refused a global: code or an object, not a state dict
+        set_aside(path, f"refused: the checkpoint holds objects that would run code when unpickled, not plain "
+                  f"tensors and numbers ({str(exc).splitlines()[0][:200]})")
+        return None
     except (RuntimeError, EOFError, OSError, ValueError, AttributeError, ImportError, IndexError, KeyError,
             TypeError, UnicodeDecodeError) as exc:  # what torch.load / unpickling raise on a damaged file
         set_aside(path, f"unreadable checkpoint ({type(exc).__name__}: {str(exc)[:200]})")

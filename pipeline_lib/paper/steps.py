@@ -315,8 +315,12 @@ def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         return {"spec": json.dumps(tiny_task_spec(config)), "seed": config["seed"], **out_dir,
                 "weights": lambda wildcards: json.dumps(weights.get(wildcards.task))}
     if family == "build":
+        from pipeline_lib.core.data.real import source_files, sources_digest  # pandas: only a plan with builds
+
         datasets = config["data"]["datasets"]
-        return {"spec": lambda wildcards: json.dumps(datasets[wildcards.dataset]), **out_dir}
+        # the raw files' content is a parameter: a same-size or mtime-restored replacement plans the build again
+        return {"spec": lambda wildcards: json.dumps(datasets[wildcards.dataset]), **out_dir,
+                "sources": lambda wildcards: sources_digest(source_files(datasets[wildcards.dataset]))}
     if family == "tokenizer":
         return {"vocab_size": config["data"]["tokenizer"]["vocab_size"], **out_dir}
     if family == "imagenet":

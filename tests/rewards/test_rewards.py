@@ -384,12 +384,33 @@ def test_a_float_gold_is_written_out_exactly(gold, right, wrong):
     assert score("math", wrong, gold)["score"] == 0.0
 
 
+@pytest.mark.parametrize(("gold", "right", "wrong"), [
+    ("1e-05", "\\boxed{0.00001}", "\\boxed{e-5}"),  # a CSV column's text: a number, never the expression e - 5
+    ("3.0E+2", "\\boxed{300}", "\\boxed{30}"),
+    ("-2.5e-3", "\\boxed{-0.0025}", "\\boxed{-0.025}"),
+    ("#### 1e-05", "\\boxed{0.00001}", "\\boxed{e-5}"),
+    (" 4E2 ", "\\boxed{400}", "\\boxed{40}"),
+])
+def test_a_text_gold_in_exponent_form_is_a_number(gold, right, wrong):
+    """Issue 45 item 6: golds are numbers when they read as numbers, text or not."""
+    from pipeline_lib.core.rewards.mathverify import gold_text
+
+    assert "e" not in gold_text(gold).lower()
+    assert score("math", right, gold)["score"] == 1.0
+    assert score("math", wrong, gold)["score"] == 0.0
+    assert score("math", "\\boxed{e-5}", "1e-05")["score"] == 0.0
+
+
+def test_a_text_gold_beyond_float_range_stays_unscorable():
+    assert score("math", "\\boxed{1e400}", "1e400")["unscorable"] == 1.0
+
+
 def test_gold_normalisation_leaves_integer_and_text_golds_byte_identical():
     import numpy as np
 
     from pipeline_lib.core.rewards.mathverify import gold_text
 
-    for gold in (12, -7, 0, 10**300, np.int64(42), "#### 1,234", "12.0", "1e-05", "\\frac{1}{2}", " 5 "):
+    for gold in (12, -7, 0, 10**300, np.int64(42), "#### 1,234", "12.0", "\\frac{1}{2}", " 5 ", "e-5", "1e400"):
         expected = str(gold).rsplit("####", 1)[-1].replace(",", "").strip() if isinstance(gold, str) else str(gold)
         assert gold_text(gold) == expected
     assert [gold_text(g) for g in (1e-05, 12.0, -0.0, 1e20, np.float32(1e-05), np.float64(-2.5))] == [

@@ -9,7 +9,10 @@ SFT parquet and ``manifest.json`` through :class:`~pipeline_lib.core.data.schema
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,12 +28,15 @@ from pipeline_lib.core.data.schema import (
     DatasetWriter,
     holdout_mask,
     model_prompt,
+    prompt_key,
+    question_form,
     rl_row,
     sft_row,
 )
 from pipeline_lib.core.data.sources import _READERS, LINE, SourceSpec, load_split, where
+from pipeline_lib.core.io import sha256_file
 
-__all__ = ["BUILDERS", "build_dataset", "source_files"]
+__all__ = ["BUILDERS", "build_dataset", "source_files", "sources_digest"]
 
 COUNTDOWN_PROMPT = (
     "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic operations "
@@ -91,13 +97,26 @@ def _gsm8k_gold(answer: str) -> str | None:
 
 
 def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) -> dict[str, pd.DataFrame]:
-    """Train/test by a hash of ``key``, a column equal between two rows exactly when their model-visible prompts are
-    (the prompt's one varying text, stripped as the prompt has it), so every copy of a prompt lands in one split."""
+    """Train/test by a hash of ``key``, a column equal between two rows exactly when their prompts are the same
+    question (:func:`_keys`, the normal form), so every copy of a prompt, near-duplicates included, lands in one
+    split."""
     mask = holdout_mask(frame[key].astype(str), fraction, salt)
     return {"train": frame[[not m for m in mask]], "test": frame[mask]}
 
 
-PROMPT, GOLD = "_prompt", "_gold"  # the model-visible prompt (schema.model_prompt) and the gold of each source row
+PROMPT, GOLD = "_prompt", "_gold"  # the prompt's key (schema.prompt_key) and the gold of each source row
+VERBATIM = "_verbatim"  # the model-visible prompt as written (schema.model_prompt), to count near-duplicates merged
+FORM = "_form"  # the prompt's one varying text in its normal form (schema.question_form): what the split hashes
+
+
+def _keys(render: Callable[[str], list[dict[str, str]]], texts: list[str]) -> dict[str, list[str]]:
+    """The ``PROMPT`` (key) and ``VERBATIM`` columns of rows whose prompt is ``render(text)``: the key renders the
+    text's normal form (:func:`question_form`, so a question's own trailing punctuation counts even when a template
+    follows it) and normalises the whole prompt (:func:`prompt_key`)."""
+    forms = [question_form(t) for t in texts]
+    return {PROMPT: [prompt_key(render(f)) for f in forms], VERBATIM: [model_prompt(render(t)) for t in texts],
+            FORM: forms}
+
 CONFLICTING_GOLDS = "prompt with conflicting golds (every copy removed)"
 CONFLICTING_GOLDS_RULE = ("a prompt whose rows disagree on the gold (answer or reference) is removed from every split, "
                           f"counted under filters[{CONFLICTING_GOLDS!r}]")
@@ -111,7 +130,12 @@ def _hold_out(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str =
       one of its golds can be trusted over the others;
     * a prompt repeated within the test split is kept once (evaluation counts each prompt once);
     * a training row whose prompt is in the test split is removed, then repeats within train are kept once.
+
+    Prompts that differ verbatim but share a key (near-duplicates) are counted: ``near_duplicates_merged``.
     """
+    every = pd.concat(list(splits.values()))
+    if VERBATIM in every.columns:
+        writer.count_near_duplicates(every[VERBATIM], every[key])
     if gold is not None:
         every = pd.concat(list(splits.values()))
         golds = every.groupby(key)[gold].nunique()
@@ -164,8 +188,7 @@ def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             questions.append(_text(question, writer.name, at, "question"))
             answers.append(_text(answer, writer.name, at, "answer"))
             golds.append(_gsm8k_gold(answers[-1]))
-        frame = frame.assign(question=questions, answer=answers, **{GOLD: golds},
-                             **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
+        frame = frame.assign(question=questions, answer=answers, **{GOLD: golds}, **_keys(_math_prompt, questions))
         unparseable = frame[GOLD].isna()
         writer.count_filter("unparseable gold answer (no finite decimal number after ####)", int(unparseable.sum()))
         splits[split] = frame[~unparseable]
@@ -283,9 +306,8 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         at = where(fact, line)
         questions.append(_text(question, writer.name, at, "question"))
         golds.append(_gold(answer, writer.name, at, "final_answer"))
-    frame = frame.assign(_question=questions, **{GOLD: golds},
-                         **{PROMPT: [model_prompt(_math_prompt(q)) for q in questions]})
-    splits = _split_holdout(frame, "_question", spec["holdout_fraction"], writer.name)
+    frame = frame.assign(_question=questions, **{GOLD: golds}, **_keys(_math_prompt, questions))
+    splits = _split_holdout(frame, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         rl, sft = [], []
@@ -333,8 +355,10 @@ def build_poetry(writer: DatasetWriter, spec: dict[str, Any], instructions: dict
     poems = [_text(p, writer.name, where(fact, line), column)
              for p, line in zip(frame[column], frame[LINE], strict=True)]
     instructions_of = [instructions.get(poem) for poem in poems]
+    keys = _keys(_poetry_prompt, [i or "" for i in instructions_of])
     frame = frame.assign(_poem=poems, _instruction=instructions_of, **{GOLD: poems},
-                         **{PROMPT: [model_prompt(_poetry_prompt(i)) if i else None for i in instructions_of]})
+                         **{column: [k if i else None for k, i in zip(values, instructions_of, strict=True)]
+                            for column, values in keys.items()})
     failed = frame["_instruction"].isna() | (frame["_instruction"] == "")
     writer.count_filter("instruction synthesis failed (rerun to retry; finished items are cached)", int(failed.sum()))
     if failed.sum() == 0:  # counted only when it happened (a rerun that fixed every item says nothing)
@@ -362,9 +386,8 @@ def build_meetingbank(writer: DatasetWriter, spec: dict[str, Any]) -> None:
         at = where(fact, line)
         transcripts.append(_text(transcript, writer.name, at, transcript_column))
         summaries.append(_text(summary, writer.name, at, summary_column))
-    frame = frame.assign(_transcript=transcripts, **{GOLD: summaries},
-                         **{PROMPT: [model_prompt(_meeting_prompt(t)) for t in transcripts]})
-    splits = _split_holdout(frame, "_transcript", spec["holdout_fraction"], writer.name)
+    frame = frame.assign(_transcript=transcripts, **{GOLD: summaries}, **_keys(_meeting_prompt, transcripts))
+    splits = _split_holdout(frame, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [(_meeting_prompt(t), summary, {"transcript": t})
@@ -395,9 +418,9 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
                       _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
-    table = table.assign(**{GOLD: table["response"], PROMPT: [model_prompt([{"role": "user", "content": q}])
-                                                              for q in table["question"]]})
-    splits = _split_holdout(table, "question", spec["holdout_fraction"], writer.name)
+    table = table.assign(**{GOLD: table["response"]},
+                         **_keys(lambda q: [{"role": "user", "content": q}], list(table["question"])))
+    splits = _split_holdout(table, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
         items = [([{"role": "user", "content": q}], r, {"domain": d})
@@ -434,6 +457,31 @@ def source_files(spec: Mapping[str, Any]) -> list[str]:
         else:
             files.append(str(root))  # missing: Snakemake names it as a missing input, the build as a missing file
     return list(dict.fromkeys(files))
+
+
+def sources_digest(paths: list[str]) -> str:
+    """The digest of the content of every raw file a build reads (:func:`source_files`), a parameter of its rule: any
+    content change (same size, a restored mtime, ``cp -p`` from an older backup) changes it, so Snakemake plans the
+    build again. Only the files of jobs in the plan are read, each once per Snakemake process (:func:`_file_digest`).
+    A missing file digests as ``missing`` (Snakemake names it as a missing input)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(f"{path}\0{_file_digest(path)}\0".encode())
+    return digest.hexdigest()
+
+
+def _file_digest(path: str) -> str:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return "missing"
+    # ctime and inode cannot be restored by hand (cp -p, touch -d set only mtime): safe as an in-process cache key
+    return _content_digest(path, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+@functools.cache
+def _content_digest(path: str, inode: int, size: int, mtime_ns: int, ctime_ns: int) -> str:
+    return sha256_file(path)
 
 
 def build_dataset(name: str, spec: dict[str, Any], out_dir: Path, **kwargs: Any) -> DatasetWriter:

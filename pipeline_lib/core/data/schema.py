@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,8 @@ __all__ = [
     "holdout_mask",
     "model_prompt",
     "prompt_hash",
+    "prompt_key",
+    "question_form",
     "rl_row",
     "sft_row",
 ]
@@ -58,8 +62,31 @@ def sft_row(messages: Sequence[Mapping[str, str]], extra_info: Mapping[str, Any]
 def model_prompt(messages: Iterable[Mapping[str, Any]]) -> str:
     """The prompt exactly as the model sees it: every message's role and content, verbatim (whitespace included), as
     canonical JSON. Two rows share a model-visible prompt exactly when these strings are equal, whatever chat template
-    renders them; the split, the de-duplication and the overlap count all compare these."""
+    renders them. The split, the de-duplication and the overlap check compare :func:`prompt_key` (its normal form)."""
     return json.dumps([[str(m["role"]), str(m["content"])] for m in messages], ensure_ascii=False)
+
+
+_SPACE_BEFORE_PUNCTUATION = re.compile(r" +(?=[.,;:!?])")
+_TRAILING_PUNCTUATION = re.compile(r"[\s.,;:!?]+$")
+
+
+def question_form(text: str) -> str:
+    """The one normal form of "the same question" (issue 45): Unicode NFKC (full-width digits and letters become
+    ASCII), format characters (category Cf: zero-width space, BOM, soft hyphen) removed, every run of whitespace (NBSP,
+    CRLF, tabs) one space, casefolded, no space before ``. , ; : ! ?`` and no trailing punctuation. Two texts a reader
+    would call the same question have equal forms; it is a key, never shown to the model."""
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    text = " ".join(text.split()).casefold()
+    text = _SPACE_BEFORE_PUNCTUATION.sub("", text)
+    return _TRAILING_PUNCTUATION.sub("", text)
+
+
+def prompt_key(messages: Iterable[Mapping[str, Any]]) -> str:
+    """:func:`model_prompt` with every message's content in :func:`question_form`: equal for two prompts that differ
+    only by invisible or cosmetic characters. The de-duplication, the train/test split and the overlap check all
+    compare these, so near-duplicates merge and never cross the split."""
+    return json.dumps([[str(m["role"]), question_form(str(m["content"]))] for m in messages], ensure_ascii=False)
 
 
 #: Splits the model is evaluated on: no prompt of theirs may occur in an output it trains on.
@@ -88,7 +115,13 @@ class DatasetWriter:
     filters: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, Path] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
-    prompts: dict[str, set[str]] = field(default_factory=dict)  # output -> its model-visible prompts
+    prompts: dict[str, set[str]] = field(default_factory=dict)  # output -> its prompt keys (prompt_key)
+    near_duplicates: int = 0  # verbatim-distinct prompts merged with another only by the normal form
+
+    def count_near_duplicates(self, verbatim: Iterable[str], keys: Iterable[str]) -> None:
+        """Count the prompts the normal form merged: distinct verbatim prompts minus distinct keys, over one pool of
+        rows (every split of a source before its filters), reported as ``near_duplicates_merged``."""
+        self.near_duplicates += len(set(verbatim)) - len(set(keys))
 
     def count_filter(self, reason: str, removed: int) -> None:
         self.filters[reason] = self.filters.get(reason, 0) + int(removed)
@@ -103,12 +136,13 @@ class DatasetWriter:
             pd.DataFrame(rows).to_parquet(tmp, index=False)
         self.outputs[f"{kind}_{split}"] = path
         self.counts[f"{kind}_{split}"] = len(rows)
-        self.prompts[f"{kind}_{split}"] = {model_prompt(r["prompt"] if "prompt" in r else r["messages"][:-1])
+        self.prompts[f"{kind}_{split}"] = {prompt_key(r["prompt"] if "prompt" in r else r["messages"][:-1])
                                            for r in rows}
         return path
 
     def shared_prompts(self) -> set[str]:
-        """Model-visible prompts of a held-out output (``rl_test``, ``rl_val``) that an output trained on also has."""
+        """Prompt keys (:func:`prompt_key`) of a held-out output (``rl_test``, ``rl_val``) that an output trained on
+        also has."""
         held = set().union(*(p for key, p in self.prompts.items() if key.rsplit("_", 1)[1] in HELD_OUT_SPLITS))
         trained = set().union(*(p for key, p in self.prompts.items() if key.rsplit("_", 1)[1] not in HELD_OUT_SPLITS))
         return held & trained
@@ -116,11 +150,11 @@ class DatasetWriter:
     def finish(self, extra: Mapping[str, Any] | None = None) -> Path:
         shared = self.shared_prompts()
         if shared:  # the builders remove these; a builder that does not is a bug, never a silently leaking test set
-            raise DataError(self.name, str(self.out_dir), f"{len(shared)} model-visible prompt(s) occur in a held-out "
+            raise DataError(self.name, str(self.out_dir), f"{len(shared)} prompt(s) (normal form) occur in a held-out "
                             f"split and in a training output, e.g. {min(shared)!r:.300}")
         manifest = {
             "dataset": self.name, "source": self.source, "licence": self.licence, "split_policy": self.split_policy,
-            "row_counts": self.counts, "filters": self.filters,
+            "row_counts": self.counts, "filters": self.filters, "near_duplicates_merged": self.near_duplicates,
             "outputs": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in self.outputs.items()},
             **dict(extra or {}),
         }

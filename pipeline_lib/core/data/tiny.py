@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline_lib.core.data.schema import rl_row, sft_row
+from pipeline_lib.core.data.schema import question_form, rl_row, sft_row
 
 #: The tiny tasks' instructions are shorter than the real datasets' (GSM8K's ``MATH_SUFFIX``, the TinyZero Countdown
 #: prompt): the model learns the answer format from the demonstrations, and a constant instruction is tokens every
@@ -229,17 +229,19 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
     """
     generator, data_source, ability = TASKS[task]
     rng = random.Random(f"{task}:{seed}")
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # normal form -> the prompt kept
     out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_val": [], "rl_test": [], "sft_train": []}
-    duplicates = 0
+    duplicates = near_duplicates = 0
     asked = spec["n_test"] + spec.get("n_val", 0) + spec["n_train"]
     for split, size in (("test", spec["n_test"]), ("val", spec.get("n_val", 0)), ("train", spec["n_train"])):
         index = misses = 0
         while len(out[f"rl_{split}"]) < size:
             example = generator(rng, spec, index)
             index += 1
-            if example.prompt in seen:
+            key = question_form(example.prompt)  # the normal form the split and the overlap check compare
+            if key in seen:
                 duplicates += 1
+                near_duplicates += seen[key] != example.prompt
                 misses += 1
                 if misses >= _EXHAUSTED_AFTER:
                     raise ValueError(
@@ -249,7 +251,7 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
                         "widen the task")
                 continue
             misses = 0
-            seen.add(example.prompt)
+            seen[key] = example.prompt
             extra = {"index": len(out[f"rl_{split}"]), "split": split, "reference": example.reference,
                      "imperfect_demonstration": example.imperfect,
                      "blind_spot": in_blind_spot(task, example.fields), **example.fields}
@@ -260,4 +262,5 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
                 out["sft_train"].append(sft_row([*messages, {"role": "assistant", "content": example.demonstration}],
                                                 extra))
     out["_duplicates"] = duplicates  # type: ignore[assignment]
+    out["_near_duplicates"] = near_duplicates  # type: ignore[assignment]
     return out

@@ -68,20 +68,40 @@ def number_text(value: numbers.Real) -> str:
         return text
     if not number.is_finite():
         return text
+    return _plain_decimal(number)
+
+
+def _plain_decimal(number: Decimal) -> str:
+    """A finite decimal written out without an exponent (``1E-5`` -> ``0.00001``, ``3.0E+2`` -> ``300``)."""
     if number == number.to_integral_value():
         return str(int(number))
     return format(number, "f")
 
 
+#: A number written in exponent form (``1e-05``, ``3.0E+2``, ``-2.5e-3``): a gold that reads as a number whether it
+#: came as a float or as text (a CSV column, a JSON string), never the expression ``e - 5``.
+_EXPONENT_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][+-]?[0-9]+")
+
+
+def numeric_text(text: str) -> str:
+    """``text`` written out exactly when it is a number in exponent form with a finite float value, else unchanged:
+    the one rule for golds that read as numbers, text or not (:func:`number_text` is its float side). ``1e400`` stays
+    as written, so :func:`is_non_finite_gold` still calls it unscorable."""
+    stripped = text.strip()
+    if not _EXPONENT_NUMBER.fullmatch(stripped) or not math.isfinite(float(stripped)):
+        return text
+    return _plain_decimal(Decimal(stripped))
+
+
 def gold_answer(ground_truth: str | numbers.Real) -> str:
-    """GSM8K gold is the text after the last ``####`` with thousands commas removed; a number is written out
-    exactly (:func:`number_text`); other text passes through."""
+    """GSM8K gold is the text after the last ``####`` with thousands commas removed; a number, or text that is a number
+    in exponent form, is written out exactly (:func:`number_text`, :func:`numeric_text`); other text passes through."""
     if isinstance(ground_truth, numbers.Real) and not isinstance(ground_truth, bool):
         return number_text(ground_truth)
     text = str(ground_truth)
     if "####" in text:
         text = text.rsplit("####", 1)[1].replace(",", "")
-    return text.strip()
+    return numeric_text(text.strip())
 
 
 def prediction_text(solution: str) -> str:

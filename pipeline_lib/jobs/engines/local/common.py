@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from pipeline_lib.core.checkpoint import ConfigMismatchError, load_torch_state
+from pipeline_lib.core.checkpoint import ConfigMismatchError, load_torch_state, set_aside
 from pipeline_lib.core.model import encode_prompts
 
 __all__ = ["DivergedError", "LazyPromptIds", "TrainingCheckpoint", "check_finite_weights", "clip_finite_gradients",
@@ -73,6 +73,23 @@ class LazyPromptIds(Sequence[list[int]]):
         return self._ids[row]
 
 
+def _unreadable_weights(directory: Path) -> str | None:
+    """Why the model weights in ``directory`` cannot be loaded (none in safetensors form, or one whose header does not
+    cover the file: a truncated copy), or None. Only the headers are read, so the check is cheap."""
+    from safetensors import SafetensorError, safe_open
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return "no model weights in safetensors form (model.safetensors missing)"
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as handle:
+                handle.keys()
+        except (SafetensorError, OSError) as exc:
+            return f"{file.name} is damaged ({exc})"
+    return None
+
+
 class TrainingCheckpoint:
     """``run_dir/checkpoint/``: an HF model directory plus ``trainer_state.pt``, replaced as one unit."""
 
@@ -97,11 +114,18 @@ class TrainingCheckpoint:
             shutil.rmtree(old)
 
     def load(self) -> dict[str, Any] | None:
+        """The trainer state to resume from, or None (start clean). A damaged checkpoint (trainer state unreadable
+        or holding code, model weights truncated or missing) is set aside whole, so no rerun fails on it again."""
         path = self.dir / "trainer_state.pt"
         if not path.is_file():
             return None
+        problem = _unreadable_weights(self.dir)
+        if problem is not None:
+            set_aside(self.dir, problem)
+            return None
         state = load_torch_state(path)  # an unreadable one is set aside: the run starts over
         if state is None:
+            set_aside(self.dir, "its trainer_state.pt was set aside, so its model is not resumed either")
             return None
         if state.get("config_sha256") != self.config_sha256:
             raise ConfigMismatchError(f"{self.dir} belongs to config {state.get('config_sha256')}, this run has "
