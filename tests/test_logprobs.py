@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from pipeline_lib.core.rl.logprobs import chunk_rows, chunked_logprobs
+from pipeline_lib.core.rl.logprobs import CPU_CHUNK_BYTES, chunk_rows, chunked_logprobs
 
 VOCAB = 151_936
 
@@ -42,6 +42,13 @@ def test_equals_the_reference_at_the_papers_vocabulary(dtype):
     logits, labels = sample(37, VOCAB, dtype, seed=1)
     out = chunked_logprobs(logits, labels, max_chunk_bytes=5 * VOCAB * 4 + 3)  # blocks of 5: 37 = 7 x 5 + 2
     torch.testing.assert_close(out.double(), reference(logits, labels), rtol=1e-6, atol=1e-6)
+
+
+def test_default_blocks_by_device():
+    logits, labels = sample(20, 1000, torch.float32)
+    out = chunked_logprobs(logits, labels)
+    torch.testing.assert_close(out.double(), reference(logits, labels), rtol=1e-6, atol=1e-6)
+    assert chunk_rows(VOCAB, torch.float32, CPU_CHUNK_BYTES) == 6
 
 
 def test_block_memory_is_bounded():
