@@ -20,12 +20,18 @@ from pipeline_lib.core.rl.logprobs import chunked_logprobs
 from pipeline_lib.jobs.engines.verl.logprobs import verl_fallback
 
 
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+def median_seconds(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     fn()  # warm-up
     times = []
     for _ in range(repeats):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -37,27 +43,29 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine with verl installed")
     args = parser.parse_args()
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
 
     gen = torch.Generator().manual_seed(0)
-    logits = (torch.randn(args.rows, args.vocab, generator=gen) * 4).to(dtype)
-    labels = torch.randint(0, args.vocab, (args.rows,), generator=gen)
-    upstream = torch.randn(args.rows, generator=gen)
+    logits = (torch.randn(args.rows, args.vocab, generator=gen) * 4).to(dtype).to(device)
+    labels = torch.randint(0, args.vocab, (args.rows,), generator=gen).to(device)
+    upstream = torch.randn(args.rows, generator=gen).to(device)
     verl_loop = verl_fallback()
 
     def train_pass(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
         x = logits.detach().requires_grad_(True)
         (fn(x, labels).float() * upstream).sum().backward()
 
-    loop_fwd = median_seconds(lambda: verl_loop(logits, labels), args.repeats)
-    ours_fwd = median_seconds(lambda: chunked_logprobs(logits, labels), args.repeats)
-    loop_train = median_seconds(lambda: train_pass(verl_loop), args.repeats)
-    ours_train = median_seconds(lambda: train_pass(chunked_logprobs), args.repeats)
+    loop_fwd = median_seconds(lambda: verl_loop(logits, labels), args.repeats, device)
+    ours_fwd = median_seconds(lambda: chunked_logprobs(logits, labels), args.repeats, device)
+    loop_train = median_seconds(lambda: train_pass(verl_loop), args.repeats, device)
+    ours_train = median_seconds(lambda: train_pass(chunked_logprobs), args.repeats, device)
     diff = (chunked_logprobs(logits, labels) - verl_loop(logits, labels).float()).abs().max().item()
 
-    print(f"logits: {args.rows} rows x vocab {args.vocab}, {args.dtype}, torch threads = {args.threads}, "
+    print(f"logits: {args.rows} rows x vocab {args.vocab}, {args.dtype}, {device}, torch threads = {args.threads}, "
           f"median of {args.repeats}")
     print(f"forward  verl loop (logprobs_from_logits_v2) {loop_fwd * 1e3:10.1f} ms")
     print(f"forward  chunked (ours)                      {ours_fwd * 1e3:10.1f} ms")
