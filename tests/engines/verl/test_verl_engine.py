@@ -76,7 +76,8 @@ def test_softmax_estimator_reads_tau_from_the_algorithm_config_it_receives():
 
 def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallback():
     """Fresh Ray worker processes: `import verl` alone must register ours (the verl.plugins entry point); with
-    entry points switched off, VERL_USE_EXTERNAL_MODULES (what the translator puts in the Ray runtime env) must."""
+    entry points switched off, VERL_USE_EXTERNAL_MODULES (what the translator puts in the Ray runtime env) must.
+    The same plugin replaces verl's per-row log-prob fallback there (:mod:`pipeline_lib.jobs.engines.verl.logprobs`)."""
     import ray
 
     def probe() -> dict:
@@ -87,6 +88,7 @@ def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallbac
         plugins = [ep.value for ep in entry_points(group="verl.plugins")]
         import torch as worker_torch
         from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+        from verl.utils import torch_functional
 
         rewards = worker_torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
         advantages, _ = get_adv_estimator_fn("softmax")(
@@ -94,7 +96,8 @@ def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallbac
             index=["a", "a", "b", "b"], config={"tau": 0.5})
         return {"imported_before_verl": before, "plugins": plugins, "advantages": advantages[:, 0].tolist(),
                 "maxrl": callable(get_adv_estimator_fn("maxrl")),
-                "reinforce": callable(get_adv_estimator_fn("reinforce"))}
+                "reinforce": callable(get_adv_estimator_fn("reinforce")),
+                "logprobs": torch_functional.logprobs_from_logits_v2.__module__}
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
@@ -116,6 +119,7 @@ def test_estimators_resolve_inside_ray_workers_by_entry_point_and_by_env_fallbac
     for name, result in results.items():
         assert result["imported_before_verl"] is False, name
         assert result["maxrl"] and result["reinforce"], name
+        assert result["logprobs"] == "pipeline_lib.jobs.engines.verl.logprobs", name  # verl's per-row loop replaced
         torch.testing.assert_close(torch.tensor(result["advantages"]), expected, msg=name)
 
 

@@ -28,6 +28,7 @@ from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
 from pipeline_lib.core.rl.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
 from pipeline_lib.core.rl.estimators import estimator  # noqa: E402
+from pipeline_lib.jobs.engines.verl.logprobs import install as install_logprobs  # noqa: E402
 from pipeline_lib.jobs.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
 from pipeline_lib.plan.registry import verl_estimators  # noqa: E402
 
@@ -79,12 +80,14 @@ def _make(name: str, method: str, keys: tuple[str, ...]) -> Callable[..., tuple[
 def register() -> None:
     """Register every estimator once (idempotent: a second import must not trip verl's duplicate check); one the
     method registry gained since (a test's toy estimator) is registered by a second call. Also arms the trainer's
-    live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) in this process."""
+    live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) and replaces verl's per-row log-prob fallback
+    (:mod:`.logprobs`) in this process."""
     ESTIMATORS.update(verl_estimators())
     for name, (method, keys) in ESTIMATORS.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))
     install_on_import()
+    install_logprobs()
 
 
 register()
