@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
 __all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "Architecture", "Estimate", "disk_needs", "estimate_run",
-           "estimates", "memory_check", "site_settings", "token_cap"]
+           "estimates", "fit_run", "memory_check", "site_settings", "token_cap", "token_overrides"]
 
 GB = 1e9
 
@@ -226,3 +226,32 @@ def disk_needs(config: Mapping[str, Any], plan: Any) -> dict[str, float]:
     once: an upper bound)."""
     found = estimates(config, plan).values()
     return {"results": sum(e.results_gb for e in found), "scratch": sum(e.scratch_gb for e in found)}
+
+
+def token_overrides(cap: int) -> tuple[str, ...]:
+    """verl 0.9.1's keys that bound a micro-batch by tokens per GPU (actor update, old-log-prob and reference passes;
+    ``ppo_trainer.yaml``), where App. B's micro-batch would not fit."""
+    return ("actor_rollout_ref.actor.use_dynamic_bsz=true",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={cap}",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={cap}",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={cap}")
+
+
+def fit_run(run: Any, site: Mapping[str, Any]) -> Any:
+    """``run`` with the limits that fit the site: its checkpoint interval from :func:`estimate_run` and, where App.
+    B's micro-batch would not fit the GPU, verl's token bound (before the config's own extra overrides). A run the
+    plan cannot size comes back unchanged."""
+    estimate = estimate_run(run, site)
+    if estimate is None or estimate.checkpoint_every is None:
+        return run
+    spec = run.spec
+    if spec.rl is not None:
+        spec = replace(spec, rl=replace(spec.rl, checkpoint_every=estimate.checkpoint_every))
+        if estimate.tokens_per_gpu is not None:
+            spec = replace(spec, extra_overrides=(*token_overrides(estimate.tokens_per_gpu), *spec.extra_overrides))
+    else:
+        spec = replace(spec, sft=replace(spec.sft, checkpoint_every=estimate.checkpoint_every))
+    old, new = run.spec.to_json(), spec.to_json()
+    return replace(run, spec=spec, args=tuple(new if arg == old else arg for arg in run.args))
