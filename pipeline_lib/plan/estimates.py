@@ -35,8 +35,9 @@ from typing import Any
 
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
-__all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "Architecture", "Estimate", "disk_needs", "estimate_run",
-           "estimates", "fit_run", "memory_check", "site_settings", "token_cap", "token_overrides"]
+__all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "Architecture", "Estimate", "disk_needs",
+           "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "site_settings", "token_cap",
+           "token_overrides"]
 
 GB = 1e9
 
@@ -255,3 +256,17 @@ def fit_run(run: Any, site: Mapping[str, Any]) -> Any:
         spec = replace(spec, sft=replace(spec.sft, checkpoint_every=estimate.checkpoint_every))
     old, new = run.spec.to_json(), spec.to_json()
     return replace(run, spec=spec, args=tuple(new if arg == old else arg for arg in run.args))
+
+
+#: The rules whose jobs ask Slurm for the partition's MaxTime (site.max_runtime_min) and resubmit to resume.
+SITE_TIMED = ("train_verl", "train_trl", "train_imagenet")
+
+
+def rule_retries(config: Mapping[str, Any], plan: Any) -> dict[str, int]:
+    """Per rule of :data:`SITE_TIMED` with sized runs: the resubmissions its longest run needs (Snakemake's rule
+    ``retries`` directive: one count per rule, not per job; each attempt asks the same MaxTime and resumes)."""
+    out: dict[str, int] = {}
+    for (job, _), estimate in estimates(config, plan).items():
+        if job in SITE_TIMED and estimate.gpu_hours is not None:
+            out[job] = max(out.get(job, 0), estimate.attempts - 1)
+    return out
