@@ -197,7 +197,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     tiny_plan = plan_runs(tiny)
     imagenet = [i for i, run in enumerate(tiny_plan.runs) if run.job == "train_imagenet"]
     assert imagenet and tiny["imagenet"]["one_job_per_seed"]
-    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 48  # alone, its own rule asks one GPU for site.max_runtime_min
+    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 48  # alone: one GPU x site.max_runtime_min
     assert sum(plan_gpu_hours(tiny, tiny_plan, profile)) == 0  # but it runs in train_imagenet_group, a CPU job
 
 
