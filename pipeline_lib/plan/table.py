@@ -25,6 +25,7 @@ from typing import Any
 
 from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config
 from pipeline_lib.core.run_spec import PlanError
+from pipeline_lib.plan.estimates import SITE_DEFAULTS, SITE_TIMED, Estimate, disk_needs, estimates, site_settings
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
 
@@ -36,7 +37,9 @@ REPO = Path(__file__).resolve().parents[2]
 #: The Slurm profile whose time limits and GPU counts price the paper plan.
 SLURM_PROFILE = Path("profiles") / "slurm" / "config.yaml"
 COLUMNS = ("task", "run", "method", "seed", "engine", "job", "study", "advantage", "params", "M", "steps", "lr",
-           "resources", "gpu_h")
+           "resources", "est_gpu_h", "attempts", "ckpt_every", "mem_gb", "disk_gb", "gpu_h")
+#: The estimate columns (pipeline_lib/plan/estimates.py): GPU-hours of the work, Slurm attempts under the site's
+#: MaxTime, the checkpoint interval in steps, peak GB per GPU, GB on disk (scratch + results); gpu_h is the request.
 #: A profile value Snakemake evaluates per attempt: ``60``, ``"60"`` or ``"60 * attempt"``.
 _PER_ATTEMPT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:\*\s*attempt)?\s*$")
 
@@ -91,7 +94,8 @@ def job_of_run(config: Mapping[str, Any], plan: Plan) -> dict[tuple[str, str], t
     return out
 
 
-def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared_by: int = 1) -> float:
+def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared_by: int = 1,
+              site: Mapping[str, Any] | None = None) -> float:
     """GPUs x time limit (hours) that ``run``'s Slurm job requests on its first attempt (0 for a CPU job); ``rule``
     is the job's rule when a group runs it (then split among the ``shared_by`` runs of the job)."""
     rule = rule or run.job
@@ -107,6 +111,9 @@ def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared
         gpus = int(_first_attempt(resources.get("gpu", 0), f"{where}.gpu"))
     if gpus == 0:
         return 0.0
+    own = (profile.get("set-resources") or {}).get(rule) or {}
+    if "runtime" not in own and rule in SITE_TIMED:  # the rule asks for the partition's MaxTime (over the defaults)
+        resources["runtime"] = (site or SITE_DEFAULTS)["max_runtime_min"]
     if "runtime" not in resources:
         raise ValueError(f"{where}: a GPU job with no runtime (time limit) here or in default-resources")
     return gpus * _first_attempt(resources["runtime"], f"{where}.runtime") / 60 / shared_by
@@ -119,17 +126,32 @@ def _hours(value: float) -> str:
 def plan_gpu_hours(config: Mapping[str, Any], plan: Plan, profile: dict[str, Any]) -> list[float]:
     """:func:`gpu_hours` of every run of ``plan``, in its order."""
     jobs = slurm_jobs(config, plan)
-    return [gpu_hours(run, profile, *jobs[run.job, run.key]) for run in plan.runs]
+    site = site_settings(config)
+    return [gpu_hours(run, profile, *jobs[run.job, run.key], site=site) for run in plan.runs]
+
+
+def _estimate_cells(estimate: Estimate | None) -> dict[str, str]:
+    """The estimate columns of one run ("-" where the plan cannot size it)."""
+    if estimate is None:
+        return {"est_gpu_h": "-", "attempts": "-", "ckpt_every": "-", "mem_gb": "-", "disk_gb": "-"}
+    def fmt(value: float | None, digits: str) -> str:
+        return "-" if value is None else format(value, digits)
+    return {"est_gpu_h": "-" if estimate.gpu_hours is None else _hours(round(estimate.gpu_hours, 1)),
+            "attempts": str(estimate.attempts), "ckpt_every": fmt(estimate.checkpoint_every, "d"),
+            "mem_gb": fmt(estimate.memory_gb, ".1f"), "disk_gb": fmt(estimate.scratch_gb + estimate.results_gb, ".0f")}
 
 
 def render(plan: Plan, hours: Sequence[float], profile_path: str,
-           jobs: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> str:
+           jobs: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+           found: Mapping[tuple[str, str], Estimate] | None = None,
+           disk: Mapping[str, float] | None = None) -> str:
     """The run table as aligned text, then the training jobs per rule and the GPU-hours requested (total, per seed).
     ``jobs`` (:func:`job_of_run`) names the rule whose job trains each run (a group's rule for its members) and
     which runs share a job; without it every run is its own job of its own rule."""
     jobs = jobs or {(run.job, run.key): (run.job, run.key) for run in plan.runs}
     rows = [{column: row.get(column, "") for column in COLUMNS} | {"gpu_h": _hours(h),
                                                                    "job": jobs[run.job, run.key][0]}
+            | _estimate_cells((found or {}).get((run.job, run.key)))
             for row, h, run in zip(plan.table(), hours, plan.runs, strict=True)]
     cells = [[str(row[c]) if row[c] is not None else "" for c in COLUMNS] for row in rows]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(COLUMNS)]
@@ -152,6 +174,12 @@ def render(plan: Plan, hours: Sequence[float], profile_path: str,
               f"only, evaluation and judging not counted): {_hours(sum(hours))} in total; per seed: "
               + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))
               + "; per study: " + ", ".join(f"{study} {_hours(h)}" for study, h in per_study.items())]
+    if found:
+        work = sum(e.gpu_hours or 0.0 for e in found.values())
+        lines += [f"GPU-hours estimated from the runs' tokens (site.gpu_tflops; verl runs only): {_hours(work)}"]
+    if disk:
+        lines += [f"Disk estimated: {disk['results']:,.0f} GB under results, {disk['scratch']:,.0f} GB under "
+                  "site.scratch_root (every run's checkpoints and dumps at once: an upper bound)"]
     return "\n".join(lines)
 
 
@@ -175,5 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print("\n".join(json.dumps(row | {"gpu_hours": h}) for row, h in zip(plan.table(), hours, strict=True)))
     else:
-        print(render(plan, hours, profile["_path"], job_of_run(config, plan)))
+        print(render(plan, hours, profile["_path"], job_of_run(config, plan), estimates(config, plan),
+                     disk_needs(config, plan)))
     return 0

@@ -157,26 +157,30 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     rows = [line.split() for line in out.splitlines()[2:]
-            if line and not line.startswith(("-", "GPU", "99 training runs"))]
+            if line and not line.startswith(("-", "GPU", "Disk", "99 training runs"))]
     deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
-    assert header[-1] == "gpu_h" and deepmath[-1] == "384"  # 2 nodes x 8 GPUs x 1440 min (profiles/slurm)
+    assert header[-1] == "gpu_h" and deepmath[-1] == "768"  # 2 nodes x 8 GPUs x site.max_runtime_min 2880
     sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
-    assert sft[-1] == "192"
-    total = out.splitlines()[-1]
-    assert total.startswith("GPU-hours requested") and "17,100 in total" in total and "seed 0 17,100" in total
+    assert sft[-1] == "384"
+    total = next(line for line in out.splitlines() if line.startswith("GPU-hours requested"))
+    assert header[-7:] == ["resources", "est_gpu_h", "attempts", "ckpt_every", "mem_gb", "disk_gb", "gpu_h"]
+    meetingbank = next(r for r in rows if r[0] == "meetingbank" and r[1] == "grpo_sim")
+    assert int(meetingbank[-5]) > 1 and float(meetingbank[-3]) <= 80  # resubmissions; bounded by tokens
+    assert "GPU-hours estimated" in out and "Disk estimated" in out
+    assert total.startswith("GPU-hours requested") and "34,188 in total" in total and "seed 0 34,188" in total
     main = [r for r in rows if r[6] == "main"]
     assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
 
     config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
     plan = plan_runs(config)
     hours = plan_gpu_hours(config, plan, profile)
-    assert sum(hours) == pytest.approx(17_100)
+    assert sum(hours) == pytest.approx(34_188)
     shorter = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
-    shorter["set-resources"]["train_verl"]["runtime"] = "720 * attempt"
+    shorter["set-resources"]["train_verl"]["runtime"] = "1440 * attempt"  # a profile value wins
     (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(shorter))
     halved = plan_gpu_hours(config, plan, load_profile(tmp_path / "slurm.yaml"))
     verl = [i for i, run in enumerate(plan.runs) if run.job == "train_verl"]
-    assert all(hours[i] == (384 if plan.runs[i].resources["nodes"] == 2 else 192) for i in verl)
+    assert all(hours[i] == (768 if plan.runs[i].resources["nodes"] == 2 else 384) for i in verl)
     assert all(halved[i] == hours[i] / 2 for i in verl)
     shorter["set-resources"]["train_verl"]["runtime"] = "one day"
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(shorter))
@@ -187,13 +191,13 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     two_plan = plan_runs(two_seeds)
     second = [h for run, h in zip(two_plan.runs, plan_gpu_hours(two_seeds, two_plan, profile), strict=True)
               if run.seed == 1]
-    assert sum(second) == 7_488
+    assert sum(second) == 14_976
 
     tiny = load("config.yaml")
     tiny_plan = plan_runs(tiny)
     imagenet = [i for i, run in enumerate(tiny_plan.runs) if run.job == "train_imagenet"]
     assert imagenet and tiny["imagenet"]["one_job_per_seed"]
-    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 24  # alone, its own rule asks for one GPU for a day
+    assert gpu_hours(tiny_plan.runs[imagenet[0]], profile) == 48  # alone: one GPU x site.max_runtime_min
     assert sum(plan_gpu_hours(tiny, tiny_plan, profile)) == 0  # but it runs in train_imagenet_group, a CPU job
 
 

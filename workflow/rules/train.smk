@@ -5,7 +5,10 @@
 # memory, runtime, partition) per rule: profiles/slurm.
 
 from pipeline_lib.core.cli import json_file
+from pipeline_lib.plan.estimates import SITE_TIMED, rule_retries, site_settings
 from pipeline_lib.plan.groups import job_priority, train_group_command, train_group_inputs
+
+RETRIES = rule_retries(config, PLAN)  # resubmissions for each GPU rule's longest run (None: the profile's)
 
 for job, kind in JOBS.items():
 
@@ -29,6 +32,9 @@ for job, kind in JOBS.items():
         resources:
             **{name: (lambda wildcards, job=job, name=name: PLAN.get(job, wildcards.run).resources[name])
                for name in kind.resources},
+            # the partition's MaxTime on every attempt (a resubmission resumes; profiles/slurm sets no runtime here)
+            **({"runtime": site_settings(config)["max_runtime_min"]} if job in SITE_TIMED else {}),
+        retries: RETRIES.get(job)
         log:
             f"logs/{job}/{{run}}.log",
         benchmark:
