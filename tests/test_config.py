@@ -44,8 +44,15 @@ def _json(config: Any) -> Any:
     return json.loads(json.dumps(config))
 
 
+#: Keys added since the snapshots, with each config's value: ``train.rl_start`` (issue 44 item 10), the paper's RL
+#: runs from the base model (the schema's default), the miniature's (and the preflight's data config's) from SFT.
+ADDED_SINCE = {"tiny": {"rl_start": "sft"}, "paper": {"rl_start": "base"}, "preflight": {"rl_start": "sft"}}
+
+
 def _snapshot(name: str) -> dict[str, Any]:
-    return _one_block_per_concern(json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text()))
+    resolved = _one_block_per_concern(json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text()))
+    resolved["train"] = {**resolved["train"], **ADDED_SINCE[name]}
+    return resolved
 
 
 def _fields(cls: type) -> list[str]:
@@ -118,7 +125,8 @@ def test_preflight_resolves_as_on_main():
 #: model-scale and ablation tables), as the schema names each setting. Written out from the paper, not from a config.
 APP_B_SHARED = {("label",): "paper", ("train", "engine"): "verl",
                 ("train", "tasks"): ["gsm8k", "countdown", "deepmath", "poetry", "meetingbank", "openthoughts"],
-                ("train", "verl", "model"): "Qwen/Qwen2.5-1.5B", ("train", "rl", "lr"): 1e-6,
+                ("train", "verl", "model"): "Qwen/Qwen2.5-1.5B", ("train", "rl_start"): "base",
+                ("train", "rl", "lr"): 1e-6,
                 ("train", "rl", "clip_low"): 0.2, ("train", "rl", "clip_high"): 0.28,
                 ("train", "rl", "beta"): 1e-3,
                 ("judge", "primary", "endpoint", "model"): "Qwen/Qwen3-30B-A3B-Thinking-2507",

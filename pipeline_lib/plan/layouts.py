@@ -66,7 +66,9 @@ class Ctx:
     name: str
     method: str
     seed: int
-    init: str  # the SFT sentinel it starts from
+    #: The sentinel of the run it starts from (SFT or Base, :func:`pipeline_lib.plan.runs.start_of`); None: its
+    #: spec's own model (a verl RL run from the base model under ``train.rl_start: base``).
+    init: str | None
     data: str  # the RL prompts it trains on
 
 
@@ -138,9 +140,12 @@ def verl_rationalization(c: Ctx, spec: RunSpec) -> Job:
 
 
 def verl_rl(c: Ctx, spec: RunSpec) -> Job:
-    inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", "init": c.init}
+    """A verl RL run: from the model of the run it starts from (``--init``), or with no ``--init`` from its spec's
+    model, the base model's hub id (``train.rl_start: base``), which no job of the plan writes."""
+    start = {} if c.init is None else {"init": c.init}
+    inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", **start}
     return Job(inputs, [*_contract(c, spec), "--data", c.data, "--val-data", inputs["val"],
-                         "--init", final_dir(c.init)], threads=False)
+                         *(["--init", final_dir(c.init)] if c.init is not None else [])], threads=False)
 
 
 def trl_dpo(c: Ctx, spec: RunSpec) -> Job:

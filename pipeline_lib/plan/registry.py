@@ -50,8 +50,8 @@ from pipeline_lib.plan.settings import (
 )
 
 __all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
-           "PlanError", "Preflight", "baseline", "group_rl", "method", "pairs", "preflight_kinds", "register",
-           "starting_point", "unregister", "verl_baseline", "verl_estimators"]
+           "PlanError", "Preflight", "baseline", "before_training", "group_rl", "method", "pairs", "preflight_kinds",
+           "register", "starting_point", "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -132,9 +132,13 @@ class Method:
     #: table (``verifiable``: Table 1's metrics; ``nonverifiable``: the judge score), each with its row in the
     #: report's list of that table (:func:`pairs`).
     compared_with: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    #: Every other trained run of its task and seed starts from this run's model (SFT): it trains first, and a study
+    #: The post-trained start (SFT): the RL runs of its task and seed start from this run's model where
+    #: ``train.rl_start`` is ``sft`` (the tiny default), and the :attr:`from_starting_point` methods always; a study
     #: reads it as the start the RL methods are compared with, not as a train target or an RL run of its own.
     starting_point: bool = False
+    #: Starts from the :attr:`starting_point` run's model (SFT) whatever ``train.rl_start`` says: Iterative DPO,
+    #: which the paper initialises from the SFT checkpoint "to mitigate distribution mismatch" (App. B).
+    from_starting_point: bool = False
     #: The model before any post-training (Base): the report says whether this run is a pretrained model or an
     #: untrained initialisation (:func:`pipeline_lib.paper.captions.base_note`).
     before_training: bool = False
@@ -209,7 +213,7 @@ _METHODS = (
              RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
-             IterativeDPOSettings, demonstrations=True),
+             IterativeDPOSettings, demonstrations=True, from_starting_point=True),
     # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
     # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
     # is empty, every rollout of a group gets the same reward and the advantage is 0, as the method defines it.
@@ -257,12 +261,21 @@ def pairs(table: str) -> tuple[tuple[str, str], ...]:
 
 
 def starting_point() -> str:
-    """The name of the run every other trained run of a task and seed starts from (the entry whose
-    :attr:`Method.starting_point` is set: SFT); exactly one entry may be it."""
-    names = [name for name, entry in METHODS.items() if entry.starting_point]
+    """The name of the post-trained start (the entry whose :attr:`Method.starting_point` is set: SFT), which the RL
+    runs start from under ``train.rl_start: sft``; exactly one entry may be it."""
+    return _the_one("starting_point")
+
+
+def before_training() -> str:
+    """The name of the model before post-training (the entry whose :attr:`Method.before_training` is set: Base), which
+    the local engine's RL runs start from under ``train.rl_start: base``; exactly one entry may be it."""
+    return _the_one("before_training")
+
+
+def _the_one(flag: str) -> str:
+    names = [name for name, entry in METHODS.items() if getattr(entry, flag)]
     if len(names) != 1:
-        raise PlanError(f"exactly one registered method must be the starting point (Method.starting_point), got "
-                        f"{names}")
+        raise PlanError(f"exactly one registered method must have Method.{flag} set, got {names}")
     return names[0]
 
 

@@ -36,7 +36,7 @@ from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
 from pipeline_lib.plan.layouts import spec_json as _spec_json
-from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, method, starting_point
+from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, before_training, method, starting_point
 from pipeline_lib.plan.settings import (
     ablation_method,
     annotation_spec,
@@ -50,8 +50,8 @@ from pipeline_lib.plan.settings import (
 )
 
 __all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "annotation_run", "baseline_tasks",
-           "engine_of", "plan_runs", "prelude",
-           "softmax_exact_method", "trained_methods", "validate_planned_config"]
+           "engine_of", "plan_runs", "prelude", "softmax_exact_method", "start_of", "trained_methods",
+           "validate_planned_config"]
 
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
 #: training job starts after it (an order-only prerequisite: its timestamp reruns nothing).
@@ -278,6 +278,24 @@ def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
                after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=_tracking(c, entry))
 
 
+def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, scale: str | None = None) -> str | None:
+    """The sentinel of the run that method ``name``'s run of ``task`` and ``seed`` starts from (at model scale
+    ``scale``, where given), or None where it starts from its spec's own model.
+
+    ``train.rl_start`` chooses: ``sft``, the seed's SFT run (the tiny default, whose base model is untrained);
+    ``base``, the model before post-training, as the paper's App. B and the authors' configs: on verl its spec's hub
+    model (``train.verl.model``, or the scale's ``hub``: no job to wait for), on the local engine the Base run's
+    model. A method marked :attr:`~pipeline_lib.plan.registry.Method.from_starting_point` (Iterative DPO) starts from
+    SFT either way. Runs that train from no model (SFT, Base, Rationalization) ignore it."""
+    if method(name).from_starting_point or config["train"]["rl_start"] == "sft":
+        start = starting_point()
+    elif engine_of(config, task) == "verl":
+        return None
+    else:
+        start = before_training()
+    return _done(task, start if scale is None else f"{start}_at_{scale}", seed)
+
+
 def _data(task: str, name: str) -> str:
     """The RL prompts a method trains on: those with the expert answer where the method uses it (registry
     ``demonstrations``: the similarity reward, the baselines that prefer or score the demonstration), else all."""
@@ -292,7 +310,7 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     entry = registered.engines[engine]
     if registered.family == "group_rl":
         _check_method(config, name)
-    c = _Ctx(config, task, name, name, seed, _done(task, starting_point(), seed),
+    c = _Ctx(config, task, name, name, seed, start_of(config, task, name, seed),
              "" if registered.starting_point else _data(task, name))
     runs = [_make(c, entry, entry.spec(config, task, name), study)]
     before = prelude(entry)
@@ -319,7 +337,7 @@ def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, ce
     """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
     base = softmax_exact_method(config)
     entry = METHODS[base].engines[engine_of(config, task)]
-    c = _Ctx(config, task, name, base, seed, _done(task, starting_point(), seed),
+    c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed),
              f"results/data/{task}/rl_train.parquet")
     tau, group = cell
     spec = entry.spec(_ablation_config(config, task, group), task, base)
@@ -328,13 +346,14 @@ def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, ce
 
 
 def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str) -> Run:
-    """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start)."""
+    """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start; ``base``: the
+    local engine's Base at that scale, which a local RL run starts from under ``train.rl_start: base``)."""
     scaled = scale_config(config, scale)
     registered = method(base)
     entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
         _check_method(config, base)
-    c = _Ctx(config, task, name, base, seed, _done(task, f"{starting_point()}_at_{scale}", seed),
+    c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, scale),
              "" if registered.starting_point else _data(task, base))
     return _make(c, entry, entry.spec(scaled, task, base), "scale")
 
@@ -343,6 +362,7 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     if engine_of(config, task) != "local":
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
+    # the teacher's start is train.baselines.opd.teacher.init (sft: the SFT model), not train.rl_start
     c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, starting_point(), seed), "")
     entry = Entry("train_local", "pipeline_lib.jobs.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
@@ -440,7 +460,7 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
 
 def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
-    rationalization annotator) are added where a run starts from them.
+    rationalization annotator) are added where a run starts from them (:func:`start_of`).
 
     ``check_estimators`` checks each distinct estimator once against its parameter dataclass
     (:func:`pipeline_lib.core.rl.estimators.check_params`; nothing is run, no torch); the workflow turns it off where
@@ -453,7 +473,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
              for group in ablation.get("group_sizes", [])} if ablation.get("tasks") else {}
     scales = {f"{base}_at_{model}": (base, model) for model in (train.get("scale") or {}).get("models", {})
-              for base in [starting_point(), *train.get("methods", {})]}
+              for base in [starting_point(), before_training(), *train.get("methods", {})]}
     built: dict[tuple[str, str, int], list[Run]] = {}
     targets: list[str] = []
     requests: dict[str, list[RunId]] = {}

@@ -65,7 +65,8 @@ def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(
 def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_config():
     plan = plan_runs(load("paper.yaml"))
     verl = plan.of(engine="verl", job="train_verl")
-    assert len(verl) == 74 and all(run_overrides(run) and run.after for run in verl)  # 72 of the paper + 2 ESS
+    # 70 of the paper (no SFT at 3B: the scale study's RL runs start from Qwen2.5-3B itself) + 2 ESS
+    assert len(verl) == 72 and all(run_overrides(run) and run.after for run in verl)
     spec = {run.key: run.spec for run in verl}
     assert spec["gsm8k/softmax_exact/seed0"].tau == 0.1 and spec["deepmath/softmax_exact/seed0"].tau == 0.3
     assert spec["poetry/softmax_sim/seed0"].tau == 0.3 and spec["gsm8k/grpo_exact/seed0"].tau is None
@@ -79,6 +80,58 @@ def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_
     assert {run.job for run in plan.runs} == {"train_verl", "train_trl", "annotate_rationales", "train_local",
                                               "train_imagenet"}
     assert {run.method for run in plan.of(job="train_local")} == {"base"}  # Base copies the pretrained model
+
+
+def _model_path(run) -> str:
+    return next(o.split("=", 1)[1] for o in run_overrides(run) if o.startswith("actor_rollout_ref.model.path="))
+
+
+def test_paper_rl_runs_start_from_the_base_model_and_iterative_dpo_from_sft():
+    """App. B's tables give Qwen/Qwen2.5-1.5B as the RL runs' base model and start only Iterative DPO from the SFT
+    checkpoint: every verl RL run (GRPO/SoftmaxGRPO, the ablation, RL-Logit, RARO, OPD) loads the hub model itself
+    and waits for no SFT run; the scale study's from Qwen/Qwen2.5-3B, with no SFT at 3B planned."""
+    config = load("paper.yaml")
+    assert config["train"]["rl_start"] == "base"
+    plan = plan_runs(config)
+    rl = [run for run in plan.of(job="train_verl") if run.verl_kind == "rl"]
+    assert {run.method for run in rl} >= {"grpo_exact", "grpo_sim", "softmax_exact", "softmax_sim", "softmax_ess",
+                                          "rl_logit", "raro", "opd"}
+    for run in rl:
+        hub = "Qwen/Qwen2.5-3B" if run.name.endswith("_at_qwen25_3b") else "Qwen/Qwen2.5-1.5B"
+        assert "init" not in run.inputs and "--init" not in run.args, run.key
+        assert _model_path(run) == run.spec.model == hub, run.key
+        assert not any("/sft" in path for path in run.inputs.values()), run.key
+    assert sum(run.name.endswith("_at_qwen25_3b") for run in rl) == 4
+    assert not [run for run in plan.runs if run.name.startswith("sft_at_")]
+    dpo = plan.of(job="train_trl")
+    assert dpo and all(run.inputs["init"] == f"results/train/{run.task}/sft/seed0/DONE.json" for run in dpo)
+    assert all(f"results/train/{run.task}/sft/seed0/final" in run.args for run in dpo)
+
+
+def test_rl_start_sft_starts_every_rl_run_from_its_seeds_sft_model_as_the_miniature_does():
+    """``train.rl_start: sft`` (the tiny default's value, whose base model is untrained) starts every RL run from the
+    seed's SFT model, the scale study's from SFT at that scale; on the local engine ``base`` starts them from the
+    Base run's model; Iterative DPO starts from SFT either way."""
+    paper = load("paper.yaml")
+    paper["train"]["rl_start"] = "sft"
+    plan = plan_runs(paper)
+    for run in (run for run in plan.of(job="train_verl") if run.verl_kind == "rl"):
+        start = "sft_at_qwen25_3b" if run.name.endswith("_at_qwen25_3b") else "sft"
+        assert run.inputs["init"] == f"results/train/{run.task}/{start}/seed0/DONE.json", run.key
+        assert _model_path(run).endswith(f"/results/train/{run.task}/{start}/seed0/final"), run.key
+    assert len([run for run in plan.runs if run.name == "sft_at_qwen25_3b"]) == 2
+
+    tiny = load("config.yaml")
+    assert tiny["train"]["rl_start"] == "sft"
+    for rl_start, start in (("sft", "sft"), ("base", "base")):
+        tiny["train"]["rl_start"] = rl_start
+        runs = plan_runs(tiny).of(job="train_local")
+        rl = [run for run in runs if METHODS.get(run.method) is not None and run.name != "opd_teacher"
+              and (METHODS[run.method].family == "group_rl" or run.method in ("rl_logit", "raro", "opd"))]
+        assert rl and all(run.inputs["init"] == f"results/train/{run.task}/{start}/seed{run.seed}/DONE.json"
+                          for run in rl), rl_start
+        dpo = [run for run in runs if run.method == "iterative_dpo"]
+        assert dpo and all(run.inputs["init"].endswith("/sft/seed0/DONE.json") for run in dpo)
 
 
 def test_tau_has_one_stated_precedence_cell_then_task_row_then_method_entry():
@@ -126,8 +179,8 @@ def test_plan_command_prints_the_run_table(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
     assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
-    assert "99 training runs in 99 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, train_local 6, " \
-           "train_trl 3, train_verl 74" in out
+    assert "97 training runs in 97 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, train_local 6, " \
+           "train_trl 3, train_verl 72" in out
 
 
 def test_plan_command_names_the_group_job_that_trains_a_run_and_counts_jobs_not_runs(capsys):
@@ -157,7 +210,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     rows = [line.split() for line in out.splitlines()[2:]
-            if line and not line.startswith(("-", "GPU", "Disk", "99 training runs"))]
+            if line and not line.startswith(("-", "GPU", "Disk", "97 training runs"))]
     deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
     assert header[-1] == "gpu_h" and deepmath[-1] == "768"  # 2 nodes x 8 GPUs x site.max_runtime_min 2880
     sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
@@ -167,14 +220,14 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     meetingbank = next(r for r in rows if r[0] == "meetingbank" and r[1] == "grpo_sim")
     assert int(meetingbank[-5]) > 1 and float(meetingbank[-3]) <= 80  # resubmissions; bounded by tokens
     assert "GPU-hours estimated" in out and "Disk estimated" in out
-    assert total.startswith("GPU-hours requested") and "34,188 in total" in total and "seed 0 34,188" in total
+    assert total.startswith("GPU-hours requested") and "33,420 in total" in total and "seed 0 33,420" in total
     main = [r for r in rows if r[6] == "main"]
     assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
 
     config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
     plan = plan_runs(config)
     hours = plan_gpu_hours(config, plan, profile)
-    assert sum(hours) == pytest.approx(34_188)
+    assert sum(hours) == pytest.approx(33_420)
     shorter = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     shorter["set-resources"]["train_verl"]["runtime"] = "1440 * attempt"  # a profile value wins
     (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(shorter))

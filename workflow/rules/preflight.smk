@@ -5,7 +5,7 @@ import json
 
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.core.config import load_config_file, validate_config
-from pipeline_lib.jobs.engines.verl.preflight import KINDS, SFT_KIND, eval_spec_for
+from pipeline_lib.jobs.engines.verl.preflight import KINDS, eval_spec_for, start_of
 from pipeline_lib.plan.runs import TOKENIZER
 
 PREFLIGHT = dict(config["preflight"])
@@ -49,20 +49,19 @@ rule preflight_model:
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
-# SFT_KIND from the tiny model; every RL kind from the SFT run's merged model, as the real RL runs start from theirs.
+# Each kind starts where the paper plan's run of its method does (start_of): SFT, and every RL kind under the paper's
+# train.rl_start: base, from the tiny model (the base model on CPU); under rl_start: sft an RL kind from SFT's final/.
 
 rule preflight_train:
     input:
         PREFLIGHT_DATA,
-        init=lambda wildcards: "results/preflight/model/config.json" if wildcards.kind == SFT_KIND
-        else f"results/preflight/{SFT_KIND}/DONE.json",
+        init=lambda wildcards: start_of(wildcards.kind, PREFLIGHT)[0],
     output:
         "results/preflight/{kind}/DONE.json",
     params:
         preflight=PREFLIGHT_JSON,
         preflight_file=lambda wildcards: json_file(PREFLIGHT_JSON),  # the same JSON in a file, for the command
-        init=lambda wildcards: "results/preflight/model" if wildcards.kind == SFT_KIND
-        else f"results/preflight/{SFT_KIND}/final",
+        init=lambda wildcards: start_of(wildcards.kind, PREFLIGHT)[1],
         code=code_digest("pipeline_lib.jobs.engines.verl.preflight"),
     wildcard_constraints:
         kind="|".join(PREFLIGHT_TRAIN),

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import logging
 import math
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.cli import json_text
-from pipeline_lib.core.config import load_config_file, merge_config
+from pipeline_lib.core.config import load_config_file, merge_config, validate_config
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.jobs.engines.verl import cpu
@@ -41,9 +42,9 @@ from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
 from pipeline_lib.plan.registry import Preflight, preflight_kinds
 from pipeline_lib.plan.settings import engine_settings, eval_spec, verl_tasks
 
-__all__ = ["KINDS", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
+__all__ = ["KINDS", "MODEL_DIR", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
            "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind",
-           "weight_syncs"]
+           "start_of", "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.preflight")
 
@@ -51,8 +52,11 @@ log = logging.getLogger("pipeline_lib.jobs.engines.verl.preflight")
 #: :attr:`~pipeline_lib.plan.registry.Method.preflight` (its kind and checks live there, beside the method).
 KINDS: dict[str, tuple[str, str]] = {kind: (str(m.engines["verl"].verl_kind), m.name)
                                      for kind, m in preflight_kinds().items()}
-#: The kind whose trainer is verl's SFT: it starts from the tiny model, every RL kind from its merged model.
+#: The kind whose trainer is verl's SFT: it starts from the tiny model; an RL kind starts where the paper plan's run
+#: of its method does (:func:`start_of`).
 SFT_KIND = next(kind for kind, (trainer, _) in KINDS.items() if trainer == "sft")
+#: The tiny random Qwen2 (rule ``preflight_model``): on CPU the preflight's base model.
+MODEL_DIR = "results/preflight/model"
 #: verl's rollout-vs-actor log-prob gap after an update; above this the rollout did not get the new weights.
 PROBS_DIFF_TOLERANCE = 1e-2
 class PreflightError(RuntimeError):
@@ -98,6 +102,24 @@ def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], d
         raise PreflightError(f"preflight.paper_task {section['paper_task']!r} is not a verl task of {base_path} "
                              f"(rows of train.task_settings: {sorted(verl_tasks(base))})")
     return section, base
+
+
+def start_of(kind: str, section: Mapping[str, Any]) -> tuple[str, str]:
+    """``(the file the job of `kind` waits for, the model directory it starts from)``, chosen as the paper plan
+    chooses its run's start (:func:`pipeline_lib.plan.runs.start_of`): the SFT kind, and under the paper config's
+    ``train.rl_start: base`` every RL kind, from the tiny model, the base model on CPU; under ``sft`` (or for a
+    method that always starts from SFT) an RL kind from the SFT kind's merged model."""
+    if KINDS[kind][0] != "sft" and (_rl_start(str(section["base"])) == "sft"
+                                     or METHODS[KINDS[kind][1]].from_starting_point):
+        return f"results/preflight/{SFT_KIND}/DONE.json", f"results/preflight/{SFT_KIND}/final"
+    return f"{MODEL_DIR}/config.json", MODEL_DIR
+
+
+@functools.cache
+def _rl_start(base: str) -> str:
+    """``train.rl_start`` of the paper config ``base`` (the schema's default where it sets none), read once."""
+    config = validate_config(load_config_file(Path(base)), "workflow/schemas/config.schema.yaml")
+    return str(config["train"]["rl_start"])
 
 
 def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[str, Any], seed: int,
@@ -296,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = sub.add_parser("run", help="one kind's verl run, 2 steps on CPU, and its checks")
     job.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")
     job.add_argument("--kind", required=True, choices=sorted(KINDS))
-    job.add_argument("--init", required=True, type=Path, help="the model RL starts from (SFT: the tiny model)")
+    job.add_argument("--init", required=True, type=Path,
+                     help="the model the kind starts from (start_of: the tiny model, or the SFT kind's final/)")
     job.add_argument("--out", required=True, type=Path)
     job.add_argument("--attempt", type=int, default=1,
                      help="Snakemake's attempt: a retry (> 1, e.g. after a Slurm time limit) resumes the run")

@@ -2,7 +2,7 @@
 
     python -m pipeline_lib.jobs.engines.verl.train sft --spec JSON --data SFT.parquet --run-dir DIR --seed K
     python -m pipeline_lib.jobs.engines.verl.train rl  --spec JSON --data RL.parquet --val-data TEST.parquet \
-        --init SFT_DIR/final --run-dir DIR --seed K
+        [--init START_DIR/final] --run-dir DIR --seed K     # no --init: from the spec's model (the base model)
 
 A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them against verl
 (:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
@@ -410,7 +410,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
 
         data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
         outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
-        inputs += [paths.val_files, paths.init / "config.json"]
+        inputs += [paths.val_files, *([paths.init / "config.json"] if paths.init is not None else [])]
     # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
                       kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
@@ -428,11 +428,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_run_arguments(parser, threads=False)
     parser.add_argument("--data", type=Path, required=True, help="training parquet")
     parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
-    parser.add_argument("--init", type=Path, help="RL: the SFT model (HF directory) to start from")
+    parser.add_argument("--init", type=Path, help="RL: the model (HF directory, another run's final/) to start "
+                        "from; without it, the spec's model (the base model's hub id, train.rl_start: base)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
     args = parser.parse_args(argv)
-    if args.kind == "rl" and (args.val_data is None or args.init is None):
-        parser.error("rl needs --val-data and --init")
+    if args.kind == "rl" and args.val_data is None:
+        parser.error("rl needs --val-data")
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}

@@ -334,7 +334,8 @@ def experiment_name(spec: RunSpec, seed: int) -> str:
 
 class TrainPaths:
     """The files one run reads and writes (``tracking``: where its curves go); fixed at parse time so the overrides
-    are validated exactly."""
+    are validated exactly. ``init``: the model directory an RL run starts from (another run's ``final/``); None: the
+    spec's model, the base model's hub id (``train.rl_start: base``)."""
 
     def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
                  init: str | Path | None = None, tracking: TrackingSettings | None = None) -> None:
@@ -378,8 +379,12 @@ def _verl_kl_name(estimator: str) -> str:
 
 def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
-    if paths.init is None or paths.val_files is None:
-        raise ValueError("an RL run needs the initial (SFT) model and validation prompts")
+    if paths.val_files is None:
+        raise ValueError("an RL run needs validation prompts")
+    start = str(paths.init) if paths.init is not None else spec.model
+    if not isinstance(start, str) or not start:
+        raise ValueError(f"run spec {spec.task}/{spec.method}: an RL run needs a model to start from, an init "
+                         f"directory or the spec's hub model (got {spec.model!r})")
     if spec.estimator is None or spec.estimator.name not in ESTIMATORS:
         raise ValueError(f"run spec {spec.task}/{spec.method}: estimator "
                          f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
@@ -399,7 +404,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
         "data.seed": seed,
-        "actor_rollout_ref.model.path": str(paths.init),
+        "actor_rollout_ref.model.path": start,
         "actor_rollout_ref.model.use_remove_padding": True,
         "+actor_rollout_ref.model.override_config.attn_implementation": ATTENTION,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
@@ -503,8 +508,9 @@ def run_paths(run: Run, root: str | Path = ".") -> TrainPaths:
     run_dir = root / Path(run.output).parent
     if run.verl_kind == "sft":
         return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], tracking=run.tracking)
+    init = root / Path(run.inputs["init"]).parent / "final" if "init" in run.inputs else None  # None: the hub model
     return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], val_files=root / run.inputs["val"],
-                      init=root / Path(run.inputs["init"]).parent / "final", tracking=run.tracking)
+                      init=init, tracking=run.tracking)
 
 
 def run_overrides(run: Run, root: str | Path = ".") -> list[str]:
