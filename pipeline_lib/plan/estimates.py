@@ -35,9 +35,9 @@ from typing import Any
 
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
-__all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "Architecture", "Estimate", "disk_needs",
-           "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "site_settings", "token_cap",
-           "token_overrides"]
+__all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "VERL_TRAIN", "Architecture", "Estimate",
+           "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "scratch_args",
+           "site_settings", "token_cap", "token_overrides"]
 
 GB = 1e9
 
@@ -256,6 +256,21 @@ def fit_run(run: Any, site: Mapping[str, Any]) -> Any:
         spec = replace(spec, sft=replace(spec.sft, checkpoint_every=estimate.checkpoint_every))
     old, new = run.spec.to_json(), spec.to_json()
     return replace(run, spec=spec, args=tuple(new if arg == old else arg for arg in run.args))
+
+
+#: The entry point of verl's SFT and RL jobs: it takes the site's scratch and rollout-dump settings.
+VERL_TRAIN = "pipeline_lib.jobs.engines.verl.train"
+
+
+def scratch_args(run: Any, site: Mapping[str, Any]) -> Any:
+    """``run`` with the site's disk settings on its command where it is a verl training job: ``--scratch-dir
+    <site.scratch_root>/<task>/<name>/seed<k>`` (its checkpoints and rollout dumps, :mod:`.prune`) and ``--dump-every
+    <site.rollout_dump_every>``. Arguments of the job, not of its spec: verl's overrides stay the same wherever the
+    scratch is."""
+    if run.job != "train_verl" or run.entry_module != VERL_TRAIN:
+        return run
+    return replace(run, args=(*run.args, "--scratch-dir", f"{site['scratch_root'].rstrip('/')}/{run.key}",
+                              "--dump-every", str(site["rollout_dump_every"])))
 
 
 #: The rules whose jobs ask Slurm for the partition's MaxTime (site.max_runtime_min) and resubmit to resume.

@@ -30,7 +30,7 @@ from pipeline_lib.core.config import ConfigError, validate_config
 from pipeline_lib.core.rl.estimators import params_from, schema_properties
 from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
-from pipeline_lib.plan.estimates import fit_run, memory_check, site_settings
+from pipeline_lib.plan.estimates import fit_run, memory_check, scratch_args, site_settings
 from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
@@ -513,7 +513,8 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [RunId("imagenet", run.task, run.name, run.seed, run.output) for run in imagenet]
     site = site_settings(config)  # the site's limits: checkpoint intervals, token bounds (plan/estimates.py)
-    return Plan([fit_run(run, site) for runs in built.values() for run in runs] + imagenet, targets, requests)
+    return Plan([scratch_args(fit_run(run, site), site) for runs in built.values() for run in runs] + imagenet,
+                targets, requests)
 
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],

@@ -145,7 +145,8 @@ def render(plan: Plan, hours: Sequence[float], profile_path: str,
            jobs: Mapping[tuple[str, str], tuple[str, str]] | None = None,
            found: Mapping[tuple[str, str], Estimate] | None = None,
            disk: Mapping[str, float] | None = None) -> str:
-    """The run table as aligned text, then the training jobs per rule and the GPU-hours requested (total, per seed).
+    """The run table as aligned text, then the training jobs per rule and the cost: GPU-hours estimated from the
+    runs' tokens where the plan can size them, with the request beside (total, per seed, per study).
     ``jobs`` (:func:`job_of_run`) names the rule whose job trains each run (a group's rule for its members) and
     which runs share a job; without it every run is its own job of its own rule."""
     jobs = jobs or {(run.job, run.key): (run.job, run.key) for run in plan.runs}
@@ -165,22 +166,53 @@ def render(plan: Plan, hours: Sequence[float], profile_path: str,
                 for rule, n in sorted(counts.items())]
     lines += ["", f"{len(plan.runs)} training runs in {len(distinct)} Snakemake training jobs: " + ", ".join(per_rule)
               + " (data, evaluation, judging and paper jobs not counted: `snakemake -n` lists every job)"]
-    per_seed: dict[int, float] = defaultdict(float)
-    per_study: dict[str, float] = defaultdict(float)
-    for run, h in zip(plan.runs, hours, strict=True):
-        per_seed[run.seed] += h
-        per_study[run.study] += h
-    lines += [f"GPU-hours requested (GPUs x Slurm time limit of {profile_path}, first attempt; training jobs "
-              f"only, evaluation and judging not counted): {_hours(sum(hours))} in total; per seed: "
-              + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))
-              + "; per study: " + ", ".join(f"{study} {_hours(h)}" for study, h in per_study.items())]
     if found:
-        work = sum(e.gpu_hours or 0.0 for e in found.values())
-        lines += [f"GPU-hours estimated from the runs' tokens (site.gpu_tflops; verl runs only): {_hours(work)}"]
+        lines += [_cost_line(plan, hours, found, profile_path)]
+    else:  # no run the plan can size (the tiny default): the request is all there is
+        per_seed: dict[int, float] = defaultdict(float)
+        per_study: dict[str, float] = defaultdict(float)
+        for run, h in zip(plan.runs, hours, strict=True):
+            per_seed[run.seed] += h
+            per_study[run.study] += h
+        lines += [f"GPU-hours requested (GPUs x Slurm time limit of {profile_path}, first attempt; training jobs "
+                  f"only, evaluation and judging not counted): {_hours(sum(hours))} in total; per seed: "
+                  + ", ".join(f"seed {seed} {_hours(h)}" for seed, h in sorted(per_seed.items()))
+                  + "; per study: " + ", ".join(f"{study} {_hours(h)}" for study, h in per_study.items())]
     if disk:
         lines += [f"Disk estimated: {disk['results']:,.0f} GB under results, {disk['scratch']:,.0f} GB under "
                   "site.scratch_root (every run's checkpoints and dumps at once: an upper bound)"]
     return "\n".join(lines)
+
+
+def _cost_line(plan: Plan, hours: Sequence[float], found: Mapping[tuple[str, str], Estimate],
+               profile_path: str) -> str:
+    """The cost summary: GPU-hours estimated from the runs' tokens (:mod:`.estimates`), in total, per seed and per
+    study, each with the request beside it; GPU jobs the plan cannot size are counted at their request, and said."""
+    estimated: dict[str, dict[Any, float]] = {"total": defaultdict(float), "seed": defaultdict(float),
+                                              "study": defaultdict(float)}
+    requested: dict[str, dict[Any, float]] = {"total": defaultdict(float), "seed": defaultdict(float),
+                                              "study": defaultdict(float)}
+    unsized = [0, 0.0]  # GPU jobs without an estimate, their request
+    for run, h in zip(plan.runs, hours, strict=True):
+        estimate = found.get((run.job, run.key))
+        work = estimate.gpu_hours if estimate is not None and estimate.gpu_hours is not None else None
+        if work is None and h > 0:
+            unsized[0], unsized[1] = unsized[0] + 1, unsized[1] + h
+        for part, key in (("total", None), ("seed", run.seed), ("study", run.study)):
+            estimated[part][key] += work if work is not None else h
+            requested[part][key] += h
+
+    def cell(part: str, key: Any) -> str:
+        return f"{_hours(estimated[part][key])} (requested {_hours(requested[part][key])})"
+
+    line = (f"GPU-hours estimated from the runs' tokens (site.gpu_tflops; requested beside: GPUs x Slurm time limit "
+            f"of {profile_path}, first attempt; training jobs only, evaluation and judging not counted): "
+            f"{cell('total', None)} in total; per seed: "
+            + ", ".join(f"seed {seed} {cell('seed', seed)}" for seed in sorted(estimated["seed"]))
+            + "; per study: " + ", ".join(f"{study} {cell('study', study)}" for study in estimated["study"]))
+    if unsized[0]:
+        line += f"; {unsized[0]} GPU jobs not estimated (not verl) counted at their request, {_hours(unsized[1])}"
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:

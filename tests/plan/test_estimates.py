@@ -96,3 +96,24 @@ def test_tiny_default_unchanged() -> None:
     config = load_config([REPO / "config" / "config.yaml"], SCHEMA)
     plan = plan_runs(config)
     assert estimates(config, plan) == {} and disk_needs(config, plan) == {"results": 0, "scratch": 0}
+
+
+def test_verl_jobs_get_the_site_scratch(paper: dict, paper_plan) -> None:
+    """Every verl training job's command carries site.scratch_root/<run> and site.rollout_dump_every; no other job's."""
+    verl = [r for r in paper_plan.runs if r.entry_module == "pipeline_lib.jobs.engines.verl.train"]
+    assert verl
+    for run in verl:
+        args = list(run.args)
+        assert args[args.index("--scratch-dir") + 1] == f"results/scratch/{run.key}"
+        assert args[args.index("--dump-every") + 1] == str(SITE_DEFAULTS["rollout_dump_every"])
+    assert not any("--scratch-dir" in r.args for r in paper_plan.runs if r not in verl)
+    site = copy.deepcopy(paper)
+    site["site"] = {**paper.get("site", {}), "scratch_root": "/scratch/me/", "rollout_dump_every": 3}
+    run = next(r for r in plan_runs(site).runs if r.key == verl[0].key and r.job == verl[0].job)
+    assert run.args[-4:] == ("--scratch-dir", f"/scratch/me/{run.key}", "--dump-every", "3")
+    assert run.spec == verl[0].spec  # the spec (and so verl's overrides) does not name the scratch
+
+
+def test_tiny_default_commands_unchanged() -> None:
+    plan = plan_runs(load_config([REPO / "config" / "config.yaml"], SCHEMA))
+    assert not any("--scratch-dir" in r.args or "--dump-every" in r.args for r in plan.runs)

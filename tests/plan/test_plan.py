@@ -215,14 +215,29 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     assert header[-1] == "gpu_h" and deepmath[-1] == "768"  # 2 nodes x 8 GPUs x site.max_runtime_min 2880
     sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
     assert sft[-1] == "384"
-    total = next(line for line in out.splitlines() if line.startswith("GPU-hours requested"))
+    total = next(line for line in out.splitlines() if line.startswith("GPU-hours estimated"))
     assert header[-7:] == ["resources", "est_gpu_h", "attempts", "ckpt_every", "mem_gb", "disk_gb", "gpu_h"]
     meetingbank = next(r for r in rows if r[0] == "meetingbank" and r[1] == "grpo_sim")
     assert int(meetingbank[-5]) > 1 and float(meetingbank[-3]) <= 80  # resubmissions; bounded by tokens
-    assert "GPU-hours estimated" in out and "Disk estimated" in out
-    assert total.startswith("GPU-hours requested") and "33,420 in total" in total and "seed 0 33,420" in total
+    assert "Disk estimated" in out and "GPU-hours requested" not in out  # the cost line leads with the estimate
+    assert "(requested 33,420) in total" in total and "seed 0 " in total and "(requested 33,420);" in total
     main = [r for r in rows if r[6] == "main"]
-    assert len(main) == 26 and f"main {sum(int(r[-1]) for r in main):,}" in total
+    assert len(main) == 26 and f"(requested {sum(int(r[-1]) for r in main):,})" in total
+    # the estimate: each run's est_gpu_h where the plan sizes it, its request where not (named in the line)
+    from pipeline_lib.plan.estimates import estimates
+
+    paper = load("paper.yaml")
+    paper_plan = plan_runs(paper)
+    found = estimates(paper, paper_plan)
+    asked = plan_gpu_hours(paper, paper_plan, load_profile(REPO / "profiles/slurm/config.yaml"))
+    sized = {key for key, e in found.items() if e.gpu_hours is not None}
+    work = [found[r.job, r.key].gpu_hours if (r.job, r.key) in sized else h
+            for r, h in zip(paper_plan.runs, asked, strict=True)]
+    main_work = sum(w for r, w in zip(paper_plan.runs, work, strict=True) if r.study == "main")
+    unsized = [h for r, h in zip(paper_plan.runs, asked, strict=True) if (r.job, r.key) not in sized and h > 0]
+    assert f"counted): {sum(work):,.0f} (requested 33,420) in total" in total
+    assert f"main {main_work:,.0f} (requested" in total and f"{len(unsized)} GPU jobs not estimated" in total
+    assert abs(sum(work) - sum(asked)) > 1  # the estimate, not the request under another name
 
     config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
     plan = plan_runs(config)

@@ -46,6 +46,7 @@ from pipeline_lib.core.rewards import compute_scores, health_counts
 from pipeline_lib.core.rl.advantages import group_advantages
 from pipeline_lib.core.tracking import Tracker
 from pipeline_lib.jobs.engines.verl import check_verl_version
+from pipeline_lib.jobs.engines.verl.prune import place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.jobs.engines.verl.translate import (
     ESTIMATOR_MODULE,
@@ -61,6 +62,7 @@ from pipeline_lib.jobs.engines.verl.translate import (
 )
 from pipeline_lib.jobs.engines.verl.validate import validate_rl, validate_sft
 from pipeline_lib.plan import METHODS, RunSpec
+from pipeline_lib.plan.estimates import SITE_DEFAULTS
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -360,8 +362,12 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
             f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
-def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False) -> Path | None:
-    """Validate, run verl to the last step (resuming), check it got there, export and publish the run."""
+def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False,
+        scratch_dir: Path | None = None,
+        dump_every: int = SITE_DEFAULTS["rollout_dump_every"]) -> Path | None:
+    """Validate, run verl to the last step (resuming), check it got there, export and publish the run, then free its
+    scratch (:func:`.prune.prune`). ``scratch_dir`` (``site.scratch_root/<task>/<name>/seed<k>``): where verl's
+    checkpoints and rollout dumps live (:func:`.prune.place_scratch`); ``dump_every``: ``site.rollout_dump_every``."""
     started = time.time()
     run_dir = paths.run_dir
     overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
@@ -380,6 +386,8 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
     claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
     _rotate_metrics(run_dir)
+    if scratch_dir is not None:  # after the claim: another run's links are set aside, this run's are resumed
+        place_scratch(run_dir, scratch_dir)
     total = int((spec.sft if kind == "sft" else spec.rl).steps)
     resume_step = logged_resume_point(run_dir, kind)
     if resume_step is not None and resume_step < total:
@@ -415,6 +423,9 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
                       kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
                       advantage=spec.estimator.name if spec.estimator else None, seed=seed)
+    removed = prune(run_dir, dump_every)  # the last checkpoint was kept until DONE.json, for a resubmission
+    log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir, len(removed),
+             dump_every)
     write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
                      params={"spec": spec.to_dict(), "overrides": overrides}, config_sha256=digest,
                      seeds={"run": seed}, started_at=started)
@@ -431,6 +442,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--init", type=Path, help="RL: the model (HF directory, another run's final/) to start "
                         "from; without it, the spec's model (the base model's hub id, train.rl_start: base)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
+    parser.add_argument("--scratch-dir", type=Path, default=None,
+                        help="site.scratch_root/<task>/<name>/seed<k>: where verl's checkpoints and rollout dumps go "
+                             "(linked from the run directory; default: inside the run directory)")
+    parser.add_argument("--dump-every", type=int, default=SITE_DEFAULTS["rollout_dump_every"],
+                        help="site.rollout_dump_every: a finished run keeps every k-th rollout dump and the last")
     args = parser.parse_args(argv)
     if args.kind == "rl" and args.val_data is None:
         parser.error("rl needs --val-data")
@@ -438,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
     run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
-        dry_run=args.dry_run)
+        dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
+        dump_every=args.dump_every)
     return 0
 
 
