@@ -49,8 +49,8 @@ rule preflight_model:
         " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
 
 
-# Each kind starts where the paper plan's run of its method does (start_of): SFT, and every RL kind under the paper's
-# train.rl_start: base, from the tiny model (the base model on CPU); under rl_start: sft an RL kind from SFT's final/.
+# Each kind starts where the paper plan's run of its method does (start_of, which reads the paper config's
+# train.rl_start): from the tiny model (the pretrained model's stand-in on CPU) or from the supervised kind's final/.
 
 rule preflight_train:
     input:
