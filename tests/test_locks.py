@@ -189,3 +189,107 @@ def test_sdpa_over_a_packed_micro_batch_equals_attention_per_sequence():
         mixed = model(input_ids=packed_ids, attention_mask=None, use_cache=False).logits[0]
     assert torch.allclose(packed, alone, atol=1e-5)
     assert not torch.allclose(mixed, alone, atol=1e-2)
+
+
+def test_each_lock_names_its_cuda_and_the_driver_it_needs():
+    """The driver a lock needs comes from its CUDA runtime wheel through the one table (envlock.CUDA_MIN_DRIVER): the
+    PyPI locks are CUDA 13.0 builds (driver >= 580); a cu12 wheel's runtime maps to its own row."""
+    from pipeline_lib.jobs.envlock import lock_cuda, min_driver_for_cuda
+
+    for env in ENVS:
+        assert lock_cuda(REPO / "envs" / f"{env}.yaml") == "13.0", env
+    assert min_driver_for_cuda("13.0") == 580 and min_driver_for_cuda("13.0.96") == 580
+    assert min_driver_for_cuda("12.8.90") == 570 and min_driver_for_cuda("12.6") == 560
+    with pytest.raises(LockError, match=r"no driver requirement known for CUDA '14.1'.*CUDA_MIN_DRIVER"):
+        min_driver_for_cuda("14.1")
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A minimal pure-Python wheel (metadata, one module, RECORD) that pip and uv accept."""
+    import zipfile
+
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    info = f"{name}-{version.split('+')[0]}.dist-info"
+    files = {f"{name}.py": "VALUE = 1\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    with zipfile.ZipFile(path, "w") as archive:
+        for member, text in files.items():
+            archive.writestr(member, text)
+        archive.writestr(f"{info}/RECORD", "".join(f"{member},,\n" for member in [*files, f"{info}/RECORD"]))
+    return path
+
+
+@pytest.fixture
+def local_index(tmp_path):
+    """A PEP 503 package index on 127.0.0.1 serving one wheel with a local (+cu128) version, as PyTorch's index
+    serves torch: yields (index URL, the wheel's sha256)."""
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    root = tmp_path / "index"
+    (root / "simple" / "tinycuda").mkdir(parents=True)
+    wheel = _wheel(root, "tinycuda", "1.0.0+cu128")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (root / "simple" / "index.html").write_text('<a href="tinycuda/">tinycuda</a>\n')
+    (root / "simple" / "tinycuda" / "index.html").write_text(
+        f'<a href="../../{wheel.name}#sha256={digest}">{wheel.name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/simple", digest
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_input_with_an_index_line_locks_against_that_index_and_keeps_the_line_for_pip(tmp_path, monkeypatch,
+                                                                                         local_index):
+    """A site relocks against CUDA 12.x wheels by naming the index in the input (`- --index-url URL`): uv resolves
+    there (here an index on 127.0.0.1 and nothing else, so no network), the lock pins the index's local version and
+    file hash, and keeps the index line first so conda's pip installs from it; `check` re-resolves it to the same."""
+    import subprocess
+    import sys
+
+    url, digest = local_index
+    work = tmp_path / "work"
+    (work / "envs" / "inputs").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    source = Path("envs/inputs/tiny.yaml")
+    source.write_text(f"name: tiny\ndependencies:\n  - python=3.11\n  - pip\n  - pip:\n      - --index-url {url}\n"
+                      f"      - tinycuda==1.0.0\n")
+    assert envlock.input_indexes(source) == [("index-url", url)]
+    assert envlock.input_requirements(source) == ["tinycuda==1.0.0"]
+    command = envlock.uv_command("uv", Path("in"), Path("out"), envlock.input_indexes(source))
+    assert command[command.index("--index-url") + 1] == url and command[-3:] == ["in", "-o", "out"]
+
+    envlock.lock(["tiny"])
+    text = Path("envs/tiny.yaml").read_text()
+    assert f'      - "--index-url {url}"\n      - "tinycuda==1.0.0+cu128 --hash=sha256:{digest}"\n' in text
+    assert f"--index-url {url} (1 packages)" in text
+    assert envlock.locked_packages(Path("envs/tiny.yaml"))["tinycuda"].hashes == {digest}
+    envlock.check(["tiny"])  # re-resolved against the same index: the lock is current
+
+    # what conda hands pip (the pip entries, as a requirements file) installs the locked file from that index
+    entries = [line.strip()[3:-1] for line in text.splitlines() if line.startswith('      - "')]
+    (tmp_path / "requirements.txt").write_text("\n".join(entries) + "\n")
+    result = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "-d",
+                             str(tmp_path / "got"), "-r", str(tmp_path / "requirements.txt")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [path.name for path in (tmp_path / "got").iterdir()] == ["tinycuda-1.0.0+cu128-py3-none-any.whl"]
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("--index-url ftp://mirror/simple", r"'ftp://mirror/simple' is not an http\(s\):// index URL"),
+    ("--index-url https://a/simple\n      - --index-url https://b/simple", r"more than one `--index-url` line"),
+    ("--trusted-host mirror", r"'- --trusted-host mirror' is not a `- requirement` entry .*--extra-index-url URL"),
+])
+def test_an_index_line_is_checked_naming_the_file_and_line(tmp_path, line, error):
+    source = tmp_path / "x.yaml"
+    source.write_text(f"name: x\ndependencies:\n  - pip:\n      - {line}\n      - torch==2.11.0\n")
+    with pytest.raises(LockError, match=error):
+        envlock.input_requirements(source)
