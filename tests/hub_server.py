@@ -78,12 +78,13 @@ class HubServer:
 
             def _denied(self, repo_id: str) -> None:
                 self._send(401, json.dumps({"error": f"Access to model {repo_id} is restricted."}).encode(),
-                           {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated", "Content-Type": "application/json"})
+                           {"X-Error-Code": "GatedRepo", "X-Error-Message": "gated",
+                            "Content-Type": "application/json"})
 
-            def do_GET(self):  # noqa: N802
+            def do_GET(self):
                 self._route()
 
-            def do_HEAD(self):  # noqa: N802
+            def do_HEAD(self):
                 self._route()
 
             def _route(self) -> None:

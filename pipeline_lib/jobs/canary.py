@@ -24,18 +24,11 @@ from typing import Any
 
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
 from pipeline_lib.plan.hub import HubRepo, load_repos
 
-__all__ = ["CUDA_MIN_DRIVER", "Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
+__all__ = ["Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
            "check_vllm", "main", "parse_nvidia_smi", "run_checks"]
-
-#: CUDA toolkit (major.minor) -> the oldest Linux driver that runs it (NVIDIA's CUDA toolkit release notes, table 3).
-#: A parameter of :func:`check_driver`; the envs work of issue 44 keeps the project's own table.
-CUDA_MIN_DRIVER: dict[str, str] = {
-    "11.8": "520.61.05", "12.0": "525.60.13", "12.1": "530.30.02", "12.2": "535.54.03", "12.3": "545.23.06",
-    "12.4": "550.54.14", "12.5": "555.42.02", "12.6": "560.28.03", "12.8": "570.26", "12.9": "575.51.03",
-    "13.0": "580.65.06",
-}
 
 #: Seconds each subprocess of a check may take (the job is meant to finish in minutes).
 TIMEOUTS = {"nvidia-smi": 30, "nccl": 180, "vllm": 600}
@@ -66,26 +59,26 @@ def parse_nvidia_smi(text: str) -> tuple[str, str]:
 
 
 def check_driver(smi_text: str, torch_cuda: str | None,
-                 min_driver: Mapping[str, str] | Callable[[str], str] = CUDA_MIN_DRIVER) -> Check:
-    """The node's driver against the CUDA the env's torch was built for (``torch.version.cuda``)."""
+                 min_driver: Callable[[str], int] = min_driver_for_cuda) -> Check:
+    """The node's driver against the CUDA the env's torch was built for (``torch.version.cuda``); ``min_driver``
+    maps a CUDA release to the oldest driver branch that runs it (envlock's table)."""
     if torch_cuda is None:
         return Check("driver", False, "torch.version.cuda is None: the env has a CPU build of torch",
-                     "Install the job's locked GPU env (envs/train-verl.yaml, --software-deployment-method conda).")
+                     "Deploy the job's locked GPU env (envs/train-verl.yaml; the Slurm profile's conda deployment).")
     try:
         driver, driver_cuda = parse_nvidia_smi(smi_text)
     except ValueError as error:
         return Check("driver", False, str(error), "Run the canary on a GPU node whose nvidia-smi works.")
-    key = ".".join(torch_cuda.split(".")[:2])
-    need = min_driver(key) if callable(min_driver) else min_driver.get(key)
-    if need is None:
-        return Check("driver", False, f"no minimum driver known for CUDA {key}",
-                     "Add this CUDA version to the driver table (pipeline_lib.jobs.canary.CUDA_MIN_DRIVER).")
-    detail = f"driver {driver} (supports CUDA {driver_cuda}); the env's torch is built for CUDA {torch_cuda}, " \
-             f"which needs driver >= {need}"
-    if _version(driver) < _version(need):
+    try:
+        need = min_driver(torch_cuda)
+    except LockError as error:
+        return Check("driver", False, str(error), "Add the CUDA release to envlock.CUDA_MIN_DRIVER.")
+    detail = (f"driver {driver} (supports CUDA {driver_cuda}); the env's torch is built for CUDA {torch_cuda}, "
+              f"which needs driver >= {need}")
+    if _version(driver)[0] < need:
         return Check("driver", False, detail,
                      f"Ask for nodes with an NVIDIA driver >= {need}, or relock the GPU envs against CUDA "
-                     f"{driver_cuda} wheels (envlock's index per input file, docs/usage.md).")
+                     f"{driver_cuda} wheels (an index line in each env's input, docs/usage.md).")
     return Check("driver", True, detail)
 
 
@@ -169,27 +162,35 @@ def check_cache(repos: Sequence[HubRepo], hf_home: Path) -> Check:
     return Check("cache", True, f"{len(repos)} repositories in {hf_home}")
 
 
-def check_disk(needs_gb: Mapping[str, float], statvfs: Callable[[str], Any] = os.statvfs) -> Check:
+def _statvfs(root: str) -> os.statvfs_result:
+    """``os.statvfs`` of ``root``, or of its nearest existing parent (a results root not made yet)."""
+    path = Path(root)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return os.statvfs(path)
+
+
+def check_disk(needs_gb: Mapping[str, float | None], statvfs: Callable[[str], Any] = _statvfs) -> Check:
     """Free space under each root (results, scratch) against the plan's estimate of what it will write there;
-    roots on one filesystem are summed."""
-    by_fs: dict[int, tuple[list[str], float, float]] = {}
+    roots on one filesystem share its free space, so their needs are summed. A root without an estimate (None) is
+    reported, not judged."""
+    by_fs: dict[Any, tuple[list[str], float | None, float]] = {}
     for root, need in needs_gb.items():
-        path = Path(root)
-        while not path.exists() and path != path.parent:
-            path = path.parent
-        stats = statvfs(str(path))
+        stats = statvfs(root)
         free_gb = stats.f_bavail * stats.f_frsize / 1e9
-        key = getattr(stats, "f_fsid", 0) or hash(str(path))
+        key = getattr(stats, "f_fsid", None) or root
         roots, total, _ = by_fs.get(key, ([], 0.0, free_gb))
-        by_fs[key] = ([*roots, root], total + need, free_gb)
+        total = None if need is None or total is None else total + need
+        by_fs[key] = ([*roots, root], total, free_gb)
     short = [f"{' + '.join(roots)}: {free:.0f} GB free, the plan writes {need:.0f} GB"
-             for roots, need, free in by_fs.values() if free < need]
-    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free of {n:.0f} GB needed" for r, n, f in by_fs.values())
+             for roots, need, free in by_fs.values() if need is not None and free < need]
+    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free" + (" (no estimate)" if n is None else
+                       f" of {n:.0f} GB needed") for r, n, f in by_fs.values())
     if short:
         return Check("disk", False, "; ".join(short),
                      "Point site.scratch_root (and the results directory) at a filesystem with that much free "
                      "space, or free space there, before the run.")
-    return Check("disk", True, detail or "no disk estimate")
+    return Check("disk", True, detail or "no roots to check")
 
 
 _VLLM_SCRIPT = """
@@ -231,7 +232,8 @@ def _run(command: list[str], timeout: float = TIMEOUTS["nvidia-smi"]) -> str | N
     return done.stdout if done.returncode == 0 else None
 
 
-def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, float], model: str | None) -> list[Check]:
+def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, float],
+               model: str | None) -> list[Check]:
     """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise)."""
     checks = [check_cache(repos, hf_home), check_disk(needs_gb)]
     smi = _run(["nvidia-smi"])

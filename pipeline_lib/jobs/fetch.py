@@ -10,7 +10,6 @@ names every one of them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence

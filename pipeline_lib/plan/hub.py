@@ -20,7 +20,8 @@ from typing import Any
 from pipeline_lib.plan.runs import Plan
 from pipeline_lib.plan.targets import JUDGES, judge_spec, requests_of, transfer_runs
 
-__all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id", "load_repos", "offline_exports", "repos_json"]
+__all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id",
+           "load_repos", "offline_exports", "repos_json"]
 
 #: lm-eval task -> the hub dataset its task YAML reads (``dataset_path`` in lm_eval/tasks/...): lm-eval downloads it
 #: at run time, so `fetch` must put it in the cache first. A task missing here is an error naming this table
@@ -57,7 +58,8 @@ class HubRepo:
 
 def is_hub_id(name: object) -> bool:
     """``owner/name`` that is not a path of this checkout (``results/...``) or of the filesystem."""
-    return isinstance(name, str) and bool(_HUB_ID.fullmatch(name)) and not name.startswith(("results/", "config/")) and not Path(name).exists()
+    return (isinstance(name, str) and bool(_HUB_ID.fullmatch(name)) and not name.startswith(("results/", "config/"))
+            and not Path(name).exists())
 
 
 def _served_model(command: list[str]) -> str | None:
