@@ -28,7 +28,6 @@ if config.get("preflight"):  # config/preflight.yaml: only the verl preflight (w
 else:
 
     include: "workflow/rules/common.smk"
-    include: "workflow/rules/site.smk"
     include: "workflow/rules/data.smk"
     include: "workflow/rules/train.smk"
     include: "workflow/rules/eval.smk"

@@ -57,3 +57,5 @@ wildcard_constraints:
     method="[a-z0-9_]+",
     seed="[0-9]+",
 
+# The site steps (`fetch`, `gpu_canary`) and what the other rules read of them (after_fetch, after_canary).
+include: "site.smk"
