@@ -9,12 +9,12 @@ default asks for none, so it plans no canary (and, reading nothing from the hub,
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipeline_lib.plan.runs import Plan
 
-__all__ = ["CANARY", "FETCHED", "asks_gpu", "node_gpus", "site_disk_needs"]
+__all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
@@ -65,3 +65,18 @@ def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float | 
         return {"results": None, scratch: None}
     needs = disk_needs(config, plan)
     return {"results": float(needs["results"]), scratch: float(needs["scratch"])}
+
+
+def canary_inputs(resources_of: Callable[[str], Mapping[str, Any]], mark: Callable[[str], Any]
+                 ) -> Callable[[str], Callable[[Any], list[Any]]]:
+    """``canary_inputs(...)(rule)``: an input function giving the canary's report (``mark``ed: Snakemake's
+    ``ancient``, so a new canary run reruns nothing) to every job of ``rule`` if that rule asks for a GPU.
+    ``resources_of`` reads a rule's resources when the DAG is built, after the profile's ``set-resources`` have
+    reached every rule."""
+    return lambda rule: (lambda wildcards: [mark(CANARY)] if asks_gpu(resources_of(rule)) else [])
+
+
+def fetch_inputs(hub: list[Any], mark: Callable[[str], Any]) -> Callable[[Any], list[Any]]:
+    """An input function giving `fetch`'s report to jobs that read the hub (offline, from the cache it fills); none
+    where the plan reads nothing from the hub."""
+    return lambda wildcards: [mark(FETCHED)] if hub else []

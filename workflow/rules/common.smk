@@ -57,5 +57,15 @@ wildcard_constraints:
     method="[a-z0-9_]+",
     seed="[0-9]+",
 
-# The site steps (`fetch`, `gpu_canary`) and what the other rules read of them (after_fetch, after_canary).
+# The site steps (`fetch`, `gpu_canary`: site.smk) and what the other rules read of them: every hub repository the
+# plan reads (pipeline_lib.plan.hub), the canary before each GPU job, `fetch` before each job reading the hub.
+from pipeline_lib.plan.hub import hf_home, hub_repos
+from pipeline_lib.plan.site import canary_inputs, fetch_inputs
+
+HUB_REPOS = hub_repos(config, PLAN)
+HF_HOME = hf_home(config, os.environ)
+after_canary = canary_inputs(lambda rule: workflow.get_rule(rule).resources, ancient)  # after_canary(rule)
+after_fetch = fetch_inputs(HUB_REPOS, ancient)
+
+
 include: "site.smk"

@@ -2,23 +2,10 @@
 # dataset the plan reads (pipeline_lib.plan.hub.hub_repos) into site.hf_home on the submit host, online; every other
 # job runs offline (common.smk's shell prefix). `gpu_canary`: one short job on one GPU node, in the train-verl env,
 # that checks driver, GPUs, NCCL, vLLM from the cache, the cache and the disk (pipeline_lib.jobs.canary); every job
-# whose rule asks for a GPU waits for it (after_canary; pipeline_lib.plan.site.asks_gpu reads the rule's resources).
-from pipeline_lib.plan.hub import hf_home, hub_repos, repos_json
-from pipeline_lib.plan.site import CANARY, FETCHED, asks_gpu, node_gpus, site_disk_needs
-
-HUB_REPOS = hub_repos(config, PLAN)
-HF_HOME = hf_home(config, os.environ)
-
-
-def after_canary(rule_name):
-    """The canary's report, as an input of every job of ``rule_name`` if that rule asks for a GPU; ancient: a new
-    canary run reruns nothing."""
-    return lambda wildcards: [ancient(CANARY)] if asks_gpu(workflow.get_rule(rule_name).resources) else []
-
-
-def after_fetch(wildcards):
-    """`fetch`'s report, for jobs that read the hub (offline, from the cache it fills)."""
-    return [ancient(FETCHED)] if HUB_REPOS else []
+# whose rule asks for a GPU waits for it (common.smk's
+# after_canary: pipeline_lib.plan.site.asks_gpu reads the rule's resources).
+from pipeline_lib.plan.hub import repos_json
+from pipeline_lib.plan.site import CANARY, FETCHED, node_gpus, site_disk_needs
 
 
 localrules:
