@@ -30,6 +30,7 @@ from pipeline_lib.core.config import ConfigError, validate_config
 from pipeline_lib.core.rl.estimators import params_from, schema_properties
 from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
+from pipeline_lib.plan.estimates import fit_run, memory_check, site_settings
 from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
@@ -491,7 +492,8 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [RunId("imagenet", run.task, run.name, run.seed, run.output) for run in imagenet]
-    return Plan([run for runs in built.values() for run in runs] + imagenet, targets, requests)
+    site = site_settings(config)  # the site's limits: checkpoint intervals, token bounds (plan/estimates.py)
+    return Plan([fit_run(run, site) for runs in built.values() for run in runs] + imagenet, targets, requests)
 
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
@@ -505,7 +507,7 @@ def validate_planned_config(config: MutableMapping[str, Any], schema_path: str |
                     untrained=tuple(name for name, m in METHODS.items() if m.before_training or m.starting_point))
     if not config.get("preflight"):
         try:
-            plan_runs(config)
+            memory_check(config, plan_runs(config))
         except PlanError as exc:
             raise ConfigError(f"invalid config (schema {Path(schema_path)}):\n  - {exc}") from None
     return config

@@ -1,0 +1,257 @@
+"""What each GPU run of the plan will cost before it runs: GPU-hours from its tokens, peak memory per GPU, disk, and
+the Slurm limits that fit (attempts under the partition's MaxTime, the checkpoint interval a time-out can afford).
+
+Every number is an estimate from the run's shapes (App. B's prompts, M, lengths, steps, micro-batches and GPUs) and
+the site's stated facts (``site`` in the config: the effective throughput per GPU, the GPU's memory, MaxTime, the hours
+a time-out may lose). Lengths are the caps (``max_prompt_tokens`` + ``max_response_tokens``), so time and memory are
+upper bounds for a run whose responses stop early. Only a GPU can confirm them (README, GPU section).
+
+Time: FLOPs = 2 x params per token per forward pass, 4 x per backward pass. A group-RL step of
+``prompts x M x (prompt + response)`` tokens runs rollout generation (a forward), verl's old-log-prob pass (a forward),
+the reference pass (a forward, when beta > 0) and, per PPO epoch, training (a forward, a recomputed forward under
+gradient checkpointing and a backward): 2 + 2 + 2 + 8 x epochs. An SFT step of ``batch x max_length`` tokens: 8.
+GPU-hours = FLOPs / (``site.gpu_tflops`` x 1e12) / 3600.
+
+Memory per GPU (FSDP over every GPU of the job): fp32 weights, fp32 gradients and Adam's two fp32 moments, sharded
+(16 bytes x params / GPUs); the bf16 reference model, sharded (2 x params / GPUs, when beta > 0); checkpointed
+activations (one bf16 hidden state per layer per token) plus one layer's recomputed working set; and the logits of
+a micro-batch at the model's vocabulary in fp32 with their log-softmax and its gradient (3 x 4 bytes x tokens x
+vocab). verl frees
+vLLM's KV cache while it trains (``free_cache_engine``), so the peak is the larger of the training phase and the
+rollout phase (vLLM's ``gpu_memory_utilization`` share of the GPU plus the sharded training states, which stay).
+
+Disk: a verl checkpoint holds fp32 weights and Adam's moments (12 bytes x params), two kept until the run finishes
+(scratch; pruned then, :mod:`pipeline_lib.jobs.engines.verl.prune`); the exported model is bf16 (2 bytes x params,
+results); a rollout dump is ~``DUMP_BYTES_PER_TOKEN`` bytes of JSON lines per token of every ``rollout_dump_every``-th
+step kept after the run (all steps while it runs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
+
+__all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "Architecture", "Estimate", "disk_needs", "estimate_run",
+           "estimates", "fit_run", "memory_check", "site_settings", "token_cap", "token_overrides"]
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The shapes of a hub model that its cost depends on (from its config.json)."""
+
+    params: float
+    layers: int
+    hidden: int
+    intermediate: int
+    vocab: int
+
+
+#: The hub models the paper plan trains (config.json of each; params from the model card).
+ARCHITECTURES: dict[str, Architecture] = {
+    "Qwen/Qwen2.5-1.5B": Architecture(1.54e9, 28, 1536, 8960, 151_936),
+    "Qwen/Qwen2.5-3B": Architecture(3.09e9, 36, 2048, 11008, 151_936),
+    "Qwen/Qwen3-8B": Architecture(8.19e9, 36, 4096, 12288, 151_936),
+}
+#: verl 0.9.1's SFT trainer packs micro-batches by tokens by default (sft_trainer_engine.yaml: data.use_dynamic_bsz
+#: True, data.max_token_len_per_gpu 8192); a longer demonstration goes alone.
+SFT_TOKENS_PER_GPU = 8192
+#: Rollout dumps: JSON lines of input, output, score per rollout, ~4 bytes of text per token.
+DUMP_BYTES_PER_TOKEN = 4
+#: Start-up of an attempt (Ray, model load, vLLM, resume) in hours: time a resubmission spends before its first step.
+STARTUP_H = 0.25
+#: Share of the GPU a token-bounded run may fill (the rest: allocator fragmentation, NCCL buffers, CUDA context).
+HEADROOM = 0.9
+#: Site settings and their defaults (the schema's ``site`` block states the same).
+SITE_DEFAULTS: dict[str, Any] = {"scratch_root": "results/scratch", "max_runtime_min": 2880, "gpu_memory_gb": 80,
+                                 "gpu_tflops": 100.0, "max_lost_hours": 1.0, "rollout_dump_every": 10}
+
+
+def site_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's ``site`` block with the defaults filled (a config that skipped the schema gets them too)."""
+    return {**SITE_DEFAULTS, **(config.get("site") or {})}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One GPU run's estimates (None where the plan cannot size it: a non-verl GPU job)."""
+
+    key: str
+    gpus: int
+    gpu_hours: float | None
+    wall_hours: float | None
+    attempts: int
+    checkpoint_every: int | None
+    memory_gb: float | None
+    tokens_per_gpu: int | None  # verl's ppo/log-prob max_token_len_per_gpu where the run needs dynamic batching
+    scratch_gb: float
+    results_gb: float
+
+
+def _architecture(model: Any, where: str) -> Architecture:
+    if model not in ARCHITECTURES:
+        raise PlanError(f"{where}: no architecture for model {model!r} to estimate its cost; add it to "
+                        f"ARCHITECTURES in pipeline_lib/plan/estimates.py ({sorted(ARCHITECTURES)})")
+    return ARCHITECTURES[model]
+
+
+def _flops(spec: Any, arch: Architecture) -> float:
+    """Training FLOPs of a verl run (the module docstring's passes)."""
+    if spec.rl is not None:
+        rl = spec.rl
+        tokens = rl.prompts_per_step * rl.group_size * (rl.knobs.max_prompt_tokens + rl.max_response_tokens)
+        passes = 2 + 2 + (2 if rl.beta > 0 else 0) + 8 * rl.ppo_epochs
+        return passes * arch.params * tokens * rl.steps
+    sft = spec.sft
+    return 8 * arch.params * sft.batch_size * sft.knobs.max_length * sft.steps
+
+
+def _memory_gb(arch: Architecture, gpus: int, tokens: int, reference: bool, vllm_share: float,
+               gpu_memory_gb: float) -> float:
+    """Peak GB per GPU: training phase (states, reference, activations, logits) vs rollout phase (module docstring)."""
+    states = 16 * arch.params / gpus + (2 * arch.params / gpus if reference else 0.0)
+    activations = tokens * arch.layers * arch.hidden * 2 + tokens * (10 * arch.hidden + 3 * arch.intermediate) * 2
+    logits = 3 * 4 * tokens * arch.vocab
+    training = (states + activations + logits) / GB
+    rollout = vllm_share * gpu_memory_gb + 16 * arch.params / gpus / GB
+    return max(training, rollout)
+
+
+def _micro_tokens(spec: Any) -> tuple[int, int]:
+    """(tokens of App. B's micro-batch per GPU, the longest sequence) of a verl run."""
+    if spec.rl is not None:
+        rl = spec.rl
+        longest = rl.knobs.max_prompt_tokens + rl.max_response_tokens
+        return max(rl.knobs.mini_batch_per_device, rl.knobs.micro_batch_per_gpu) * longest, longest
+    return max(SFT_TOKENS_PER_GPU, spec.sft.knobs.max_length), spec.sft.knobs.max_length
+
+
+def token_cap(arch: Architecture, gpus: int, reference: bool, vllm_share: float, gpu_memory_gb: float,
+              longest: int) -> int | None:
+    """The largest multiple of 1,024 tokens per GPU whose estimate fits ``HEADROOM`` of the GPU, at least one
+    sequence (verl needs ``max_token_len_per_gpu`` >= the longest sequence); None when not even one fits."""
+    budget = HEADROOM * gpu_memory_gb
+    low, high = 1, 1 << 10
+    while _memory_gb(arch, gpus, high * 1024, reference, vllm_share, gpu_memory_gb) <= budget:
+        high *= 2
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _memory_gb(arch, gpus, mid * 1024, reference, vllm_share, gpu_memory_gb) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    cap = low * 1024
+    if _memory_gb(arch, gpus, cap, reference, vllm_share, gpu_memory_gb) > budget or cap < longest:
+        return None
+    return cap
+
+
+def estimate_run(run: Any, site: Mapping[str, Any]) -> Estimate | None:
+    """The estimates of one planned run (None: not a GPU job)."""
+    gpus = _gpus(run.resources)
+    if gpus == 0:
+        return None
+    limit_h = site["max_runtime_min"] / 60
+    spec = run.spec
+    if run.verl_kind is None or not isinstance(getattr(spec.rl or spec.sft, "knobs", None),
+                                               (VerlRLKnobs, VerlSFTKnobs)):
+        return Estimate(run.key, gpus, None, None, 1, None, None, None, 0.0, 0.0)
+    arch = _architecture(spec.model, run.key)
+    gpu_h = _flops(spec, arch) / (site["gpu_tflops"] * 1e12) / 3600
+    wall_h = gpu_h / gpus
+    steps = spec.rl.steps if spec.rl is not None else spec.sft.steps
+    step_h = wall_h / steps
+    usable_h = limit_h - STARTUP_H - site["max_lost_hours"]
+    if usable_h <= 0:
+        raise PlanError(f"site.max_runtime_min {site['max_runtime_min']} leaves no time after the start-up "
+                        f"({STARTUP_H} h) and site.max_lost_hours ({site['max_lost_hours']} h)")
+    attempts = max(1, math.ceil(wall_h / usable_h))
+    # A time-out loses the steps since the last save: save every this many, as seldom as the stated hour allows.
+    every = max(1, min(steps, math.floor(site["max_lost_hours"] / step_h))) if step_h > 0 else steps
+    reference = spec.rl is not None and spec.rl.beta > 0
+    share = spec.rl.knobs.gpu_memory_utilization if spec.rl is not None else 0.0
+    tokens, longest = _micro_tokens(spec)
+    memory = _memory_gb(arch, gpus, tokens, reference, share, site["gpu_memory_gb"])
+    cap = None
+    if spec.rl is not None and memory > HEADROOM * site["gpu_memory_gb"]:
+        cap = token_cap(arch, gpus, reference, share, site["gpu_memory_gb"], longest)
+        if cap is not None:
+            memory = _memory_gb(arch, gpus, cap, reference, share, site["gpu_memory_gb"])
+    scratch = 2 * 12 * arch.params / GB
+    results = 2 * arch.params / GB
+    if spec.rl is not None:
+        rl = spec.rl
+        dump = rl.prompts_per_step * rl.group_size * (rl.knobs.max_prompt_tokens + rl.max_response_tokens) \
+            * DUMP_BYTES_PER_TOKEN / GB
+        scratch += dump * rl.steps
+        results += dump * math.ceil(rl.steps / site["rollout_dump_every"])
+    return Estimate(run.key, gpus, gpu_h, wall_h, attempts, every, memory, cap, scratch, results)
+
+
+def _gpus(resources: Mapping[str, Any]) -> int:
+    if "gres" in resources:
+        return int(resources.get("nodes", 1)) * int(str(resources["gres"]).rsplit(":", 1)[-1])
+    return int(resources.get("gpu", 0))
+
+
+def estimates(config: Mapping[str, Any], plan: Any) -> dict[tuple[str, str], Estimate]:
+    """(rule, run key) -> :class:`Estimate` of every GPU run of ``plan``."""
+    site = site_settings(config)
+    out = {}
+    for run in plan.runs:
+        estimate = estimate_run(run, site)
+        if estimate is not None:
+            out[run.job, run.key] = estimate
+    return out
+
+
+def memory_check(config: Mapping[str, Any], plan: Any) -> None:
+    """Refuse a plan with a GPU job whose estimated peak exceeds ``site.gpu_memory_gb`` (after the token bound)."""
+    limit = site_settings(config)["gpu_memory_gb"]
+    over = [e for e in estimates(config, plan).values() if e.memory_gb is not None and e.memory_gb > limit]
+    if over:
+        raise PlanError("estimated peak GPU memory over site.gpu_memory_gb "
+                        f"({limit:g} GB; pipeline_lib/plan/estimates.py): "
+                        + "; ".join(f"{e.key} {e.memory_gb:.1f} GB" for e in over))
+
+
+def disk_needs(config: Mapping[str, Any], plan: Any) -> dict[str, float]:
+    """GB the whole plan needs under the results root (``results``: exported models, kept rollout dumps) and the
+    scratch root (``scratch``: every verl run's two kept checkpoints and its dumps while it trains, as if all ran at
+    once: an upper bound)."""
+    found = estimates(config, plan).values()
+    return {"results": sum(e.results_gb for e in found), "scratch": sum(e.scratch_gb for e in found)}
+
+
+def token_overrides(cap: int) -> tuple[str, ...]:
+    """verl 0.9.1's keys that bound a micro-batch by tokens per GPU (actor update, old-log-prob and reference passes;
+    ``ppo_trainer.yaml``), where App. B's micro-batch would not fit."""
+    return ("actor_rollout_ref.actor.use_dynamic_bsz=true",
+            f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={cap}",
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+            f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={cap}",
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={cap}")
+
+
+def fit_run(run: Any, site: Mapping[str, Any]) -> Any:
+    """``run`` with the limits that fit the site: its checkpoint interval from :func:`estimate_run` and, where App.
+    B's micro-batch would not fit the GPU, verl's token bound (before the config's own extra overrides). A run the
+    plan cannot size comes back unchanged."""
+    estimate = estimate_run(run, site)
+    if estimate is None or estimate.checkpoint_every is None:
+        return run
+    spec = run.spec
+    if spec.rl is not None:
+        spec = replace(spec, rl=replace(spec.rl, checkpoint_every=estimate.checkpoint_every))
+        if estimate.tokens_per_gpu is not None:
+            spec = replace(spec, extra_overrides=(*token_overrides(estimate.tokens_per_gpu), *spec.extra_overrides))
+    else:
+        spec = replace(spec, sft=replace(spec.sft, checkpoint_every=estimate.checkpoint_every))
+    old, new = run.spec.to_json(), spec.to_json()
+    return replace(run, spec=spec, args=tuple(new if arg == old else arg for arg in run.args))
