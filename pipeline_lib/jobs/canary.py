@@ -170,22 +170,20 @@ def _statvfs(root: str) -> os.statvfs_result:
     return os.statvfs(path)
 
 
-def check_disk(needs_gb: Mapping[str, float | None], statvfs: Callable[[str], Any] = _statvfs) -> Check:
-    """Free space under each root (results, scratch) against the plan's estimate of what it will write there;
-    roots on one filesystem share its free space, so their needs are summed. A root without an estimate (None) is
-    reported, not judged."""
-    by_fs: dict[Any, tuple[list[str], float | None, float]] = {}
+def check_disk(needs_gb: Mapping[str, float], statvfs: Callable[[str], Any] = _statvfs) -> Check:
+    """Free space under each root (results, scratch) against the plan's estimate of what it will write there
+    (:func:`pipeline_lib.plan.site.site_disk_needs`); roots on one filesystem share its free space, so their needs
+    are summed."""
+    by_fs: dict[Any, tuple[list[str], float, float]] = {}
     for root, need in needs_gb.items():
         stats = statvfs(root)
         free_gb = stats.f_bavail * stats.f_frsize / 1e9
         key = getattr(stats, "f_fsid", None) or root
         roots, total, _ = by_fs.get(key, ([], 0.0, free_gb))
-        total = None if need is None or total is None else total + need
-        by_fs[key] = ([*roots, root], total, free_gb)
+        by_fs[key] = ([*roots, root], total + need, free_gb)
     short = [f"{' + '.join(roots)}: {free:.0f} GB free, the plan writes {need:.0f} GB"
-             for roots, need, free in by_fs.values() if need is not None and free < need]
-    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free" + (" (no estimate)" if n is None else
-                       f" of {n:.0f} GB needed") for r, n, f in by_fs.values())
+             for roots, need, free in by_fs.values() if free < need]
+    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free of {n:.0f} GB needed" for r, n, f in by_fs.values())
     if short:
         return Check("disk", False, "; ".join(short),
                      "Point site.scratch_root (and the results directory) at a filesystem with that much free "

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pipeline_lib.plan.estimates import disk_needs
 from pipeline_lib.plan.runs import Plan
 
 __all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
@@ -52,18 +53,11 @@ def node_gpus(plan: Plan) -> int:
     return max([1, *counts])
 
 
-def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float | None]:
+def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float]:
     """GB the plan writes under each root the canary checks: the results directory and ``site.scratch_root``
-    (the plan's estimate, :func:`pipeline_lib.plan.estimates.disk_needs`; None where this checkout has no estimate
-    yet: the canary then reports the free space without a verdict)."""
-    scratch = (config.get("site") or {}).get("scratch_root", "results/scratch")
-    try:
-        from pipeline_lib.plan.estimates import disk_needs
-    except ModuleNotFoundError as error:
-        if error.name != "pipeline_lib.plan.estimates":
-            raise
-        return {"results": None, scratch: None}
+    (the plan's estimate, :func:`pipeline_lib.plan.estimates.disk_needs`)."""
     needs = disk_needs(config, plan)
+    scratch = (config.get("site") or {}).get("scratch_root", "results/scratch")
     return {"results": float(needs["results"]), scratch: float(needs["scratch"])}
 
 
