@@ -8,6 +8,7 @@ import sys
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import JOBS, VERL_CHECKED, plan_runs
 from pipeline_lib.plan.groups import eval_batches, pattern, train_groups
+from pipeline_lib.plan.hub import offline_exports
 from pipeline_lib.core.provenance import code_digest, config_digest, resolved_config_file
 from pipeline_lib.core.run_info import write_run_info
 from pipeline_lib.paper.steps import data_params, dataset_pattern, eval_params, judge_inputs, judge_params, paper_steps
@@ -16,7 +17,9 @@ from pipeline_lib.plan.targets import stage_targets, tokenizer_inputs
 CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest, and the resolved config's file; provenance sidecars
 # record the digest and the settings their step read (pipeline_lib.core.provenance.step_config), which the audit compares.
-shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; ")
+# Every job reads the hub offline from HF_HOME (site.hf_home), which the local rule `fetch` fills (site.smk).
+shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; "
+             + offline_exports(config))
 
 
 report: "../report/workflow.rst"
@@ -54,3 +57,15 @@ wildcard_constraints:
     method="[a-z0-9_]+",
     seed="[0-9]+",
 
+# The site steps (`fetch`, `gpu_canary`: site.smk) and what the other rules read of them: every hub repository the
+# plan reads (pipeline_lib.plan.hub), the canary before each GPU job, `fetch` before each job reading the hub.
+from pipeline_lib.plan.hub import hf_home, hub_repos
+from pipeline_lib.plan.site import canary_inputs, fetch_inputs
+
+HUB_REPOS = hub_repos(config, PLAN)
+HF_HOME = hf_home(config, os.environ)
+after_canary = canary_inputs(lambda rule: workflow.get_rule(rule).resources, ancient)  # after_canary(rule)
+after_fetch = fetch_inputs(HUB_REPOS, ancient)
+
+
+include: "site.smk"

@@ -61,6 +61,7 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
             data_rule
         input:
             lambda wildcards: source_files(config["data"]["datasets"][wildcards.dataset]),
+            fetched=after_fetch,
         output:
             **{name: f"results/data/{{dataset}}/{name}.parquet" for name in ("rl_train", "rl_test", "sft_train")},
             **{name: f"results/data/{{dataset}}/{path}" for name, path in extra.items()},

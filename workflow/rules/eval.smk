@@ -20,6 +20,7 @@ for batch in EVAL_BATCHES:
         input:
             done=batch.paths("train", "DONE.json"),
             data=f"results/data/{batch.task}/rl_test.parquet",
+            canary=after_canary(f"eval_checkpoints_{batch.name}"),
         output:
             metrics=batch.paths("eval", "metrics.json"),
             generations=batch.paths("eval", "generations.jsonl"),
@@ -44,6 +45,7 @@ for batch in EVAL_BATCHES:
 rule eval_checkpoint:
     input:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
+        canary=after_canary("eval_checkpoint"),
         data="results/data/{task}/rl_test.parquet",
     output:
         metrics="results/eval/{task}/{method}/seed{seed}/metrics.json",
@@ -68,6 +70,7 @@ rule eval_checkpoint:
 rule eval_lm_eval:
     input:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
+        canary=after_canary("eval_lm_eval"),
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/lm_eval.json",
     params:
@@ -87,6 +90,7 @@ rule eval_lm_eval:
 rule eval_alpaca_eval:
     input:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
+        canary=after_canary("eval_alpaca_eval"),
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:

@@ -17,6 +17,7 @@ rule judge_score:
         generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
         data="results/data/{task}/rl_test.parquet",
         rubric_prompt=lambda wildcards: judge_rubric_prompt(config, wildcards.task),
+        canary=after_canary("judge_score"),
     output:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",

@@ -18,6 +18,7 @@ for job, kind in JOBS.items():
         input:
             unpack(lambda wildcards, job=job: PLAN.get(job, wildcards.run).inputs),
             after=lambda wildcards, job=job: [ancient(path) for path in PLAN.get(job, wildcards.run).after],
+            canary=after_canary(job),
         output:
             f"results/train/{{run}}/{kind.output}",
         params:

@@ -1,0 +1,290 @@
+"""`gpu_canary`: one short job on one GPU node that every GPU job of the plan waits for, so a broken node, driver,
+cache or disk fails in minutes instead of after the first GPU hours.
+
+Each check returns a :class:`Check`; a failed one carries one sentence naming the fix. The checks read recorded
+outputs (``nvidia-smi``'s text, ``os.statvfs`` numbers, the hub cache folder), so each is unit-tested on CPU from
+fixtures (tests/test_canary.py); every subprocess has a timeout. On a machine without a GPU the job says "no GPU"
+and exits non-zero, after the cache and disk checks, so a site learns everything at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.core.io import write_json
+from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
+from pipeline_lib.plan.hub import HubRepo, load_repos
+
+__all__ = ["Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
+           "check_vllm", "main", "parse_nvidia_smi", "run_checks"]
+
+#: Seconds each subprocess of a check may take (the job is meant to finish in minutes).
+TIMEOUTS = {"nvidia-smi": 30, "nccl": 180, "vllm": 600}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict: ``detail`` says what was measured, ``fix`` (when it failed) what to do."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text))
+
+
+def parse_nvidia_smi(text: str) -> tuple[str, str]:
+    """(driver version, the newest CUDA the driver supports) from ``nvidia-smi``'s header line
+    ``| NVIDIA-SMI 535.129.03  Driver Version: 535.129.03  CUDA Version: 12.2 |``."""
+    driver = re.search(r"Driver Version:\s*([\d.]+)", text)
+    cuda = re.search(r"CUDA Version:\s*([\d.]+)", text)
+    if not driver or not cuda:
+        raise ValueError("nvidia-smi output has no 'Driver Version: ... CUDA Version: ...' header")
+    return driver.group(1), cuda.group(1)
+
+
+def check_driver(smi_text: str, torch_cuda: str | None,
+                 min_driver: Callable[[str], int] = min_driver_for_cuda) -> Check:
+    """The node's driver against the CUDA the env's torch was built for (``torch.version.cuda``); ``min_driver``
+    maps a CUDA release to the oldest driver branch that runs it (envlock's table)."""
+    if torch_cuda is None:
+        return Check("driver", False, "torch.version.cuda is None: the env has a CPU build of torch",
+                     "Deploy the job's locked GPU env (envs/train-verl.yaml; the Slurm profile's conda deployment).")
+    try:
+        driver, driver_cuda = parse_nvidia_smi(smi_text)
+    except ValueError as error:
+        return Check("driver", False, str(error), "Run the canary on a GPU node whose nvidia-smi works.")
+    try:
+        need = min_driver(torch_cuda)
+    except LockError as error:
+        return Check("driver", False, str(error), "Add the CUDA release to envlock.CUDA_MIN_DRIVER.")
+    detail = (f"driver {driver} (supports CUDA {driver_cuda}); the env's torch is built for CUDA {torch_cuda}, "
+              f"which needs driver >= {need}")
+    if _version(driver)[0] < need:
+        return Check("driver", False, detail,
+                     f"Ask for nodes with an NVIDIA driver >= {need}, or relock the GPU envs against CUDA "
+                     f"{driver_cuda} wheels (an index line in each env's input, docs/usage.md).")
+    return Check("driver", True, detail)
+
+
+def check_gpus(torch_count: int, smi_list: str) -> Check:
+    """torch sees every GPU ``nvidia-smi -L`` lists (a CUDA_VISIBLE_DEVICES or cgroup mismatch hides some)."""
+    listed = len(re.findall(r"^GPU \d+:", smi_list, re.M))
+    detail = f"torch sees {torch_count} GPU(s); nvidia-smi -L lists {listed}"
+    if torch_count == 0 or torch_count != listed:
+        return Check("gpus", False, detail, "Check the job's --gpus/--gres request and CUDA_VISIBLE_DEVICES: torch "
+                                            "must see every GPU Slurm gave the job.")
+    return Check("gpus", True, detail)
+
+
+def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    value = torch.full((1 << 20,), float(rank + 1), device=device)
+    dist.all_reduce(value)
+    expected = world * (world + 1) / 2
+    if not bool((value == expected).all()):
+        raise RuntimeError(f"rank {rank}: all_reduce gave {value[0].item()}, expected {expected}")
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def check_nccl(world: int, backend: str = "nccl", timeout: float = TIMEOUTS["nccl"]) -> Check:
+    """An all-reduce of 4 MB across ``world`` processes, one per GPU, in a subprocess bounded by ``timeout``
+    (``backend`` gloo runs the same code on CPU in the tests)."""
+    command = [sys.executable, "-m", "pipeline_lib.jobs.canary", "allreduce", "--world", str(world),
+               "--backend", backend]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("nccl", False, f"{backend} all_reduce over {world} processes hung past {timeout:.0f} s",
+                     "Set NCCL_DEBUG=INFO and check the node's NVLink/PCIe peer access (nvidia-smi topo -m); "
+                     "NCCL_P2P_DISABLE=1 tells a P2P fault from others.")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return Check("nccl", False, f"{backend} all_reduce over {world} processes failed: {' | '.join(tail)}",
+                     "Rerun with NCCL_DEBUG=INFO; a version error means the env's NCCL does not match the driver.")
+    return Check("nccl", True, f"{backend} all_reduce over {world} processes: correct sums")
+
+
+def _snapshot(repo: HubRepo, hub_cache: Path) -> Path | None:
+    """The cached snapshot folder of ``repo`` (its ref, or its pinned commit), or None."""
+    folder = hub_cache / f"{repo.repo_type}s--{repo.repo_id.replace('/', '--')}"
+    revision = repo.revision or "main"
+    ref = folder / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snapshot = folder / "snapshots" / commit
+    return snapshot if snapshot.is_dir() and any(snapshot.iterdir()) else None
+
+
+def check_cache(repos: Sequence[HubRepo], hf_home: Path) -> Check:
+    """Every model and dataset the plan reads is in the hub cache (``<hf_home>/hub``), datasets also prepared
+    (``<hf_home>/datasets``): the jobs run with HF_HUB_OFFLINE=1."""
+    missing = []
+    for repo in repos:
+        if _snapshot(repo, hf_home / "hub") is None:
+            missing.append(f"{repo.repo_type} {repo.repo_id} ({repo.why})")
+        elif repo.repo_type == "dataset":
+            prepared = hf_home / "datasets" / repo.repo_id.replace("/", "___")
+            if not prepared.is_dir():
+                missing.append(f"dataset {repo.repo_id} (downloaded but not prepared by datasets)")
+    if missing:
+        return Check("cache", False, f"{len(missing)} of {len(repos)} missing from {hf_home}: " + "; ".join(missing),
+                     "Run `snakemake fetch --configfile config/paper.yaml` on the submit host (with HF_TOKEN for "
+                     "gated repositories), with site.hf_home on a filesystem the nodes mount.")
+    return Check("cache", True, f"{len(repos)} repositories in {hf_home}")
+
+
+def _statvfs(root: str) -> os.statvfs_result:
+    """``os.statvfs`` of ``root``, or of its nearest existing parent (a results root not made yet)."""
+    path = Path(root)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return os.statvfs(path)
+
+
+def check_disk(needs_gb: Mapping[str, float], statvfs: Callable[[str], Any] = _statvfs) -> Check:
+    """Free space under each root (results, scratch) against the plan's estimate of what it will write there
+    (:func:`pipeline_lib.plan.site.site_disk_needs`); roots on one filesystem share its free space, so their needs
+    are summed."""
+    by_fs: dict[Any, tuple[list[str], float, float]] = {}
+    for root, need in needs_gb.items():
+        stats = statvfs(root)
+        free_gb = stats.f_bavail * stats.f_frsize / 1e9
+        key = getattr(stats, "f_fsid", None) or root
+        roots, total, _ = by_fs.get(key, ([], 0.0, free_gb))
+        by_fs[key] = ([*roots, root], total + need, free_gb)
+    short = [f"{' + '.join(roots)}: {free:.0f} GB free, the plan writes {need:.0f} GB"
+             for roots, need, free in by_fs.values() if free < need]
+    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free of {n:.0f} GB needed" for r, n, f in by_fs.values())
+    if short:
+        return Check("disk", False, "; ".join(short),
+                     "Point site.scratch_root (and the results directory) at a filesystem with that much free "
+                     "space, or free space there, before the run.")
+    return Check("disk", True, detail or "no roots to check")
+
+
+_VLLM_SCRIPT = """
+import sys
+from vllm import LLM, SamplingParams
+llm = LLM(model=sys.argv[1], max_model_len=256, gpu_memory_utilization=0.3, enforce_eager=True)
+out = llm.generate(["The capital of France is"], SamplingParams(max_tokens=8, temperature=0.0))
+text = out[0].outputs[0].text
+assert out[0].outputs[0].token_ids, "no tokens generated"
+print("GENERATED", repr(text))
+"""
+
+
+def check_vllm(model: str, hf_home: Path, timeout: float = TIMEOUTS["vllm"]) -> Check:
+    """vLLM generates a few tokens from the base model out of the cache with the hub offline."""
+    env = os.environ | {"HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-c", _VLLM_SCRIPT, model], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return Check("vllm", False, f"vLLM did not generate from {model} within {timeout:.0f} s",
+                     "Read the job log: a slow shared filesystem for site.hf_home or a hung CUDA graph capture.")
+    generated = [line for line in done.stdout.splitlines() if line.startswith("GENERATED")]
+    if done.returncode != 0 or not generated:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return Check("vllm", False, f"vLLM on {model} failed: {' | '.join(tail)}",
+                     "Run `snakemake fetch` (the model must be in site.hf_home) and check the env's vLLM build "
+                     "matches its torch and the driver.")
+    return Check("vllm", True, f"{model}: {generated[0].removeprefix('GENERATED ')}")
+
+
+def _run(command: list[str], timeout: float = TIMEOUTS["nvidia-smi"]) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, float],
+               model: str | None) -> list[Check]:
+    """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise)."""
+    checks = [check_cache(repos, hf_home), check_disk(needs_gb)]
+    smi = _run(["nvidia-smi"])
+    import torch
+
+    if smi is None or not torch.cuda.is_available():
+        why = "nvidia-smi is missing or failed" if smi is None else "torch.cuda.is_available() is False"
+        return [*checks, Check("gpu", False, f"no GPU: {why}",
+                               "Run gpu_canary on a GPU node (the Slurm profile's gpu_canary resources).")]
+    checks.append(check_driver(smi, torch.version.cuda))
+    checks.append(check_gpus(torch.cuda.device_count(), _run(["nvidia-smi", "-L"]) or ""))
+    if all(check.ok for check in checks[-2:]):
+        checks.append(check_nccl(torch.cuda.device_count()))
+        if model and checks[0].ok:
+            checks.append(check_vllm(model, hf_home))
+    return checks
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    worker = sub.add_parser("allreduce", help="(internal) the all-reduce of check_nccl")
+    worker.add_argument("--world", type=int, required=True)
+    worker.add_argument("--backend", default="nccl")
+    parser.add_argument("--repos", help="JSON list of the plan's hub repositories (pipeline_lib.plan.hub)")
+    parser.add_argument("--hf-home", help="the hub cache (site.hf_home)")
+    parser.add_argument("--disk", help="JSON {root: GB the plan writes there}")
+    parser.add_argument("--model", help="the base model vLLM generates from")
+    parser.add_argument("--out", help="the report (JSON)")
+    args = parser.parse_args(argv)
+    if args.command == "allreduce":
+        import torch.multiprocessing as mp
+
+        mp.spawn(_nccl_worker, args=(args.world, _free_port(), args.backend), nprocs=args.world, join=True)
+        return 0
+    if not (args.repos and args.hf_home and args.disk and args.out):
+        parser.error("--repos, --hf-home, --disk and --out are required")
+    started = time.time()
+    checks = run_checks(load_repos(args.repos), Path(args.hf_home), json.loads(Path(args.disk).read_text()),
+                        args.model)
+    for check in checks:
+        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}" + ("" if check.ok else
+              f"\n     fix: {check.fix}"), file=sys.stderr)
+    ok = all(check.ok for check in checks)
+    report = {"ok": ok, "node": os.uname().nodename, "seconds": round(time.time() - started, 1),
+              "checks": [asdict(check) for check in checks]}
+    if not ok:  # the output exists only for a node that passed; the failed report is in the log
+        print(json.dumps(report, indent=2), file=sys.stderr)
+        return 1
+    write_json(args.out, report)
+    write_provenance([args.out], step="gpu_canary", inputs=[args.repos, args.disk], params={"model": args.model})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Every Hugging Face hub repository a config's plan reads, in one list: `fetch` downloads it on the submit host and
+the GPU canary checks it is in the cache, so the two can never disagree about what "the plan's models" are.
+
+Cluster jobs run offline (``HF_HUB_OFFLINE=1``, :data:`OFFLINE_ENV`), so anything missing here would fail on a node
+after it queued. Sources: each run's model (``RunSpec.model``: the SFT/RL base, the 3B scale model), the OPD
+teacher (``teacher.hub``), the served judges' models (``judge.<name>.serve.command``), the enabled datasets' hub
+sources (``data.datasets.<name>.sources``) and the datasets of the transfer study's lm-eval tasks
+(:data:`LM_EVAL_DATASETS`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline_lib.plan.runs import Plan
+from pipeline_lib.plan.targets import JUDGES, judge_spec, requests_of, transfer_runs
+
+__all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id",
+           "load_repos", "offline_exports", "repos_json"]
+
+#: lm-eval task -> the hub dataset its task YAML reads (``dataset_path`` in lm_eval/tasks/...): lm-eval downloads it
+#: at run time, so `fetch` must put it in the cache first. A task missing here is an error naming this table
+#: (tests/test_hub_fetch.py checks each entry against the installed lm_eval's own task files).
+LM_EVAL_DATASETS: dict[str, str] = {
+    "mmlu": "cais/mmlu",
+    "gpqa_main_zeroshot": "Idavidrein/gpqa",
+    "gpqa_diamond_zeroshot": "Idavidrein/gpqa",
+    "gsm8k": "openai/gsm8k",
+}
+
+#: What every cluster job's shell exports (workflow/rules/common.smk): the hub is read from the cache only.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+#: ``HubRepo.configs`` of a dataset whose every config is read (an lm-eval task group such as mmlu's subjects).
+EVERY_CONFIG = ("*",)
+
+
+@dataclass(frozen=True)
+class HubRepo:
+    """One hub repository the plan reads: ``repo_type`` is ``model`` or ``dataset``; ``why`` names the config key.
+    A dataset's ``configs`` are the configs a job loads with ``datasets.load_dataset`` (``None`` is the default
+    config; :data:`EVERY_CONFIG`: all of them): offline, ``datasets`` reads only what was prepared online."""
+
+    repo_type: str
+    repo_id: str
+    revision: str | None = None
+    why: str = ""
+    configs: tuple[str | None, ...] = ()
+
+
+def is_hub_id(name: object) -> bool:
+    """``owner/name`` that is not a path of this checkout (``results/...``) or of the filesystem."""
+    return (isinstance(name, str) and bool(_HUB_ID.fullmatch(name)) and not name.startswith(("results/", "config/"))
+            and not Path(name).exists())
+
+
+def _served_model(command: list[str]) -> str | None:
+    """The model a ``vllm serve <model> ...`` command loads (the argument after ``serve``)."""
+    if "serve" in command and command.index("serve") + 1 < len(command):
+        return command[command.index("serve") + 1]
+    return None
+
+
+def hub_repos(config: Mapping[str, Any], plan: Plan) -> list[HubRepo]:
+    """Every hub model and dataset ``plan`` (of ``config``) reads, deduplicated and sorted; empty for the tiny
+    default (its models are trained from scratch and its data is synthetic)."""
+    found: dict[tuple[str, str, str | None], tuple[str, list[str | None]]] = {}
+
+    def add(repo_type: str, repo_id: str | None, why: str, revision: str | None = None,
+            configs: tuple[str | None, ...] = ()) -> None:
+        if repo_id and is_hub_id(repo_id):
+            entry = found.setdefault((repo_type, repo_id, revision), (why, []))
+            entry[1].extend(config for config in configs if config not in entry[1])
+
+    for run in plan.runs:
+        add("model", run.spec.model, f"the model of run {run.job}:{run.key}")
+        teacher = getattr(getattr(run.spec.baseline, "teacher", None), "hub", None)
+        add("model", teacher, f"train.baselines.opd.teacher.hub (run {run.key})")
+    if requests_of(plan, "judge"):
+        for name in JUDGES:
+            spec = judge_spec(config, name)
+            if spec["kind"] == "llm" and (spec.get("serve") or {}).get("command"):
+                add("model", _served_model(list(spec["serve"]["command"])), f"judge.{name}.serve.command")
+    for name, dataset in (config["data"].get("datasets") or {}).items():
+        if not dataset.get("enabled", True):
+            continue
+        for role, source in (dataset.get("sources") or {}).items():
+            if source.get("local") is None:
+                add("dataset", source.get("hub"), f"data.datasets.{name}.sources.{role}", source.get("revision"),
+                    (source.get("config"),))
+    transfer = config["eval"].get("transfer") or {}
+    lm_eval = transfer.get("lm_eval") or {}
+    if any(path.endswith("lm_eval.json") for path in transfer_runs(config, plan)):
+        for task in lm_eval.get("tasks", []):
+            if task not in LM_EVAL_DATASETS:
+                raise ValueError(f"eval.transfer.lm_eval.tasks: no hub dataset known for lm-eval task {task!r}; add "
+                                 "it to LM_EVAL_DATASETS in pipeline_lib/plan/hub.py so `fetch` downloads it")
+            add("dataset", LM_EVAL_DATASETS[task], f"eval.transfer.lm_eval.tasks ({task})", None, EVERY_CONFIG)
+    repos = [HubRepo(kind, repo, revision, why, EVERY_CONFIG if "*" in configs else tuple(configs))
+             for (kind, repo, revision), (why, configs) in found.items()]
+    return sorted(repos, key=lambda r: (r.repo_type, r.repo_id, r.revision or ""))
+
+
+def repos_json(repos: list[HubRepo]) -> str:
+    """The ``--repos`` file of `fetch` and the canary: one object per repository (read back by ``load_repos``)."""
+    return json.dumps([asdict(repo) for repo in repos], sort_keys=True)
+
+
+def load_repos(path: str | Path) -> list[HubRepo]:
+    """The repositories of a ``--repos`` file."""
+    return [HubRepo(row["repo_type"], row["repo_id"], row.get("revision"), row.get("why", ""),
+                    tuple(row.get("configs") or ())) for row in json.loads(Path(path).read_text())]
+
+
+def hf_home(config: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    """The hub cache every job reads: ``site.hf_home``, else the environment's HF_HOME, else huggingface_hub's
+    default (``~/.cache/huggingface``)."""
+    site = config.get("site") or {}
+    return site.get("hf_home") or environ.get("HF_HOME") or str(Path("~/.cache/huggingface").expanduser())
+
+
+def offline_exports(config: Mapping[str, Any]) -> str:
+    """The shell exports of a cluster job (``export HF_HOME=... HF_HUB_OFFLINE=1 ...; ``): ``HF_HOME`` only where the
+    config sets ``site.hf_home`` (else the job inherits the submitting environment's)."""
+    site = config.get("site") or {}
+    pairs = dict(OFFLINE_ENV) | ({"HF_HOME": site["hf_home"]} if site.get("hf_home") else {})
+    return "export " + " ".join(f"{key}={value}" for key, value in pairs.items()) + "; "

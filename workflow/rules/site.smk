@@ -1,0 +1,55 @@
+# The site steps (docs/usage.md, "A cluster's first run"): `fetch`, a local rule, downloads every hub model and
+# dataset the plan reads (pipeline_lib.plan.hub.hub_repos) into site.hf_home on the submit host, online; every other
+# job runs offline (common.smk's shell prefix). `gpu_canary`: one short job on one GPU node, in the train-verl env,
+# that checks driver, GPUs, NCCL, vLLM from the cache, the cache and the disk (pipeline_lib.jobs.canary); every job
+# whose rule asks for a GPU waits for it (common.smk's
+# after_canary: pipeline_lib.plan.site.asks_gpu reads the rule's resources).
+from pipeline_lib.plan.hub import repos_json
+from pipeline_lib.plan.site import CANARY, FETCHED, node_gpus, site_disk_needs
+
+
+localrules:
+    fetch,
+
+
+rule fetch:
+    output:
+        FETCHED,
+    params:
+        repos=lambda wildcards: json_file(repos_json(HUB_REPOS)),
+        hf_home=HF_HOME,
+        code=code_digest("pipeline_lib.jobs.fetch"),
+    log:
+        "logs/fetch.log",
+    benchmark:
+        "results/benchmarks/fetch.tsv"
+    conda:
+        "../../envs/cpu-steps.yaml"
+    shell:
+        "unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE; python -m pipeline_lib.jobs.fetch --repos {params.repos}"
+        " --hf-home {params.hf_home} --out {output} > {log} 2>&1"
+
+
+rule gpu_canary:
+    input:
+        fetched=after_fetch,
+    output:
+        CANARY,
+    params:
+        repos=lambda wildcards: json_file(repos_json(HUB_REPOS)),
+        disk=lambda wildcards: json_file(json.dumps(site_disk_needs(config, PLAN))),
+        model=config["train"]["verl"]["model"],
+        hf_home=HF_HOME,
+        code=code_digest("pipeline_lib.jobs.canary"),
+    resources:
+        nodes=1,
+        gres=f"gpu:{node_gpus(PLAN)}",
+    log:
+        "logs/gpu_canary.log",
+    benchmark:
+        "results/benchmarks/gpu_canary.tsv"
+    conda:
+        "../../envs/train-verl.yaml"
+    shell:
+        "python -m pipeline_lib.jobs.canary --repos {params.repos} --disk {params.disk} --model {params.model}"
+        " --hf-home {params.hf_home} --out {output} > {log} 2>&1"
