@@ -48,6 +48,9 @@ MODULE_FOLDERS = ("pipeline_lib.core", "pipeline_lib.jobs")
 #: Function-local imports of ``pipeline_lib`` that stay, (importer, imported) -> why: each keeps a heavy third-party
 #: library out of a process that must not pay for it (never a cycle: the cycle test sees these imports too).
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("pipeline_lib.paper.steps", "pipeline_lib.core.data.real"):
+        "real imports pandas (about 0.5 CPU s), which only a plan with dataset builds needs; common.smk imports steps "
+        "while the workflow parses",
     ("pipeline_lib.core.data.build", "pipeline_lib.core.data.imagenet"):
         "imagenet imports torch (about 1 CPU s), which only the ImageNet build needs, not each tiny task's data job",
     ("pipeline_lib.jobs.engines.verl.preflight", "pipeline_lib.core.model"):

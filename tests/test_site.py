@@ -17,7 +17,7 @@ import pytest
 
 from pipeline_lib.jobs.canary import check_cache, check_disk, check_driver, check_gpus, check_nccl, check_vllm
 from pipeline_lib.plan.hub import LM_EVAL_DATASETS, HubRepo, is_hub_id, load_repos, repos_json
-from tests.conftest import REPO, repo_env, snakemake
+from tests.conftest import NO_CONDA, REPO, repo_env, snakemake
 from tests.hub_server import HubServer, Repo
 
 FIXTURES = REPO / "tests" / "fixtures" / "site"
@@ -218,7 +218,7 @@ def _is_local(workdir: Path, rule: str, configfile: str) -> bool:
 
 def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_hub_id(workflow_copy):
     result = snakemake(workflow_copy, "-n", "-p", "--profile", "profiles/slurm", "--configfile", "config/paper.yaml",
-                       full_console=True)
+                       *NO_CONDA, full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _jobs(result.stdout)
     gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and job["rule"] != "gpu_canary"]
