@@ -6,7 +6,7 @@ miniature tasks onto the paper's columns for orientation (``countdown_tiny`` ~ C
 synthetic tasks is not the paper's 1.5B model.
 
 What every run can judge on its own is *within-run* comparisons, and those are paired: methods
-share seeds (same SFT start, same data order) and test prompts, so each difference is shown with
+share seeds (same start, same data order) and test prompts, so each difference is shown with
 a 95% interval whose unit is the training seed (:func:`pipeline_lib.core.stats.paired_interval`; seeds
 only for one-number-per-run quantities such as the gradient-allocation share). The claim ledger at
 the end gives each claim a verdict by the rules of :mod:`pipeline_lib.paper.verdicts` (supported,
@@ -327,8 +327,8 @@ def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiabl
     def pick(items: list[Comparison], a: str, b: str, metric: str) -> list[Comparison]:
         return [c for c in items if c.a == a and c.b == b and c.metric == metric]
 
-    for a, b, claim in (("grpo_exact", "sft", "RL with the verifier improves on its SFT start (Table 1)"),
-                        ("softmax_exact", "sft", "SoftmaxGRPO-Exact improves on its SFT start (Table 1)"),
+    for a, b, claim in (("grpo_exact", "sft", "RL with the verifier improves on SFT (Table 1)"),
+                        ("softmax_exact", "sft", "SoftmaxGRPO-Exact improves on SFT (Table 1)"),
                         ("softmax_exact", "grpo_exact", "SoftmaxGRPO-Exact >= GRPO-Exact (Table 1; "
                          f"{paper_gaps(table1_reference, 'softmax_exact', 'grpo_exact')} points)"),
                         ("softmax_sim", "grpo_sim", "SoftmaxGRPO-Sim > GRPO-Sim (Table 1; "

@@ -340,7 +340,7 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
     assert "over 2 task(s) (arith_tiny, meeting_tiny)" in summary and "seed(s) (0, 1, 2)" in summary
     ledger = report.split("## Claims")[1]
     # what holds is the claims table's verdict, word for word, never typed in
-    assert "| supported |" in ledger and "- supported: RL with the verifier improves on its SFT start" in summary
+    assert "| supported |" in ledger and "- supported: RL with the verifier improves on SFT" in summary
     assert "3 of its 40 generated demonstrations (7.5%) are well-formed" in summary
     assert "The judge of `meeting_tiny` is not shown to see the planted slip: of its 36 judged outputs, 0 with the " \
         "slip, 0 stating the vote count right, 36 not stating it" in summary and "cannot be measured" in summary
