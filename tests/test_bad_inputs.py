@@ -196,7 +196,9 @@ def test_similarity_of_a_1mb_pair_takes_milliseconds(kind):
             "think": "<think>" + "a b " * 250_000}[kind][:1_000_000]
     other = " ".join(rng.choice(words) for _ in range(250_000))[:1_000_000]
     best = min(_timed(lambda: score("similarity", text, other)) for _ in range(3))
-    assert best < 0.1, f"{kind}: {best * 1e3:.1f} ms"  # ~3-15 ms here; was ~10 s before the cap
+    # a guard against the uncapped quadratic path (about 10 s before the cap), not a speed claim: about 3-15 ms idle,
+    # up to 0.3 s seen on a loaded 2-core machine (benchmarks/rewards.py measures the speed)
+    assert best < 2.0, f"{kind}: {best * 1e3:.1f} ms"
 
 
 def _timed(call) -> float:
