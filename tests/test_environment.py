@@ -13,7 +13,8 @@ from pipeline_lib.core.env import VARIABLES, EnvironmentVariableError, env, env_
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline_lib"
 READ = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[|environ\.get\(")
 
-GOOD = {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "SLURM_JOB_ID": "123456", "SLURM_JOB_PARTITION": "gpu,debug",
+GOOD = {"HF_HOME": "/shared/hf", "HF_ENDPOINT": "http://127.0.0.1:9000",
+        "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "SLURM_JOB_ID": "123456", "SLURM_JOB_PARTITION": "gpu,debug",
         "SLURM_JOB_NODELIST": "node[01-04],gpu-7", "SLURMD_NODENAME": "node01", "CUDA_VISIBLE_DEVICES": "0,1",
         "RAY_ADDRESS": "10.0.0.1:6379", "PIPELINE_CONFIG_SHA256": "a" * 64,
         "PIPELINE_REWARD_HEALTH_DIR": "/scratch/run/reward_health", "WANDB_ENTITY": "my-team",
@@ -21,7 +22,8 @@ GOOD = {"OPENAI_BASE_URL": "http://127.0.0.1:8000/v1", "SLURM_JOB_ID": "123456",
         "PIPELINE_VERL_CPU": "1", "DIST_INIT_METHOD": "tcp://127.0.0.1:29500",
         "PIPELINE_VERL_CPU_SYNC_LOG": "/tmp/grpo_weight_syncs.jsonl", "PIPELINE_VERL_CPU_SKIP_SYNC": "1",
         "PIPELINE_CONFIG_FILE": ".snakemake/pipeline/config-0a1b.json", "PIPELINE_CONSOLE": "full"}
-BAD = {"OPENAI_BASE_URL": "127.0.0.1:8000/v1", "SLURM_JOB_ID": "12 34", "SLURM_JOB_PARTITION": "gpu\n",
+BAD = {"HF_HOME": "\n/shared/hf", "HF_ENDPOINT": "127.0.0.1:9000",
+       "OPENAI_BASE_URL": "127.0.0.1:8000/v1", "SLURM_JOB_ID": "12 34", "SLURM_JOB_PARTITION": "gpu\n",
        "SLURM_JOB_NODELIST": "node01; rm -rf /", "SLURMD_NODENAME": "../etc", "CUDA_VISIBLE_DEVICES": "0;1",
        "RAY_ADDRESS": "10.0.0.1", "PIPELINE_CONFIG_SHA256": "not-a-digest", "PIPELINE_REWARD_HEALTH_DIR": "\n/tmp",
        "WANDB_ENTITY": "my team", "MLFLOW_TRACKING_URI": "two words", "SWANLAB_LOG_DIR": "\tlogs",

@@ -38,6 +38,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "PIPELINE_VERL_CPU_SYNC_LOG": (r"\S.*", "a file path (the preflight sets it: the vLLM worker's weight digests)"),
     "PIPELINE_VERL_CPU_SKIP_SYNC": (r"[01]", "1 to skip the weight syncs after the first (a test's control) or 0"),
     "PIPELINE_CONSOLE": (r"short|full", "short (one line per job, the default) or full (Snakemake's own job blocks)"),
+    "HF_HOME": (r"\S.*", "a directory path (the Hugging Face cache)"),
+    "HF_ENDPOINT": (r"https?://[^\s/?#]+(/\S*)?", "an http(s):// URL (a Hugging Face hub)"),
 }
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.env import env, env_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.plan.hub import EVERY_CONFIG, HubRepo, load_repos
@@ -104,11 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hf-home", required=True, help="the cache (site.hf_home); files go to <hf-home>/hub")
     parser.add_argument("--out", required=True, help="the report (JSON), written atomically")
     args = parser.parse_args(argv)
-    os.environ["HF_HOME"] = args.hf_home  # before huggingface_hub / datasets are imported: their caches follow it
+    os.environ.update(HF_HOME=args.hf_home) # before huggingface_hub / datasets are imported: their caches follow it
     repos = load_repos(args.repos)
-    token = os.environ.get("HF_TOKEN") or None
+    token = env_text("HF_TOKEN", r"\S+", "a Hugging Face token", secret=True)
     try:
-        rows = fetch(repos, args.hf_home, token, endpoint=os.environ.get("HF_ENDPOINT") or None)
+        rows = fetch(repos, args.hf_home, token, endpoint=env("HF_ENDPOINT"))
     except FetchError as error:
         print(f"fetch failed: {error}", file=sys.stderr)
         return 1

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.env import env
 from pipeline_lib.plan.runs import Plan
 from pipeline_lib.plan.targets import JUDGES, judge_spec, requests_of, transfer_runs
 
@@ -120,11 +121,11 @@ def load_repos(path: str | Path) -> list[HubRepo]:
                     tuple(row.get("configs") or ())) for row in json.loads(Path(path).read_text())]
 
 
-def hf_home(config: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+def hf_home(config: Mapping[str, Any]) -> str:
     """The hub cache every job reads: ``site.hf_home``, else the environment's HF_HOME, else huggingface_hub's
     default (``~/.cache/huggingface``)."""
     site = config.get("site") or {}
-    return site.get("hf_home") or environ.get("HF_HOME") or str(Path("~/.cache/huggingface").expanduser())
+    return site.get("hf_home") or env("HF_HOME") or str(Path("~/.cache/huggingface").expanduser())
 
 
 def offline_exports(config: Mapping[str, Any]) -> str:

@@ -63,7 +63,7 @@ from pipeline_lib.plan.hub import hf_home, hub_repos
 from pipeline_lib.plan.site import canary_inputs, fetch_inputs
 
 HUB_REPOS = hub_repos(config, PLAN)
-HF_HOME = hf_home(config, os.environ)
+HF_HOME = hf_home(config)
 after_canary = canary_inputs(lambda rule: workflow.get_rule(rule).resources, ancient)  # after_canary(rule)
 after_fetch = fetch_inputs(HUB_REPOS, ancient)
 

@@ -547,8 +547,7 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     for run, entry_point in (("countdown/rationalization", "pipeline_lib.jobs.engines.verl.train sft"),
                              ("gsm8k/iterative_dpo", "pipeline_lib.jobs.engines.trl.dpo run"),
                              ("deepmath/raro", "pipeline_lib.jobs.engines.verl.train rl"),
-                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.jobs.engines.verl.train rl"),
-                             ("countdown/sft_at_qwen25_3b", "pipeline_lib.jobs.engines.verl.train sft")):
+                             ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.jobs.engines.verl.train rl")):
         assert any(f"--run-dir results/train/{run}/seed0 " in line and entry_point in line
                    for line in plan.splitlines()), run
     for path in ("results/train/countdown/raro/seed0/DONE.json", "results/train/poetry/opd/seed0/DONE.json",
