@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hf-home", required=True, help="the cache (site.hf_home); files go to <hf-home>/hub")
     parser.add_argument("--out", required=True, help="the report (JSON), written atomically")
     args = parser.parse_args(argv)
-    os.environ.update(HF_HOME=args.hf_home) # before huggingface_hub / datasets are imported: their caches follow it
+    os.environ.update(HF_HOME=args.hf_home)  # before huggingface_hub / datasets are imported: their caches follow it
     repos = load_repos(args.repos)
     token = env_text("HF_TOKEN", r"\S+", "a Hugging Face token", secret=True)
     try:
