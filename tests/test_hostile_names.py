@@ -76,11 +76,15 @@ def test_the_shipped_configs_stay_valid(tmp_path):
     import yaml
 
     for name in ("config", "paper", "preflight"):
-        validate_config(yaml.safe_load((REPO / f"config/{name}.yaml").read_text()) or {}, SCHEMA, base_dir=REPO)
+        validated = validate_config(yaml.safe_load((REPO / f"config/{name}.yaml").read_text()) or {}, SCHEMA,
+                                    base_dir=REPO)
+        assert validated["train"]["methods"] and validated["train"]["tasks"], name
     config = _tiny_config()
     config["train"]["scale"] = _scale({"qwen25_3b": {"label": "Qwen2.5-3B", "hub": "Qwen/Qwen2.5-3B"}})
     config["eval"]["transfer"]["lm_eval"]["tasks"] = ["gpqa_main_zeroshot", "leaderboard-bbh.v2"]
-    validate_config(copy.deepcopy(config), SCHEMA, base_dir=tmp_path)
+    validated = validate_config(copy.deepcopy(config), SCHEMA, base_dir=tmp_path)
+    assert validated["eval"]["transfer"]["lm_eval"]["tasks"] == ["gpqa_main_zeroshot", "leaderboard-bbh.v2"]
+    assert "qwen25_3b" in str(validated["train"]["scale"])
 
 
 def test_snakemake_dry_run_refuses_a_hostile_scale_model_name_before_planning(workflow_copy):
