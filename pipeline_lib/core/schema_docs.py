@@ -76,7 +76,8 @@ def _type(node: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     bounds = [f"{op} {node[key]}" for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="),
                                                  ("exclusiveMaximum", "<")) if key in node]
     if isinstance(node.get("items"), dict) and "array" in kinds:
-        words = words.replace("list", f"list of ({_type(node['items'], defs)})")
+        item = _type(node["items"], defs)
+        words = words.replace("list", f"list of ({item})" if " " in item else f"list of {item}")
     return " ".join([words, *bounds]) if bounds else words
 
 
