@@ -1,18 +1,16 @@
 """The schema's defaults are the paper's settings; config/config.yaml is the miniature's overlay on them.
 
-The snapshots under tests/fixtures/config are the resolved configs (file + schema defaults) of main before the
-defaults moved (commit 3e8a4d2): the tiny default, the paper config and the preflight must still resolve to exactly
-them, so a changed default cannot silently change the tiny run (or the provenance digest of its outputs). Since the
-blocks became one per concern for both engines (issue 37 part 1), a snapshot is compared in the new shape
-(:func:`_one_block_per_concern`: the config's own engine's values are the shared block, each engine's knobs its
-sub-block, verl's task rows the rows), every value of the new shape taken from it.
+The snapshots under tests/fixtures/config are the resolved configs (file + schema defaults) of the tiny default, the
+paper config and the preflight, written by ``python -m pipeline_lib settings`` (:mod:`pipeline_lib.core.schema_docs`;
+``tests/test_generated.py`` fails when one is stale). They were main's before the defaults moved (commit 3e8a4d2) and
+are regenerated only on purpose: a changed default shows in review as a changed snapshot, and each loader (the
+pipeline's, Snakemake's, the plan CLI's) must resolve a config to exactly its snapshot.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +18,6 @@ import pytest
 from snakemake.common.configfile import load_configfile as snakemake_load_configfile
 
 from pipeline_lib.core.config import ConfigError, load_config_file, validate_config
-from pipeline_lib.core.run_spec import (
-    LocalRLKnobs,
-    LocalSFTKnobs,
-    RLSettings,
-    SFTSettings,
-    VerlRLKnobs,
-    VerlSFTKnobs,
-)
 from pipeline_lib.plan.settings import engine_settings
 from pipeline_lib.plan.table import load_config as plan_load_config
 
@@ -44,54 +34,8 @@ def _json(config: Any) -> Any:
     return json.loads(json.dumps(config))
 
 
-#: Keys added since the snapshots, with each config's value: ``train.rl_start`` (issue 44 item 10), the paper's RL
-#: runs from the base model (the schema's default), the miniature's (and the preflight's data config's) from SFT.
-ADDED_SINCE = {"tiny": {"rl_start": "sft"}, "paper": {"rl_start": "base"}, "preflight": {"rl_start": "sft"}}
-
-
 def _snapshot(name: str) -> dict[str, Any]:
-    resolved = _one_block_per_concern(json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text()))
-    resolved["train"] = {**resolved["train"], **ADDED_SINCE[name]}
-    return resolved
-
-
-def _fields(cls: type) -> list[str]:
-    return [f.name for f in fields(cls) if f.name != "knobs"]
-
-
-_CONCERNS = {"rl": (RLSettings, LocalRLKnobs, VerlRLKnobs), "sft": (SFTSettings, LocalSFTKnobs, VerlSFTKnobs)}
-
-
-def _one_block_per_concern(old: dict[str, Any]) -> dict[str, Any]:
-    """A snapshot of the two-blocks-per-concern shape (``train.rl`` local, ``train.verl.rl`` verl, rows in
-    ``train.verl.tasks``) in the one-block shape: the shared settings from the block of the config's own engine (the
-    one its runs read; the other block's shared values were read by no run), each engine's knobs from its block."""
-    new = copy.deepcopy(old)
-    train = new["train"]
-    verl = train["verl"]
-    for concern, (shared, local_knobs, verl_knobs) in _CONCERNS.items():
-        local_block, verl_block = train[concern], verl.pop(concern)
-        own = verl_block if train["engine"] == "verl" else local_block
-        train[concern] = {**{k: own[k] for k in _fields(shared)},
-                          "local": {k: local_block[k] for k in _fields(local_knobs)},
-                          "verl": {k: verl_block[k] for k in _fields(verl_knobs)}}
-    train["task_settings"] = {task: _row(row) for task, row in verl.pop("tasks").items()}
-    if new.get("preflight"):  # its scaled row and SFT settings: one row of the new shape
-        section = new["preflight"]
-        section["row"] = _row({**section["row"], "sft": section.pop("sft")})
-    return new
-
-
-def _row(old: dict[str, Any]) -> dict[str, Any]:
-    """An old flat verl task row as a row of ``train.task_settings``: what it plans, then its ``rl`` and ``sft``."""
-    row = {k: v for k, v in old.items() if k in ("methods", "tau", "similarity_weights")}
-    for concern, (shared, _, verl_knobs) in _CONCERNS.items():
-        flat = old.get("sft", {}) if concern == "sft" else old
-        section = {k: flat[k] for k in _fields(shared) if k in flat}
-        knobs = {k: flat[k] for k in _fields(verl_knobs) if k in flat}
-        section |= {"verl": knobs} if knobs else {}
-        row |= {concern: section} if section else {}
-    return row
+    return json.loads((SNAPSHOTS / f"resolved_{name}.json").read_text())
 
 
 def _resolve(path: Path) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, metrics_log_path, rollout_dump_dir
-from pipeline_lib.plan.estimates import SITE_DEFAULTS
+from pipeline_lib.plan.estimates import site_defaults
 from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitted_job_ids
 
 from .conftest import REPO
@@ -189,7 +189,7 @@ def check_resumed_run(workflow_copy: Path, output: str, checkpointed: int, limit
     rollouts = [json.loads(line)["step"] for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert rollouts == list(range(1, STEPS + 1))
     # a finished run keeps every site.rollout_dump_every-th dump and the last (prune.prune, after DONE.json)
-    kept = sorted({step for step in range(1, STEPS + 1) if step % SITE_DEFAULTS["rollout_dump_every"] == 0} | {STEPS})
+    kept = sorted({step for step in range(1, STEPS + 1) if step % site_defaults()["rollout_dump_every"] == 0} | {STEPS})
     assert sorted(int(p.stem) for p in rollout_dump_dir(run_dir).glob("*.jsonl")) == kept
     # the job's own log: the preflight's step lines, each step once
     log = (workflow_copy / "logs/preflight/grpo.log").read_text()

@@ -22,6 +22,7 @@ silently), and a missing, binary or malformed file is a sentence naming it, not 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import os
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -37,8 +38,12 @@ from pipeline_lib.core.rl.estimators import schema_properties
 from pipeline_lib.core.run_spec import RL_KNOBS, SFT_KNOBS, RLSettings, SFTSettings
 from pipeline_lib.core.tracking import missing_backend_packages
 
-__all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "ConfigError", "check_config_files", "load_config_file", "load_schema",
-           "load_yaml", "merge_config", "validate_config", "with_estimator_params"]
+__all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "SCHEMA_PATH", "ConfigError", "check_config_files", "load_config_file",
+           "load_schema", "load_yaml", "merge_config", "schema_defaults", "schema_path", "validate_config",
+           "with_estimator_params"]
+
+#: The config schema, relative to the workflow's directory (the current one when Snakemake or the plan CLI runs).
+SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
 
 #: The source roles each dataset's builder reads (:mod:`pipeline_lib.core.data.real`) and the splits it reads from each.
 DATASET_SOURCES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -166,6 +171,33 @@ def _shown(path: str | os.PathLike[str]) -> str:
 
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
     return load_yaml(path, "config schema")
+
+
+def schema_path() -> Path:
+    """The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's (a
+    copy of the package run elsewhere reads the workflow it runs in)."""
+    return SCHEMA_PATH if SCHEMA_PATH.is_file() else Path(__file__).resolve().parents[2] / SCHEMA_PATH
+
+
+def _defaults_of(node: Mapping[str, Any]) -> Any:
+    default = copy.deepcopy(node.get("default"))
+    if isinstance(default, dict) and "properties" in node:
+        default |= {k: _defaults_of(sub) for k, sub in node["properties"].items() if "default" in sub}
+    return default
+
+
+@functools.cache
+def _block_defaults(path: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    node = load_schema(path)
+    for key in keys:
+        node = node["properties"][key]
+    return {k: _defaults_of(sub) for k, sub in node["properties"].items() if "default" in sub}
+
+
+def schema_defaults(*keys: str, schema: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The defaults the schema declares for the block at ``keys`` (``"site"``), nested blocks' filled as validation
+    fills them: for code that needs a default without a validated config, so no default is written twice."""
+    return copy.deepcopy(_block_defaults(str(schema or schema_path()), keys))
 
 
 def with_estimator_params(schema: dict[str, Any]) -> dict[str, Any]:

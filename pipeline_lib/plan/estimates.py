@@ -33,11 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
 __all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "VERL_TRAIN", "Architecture", "Estimate",
            "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "scratch_args",
-           "site_settings", "token_cap", "token_overrides"]
+           "site_defaults", "site_settings", "token_cap", "token_overrides"]
 
 GB = 1e9
 
@@ -68,14 +69,16 @@ DUMP_BYTES_PER_TOKEN = 4
 STARTUP_H = 0.25
 #: Share of the GPU a token-bounded run may fill (the rest: allocator fragmentation, NCCL buffers, CUDA context).
 HEADROOM = 0.9
-#: Site settings and their defaults (the schema's ``site`` block states the same).
-SITE_DEFAULTS: dict[str, Any] = {"scratch_root": "results/scratch", "max_runtime_min": 2880, "gpu_memory_gb": 80,
-                                 "gpu_tflops": 100.0, "max_lost_hours": 1.0, "rollout_dump_every": 10}
+
+
+def site_defaults() -> dict[str, Any]:
+    """The site settings' defaults, as the schema's ``site`` block declares them (read, not restated)."""
+    return schema_defaults("site")
 
 
 def site_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """The config's ``site`` block with the defaults filled (a config that skipped the schema gets them too)."""
-    return {**SITE_DEFAULTS, **(config.get("site") or {})}
+    return {**site_defaults(), **(config.get("site") or {})}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline_lib.plan.estimates import disk_needs
+from pipeline_lib.plan.estimates import disk_needs, site_settings
 from pipeline_lib.plan.runs import Plan
 
 __all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
@@ -57,7 +57,7 @@ def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float]:
     """GB the plan writes under each root the canary checks: the results directory and ``site.scratch_root``
     (the plan's estimate, :func:`pipeline_lib.plan.estimates.disk_needs`)."""
     needs = disk_needs(config, plan)
-    scratch = (config.get("site") or {}).get("scratch_root", "results/scratch")
+    scratch = site_settings(config)["scratch_root"]
     return {"results": float(needs["results"]), scratch: float(needs["scratch"])}
 
 

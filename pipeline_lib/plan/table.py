@@ -23,16 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config
+from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config, schema_path
 from pipeline_lib.core.run_spec import PlanError
-from pipeline_lib.plan.estimates import SITE_DEFAULTS, SITE_TIMED, Estimate, disk_needs, estimates, site_settings
+from pipeline_lib.plan.estimates import SITE_TIMED, Estimate, disk_needs, estimates, site_defaults, site_settings
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
 
 __all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
 
-#: The schema of the workflow run from the current directory (as Snakemake reads it), else this checkout's.
-SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
 REPO = Path(__file__).resolve().parents[2]
 #: The Slurm profile whose time limits and GPU counts price the paper plan.
 SLURM_PROFILE = Path("profiles") / "slurm" / "config.yaml"
@@ -46,7 +44,7 @@ _PER_ATTEMPT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:\*\s*attempt)?\s*$")
 
 def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -> dict[str, Any]:
     """The validated config of ``paths`` merged in order (schema defaults filled)."""
-    schema = schema or (SCHEMA_PATH if SCHEMA_PATH.is_file() else REPO / SCHEMA_PATH)
+    schema = schema or schema_path()
     config: dict[str, Any] = {}
     for path in paths:
         merge_config(config, load_config_file(path))
@@ -113,7 +111,7 @@ def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared
         return 0.0
     own = (profile.get("set-resources") or {}).get(rule) or {}
     if "runtime" not in own and rule in SITE_TIMED:  # the rule asks for the partition's MaxTime (over the defaults)
-        resources["runtime"] = (site or SITE_DEFAULTS)["max_runtime_min"]
+        resources["runtime"] = (site or site_defaults())["max_runtime_min"]
     if "runtime" not in resources:
         raise ValueError(f"{where}: a GPU job with no runtime (time limit) here or in default-resources")
     return gpus * _first_attempt(resources["runtime"], f"{where}.runtime") / 60 / shared_by

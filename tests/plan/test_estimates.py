@@ -11,11 +11,11 @@ from pipeline_lib.core.config import ConfigError
 from pipeline_lib.plan import plan_runs, validate_planned_config
 from pipeline_lib.plan.estimates import (
     ARCHITECTURES,
-    SITE_DEFAULTS,
     _memory_gb,
     disk_needs,
     estimate_run,
     estimates,
+    site_defaults,
 )
 from pipeline_lib.plan.table import load_config
 
@@ -45,7 +45,7 @@ def test_gsm8k_rl_hours_by_hand(paper_plan) -> None:
             rl.ppo_epochs) == (64, 8, 1024, 256, 1000, 1)
     passes = 14 if rl.beta > 0 else 12
     flops = passes * 1.54e9 * 64 * 8 * 1280 * 1000
-    est = estimate_run(run, SITE_DEFAULTS)
+    est = estimate_run(run, site_defaults())
     assert est.gpu_hours == pytest.approx(flops / 100e12 / 3600)
     assert est.gpus == 8 and est.wall_hours == pytest.approx(est.gpu_hours / 8)
     # one attempt of 48 h; a save every floor(1 h / step hours) steps
@@ -88,7 +88,7 @@ def test_refuses_a_job_over_gpu_memory(paper: dict) -> None:
 def test_disk_needs(paper: dict, paper_plan) -> None:
     needs = disk_needs(paper, paper_plan)
     assert set(needs) == {"results", "scratch"} and needs["scratch"] > needs["results"] > 0
-    one = estimate_run(_run(paper_plan, "gsm8k/sft/seed0"), SITE_DEFAULTS)
+    one = estimate_run(_run(paper_plan, "gsm8k/sft/seed0"), site_defaults())
     assert one.scratch_gb == pytest.approx(2 * 12 * 1.54) and one.results_gb == pytest.approx(2 * 1.54)
 
 
@@ -105,7 +105,7 @@ def test_verl_jobs_get_the_site_scratch(paper: dict, paper_plan) -> None:
     for run in verl:
         args = list(run.args)
         assert args[args.index("--scratch-dir") + 1] == f"results/scratch/{run.key}"
-        assert args[args.index("--dump-every") + 1] == str(SITE_DEFAULTS["rollout_dump_every"])
+        assert args[args.index("--dump-every") + 1] == str(site_defaults()["rollout_dump_every"])
     assert not any("--scratch-dir" in r.args for r in paper_plan.runs if r not in verl)
     site = copy.deepcopy(paper)
     site["site"] = {**paper.get("site", {}), "scratch_root": "/scratch/me/", "rollout_dump_every": 3}

@@ -62,7 +62,7 @@ from pipeline_lib.jobs.engines.verl.translate import (
 )
 from pipeline_lib.jobs.engines.verl.validate import validate_rl, validate_sft
 from pipeline_lib.plan import METHODS, RunSpec
-from pipeline_lib.plan.estimates import SITE_DEFAULTS
+from pipeline_lib.plan.estimates import site_defaults
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -364,10 +364,12 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
 
 def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False,
         scratch_dir: Path | None = None,
-        dump_every: int = SITE_DEFAULTS["rollout_dump_every"]) -> Path | None:
+        dump_every: int | None = None) -> Path | None:
     """Validate, run verl to the last step (resuming), check it got there, export and publish the run, then free its
     scratch (:func:`.prune.prune`). ``scratch_dir`` (``site.scratch_root/<task>/<name>/seed<k>``): where verl's
-    checkpoints and rollout dumps live (:func:`.prune.place_scratch`); ``dump_every``: ``site.rollout_dump_every``."""
+    checkpoints and rollout dumps live (:func:`.prune.place_scratch`); ``dump_every``: ``site.rollout_dump_every``
+    (None: the schema's default)."""
+    dump_every = site_defaults()["rollout_dump_every"] if dump_every is None else dump_every
     started = time.time()
     run_dir = paths.run_dir
     overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
@@ -445,8 +447,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scratch-dir", type=Path, default=None,
                         help="site.scratch_root/<task>/<name>/seed<k>: where verl's checkpoints and rollout dumps go "
                              "(linked from the run directory; default: inside the run directory)")
-    parser.add_argument("--dump-every", type=int, default=SITE_DEFAULTS["rollout_dump_every"],
-                        help="site.rollout_dump_every: a finished run keeps every k-th rollout dump and the last")
+    parser.add_argument("--dump-every", type=int, default=None,
+                        help="site.rollout_dump_every: a finished run keeps every k-th rollout dump and the last "
+                             "(default: the schema's)")
     args = parser.parse_args(argv)
     if args.kind == "rl" and args.val_data is None:
         parser.error("rl needs --val-data")
