@@ -6,7 +6,7 @@ Run: python benchmarks/default_run.py --run     # runs `snakemake` (the README's
 
 Every rule writes ``results/benchmarks/<rule>/<job>.tsv`` (Snakemake's ``benchmark:``: wall seconds ``s``
 and ``cpu_time``). Per rule this prints the job count, the summed wall and CPU seconds and the share
-of the summed wall time; with ``--run`` also the run's own wall-clock time (what CHANGELOG.md records:
+of the summed wall time; with ``--run`` also the run's own wall-clock time (what docs/measurements.md records:
 on 2 cores the jobs overlap, so the summed job time is about twice the wall time when both cores work) and
 its exact CPU seconds (every process of the run, from the kernel's accounting of waited-for children).
 Snakemake samples a job's CPU time (every second, then every 30 s), so the per-rule ``cpu_s`` is a lower

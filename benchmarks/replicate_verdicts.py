@@ -13,7 +13,7 @@ otherwise (inconclusive rows are printed, not judged: they claim nothing). The f
 ``train.seeds``; baselines, the ablation and judged runs keep their configured seeds, so only the main study's
 claims (the rows with 3 or more seeds) are on fresh seeds.
 
-The fresh run evaluates on the test split: each such run is a read of the test split, recorded in CHANGELOG.md.
+The fresh run evaluates on the test split: each such run is a read of the test split, recorded in docs/measurements.md.
 """
 
 from __future__ import annotations

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import argparse
 import ast
+import logging
 
 import pytest
 
-from pipeline_lib.core.cli import add_run_arguments, add_seed_argument, add_spec_argument, add_threads_argument
+from pipeline_lib.core.cli import (
+    LOG_FORMAT,
+    add_run_arguments,
+    add_seed_argument,
+    add_spec_argument,
+    add_threads_argument,
+    entry_parser,
+)
 from tests.conftest import REPO
+
+#: A module docstring: a first paragraph of two lines, then a paragraph whose layout the full description keeps.
+DOC = "First line of the\nmodule, second line.\n\nMore text,\n  kept as written.\n"
 
 CONTRACT = ("--spec", "--run-dir", "--seed", "--threads", "--tracking")
 
@@ -59,3 +70,43 @@ def test_an_evaluation_takes_the_same_flags_as_a_training_run(argv, seed, thread
     with pytest.raises(SystemExit):  # a training run's seed is required
         training.parse_args(["--spec", "{}"])
     assert training.parse_args(["--spec", "{}", "--seed", str(seed), *argv[2:]]).seed == seed
+
+
+def test_every_entry_point_starts_with_the_one_prologue() -> None:
+    """An entry point's parser and log set-up come from ``entry_parser`` / ``setup_logging``: no module but
+    pipeline_lib/core/cli.py builds an ``argparse.ArgumentParser`` or calls ``logging.basicConfig`` itself."""
+    own = []
+    for path in sorted((REPO / "pipeline_lib").rglob("*.py")):
+        relative = str(path.relative_to(REPO))
+        if relative == "pipeline_lib/core/cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=relative)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("argparse.ArgumentParser",
+                                                                         "logging.basicConfig"):
+                own.append(f"{relative}:{node.lineno}: {ast.unparse(node.func)}")
+    assert not own, "use pipeline_lib.core.cli.entry_parser:\n" + "\n".join(own)
+
+
+@pytest.mark.parametrize(("summary", "shown"), [("all", DOC), ("line", "First line of the\n"),
+                                                ("paragraph", "First line of the module, second line.\n")])
+def test_the_prologue_shows_the_docstring_as_asked(summary, shown) -> None:
+    parser = entry_parser(DOC, "pipeline_lib.example", summary=summary, logs=False)
+    text = parser.format_help()
+    assert text.startswith("usage: python -m pipeline_lib.example [-h]\n\n" + shown + "\n")
+    assert ("More text,\n  kept as written." in text) == (summary == "all")
+
+
+def test_the_prologue_sets_up_the_one_log_format() -> None:
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        entry_parser(DOC)
+        assert root.level == logging.INFO
+        assert [h.formatter._fmt for h in root.handlers] == [LOG_FORMAT]
+        root.handlers.clear()
+        entry_parser(DOC, logs=False)
+        assert root.handlers == []
+    finally:
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)

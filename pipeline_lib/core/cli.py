@@ -6,6 +6,9 @@ Specs travel in files, not on the command line: a command builder passes inline 
 which writes each JSON value to a content-addressed file under :data:`SPEC_DIR` (its name is the digest of its text,
 so the same spec is the same path, written once, and a changed spec is a new path) and puts the path on the command
 line. An entry point reads either (:func:`json_text`), so a person can still paste a spec inline.
+
+Every entry point's ``main`` starts the same way, with :func:`entry_parser`: the one log set-up
+(:func:`setup_logging`, :data:`LOG_FORMAT`) and the parser with its usage line and description.
 """
 
 from __future__ import annotations
@@ -14,22 +17,51 @@ import argparse
 import functools
 import hashlib
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.tracking import TrackingSettings, tracking_from_json
 
-__all__ = ["JSON_FLAGS", "SPEC_DIR", "add_run_arguments", "add_seed_argument", "add_spec_argument",
-           "add_threads_argument", "add_tracking_argument", "file_args", "json_file", "json_text", "json_value",
-           "run_args", "with_files"]
+__all__ = ["JSON_FLAGS", "LOG_FORMAT", "SPEC_DIR", "add_run_arguments", "add_seed_argument", "add_spec_argument",
+           "add_threads_argument", "add_tracking_argument", "entry_parser", "file_args", "json_file", "json_text",
+           "json_value", "run_args", "setup_logging", "with_files"]
 
 #: Where the specs of the commands live, relative to the working directory of the run (the repository root).
 SPEC_DIR = Path(".snakemake") / "specs"
 
 #: The flags whose value is JSON (a spec, settings, a judge, a config): :func:`file_args` moves them to files.
 JSON_FLAGS = ("--spec", "--tracking", "--steps", "--config", "--eval-spec", "--judge", "--reward-weights")
+
+
+#: The entry points' log line (time, level, logger, message); their rule's log file captures it from stderr.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging() -> None:
+    """INFO and above to stderr in :data:`LOG_FORMAT`: the one log set-up of the entry points."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+
+
+def entry_parser(doc: str | None, command: str | None = None, *,
+                 summary: Literal["all", "line", "paragraph"] = "all", logs: bool = True) -> argparse.ArgumentParser:
+    """The prologue of an entry point's ``main``: set up logging (unless ``logs`` is false: the entry points that
+    print their own report) and return its argument parser.
+
+    ``doc`` is the module's docstring: ``summary="all"`` shows it whole, as written; ``"line"`` its first line and
+    ``"paragraph"`` its first paragraph, wrapped by argparse. ``command`` is what follows ``python -m`` in the usage
+    line (``"pipeline_lib.paper.curves"``); none: argparse's default, the script's file name.
+    """
+    if logs:
+        setup_logging()
+    prog = None if command is None else f"python -m {command}"
+    if summary == "all":
+        return argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    text = doc or ""
+    first = text.splitlines()[0] if summary == "line" else text.split("\n\n")[0]
+    return argparse.ArgumentParser(prog=prog, description=first)
 
 
 def json_text(value: str) -> str:

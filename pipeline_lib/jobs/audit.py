@@ -24,7 +24,6 @@ recorded hash is still checked.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import math
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import sha256_file, write_text
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX, code_modules, config_settings
@@ -354,8 +354,7 @@ def render(report: AuditReport) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib audit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib audit", logs=False)
     parser.add_argument("output", help="the file whose chain to audit")
     parser.add_argument("--out", default=None, help="also write the audit to this file")
     parser.add_argument("--no-fail", action="store_true", help="exit 0 even when problems are found (for reports)")

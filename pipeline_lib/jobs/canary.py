@@ -9,7 +9,6 @@ and exits non-zero, after the cache and disk checks, so a site learns everything
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
@@ -251,7 +251,7 @@ def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, f
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     sub = parser.add_subparsers(dest="command")
     worker = sub.add_parser("allreduce", help="(internal) the all-reduce of check_nccl")
     worker.add_argument("--world", type=int, required=True)

@@ -24,7 +24,6 @@ resolver's preferences, which reproduces it unless the input changed or a locked
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
@@ -38,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import atomic_path
 
 __all__ = ["CUDA_MIN_DRIVER", "PLATFORM", "PYTHON", "UV_VERSION", "LockError", "Locked", "check", "input_indexes",
@@ -355,7 +355,7 @@ def check(names: Sequence[str] = (), resolve_again: bool = True) -> dict[str, fl
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.envlock", description=__doc__.split("\n\n")[0])
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.envlock", summary="paragraph", logs=False)
     parser.add_argument("command", choices=["lock", "check"])
     parser.add_argument("names", nargs="*", help="env names (envs/inputs/NAME.yaml); default: every one")
     parser.add_argument("--upgrade", action="store_true", help="lock: resolve afresh, ignoring the current pins")

@@ -9,13 +9,13 @@ names every one of them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env, env_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
@@ -100,7 +100,7 @@ def prepare_dataset(repo: HubRepo, hf_home: Path, token: str | None) -> list[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--repos", required=True, help="JSON list of the plan's hub repositories (hub_repos)")
     parser.add_argument("--hf-home", required=True, help="the cache (site.hf_home); files go to <hf-home>/hub")
     parser.add_argument("--out", required=True, help="the report (JSON), written atomically")

@@ -16,7 +16,6 @@ from the run's name.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import differences_text
@@ -92,9 +91,7 @@ def ablation_table(frame: pd.DataFrame, label: str, stem: Path, differences: Map
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.ablation", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.ablation")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("data")
     p.add_argument("--cells", type=json_value, required=True,

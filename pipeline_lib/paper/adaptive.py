@@ -19,7 +19,6 @@ runs without it (verl), recomputed from the logged rewards with the same estimat
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import read_csv_frame, save_figure, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import ess_group_tau
@@ -240,9 +240,7 @@ def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.adaptive", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.adaptive")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("compare")
     p.add_argument("--ours", default="softmax_ess")

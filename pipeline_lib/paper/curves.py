@@ -9,14 +9,13 @@ not Table 1, the allocation table or the report.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
 import time
 from collections.abc import Mapping
 
 import pandas as pd
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import save_figure
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.results import _method_sort_key, run_columns, run_ids_argument, runs_record
@@ -90,9 +89,7 @@ def curves(runs: Mapping[str, RunId], label: str, png: str, pdf: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.curves", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.curves")
     parser.add_argument("--runs", type=run_ids_argument, required=True,
                         help="JSON (or its file): each run's metrics.jsonl -> the run (pipeline_lib.plan.runs.RunId)")
     parser.add_argument("--label", required=True)

@@ -8,7 +8,6 @@ the table of final values as mean +- std over seeds.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import read_csv_frame, save_figure, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
@@ -97,9 +97,7 @@ def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pd
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.imagenet", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.imagenet")
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("collect")
     c.add_argument("--done", nargs="+", required=True, type=Path, help="DONE.json of every run")

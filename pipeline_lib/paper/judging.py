@@ -13,7 +13,6 @@ judge), and a missing human rating is written as "no ratings yet", never as a nu
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -24,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.results import run_ids_argument, runs_record
@@ -164,7 +163,7 @@ def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     sub = parser.add_subparsers(dest="command", required=True)
     table = sub.add_parser("nonverifiable")
     table.add_argument("--summaries", type=run_ids_argument, required=True,

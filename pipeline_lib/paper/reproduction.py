@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.config import load_yaml
 from pipeline_lib.core.io import read_csv_frame, write_text
 from pipeline_lib.core.provenance import write_provenance
@@ -524,8 +524,7 @@ def _test_splits(value: str) -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.reproduction", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.reproduction", logs=False)
     parser.add_argument("--reference", type=Path, required=True)
     parser.add_argument("--label", required=True)
     parser.add_argument("--table1", type=Path, default=None)

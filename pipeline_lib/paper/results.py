@@ -13,7 +13,6 @@ a run's task, method and seed are read from there, never from the file's path.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
@@ -158,9 +158,7 @@ def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.results", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.results")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("table1-data")
     p.add_argument("--runs", type=run_ids_argument, required=True,

@@ -11,7 +11,6 @@ Cells are greedy pass@1 (%) on held-out prompts, mean over seeds; the better met
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -22,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.core.cli import json_value
+from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
@@ -80,9 +79,7 @@ def scale_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.scale", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.scale")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("data")
     p.add_argument("--cells", type=json_value, required=True,

@@ -7,7 +7,6 @@ so a plot tweak never recomputes Monte Carlo.
 from __future__ import annotations
 
 import argparse
-import logging
 import math
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import read_csv_frame, save_figure
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.paper.tables import write_table
@@ -125,9 +125,7 @@ def render(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.paper.theory", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.paper.theory")
     parser.add_argument("--group-size", type=int, required=True)
     for name in ("curves", "weights", "weight-view", "fig1a-png", "fig1a-pdf", "fig1b-png", "fig1b-pdf",
                  "table-stem"):

@@ -9,7 +9,7 @@ at their edge.
 
 from pipeline_lib.core.run_spec import Estimator, PlanError, RunSpec
 from pipeline_lib.plan.registry import (
-    ESTIMATORS,
+    ADVANTAGE_ESTIMATORS,
     METHOD_LABELS,
     METHOD_ORDER,
     METHODS,
@@ -38,7 +38,7 @@ from pipeline_lib.plan.runs import (
 from pipeline_lib.plan.settings import verl_tasks
 
 __all__ = [
-    "ESTIMATORS",
+    "ADVANTAGE_ESTIMATORS",
     "JOBS",
     "METHODS",
     "METHOD_LABELS",

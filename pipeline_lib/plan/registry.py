@@ -7,10 +7,10 @@ Snakemake rule, the entry point, the command layout function, the builder of its
 :class:`~pipeline_lib.core.run_spec.RunSpec`, a job that must run first and, for a verl baseline, the function of its
 overrides). What used to be tables keyed by method name elsewhere are fields here too: the verl preflight's kind and
 checks (:class:`Preflight`), whether verl checks every prompt's expert answer first (``needs_references``) and the
-report's paired comparisons (``compared_with``, :func:`pairs`). :data:`ESTIMATORS`
+report's paired comparisons (``compared_with``, :func:`pairs`). :data:`ADVANTAGE_ESTIMATORS`
 (:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says what each estimator takes (its parameter dataclass)
 and how verl runs it. :func:`pipeline_lib.plan.plan_runs` reads only these tables to turn a config into runs, the
-verl engine reads :data:`ESTIMATORS`, and the paper tables take their row labels from here.
+verl engine reads :data:`ADVANTAGE_ESTIMATORS`, and the paper tables take their row labels from here.
 
 Adding an estimator is its function (``@register_advantage``) and parameter dataclass, one ``group_rl(...)`` entry
 here with its :class:`EstimatorEntry` (or :func:`register` from elsewhere) and its ``train.methods`` entry in the
@@ -32,7 +32,7 @@ from pipeline_lib.core.baselines import (
     RationalizationSettings,
     RLLogitSettings,
 )
-from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS, EstimatorEntry, declare, undeclare
 from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.layouts import Ctx, Job
@@ -49,9 +49,9 @@ from pipeline_lib.plan.settings import (
     verl_sft_spec,
 )
 
-__all__ = ["ENGINES", "ESTIMATORS", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry", "Method",
-           "PlanError", "Preflight", "baseline", "before_training", "group_rl", "method", "pairs", "preflight_kinds",
-           "register", "starting_point", "unregister", "verl_baseline", "verl_estimators"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry",
+           "Method", "PlanError", "Preflight", "baseline", "before_training", "group_rl", "method", "pairs",
+           "preflight_kinds", "register", "starting_point", "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -60,7 +60,7 @@ Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> th
 def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
     """verl estimator name -> (our estimator, the algorithm-config keys it takes: its parameter dataclass's fields),
     for every estimator registered as ours; asked at each use, so one a test registers later is included."""
-    return {entry.verl: (entry.name, entry.param_names) for entry in ESTIMATORS.values() if entry.ours}
+    return {entry.verl: (entry.name, entry.param_names) for entry in ADVANTAGE_ESTIMATORS.values() if entry.ours}
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class Method:
     label: str
     family: str  # "sft", "group_rl" or "baseline"
     engines: Mapping[str, Entry] = field(default_factory=dict)
-    # group_rl: the estimator's name in pipeline_lib.core.rl.advantages (an ESTIMATORS entry)
+    # group_rl: the estimator's name in pipeline_lib.core.rl.advantages (an ADVANTAGE_ESTIMATORS entry)
     advantage: str | None = None
     reward: str | None = None  # group_rl: "verifier" or "similarity"
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
@@ -307,9 +307,9 @@ def register(entry: Method) -> Method:
             baseline_settings.declare(entry.section or entry.name, entry.settings)
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-    if entry.family == "group_rl" and entry.advantage not in ESTIMATORS:
+    if entry.family == "group_rl" and entry.advantage not in ADVANTAGE_ESTIMATORS:
         raise PlanError(f"method {entry.name!r}: estimator {entry.advantage!r} is not declared; declared: "
-                        f"{sorted(ESTIMATORS)} (pipeline_lib/core/rl/estimators.py, or group_rl(..., "
+                        f"{sorted(ADVANTAGE_ESTIMATORS)} (pipeline_lib/core/rl/estimators.py, or group_rl(..., "
                         f"EstimatorEntry(...)))")
     METHODS[entry.name] = entry
     METHOD_LABELS[entry.name] = entry.label

@@ -36,7 +36,15 @@ from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
 from pipeline_lib.plan.layouts import spec_json as _spec_json
-from pipeline_lib.plan.registry import ESTIMATORS, METHODS, Entry, PlanError, before_training, method, starting_point
+from pipeline_lib.plan.registry import (
+    ADVANTAGE_ESTIMATORS,
+    METHODS,
+    Entry,
+    PlanError,
+    before_training,
+    method,
+    starting_point,
+)
 from pipeline_lib.plan.settings import (
     ablation_method,
     annotation_spec,
@@ -221,9 +229,10 @@ def _check_method(config: Mapping[str, Any], name: str) -> None:
 
 
 def _check_verl_estimator(spec: RunSpec) -> None:
-    if spec.engine == "verl" and spec.estimator is not None and spec.estimator.name not in ESTIMATORS:
+    if spec.engine == "verl" and spec.estimator is not None and spec.estimator.name not in ADVANTAGE_ESTIMATORS:
         raise PlanError(f"{spec.task}/{spec.method}: estimator {spec.estimator.name!r} has no verl estimator (an "
-                        f"ESTIMATORS entry in pipeline_lib/plan/registry.py); available: {sorted(ESTIMATORS)}")
+                        f"ADVANTAGE_ESTIMATORS entry in pipeline_lib/plan/registry.py); "
+                        f"available: {sorted(ADVANTAGE_ESTIMATORS)}")
 
 
 def _module(entry_point: str) -> list[str]:

@@ -14,7 +14,6 @@ profile) asks again with a longer limit.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config, schema_path
 from pipeline_lib.core.run_spec import PlanError
 from pipeline_lib.plan.estimates import SITE_TIMED, Estimate, disk_needs, estimates, site_defaults, site_settings
@@ -214,7 +214,7 @@ def _cost_line(plan: Plan, hours: Sequence[float], found: Mapping[tuple[str, str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib plan", description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, "pipeline_lib plan", summary="line", logs=False)
     parser.add_argument("--configfile", nargs="+", default=["config/config.yaml"],
                         help="config file(s), merged in order (default: the tiny default config/config.yaml)")
     parser.add_argument("--profile", type=Path, default=None,

@@ -11,7 +11,14 @@ import pytest
 
 from pipeline_lib.core.config import load_schema, with_estimator_params
 from pipeline_lib.core.rl import advantages
-from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, check_params, declare, param, undeclare
+from pipeline_lib.core.rl.estimators import (
+    ADVANTAGE_ESTIMATORS,
+    EstimatorEntry,
+    check_params,
+    declare,
+    param,
+    undeclare,
+)
 from tests.conftest import REPO, repo_env
 
 SCHEMA = REPO / "workflow/schemas/config.schema.yaml"
@@ -54,7 +61,7 @@ def test_both_configs_plan_in_a_process_where_importing_torch_fails():
 def test_the_methods_schema_is_the_dataclasses_fields():
     entry = with_estimator_params(load_schema(SCHEMA))["properties"]["train"]["properties"]["methods"][
         "additionalProperties"]["properties"]
-    declared = {f.name: f for e in ESTIMATORS.values() for f in fields(e.params)}
+    declared = {f.name: f for e in ADVANTAGE_ESTIMATORS.values() for f in fields(e.params)}
     assert set(entry) == {"advantage", "reward", *declared}
     for name, field in declared.items():
         assert entry[name] == {"type": "number", **field.metadata}
@@ -62,7 +69,7 @@ def test_the_methods_schema_is_the_dataclasses_fields():
 
 
 def test_every_registered_function_takes_exactly_its_declared_parameters():
-    for name, entry in ESTIMATORS.items():
+    for name, entry in ADVANTAGE_ESTIMATORS.items():
         taken = list(advantages.inspect.signature(advantages._REGISTRY[name]).parameters)[2:]
         assert sorted(taken) == sorted(entry.param_names), name
 

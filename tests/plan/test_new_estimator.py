@@ -18,7 +18,7 @@ from pipeline_lib.core.config import ConfigError
 from pipeline_lib.core.data.build import build_tiny, build_tokenizer
 from pipeline_lib.core.model import build_model, save_model_atomic
 from pipeline_lib.core.rl import advantages
-from pipeline_lib.core.rl.estimators import ESTIMATORS, EstimatorEntry, param
+from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS, EstimatorEntry, param
 from pipeline_lib.plan import Estimator, group_rl, plan_runs, register, unregister, validate_planned_config
 from tests.conftest import REPO
 
@@ -61,7 +61,7 @@ def toy_method():
     finally:
         unregister(METHOD)
         advantages.unregister_advantage(TOY)
-    assert TOY not in ESTIMATORS and TOY not in advantages.available_estimators()
+    assert TOY not in ADVANTAGE_ESTIMATORS and TOY not in advantages.available_estimators()
 
 
 def _config(name: str, entry: dict | None = None) -> dict:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, json_text
+from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, entry_parser, json_text
 from pipeline_lib.core.data.poetry import synthesize_instructions
 from pipeline_lib.core.data.real import BUILDERS, build_dataset, source_files
 from pipeline_lib.core.data.schema import DatasetWriter
@@ -139,9 +139,7 @@ def validate_imagenet(spec: dict, out_dir: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.core.data.build", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.core.data.build")
     sub = parser.add_subparsers(dest="command", required=True)
     tiny = sub.add_parser("tiny", help="generate one tiny synthetic task")
     tiny.add_argument("--task", required=True, choices=sorted(TASKS))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline_lib.core.rl.estimators import ESTIMATORS, param_names
+from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS, param_names
 
 __all__ = [
     "ESS_BISECTION_STEPS",
@@ -98,9 +98,8 @@ _REGISTRY: dict[str, AdvantageFn] = {}
 
 def register_advantage(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
     """Register ``fn(rewards, index, **params)`` under one or more estimator names, each declared in
-    :data:`pipeline_lib.core.rl.estimators.ESTIMATORS`; ``fn``'s parameters after the first two must be exactly the
-    fields of
-    the declared parameter dataclass (the one declaration of what the estimator takes)."""
+    :data:`pipeline_lib.core.rl.estimators.ADVANTAGE_ESTIMATORS`; ``fn``'s parameters after the first two must be
+    exactly the fields of the declared parameter dataclass (the one declaration of what the estimator takes)."""
 
     def decorator(fn: AdvantageFn) -> AdvantageFn:
         taken = tuple(list(inspect.signature(fn).parameters)[2:])
@@ -110,7 +109,7 @@ def register_advantage(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
             declared = param_names(name)  # an undeclared name is an error naming pipeline_lib/core/rl/estimators.py
             if sorted(taken) != sorted(declared):
                 raise TypeError(f"advantage estimator {name!r}: {fn.__name__} takes {list(taken)} but its parameter "
-                                f"dataclass {ESTIMATORS[name].params.__name__} declares {list(declared)}")
+                                f"dataclass {ADVANTAGE_ESTIMATORS[name].params.__name__} declares {list(declared)}")
             _REGISTRY[name] = fn
         return fn
 

@@ -22,8 +22,9 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass
 from typing import Any
 
-__all__ = ["ESTIMATORS", "EpsParams", "EssParams", "EstimatorEntry", "NoParams", "SoftmaxParams", "check_params",
-           "declare", "estimator", "param", "param_names", "params_from", "schema_properties", "takes", "undeclare"]
+__all__ = ["ADVANTAGE_ESTIMATORS", "EpsParams", "EssParams", "EstimatorEntry", "NoParams", "SoftmaxParams",
+           "check_params", "declare", "estimator", "param", "param_names", "params_from", "schema_properties", "takes",
+           "undeclare"]
 
 #: JSON-schema bounds a field's metadata may state (checked by :func:`check_params` exactly as the schema does).
 _BOUNDS = {"minimum": lambda v, b: v >= b, "exclusiveMinimum": lambda v, b: v > b,
@@ -93,7 +94,7 @@ class EstimatorEntry:
 
 #: Every estimator, by name. GRPO, Dr.GRPO and RLOO run as verl's own on verl; SAGE is SoftmaxGRPO's estimator under
 #: its other name (verl runs it as our ``softmax``).
-ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
+ADVANTAGE_ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
     EstimatorEntry("grpo", EpsParams, ours=False),
     EstimatorEntry("dr_grpo", NoParams, "grpo", {"algorithm.norm_adv_by_std_in_grpo": False}, ours=False),
     EstimatorEntry("rloo", NoParams, ours=False),
@@ -106,24 +107,24 @@ ESTIMATORS: dict[str, EstimatorEntry] = {e.name: e for e in (
 
 
 def declare(entry: EstimatorEntry) -> EstimatorEntry:
-    """Add an estimator to :data:`ESTIMATORS` (a new one's parameters join the ``train.methods`` schema)."""
-    if entry.name in ESTIMATORS:
+    """Add an estimator to :data:`ADVANTAGE_ESTIMATORS` (a new one's parameters join the ``train.methods`` schema)."""
+    if entry.name in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"estimator {entry.name!r} is already declared")
     _check_shared_fields(entry)
-    ESTIMATORS[entry.name] = entry
+    ADVANTAGE_ESTIMATORS[entry.name] = entry
     return entry
 
 
 def undeclare(name: str) -> None:
     """Remove an estimator added with :func:`declare` (a test cleans up after itself)."""
-    ESTIMATORS.pop(name, None)
+    ADVANTAGE_ESTIMATORS.pop(name, None)
 
 
 def estimator(name: str) -> EstimatorEntry:
-    if name not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; declared: {sorted(ESTIMATORS)} "
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; declared: {sorted(ADVANTAGE_ESTIMATORS)} "
                          f"(pipeline_lib/core/rl/estimators.py)")
-    return ESTIMATORS[name]
+    return ADVANTAGE_ESTIMATORS[name]
 
 
 def param_names(name: str) -> tuple[str, ...]:
@@ -132,7 +133,7 @@ def param_names(name: str) -> tuple[str, ...]:
 
 def takes(name: str, key: str) -> bool:
     """Whether estimator ``name`` has parameter ``key`` (``tau``: a temperature a task row or a study may set)."""
-    return name in ESTIMATORS and key in ESTIMATORS[name].param_names
+    return name in ADVANTAGE_ESTIMATORS and key in ADVANTAGE_ESTIMATORS[name].param_names
 
 
 def params_from(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -187,7 +188,7 @@ def schema_properties() -> dict[str, dict[str, Any]]:
     """The JSON-schema properties of every declared estimator's parameters: the keys a ``train.methods`` entry may
     carry besides ``advantage`` and ``reward`` (which ones its estimator takes, :func:`check_params` says)."""
     properties: dict[str, dict[str, Any]] = {}
-    for entry in ESTIMATORS.values():
+    for entry in ADVANTAGE_ESTIMATORS.values():
         for f in fields(entry.params):
             properties.setdefault(f.name, _property(f))
     return properties

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.cli import entry_parser, json_text
 from pipeline_lib.core.io import write_csv_frame, write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.theory import formulas
@@ -140,9 +140,7 @@ def compute(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.core.theory.compute", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.core.theory.compute")
     parser.add_argument("--spec", required=True, type=json_text,
                         help="the config's `theory` section: a JSON file or inline JSON")
     parser.add_argument("--seed", type=int, required=True)

@@ -12,7 +12,6 @@ checkpoint and ends at the same step; a finished run's checkpoint is removed. Wi
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import random
@@ -38,7 +37,7 @@ from pipeline_lib.core.checkpoint import (
     set_rng_state,
     write_done,
 )
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.data.imagenet import EpochSampler, SplitData, build_splits
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
@@ -190,9 +189,7 @@ def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = Tru
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.classify.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.classify.train")
     add_run_arguments(parser)
     parser.add_argument("--objective", required=True, choices=OBJECTIVES)
     parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, add_threads_argument, json_text
+from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, add_threads_argument, entry_parser, json_text
 from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rewards import DATA_SOURCE_REWARDS, compute_scores, health_counts
@@ -189,9 +189,7 @@ def eval_after_training(args: argparse.Namespace, model_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.eval.evaluate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.eval.evaluate")
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
     add_spec_argument(parser, "config `eval`")

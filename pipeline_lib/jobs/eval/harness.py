@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import logging
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, json_text
+from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, entry_parser, json_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.jobs.eval.backends import open_backend
@@ -103,9 +102,7 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.eval.harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.eval.harness")
     parser.add_argument("benchmark", choices=["lm-eval", "alpaca-eval"])
     parser.add_argument("--model", type=Path, required=True)
     add_spec_argument(parser, "config `eval.transfer.<benchmark>`")

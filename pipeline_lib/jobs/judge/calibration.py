@@ -20,7 +20,6 @@ the plan): a run's method and seed are read from there (the key's ``seed`` colum
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import html
@@ -34,6 +33,7 @@ from typing import Any
 
 from scipy import stats
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import from_spreadsheet_cell, write_csv_rows, write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rubrics import RUBRICS, Rubric
@@ -281,7 +281,7 @@ def agreement(ratings_path: Path | None, key_path: Path, score_files: Mapping[st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     sub = parser.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", help="blind sample + rating page + separate key")
     export.add_argument("--task", required=True)

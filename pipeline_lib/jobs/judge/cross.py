@@ -10,7 +10,6 @@ judges scored is reported beside it. ``--primary`` and ``--second`` map each jud
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -21,6 +20,7 @@ from typing import Any
 
 from scipy import stats
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.plan.runs import RunId
@@ -80,7 +80,7 @@ def cross_judge(primary: Mapping[str, RunId], second: Mapping[str, RunId], metho
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--primary", type=run_ids_argument, required=True,
                         help="JSON (or its file): each primary judge summary.json -> its run")
     parser.add_argument("--second", type=run_ids_argument, required=True,

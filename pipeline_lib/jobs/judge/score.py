@@ -15,7 +15,6 @@ counted twice).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -26,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.cli import entry_parser, json_text, setup_logging
 from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.llm_client import EndpointConfig, EndpointUnavailableError
 from pipeline_lib.core.provenance import write_provenance
@@ -193,7 +192,7 @@ def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], resul
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--judge", required=True, type=json_text,
                         help="the judge's config section: a JSON file or inline JSON")
     parser.add_argument("--rubric", required=True, choices=sorted(RUBRICS))
@@ -203,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, required=True, help="SQLite response cache shared by this judge's jobs")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     judge = json.loads(args.judge)
     rubric = RUBRICS[args.rubric]
     items = load_items(args.generations, args.data, args.mode)

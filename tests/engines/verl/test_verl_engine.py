@@ -24,7 +24,7 @@ from pipeline_lib.jobs.engines.verl.validate import (
     validate_planned_runs,
     validate_rl,
 )
-from pipeline_lib.plan import ESTIMATORS, Estimator, RunSpec, plan_runs
+from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, Estimator, RunSpec, plan_runs
 from pipeline_lib.plan.settings import verl_rl_spec
 from pipeline_lib.plan.targets import runs_of
 from tests.conftest import REPO, rollout_batch, snakemake
@@ -47,7 +47,7 @@ def test_the_installed_verl_is_the_pinned_one(monkeypatch):
                                            ("reinforce", {}), ("grpo", {}), ("dr_grpo", {}), ("rloo", {})])
 @pytest.mark.parametrize("binary", [True, False])
 def test_estimator_through_verls_compute_advantage_equals_group_advantages(method, params, binary):
-    estimator, extra = ESTIMATORS[method].verl, ESTIMATORS[method].verl_overrides
+    estimator, extra = ADVANTAGE_ESTIMATORS[method].verl, ADVANTAGE_ESTIMATORS[method].verl_overrides
     overrides = [f"algorithm.adv_estimator={estimator}", *(f"{k}={v}" for k, v in extra.items()),
                  *(f"+algorithm.{k}={v}" for k, v in params.items())]
     algorithm = compose("ppo_trainer", overrides).algorithm

@@ -21,7 +21,7 @@ from pipeline_lib.core.rl.losses import PolicyLossConfig, policy_loss
 from pipeline_lib.jobs.engines.verl.estimators import group_index
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import validate_rl
-from pipeline_lib.plan import ESTIMATORS, Estimator
+from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, Estimator
 from pipeline_lib.plan.settings import verl_rl_spec
 from tests.conftest import rollout_batch
 from tests.engines.conftest import paper_config
@@ -71,7 +71,7 @@ def verl_loss(verl_config, data, current, old, reference):
 
 
 @pytest.mark.parametrize("aggregation", SHARED_AGGREGATIONS)
-@pytest.mark.parametrize("method", sorted(ESTIMATORS))
+@pytest.mark.parametrize("method", sorted(ADVANTAGE_ESTIMATORS))
 def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_batch(method, aggregation):
     spec, verl_config = verl_run_config(method, aggregation)
     algorithm = verl_config.algorithm
@@ -80,7 +80,8 @@ def test_verl_and_the_local_engine_compute_the_same_advantages_and_loss_on_one_b
                              num_repeat=6, norm_adv_by_std_in_grpo=algorithm.get("norm_adv_by_std_in_grpo", True),
                              config=algorithm)
     local_advantages = group_advantages(method, scores, group_index(uids), **PARAMS.get(method, {}))
-    if not ESTIMATORS[method].ours and ESTIMATORS[method].verl in ("grpo", "rloo"):  # verl's own estimators
+    entry = ADVANTAGE_ESTIMATORS[method]
+    if not entry.ours and entry.verl in ("grpo", "rloo"):  # verl's own estimators
         torch.testing.assert_close(data.batch["advantages"], broadcast_to_tokens(local_advantages, mask),
                                    rtol=1e-5, atol=1e-5)
     else:

@@ -24,8 +24,8 @@ from pipeline_lib.jobs.engines.verl.raro_loop import (
     MixSchedule,
     RaroCriticLoop,
     RaroDataset,
+    RaroLoopSettings,
     RaroPolicyLoop,
-    RaroSettings,
     ReplayBuffer,
     check_training_data,
 )
@@ -394,7 +394,7 @@ def test_every_paper_raro_run_translates_and_passes_verls_validation():
                                                                       + 2 * row["max_response_tokens"])
         assert verl_config.data.raro.replay_slots == round(settings["replay_fraction"]
                                                            * settings["critic_prompts_per_step"])
-        raro = RaroSettings.from_config(verl_config)
+        raro = RaroLoopSettings.from_config(verl_config)
         assert raro.policy_rewards == settings["rewards"]["policy"] and raro.replay_size == settings["replay_size"]
         assert raro.state_dir.endswith(f"results/train/{task}/raro/seed0/raro_replay")
 

@@ -12,7 +12,6 @@ model directory, as on the GPU cluster) the base is that model, copied as it is.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.checkpoint import MetricsLog, write_done
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.model import build_model, load_model, save_model_atomic
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
@@ -59,9 +58,7 @@ def make_base(spec: dict[str, Any], tokenizer_dir: Path | None, run_dir: Path, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.base", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.base")
     add_run_arguments(parser, threads=False)
     parser.add_argument("--tokenizer", type=Path, default=None, help="the tokenizer of a Base built from scratch")
     parser.add_argument("--init", type=Path, default=None, help="a pretrained HF model to use as the base")

@@ -21,7 +21,6 @@ checkpoint).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import logging
@@ -31,7 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.cli import entry_parser, json_text
 from pipeline_lib.core.provenance import running_entry
 
 __all__ = ["argv", "run_steps"]
@@ -111,9 +110,7 @@ def run_steps(steps: Sequence[dict[str, Any]], console: TextIO | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.batch", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.batch")
     parser.add_argument("--steps", required=True, type=json_text,
                         help="JSON list of {module, args} (a flag's value may be a JSON value: a spec): a JSON file "
                              "(what the plan writes) or inline JSON")

@@ -14,7 +14,6 @@ after the last one.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -37,7 +36,7 @@ from pipeline_lib.core.checkpoint import (
     run_identity,
     write_done,
 )
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.model import generate, load_model, pack, response_logprobs, save_model_atomic
 from pipeline_lib.core.provenance import config_digest, write_provenance
@@ -173,9 +172,7 @@ def train_iterative_dpo(spec: IterativeDPOSettings, data: Path, demonstrations: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.dpo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.dpo")
     add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True, help="the task's rl_train.parquet (prompts, verifier)")
     parser.add_argument("--demonstrations", type=Path, required=True, help="the task's sft_train.parquet")

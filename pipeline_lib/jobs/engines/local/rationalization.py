@@ -15,7 +15,6 @@ model as annotator (``annotator`` in config).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 
 from pipeline_lib.core.baselines import RationalizationSettings
 from pipeline_lib.core.checkpoint import read_json_state, run_identity
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.data.schema import sft_row
 from pipeline_lib.core.io import atomic_path, write_json
 from pipeline_lib.core.model import encode_prompts, generate, load_model
@@ -115,10 +114,7 @@ def train_rationalization(spec: RunSpec, data: Path, annotator: Path, tokenizer_
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.rationalization",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.rationalization")
     add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--annotator", type=Path, required=True, help="HF model that writes the rationales")

@@ -30,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.core.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.model import (
     generate,
     load_model,
@@ -308,9 +308,7 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
     ``extra_input`` is (flag name, help); ``make_method(spec, path)`` builds the method (which reads its own section,
     ``spec.baseline``); the path (or ``path / tracked_file``) is recorded as an input in the provenance.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(description, module)
     add_common_arguments(parser)
     flag, help_text = extra_input
     parser.add_argument(f"--{flag}", type=Path, required=True, help=help_text)
@@ -326,9 +324,7 @@ def method_main(argv: list[str] | None, *, module: str, description: str | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.rl", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.rl")
     add_common_arguments(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -9,7 +9,6 @@ the final model is ``final/`` and ``DONE.json`` marks completion.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -21,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 from pipeline_lib.core.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.model import (
     build_model,
     encode_prompts,
@@ -129,9 +128,7 @@ def train_sft(spec: RunSpec, data: Path, tokenizer_dir: Path, run_dir: Path, see
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.local.sft", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.local.sft")
     add_run_arguments(parser)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--tokenizer", type=Path, required=True)

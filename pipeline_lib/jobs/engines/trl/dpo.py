@@ -23,7 +23,6 @@ finished round, or a finished part of one, is never redone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -36,7 +35,7 @@ from typing import Any
 
 from pipeline_lib.core.baselines import IterativeDPOSettings
 from pipeline_lib.core.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
-from pipeline_lib.core.cli import add_run_arguments, add_seed_argument, add_spec_argument
+from pipeline_lib.core.cli import add_run_arguments, add_seed_argument, add_spec_argument, entry_parser
 from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
@@ -304,9 +303,7 @@ def train_iterative_dpo(spec: Mapping[str, Any], data: Path, demonstrations: Pat
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, MODULE)
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="every round (resumable), best round -> final/")
     add_run_arguments(run, threads=False)

@@ -32,11 +32,11 @@ from pipeline_lib.jobs.engines.verl.logprobs import install as install_logprobs 
 from pipeline_lib.jobs.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
 from pipeline_lib.plan.registry import verl_estimators  # noqa: E402
 
-__all__ = ["ESTIMATORS", "group_index", "register"]
+__all__ = ["REGISTERED_WITH_VERL", "group_index", "register"]
 
 #: verl estimator name -> (our registry's estimator, algorithm-config keys passed as its parameters): every estimator
-#: the method registry marks as ours (pipeline_lib.plan.registry.ESTIMATORS).
-ESTIMATORS: dict[str, tuple[str, tuple[str, ...]]] = verl_estimators()
+#: the method registry marks as ours (pipeline_lib.core.rl.estimators.ADVANTAGE_ESTIMATORS).
+REGISTERED_WITH_VERL: dict[str, tuple[str, tuple[str, ...]]] = verl_estimators()
 
 
 def _params(name: str, method: str, keys: tuple[str, ...], config: Mapping[str, Any] | None) -> dict[str, float]:
@@ -82,8 +82,8 @@ def register() -> None:
     method registry gained since (a test's toy estimator) is registered by a second call. Also arms the trainer's
     live ``softmaxgrpo/*`` curves (:mod:`.step_metrics`) and replaces verl's per-row log-prob fallback
     (:mod:`.logprobs`) in this process."""
-    ESTIMATORS.update(verl_estimators())
-    for name, (method, keys) in ESTIMATORS.items():
+    REGISTERED_WITH_VERL.update(verl_estimators())
+    for name, (method, keys) in REGISTERED_WITH_VERL.items():
         if name not in ADV_ESTIMATOR_REGISTRY:
             register_adv_est(name)(_make(name, method, keys))
     install_on_import()

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env
 
 __all__ = ["RayStartError", "allocation_nodes", "allocation_per_node", "bring_up", "main", "node_address",
@@ -376,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         split = argv.index("--")
         argv, command = argv[:split], argv[split + 1:]
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--gpus-per-node", type=int, default=None,
                         help="GPUs each Ray node must contribute; the command waits until all have joined")
     parser.add_argument("--declare-gpus", action="store_true",

@@ -18,7 +18,6 @@ log shows them.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import json
@@ -31,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.cli import entry_parser, json_text
 from pipeline_lib.core.config import load_config_file, merge_config, validate_config
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import atomic_path
@@ -308,8 +307,7 @@ def eval_spec_for(preflight: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line")
     sub = parser.add_subparsers(dest="command", required=True)
     model = sub.add_parser("model", help="the tiny random Qwen2 with the pipeline's tokenizer")
     model.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")

@@ -60,8 +60,8 @@ __all__ = [
     "RaroAgentLoopManager",
     "RaroCriticLoop",
     "RaroDataset",
+    "RaroLoopSettings",
     "RaroPolicyLoop",
-    "RaroSettings",
     "ReplayBuffer",
     "check_training_data",
     "start_replay_actor",
@@ -82,8 +82,9 @@ FRESH_ANSWER_TIMEOUT_S = 1800.0
 # --- settings ------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class RaroSettings:
-    """What the loops and the buffer need: ``+raro`` (translate.raro_overrides), data.seed, trainer.save_freq."""
+class RaroLoopSettings:
+    """What the verl RARO loops and the buffer need, read from the verl config (``+raro`` from
+    translate.raro_overrides, data.seed, trainer.save_freq); the plan-side settings are core.baselines.RaroSettings."""
 
     critic_system_prompt: str
     critic_max_new_tokens: int
@@ -95,7 +96,7 @@ class RaroSettings:
     save_freq: int
 
     @classmethod
-    def from_config(cls, config: Any) -> RaroSettings:
+    def from_config(cls, config: Any) -> RaroLoopSettings:
         raro = config.get("raro")
         if raro is None:
             raise KeyError("the verl config has no `raro` section (set by translate.raro_overrides as +raro=...)")
@@ -345,7 +346,7 @@ class ReplayBuffer:
         log.info("RARO replay buffer: %d pairs after step %d", len(self.pairs), step)
 
 
-def start_replay_actor(settings: RaroSettings) -> Any:
+def start_replay_actor(settings: RaroLoopSettings) -> Any:
     """The run's replay buffer as the named Ray actor the agent loops look up (the existing one if already up)."""
     import ray
 
@@ -361,7 +362,7 @@ class RaroAgentLoopManager(AgentLoopManager):
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
-        self.replay = start_replay_actor(RaroSettings.from_config(config))
+        self.replay = start_replay_actor(RaroLoopSettings.from_config(config))
 
     @auto_await
     async def generate_sequences(self, prompts: Any) -> Any:
@@ -398,7 +399,7 @@ class _RaroLoop(SingleTurnAgentLoop):
 
     def __init__(self, *args: Any, replay: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.settings = RaroSettings.from_config(self.config)
+        self.settings = RaroLoopSettings.from_config(self.config)
         self.replay = replay  # a ReplayBuffer (in-process) or None: the named Ray actor
 
     async def _buffer(self, method: str, *args: Any) -> Any:

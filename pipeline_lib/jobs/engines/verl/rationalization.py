@@ -15,7 +15,6 @@ in the demonstrations.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.baselines import RationalizationSettings
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
@@ -82,10 +81,7 @@ def annotate(spec: Mapping[str, Any], data: Path, model: str | Path, out: Path, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(prog="python -m pipeline_lib.jobs.engines.verl.rationalization",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = entry_parser(__doc__, "pipeline_lib.jobs.engines.verl.rationalization")
     add_run_arguments(parser, run_dir=False, threads=False, tracking=False)
     parser.add_argument("--data", type=Path, required=True, help="the task's sft_train.parquet")
     parser.add_argument("--model", help="the annotator: HF directory or hub name (default: the spec's model)")

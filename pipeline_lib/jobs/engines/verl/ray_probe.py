@@ -10,7 +10,6 @@ Slurm node the task ran on and its PID, so a test can check the tasks ran on dis
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -18,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import write_json
 
@@ -64,7 +64,7 @@ def probe(address: str | None, expect_nodes: int, expect_gpus: float = 0, timeou
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--address", default=env("RAY_ADDRESS"),
                         help="Ray cluster address (default: RAY_ADDRESS, else 'auto')")
     parser.add_argument("--expect-nodes", type=int, required=True)

@@ -24,7 +24,6 @@ names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import logging
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.checkpoint import claim_run_dir, run_identity, write_done
-from pipeline_lib.core.cli import add_run_arguments
+from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.rewards import compute_scores, health_counts
@@ -435,8 +434,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = entry_parser(__doc__, summary="paragraph")
     parser.add_argument("kind", choices=["sft", "rl"])
     add_run_arguments(parser, threads=False)
     parser.add_argument("--data", type=Path, required=True, help="training parquet")

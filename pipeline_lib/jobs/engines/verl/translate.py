@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, RaroSettings, RLLogitSettings
 from pipeline_lib.core.run_spec import VerlRLKnobs, VerlSFTKnobs
 from pipeline_lib.core.tracking import TrackingSettings
-from pipeline_lib.plan import ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
+from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
 
 __all__ = [
     "ATTENTION",
@@ -385,11 +385,11 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     if not isinstance(start, str) or not start:
         raise ValueError(f"run spec {spec.task}/{spec.method}: an RL run needs a model to start from, an init "
                          f"directory or the spec's hub model (got {spec.model!r})")
-    if spec.estimator is None or spec.estimator.name not in ESTIMATORS:
+    if spec.estimator is None or spec.estimator.name not in ADVANTAGE_ESTIMATORS:
         raise ValueError(f"run spec {spec.task}/{spec.method}: estimator "
                          f"{spec.estimator.name if spec.estimator else None!r} has no verl estimator; available: "
-                         f"{sorted(ESTIMATORS)}")
-    estimator, rl = ESTIMATORS[spec.estimator.name], spec.rl
+                         f"{sorted(ADVANTAGE_ESTIMATORS)}")
+    estimator, rl = ADVANTAGE_ESTIMATORS[spec.estimator.name], spec.rl
     if rl is None or not isinstance(rl.knobs, VerlRLKnobs):
         raise ValueError(f"run spec {spec.task}/{spec.method}: no verl group-RL settings (engine {spec.engine!r})")
     pairs: dict[str, Any] = {

@@ -20,7 +20,6 @@ per run, and no verl import.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import inspect
@@ -32,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.cli import json_text
+from pipeline_lib.core.cli import entry_parser, json_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.rewards import available_rewards
 from pipeline_lib.jobs.engines.verl import REQUIRED_VERL, check_verl_version
@@ -460,7 +459,7 @@ def validate_planned_runs(config: Mapping[str, Any], cache_dir: str | Path = CAC
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of rule ``validate_verl``: validate every verl run of the resolved config, record the summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, summary="line", logs=False)
     parser.add_argument("--config", required=True, type=json_text,
                         help="the resolved workflow config: a JSON file (what the rule passes) or inline JSON")
     parser.add_argument("--out", required=True, help="summary JSON, written once every run passed")
