@@ -26,6 +26,10 @@ from tests.conftest import REPO, repo_env
 CLUSTER = REPO / ".ci" / "slurm" / "local_cluster.py"
 PROFILE = REPO / ".ci" / "slurm" / "profile"
 USERS = Path(tempfile.gettempdir()) / "pipeline-ci-slurm-users.json"
+#: Held (flock) by each Slurm test job that starts Ray: the 2-node probe and the resume test's verl run. Ray 2.60's
+#: raylet dies when its dashboard agent takes over 15 s to start (ray-project/ray#65983), which two Ray clusters
+#: starting beside a training run on 2 cores caused; one at a time, a second waits instead of failing.
+RAY_LOCK = Path(tempfile.gettempdir()) / "pipeline-ci-ray.lock"
 
 
 def unavailable() -> str | None:
@@ -108,6 +112,17 @@ def shared_cluster() -> Iterator[None]:
                 # plugin asks `scontrol show config`): the cluster takes its config away with it
                 conf = Path("/etc/slurm/slurm.conf")
                 assert not (conf.exists() and "local_cluster.py" in conf.read_text(errors="replace")), stopped.stdout
+
+
+@contextlib.contextmanager
+def ray_phase() -> Iterator[None]:
+    """The Slurm tests' Ray phase, one at a time across test workers (:data:`RAY_LOCK`)."""
+    with open(RAY_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def snakemake_env() -> dict[str, str]:

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from pipeline_lib.plan import JOBS
-from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitted_job_ids
+from tests.slurm_helpers import PROFILE, RAY_LOCK, shared_cluster, snakemake_env, submitted_job_ids
 
 from .conftest import REPO
 
@@ -60,11 +60,14 @@ rule ray_probe:
         gres="gpu:1",
         cpus_per_task=1,
         mem_mb=3000,
+        runtime=45,
     shell:
+        # 0) one Ray phase at a time on the CI host (tests.slurm_helpers.RAY_LOCK): waits while the resume test trains;
         # 1) Ray cannot detect the fake GPUs, yet the trainer's launch (no --declare-gpus) declares the allocation's
         #    GPU per node, so both nodes and 2 GPUs join; 2) with the GPUs Slurm gave each step declared, the same,
         #    and the probe runs a task on each node; a probe expecting a third node must fail.
-        "( python -m pipeline_lib.jobs.engines.verl.launch --gpus-per-node 1 --timeout 120 --"
+        "exec 9>>RAY_LOCK_PATH; flock -w 2400 9;"
+        " ( python -m pipeline_lib.jobs.engines.verl.launch --gpus-per-node 1 --timeout 120 --"
         " python -m pipeline_lib.jobs.engines.verl.ray_probe --expect-nodes 2 --expect-gpus 2 --timeout 30"
         " && python -m pipeline_lib.jobs.engines.verl.launch --gpus-per-node 1 --declare-gpus --object-store-mb 80"
         " --timeout 120 -- bash -c"
@@ -78,7 +81,7 @@ def probe_run(slurm_cluster, tmp_path_factory):
     """The 2-node job's Snakemake run, started in the background so it shares the cluster with the
     tiny DAG (the two together fit the time budget; one after the other would not)."""
     workdir = tmp_path_factory.mktemp("ray_probe")
-    (workdir / "Snakefile").write_text(PROBE_SNAKEFILE)
+    (workdir / "Snakefile").write_text(PROBE_SNAKEFILE.replace("RAY_LOCK_PATH", str(RAY_LOCK)))
     with open(workdir / "snakemake.out", "w") as out:
         process = subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", str(PROFILE), "--resources",
                                     "judge_requests=2"], cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
@@ -145,7 +148,7 @@ def test_two_node_job_runs_a_ray_cluster_across_both_nodes(probe_run):
     """One sbatch job on 2 nodes (GPUs per node via gres, the multi-node contract of profiles/slurm):
     the launcher starts a Ray head and a worker, a task runs on each Slurm node, Ray is stopped."""
     process, tmp_path = probe_run
-    returncode = process.wait(600)
+    returncode = process.wait(2700)  # it may wait for the resume test's verl run (RAY_LOCK)
     output = (tmp_path / "snakemake.out").read_text()
     probe_log = tmp_path / "logs/ray_probe.log"
     assert returncode == 0, output[-4000:] + (probe_log.read_text()[-4000:] if probe_log.exists() else "")

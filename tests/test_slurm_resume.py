@@ -22,7 +22,7 @@ import yaml
 
 from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, metrics_log_path, rollout_dump_dir
 from pipeline_lib.plan.estimates import site_defaults
-from tests.slurm_helpers import PROFILE, shared_cluster, snakemake_env, submitted_job_ids
+from tests.slurm_helpers import PROFILE, ray_phase, shared_cluster, snakemake_env, submitted_job_ids
 
 from .conftest import REPO
 
@@ -121,30 +121,32 @@ def test_a_verl_job_cut_by_its_time_limit_resumes_from_its_checkpoint(slurm_clus
     out = workflow_copy / "snakemake.out"
     run_dir = workflow_copy / "results/preflight/grpo"
     tracker = checkpoint_dir(run_dir) / "latest_checkpointed_iteration.txt"
-    with open(out, "w") as handle:
-        snakemake = subprocess.Popen([sys.executable, "-m", "snakemake", "results/preflight/grpo/DONE.json",
-                                      "--profile", str(profile), "--configfile", "resume.yaml"], cwd=workflow_copy,
-                                     env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 1200  # verl's start-up under Slurm on a loaded 2-core host: up to 7 min
-        # checkpoint 2: even a cut landing before step 2 is logged leaves checkpoint 1 to resume from
-        while not (tracker.is_file() and tracker.read_text().strip().isdigit() and int(tracker.read_text()) >= 2):
-            assert snakemake.poll() is None, f"Snakemake ended before a checkpoint:\n{out.read_text()[-5000:]}"
-            assert time.monotonic() < deadline, f"no verl checkpoint 2 in 1200 s:\n{out.read_text()[-5000:]}"
-            time.sleep(1)
-        first = submitted_job_ids(out.read_text())
-        assert len(first) == 1, out.read_text()
-        checkpointed = int(tracker.read_text())
-        assert 2 <= checkpointed < STEPS, checkpointed
-        limit_before = _job(first[0])["TimeLimit"]
-        cut = subprocess.run(["scontrol", "update", f"JobId={first[0]}", "TimeLimit=1"], capture_output=True,
-                             text=True, timeout=60)
-        assert cut.returncode == 0, cut.stderr
-        returncode = snakemake.wait(1500)
-    finally:
-        if snakemake.poll() is None:
-            snakemake.terminate()
-            snakemake.wait(60)
+    # one Ray phase at a time on the CI host: the 2-node probe of tests/test_slurm.py starts Ray too (RAY_LOCK)
+    with ray_phase():
+        with open(out, "w") as handle:
+            snakemake = subprocess.Popen([sys.executable, "-m", "snakemake", "results/preflight/grpo/DONE.json",
+                                          "--profile", str(profile), "--configfile", "resume.yaml"], cwd=workflow_copy,
+                                         env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 1200  # verl's start-up under Slurm on a loaded 2-core host: up to 7 min
+            # checkpoint 2: even a cut landing before step 2 is logged leaves checkpoint 1 to resume from
+            while not (tracker.is_file() and tracker.read_text().strip().isdigit() and int(tracker.read_text()) >= 2):
+                assert snakemake.poll() is None, f"Snakemake ended before a checkpoint:\n{out.read_text()[-5000:]}"
+                assert time.monotonic() < deadline, f"no verl checkpoint 2 in 1200 s:\n{out.read_text()[-5000:]}"
+                time.sleep(1)
+            first = submitted_job_ids(out.read_text())
+            assert len(first) == 1, out.read_text()
+            checkpointed = int(tracker.read_text())
+            assert 2 <= checkpointed < STEPS, checkpointed
+            limit_before = _job(first[0])["TimeLimit"]
+            cut = subprocess.run(["scontrol", "update", f"JobId={first[0]}", "TimeLimit=1"], capture_output=True,
+                                 text=True, timeout=60)
+            assert cut.returncode == 0, cut.stderr
+            returncode = snakemake.wait(1500)
+        finally:
+            if snakemake.poll() is None:
+                snakemake.terminate()
+                snakemake.wait(60)
     output = out.read_text()
     assert returncode == 0, output[-6000:]
     check_resumed_run(workflow_copy, output, checkpointed, limit_before,

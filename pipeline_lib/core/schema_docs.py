@@ -9,13 +9,13 @@ writes the key tables of ``config/README.md`` (between the ``generated`` markers
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.config import load_config_file, load_schema, validate_config, with_estimator_params
 from pipeline_lib.core.io import write_text
 
@@ -166,7 +166,7 @@ def stale(repo: Path = REPO) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Write the generated files (or, with ``--check``, name the stale ones and exit 1)."""
-    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser = entry_parser(__doc__, COMMAND.removeprefix("python -m "), summary="line", logs=False)
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale file")
     args = parser.parse_args(argv)
     if args.check:
