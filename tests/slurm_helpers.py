@@ -58,8 +58,9 @@ def require_slurm() -> None:
 
 
 @contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    with open(USERS.with_suffix(".lock"), "a") as handle:
+def _locked(lock: Path = USERS.with_suffix(".lock")) -> Iterator[None]:
+    """An exclusive flock on ``lock`` (by default the users file's) for the caller's block."""
+    with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -117,12 +118,8 @@ def shared_cluster() -> Iterator[None]:
 @contextlib.contextmanager
 def ray_phase() -> Iterator[None]:
     """The Slurm tests' Ray phase, one at a time across test workers (:data:`RAY_LOCK`)."""
-    with open(RAY_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _locked(RAY_LOCK):
+        yield
 
 
 def snakemake_env() -> dict[str, str]:
