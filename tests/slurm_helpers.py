@@ -26,6 +26,7 @@ from tests.conftest import REPO, repo_env
 CLUSTER = REPO / ".ci" / "slurm" / "local_cluster.py"
 PROFILE = REPO / ".ci" / "slurm" / "profile"
 USERS = Path(tempfile.gettempdir()) / "pipeline-ci-slurm-users.json"
+USERS_LOCK = USERS.with_suffix(".lock")
 #: Held (flock) by each Slurm test job that starts Ray: the 2-node probe and the resume test's verl run. Ray 2.60's
 #: raylet dies when its dashboard agent takes over 15 s to start (ray-project/ray#65983), which two Ray clusters
 #: starting beside a training run on 2 cores caused; one at a time, a second waits instead of failing.
@@ -58,7 +59,7 @@ def require_slurm() -> None:
 
 
 @contextlib.contextmanager
-def _locked(lock: Path = USERS.with_suffix(".lock")) -> Iterator[None]:
+def _locked(lock: Path = USERS_LOCK) -> Iterator[None]:
     """An exclusive flock on ``lock`` (by default the users file's) for the caller's block."""
     with open(lock, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
