@@ -335,8 +335,31 @@ FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", 
                 "test_captions", "test_hostile_inputs", "test_environment", "test_layers"}
 
 
+#: Test modules that share one pytest-xdist worker, one after the other (``--dist loadgroup``; every other module is
+#: its own group, as ``loadfile`` would make it). The two Slurm modules run on the local 2-node cluster and each keeps
+#: both cores busy (the tiny DAG through sbatch, a verl run under Slurm): run side by side on 2 cores they took 773 s
+#: and 1,288 s (fresh-clone CI, 2026-11-28), each slowed by the other.
+SHARED_WORKER = {"tests/test_slurm.py": "slurm", "tests/test_slurm_resume.py": "slurm"}
+#: The longest modules first, longest-first (CI's junit times, 2026-11-28): xdist hands work out in collection order
+#: (``--no-loadscope-reorder``), so the long ones overlap the rest instead of ending the run alone.
+LONGEST_FIRST = ("tests/test_slurm.py", "tests/test_slurm_resume.py", "tests/engines/verl/test_verl_cpu.py",
+                 "tests/engines/verl/test_verl_engine.py", "tests/test_workflow.py",
+                 "tests/engines/test_gpu_baselines.py", "tests/engines/local/test_baselines.py",
+                 "tests/judge/test_judge_vllm.py", "tests/test_site.py", "tests/engines/verl/test_verl_raro.py")
+
+
+def _module_key(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the fast lane's tests `fast` (a test of those modules marked `slow` stays out of it)."""
+    """Mark the fast lane's tests `fast` (a test of those modules marked `slow` stays out of it); give each module its
+    xdist group (:data:`SHARED_WORKER`) and put the longest modules first (:data:`LONGEST_FIRST`)."""
     for item in items:
         if item.path.stem in FAST_MODULES and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.fast)
+        module = _module_key(item)
+        item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
+    rank = {module: position for position, module in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_module_key(item), len(rank)))  # stable: the rest keep their order

@@ -1,8 +1,9 @@
 """The local Slurm cluster shared by the Slurm test modules (tests/test_slurm.py, tests/test_slurm_resume.py).
 
-pytest-xdist runs each module in its own worker (``--dist loadfile``), so two modules may use the cluster at once:
-it is started by its first user and stopped (by PID, through ``.ci/slurm/local_cluster.py stop``) by its last one, and
-only if a user of this file started it. The users are process ids in a JSON file, changed under an exclusive lock.
+pytest-xdist runs the two modules one after the other on one worker (tests/conftest.SHARED_WORKER), but a run that
+selects tests differently may put them in two processes at once: the cluster is started by its first user and stopped
+(by PID, through ``.ci/slurm/local_cluster.py stop``) by its last one, and only if a user of this file started it.
+The users are process ids in a JSON file, changed under an exclusive lock.
 """
 
 from __future__ import annotations
