@@ -368,18 +368,3 @@ def test_a_fixed_server_port_is_refused_naming_the_change(config):
         validate_config(config, SCHEMA, base_dir=REPO)
     assert re.search(r"unknown key '(judge\.primary|eval\.server)\.serve\.port' \(removed: a started server listens "
                      r"on a free port chosen at start", str(error.value)), str(error.value)
-
-
-def test_an_endpoint_left_out_of_a_config_takes_the_schemas_defaults():
-    """The client's defaults are the schema's ``endpoint`` definition (written once); a config's value wins."""
-    from pipeline_lib.core.config import schema_defaults
-    from pipeline_lib.core.llm_client import EndpointConfig
-
-    declared = load_schema(SCHEMA)["$defs"]["endpoint"]["properties"]
-    assert schema_defaults("$defs", "endpoint") == {key: spec["default"] for key, spec in declared.items()}
-    client = EndpointConfig.from_config({"base_url": "http://127.0.0.1:9/v1", "model": "m"}, "test")
-    assert (client.concurrency, client.timeout_s, client.max_retries, client.breaker_failures) == (
-        declared["concurrency"]["default"], declared["timeout_s"]["default"], declared["max_retries"]["default"],
-        declared["breaker_failures"]["default"])
-    assert EndpointConfig.from_config({"base_url": "http://127.0.0.1:9/v1", "model": "m", "concurrency": 3},
-                                      "test").concurrency == 3

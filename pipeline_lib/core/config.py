@@ -205,16 +205,14 @@ def _defaults_of(node: Mapping[str, Any]) -> Any:
 @functools.cache
 def _block_defaults(path: str, keys: tuple[str, ...]) -> dict[str, Any]:
     node = load_schema(path)
-    keys_left = iter(keys)
-    for key in keys_left:
-        node = node["$defs"][next(keys_left)] if key == "$defs" else node["properties"][key]
+    for key in keys:
+        node = node["properties"][key]
     return {k: _defaults_of(sub) for k, sub in node["properties"].items() if "default" in sub}
 
 
 def schema_defaults(*keys: str, schema: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The defaults the schema declares for the block at ``keys`` (``"site"``; ``"$defs", "endpoint"`` for a shared
-    definition), nested blocks' filled as validation fills them: for code that needs a default without a validated
-    config, so no default is written twice."""
+    """The defaults the schema declares for the block at ``keys`` (``"site"``), nested blocks' filled as validation
+    fills them: for code that needs a default without a validated config, so no default is written twice."""
     return copy.deepcopy(_block_defaults(str(schema or schema_path()), keys))
 
 

@@ -42,7 +42,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,20 +90,17 @@ _API_KEY = r"[\x21-\x7e]+"  # what an HTTP Authorization header can carry: print
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """One endpoint's settings; :meth:`from_config` fills what a config leaves out from the schema's ``endpoint``
-    definition, the one place its defaults are written."""
-
     base_url: str | None
     model: str | None
-    api_key_env: str
-    concurrency: int
-    timeout_s: float
-    max_retries: int
-    backoff_s: float
-    sampling: dict[str, Any]
-    max_response_bytes: int
-    breaker_failures: int
-    structured_output: str
+    api_key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    backoff_s: float = 1.0
+    sampling: dict[str, Any] = field(default_factory=dict)
+    max_response_bytes: int = 1 << 20
+    breaker_failures: int = 10
+    structured_output: str = "none"
 
     @classmethod
     def from_config(cls, section: dict[str, Any], purpose: str) -> EndpointConfig:
@@ -113,15 +110,13 @@ class EndpointConfig:
                 f"{purpose} needs an OpenAI-compatible endpoint: set `base_url` (or OPENAI_BASE_URL) and `model` "
                 "in the config (e.g. a local `vllm serve` at http://127.0.0.1:8000/v1)"
             )
-        from pipeline_lib.core.config import schema_defaults  # the schema's validator stays out of a client's import
-
-        settings = {**schema_defaults("$defs", "endpoint"), **section}
-        return cls(base_url=base_url, model=settings["model"], api_key_env=settings["api_key_env"],
-                   concurrency=int(settings["concurrency"]), timeout_s=float(settings["timeout_s"]),
-                   max_retries=int(settings["max_retries"]), backoff_s=float(settings["backoff_s"]),
-                   sampling=dict(settings["sampling"]), max_response_bytes=int(settings["max_response_bytes"]),
-                   breaker_failures=int(settings["breaker_failures"]),
-                   structured_output=structured_output_mode(settings["structured_output"], purpose))
+        return cls(base_url=base_url, model=section["model"], api_key_env=section.get("api_key_env", "OPENAI_API_KEY"),
+                   concurrency=int(section.get("concurrency", 8)), timeout_s=float(section.get("timeout_s", 120)),
+                   max_retries=int(section.get("max_retries", 5)), backoff_s=float(section.get("backoff_s", 1.0)),
+                   sampling=dict(section.get("sampling", {})),
+                   max_response_bytes=int(section.get("max_response_bytes", 1 << 20)),
+                   breaker_failures=int(section.get("breaker_failures", 10)),
+                   structured_output=structured_output_mode(section.get("structured_output", "none"), purpose))
 
     def describe(self) -> dict[str, Any]:
         """What provenance may record: never the key itself."""

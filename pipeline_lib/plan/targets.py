@@ -13,7 +13,6 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pipeline_lib.core.cli import json_value
-from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
@@ -335,8 +334,7 @@ def judge_ours(plan: Plan) -> str:
 def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
     """Requests one scoring job keeps in flight: the Snakemake global resource ``judge_requests`` it holds."""
     spec = judge_spec(config, judge)
-    endpoint = {**schema_defaults("$defs", "endpoint"), **spec["endpoint"]}
-    return int(endpoint["concurrency"]) if spec["kind"] == "llm" else 0
+    return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
 
 
 def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
