@@ -118,6 +118,18 @@ def guard(by_rule: pd.DataFrame, reference_path: Path) -> str:
     return "\n".join(lines)
 
 
+def loop_seconds(repeats: int = 3) -> float:
+    """This machine's speed: the fastest of ``repeats`` 10M-step Python loops (the probe `.ci/run` prints too). The
+    machine's speed moved by 2x between days (docs/measurements.md), so a ratio is read against both speeds."""
+    best = float("inf")
+    for _ in range(repeats):
+        started, total = time.perf_counter(), 0
+        for step in range(10_000_000):
+            total += step
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def _commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     return done.stdout.strip() or "unknown"
@@ -153,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         machine = f"{platform.node()}, {platform.machine()}, {os.cpu_count()} cores"
         provenance = [f"commit: {_commit()}", f"machine: {machine}",
+                      f"speed: a 10M-step Python loop {loop_seconds():.2f} s",
                       f"recorded: {time.strftime('%Y-%m-%d', time.gmtime())}",
                       "cpu_s: summed cpu_time of results/benchmarks/<rule>/ (sampled, a lower bound)"]
         write_reference(args.reference, table, provenance)
@@ -160,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print()
         print(guard(table, args.reference))
+        print(f"CPU guard: this machine's speed: a 10M-step Python loop {loop_seconds():.2f} s (the reference's is in "
+              "its header; CPU seconds scale with it)")
     return 0
 
 

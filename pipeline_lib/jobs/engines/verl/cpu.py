@@ -79,7 +79,8 @@ def cpu_overrides(kind: str, gpus: int = 1, env_vars: dict[str, str] | None = No
     """The Hydra overrides that put one verl run (``kind``: ``sft`` or ``rl``) on CPU; the only ones the preflight
     adds to a real run's. ``gpus`` is the trainer's process count (the preflight's ``gpus_per_node``); ``env_vars``
     reach every Ray worker beside the CPU switch (e.g. :data:`SYNC_LOG_ENV`). The rollout stays the real run's
-    (``rollout.name=vllm``: verl's async vLLM replica beside the actor); only what vLLM's CPU build refuses is off."""
+    (``rollout.name=vllm``: verl's async vLLM replica beside the actor); only what vLLM's CPU build refuses is off,
+    and its worker runs in the engine's process (one start-up fewer on 2 cores)."""
     env = {ENV: "1", "VERL_PLATFORM": "cpu", **VLLM_CPU_ENV, **(env_vars or {})}
     if kind == "sft":
         return ["engine.strategy=fsdp2", "engine.use_torch_compile=false", "trainer.device=cpu"]
@@ -96,6 +97,11 @@ def cpu_overrides(kind: str, gpus: int = 1, env_vars: dict[str, str] | None = No
         "actor_rollout_ref.rollout.free_cache_engine=false",
         f"+{teacher}.enable_sleep_mode=false",
         f"{teacher}.free_cache_engine=false",
+        # vLLM's one-process executor: the engine's worker runs inside its engine-core process, one process fewer per
+        # vLLM server (about 20 s of imports on the critical path of every start-up here); verl's weight sync still
+        # goes through its worker extension. The GPU runs keep verl's multiprocess executor.
+        "+actor_rollout_ref.rollout.engine_kwargs.vllm.distributed_executor_backend=uni",
+        f"+{teacher}.engine_kwargs.vllm.distributed_executor_backend=uni",
         "actor_rollout_ref.model.use_remove_padding=false",
         "reward.num_workers=1",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
