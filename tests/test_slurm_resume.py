@@ -109,11 +109,11 @@ def test_a_verl_job_cut_by_its_time_limit_resumes_from_its_checkpoint(slurm_clus
     section["row"]["rl"] = {**rl, "steps": STEPS, "checkpoint_every": 1, "verl": {**rl["verl"], "test_freq": 4}}
     (workflow_copy / "resume.yaml").write_text(yaml.safe_dump(config))
     env = snakemake_env()
-    # what the GRPO job starts from (data, tokenizer, tiny model, SFT run), made locally: only the job under test
-    # goes through Slurm
-    upstream = subprocess.run([sys.executable, "-m", "snakemake", "results/preflight/sft/DONE.json", "--cores", "2",
-                               "--configfile", "resume.yaml"], cwd=workflow_copy, env=env, capture_output=True,
-                              text=True, timeout=900)
+    # what the GRPO job starts from (data, tokenizer, the tiny model, or the SFT run where the paper config's
+    # train.rl_start is sft), made locally: only the job under test goes through Slurm
+    upstream = subprocess.run([sys.executable, "-m", "snakemake", "results/preflight/grpo/DONE.json", "--omit-from",
+                               "preflight_train", "--cores", "2", "--configfile", "resume.yaml"], cwd=workflow_copy,
+                              env=env, capture_output=True, text=True, timeout=900)
     assert upstream.returncode == 0, upstream.stderr[-5000:]
     upstream_s = time.monotonic() - started
 

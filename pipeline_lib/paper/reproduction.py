@@ -46,7 +46,7 @@ from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, run_ids_ar
 from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
-from pipeline_lib.plan.registry import pairs
+from pipeline_lib.plan.registry import METHODS, PlanError
 from pipeline_lib.plan.runs import RunId
 
 #: Which paper column each of our tasks stands in for.
@@ -56,11 +56,19 @@ TASK_TO_PAPER = {"gsm8k": "gsm8k", "countdown": "countdown", "deepmath": "deepma
 #: Sections of config/paper_reference.yaml besides Table 1 and the gradient allocation, by the table that makes them.
 OTHER_TABLES = {"nonverifiable": "nonverifiable", "ablation_gsm8k": "ablation", "ablation_countdown": "ablation",
                 "scale": "scale", "judge_validation": "judge_validation"}
-#: Paired comparisons of the verifiable table: (a, b) means a minus b; each method states its own
-#: (:attr:`pipeline_lib.plan.registry.Method.compared_with`).
-VERIFIABLE_PAIRS = pairs("verifiable")
-#: Paired comparisons of the non-verifiable table.
-NONVERIFIABLE_PAIRS = pairs("nonverifiable")
+#: The paired differences the report states, by table, in the report's order: ``(a, b)`` is a minus b, each a
+#: registry method (``verifiable``: Table 1's metrics; ``nonverifiable``: the judge score).
+PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
+    "verifiable": (("softmax_exact", "grpo_exact"), ("softmax_sim", "grpo_sim"), ("grpo_exact", "sft"),
+                   ("softmax_exact", "sft"), ("grpo_sim", "sft"), ("softmax_sim", "sft")),
+    "nonverifiable": (("softmax_sim", "grpo_sim"), ("softmax_sim", "sft"), ("grpo_sim", "sft"),
+                      ("softmax_sim", "opd")),
+}
+_unregistered = sorted({name for pairs in PAIRS.values() for pair in pairs for name in pair} - set(METHODS))
+if _unregistered:
+    raise PlanError(f"pipeline_lib/paper/reproduction.py PAIRS names methods the registry lacks: {_unregistered}")
+VERIFIABLE_PAIRS = PAIRS["verifiable"]
+NONVERIFIABLE_PAIRS = PAIRS["nonverifiable"]
 METRICS = {"pass@1_greedy": "greedy pass@1", "pass@1_sampled": "sampled pass@1"}
 
 

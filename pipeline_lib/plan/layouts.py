@@ -3,23 +3,26 @@
 A registry entry's :attr:`~pipeline_lib.plan.registry.Entry.layout` is one of these functions (the entry holds the
 function itself, not a name): given the run being built (:class:`Ctx`) and its spec, it returns the job's inputs and
 the arguments after ``python -m <entry point>`` (:class:`Job`). :mod:`pipeline_lib.plan.runs` calls it; this module
-imports neither the registry nor the runs, so the registry can name its layouts directly.
+imports neither the registry nor the runs, so the registry can name its layouts directly. :class:`Run` (one job of the
+plan) lives here too, with :func:`annotation_run`, the job a registry entry's ``prelude`` adds before its run.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.cli import run_args
+from pipeline_lib.core.cli import file_args, run_args
 from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
-from pipeline_lib.plan.settings import verl_tasks
+from pipeline_lib.core.tracking import TrackingSettings
+from pipeline_lib.plan.settings import annotation_spec, verl_tasks
 
-__all__ = ["TOKENIZER", "Ctx", "Job", "engine_of", "final_dir", "local_base", "local_expert", "local_opd",
-           "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel", "spec_json",
-           "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
+__all__ = ["TOKENIZER", "Ctx", "Job", "Run", "annotation_run", "engine_of", "final_dir", "local_base", "local_expert",
+           "local_opd", "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel",
+           "spec_json", "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
 
@@ -152,3 +155,74 @@ def trl_dpo(c: Ctx, spec: RunSpec) -> Job:
     inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
     return Job(inputs, [*_contract(c, spec), "--data", c.data, "--demonstrations", inputs["demonstrations"],
                          "--init", final_dir(c.init)], threads=False)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One Snakemake job of the plan: a training run (or its annotation step) with everything its rule needs."""
+
+    task: str
+    name: str  # the run directory: a method, an ablation cell (softmax_tau0p1_m4), <method>_at_<scale>, opd_teacher
+    method: str  # the registry method it trains (an ablation cell trains SoftmaxGRPO-Exact)
+    seed: int
+    engine: str  # train.engine of the task: local or verl (ImageNet: classify)
+    job: str  # the Snakemake rule: train_local, train_verl, train_trl, annotate_rationales, train_imagenet
+    output: str
+    inputs: dict[str, str]
+    args: tuple[str, ...]
+    spec: RunSpec  # what it computes with: the --spec of its command
+    resources: dict[str, Any] = field(default_factory=dict)
+    threads: bool = True  # the entry point takes --threads (appended from the rule's threads)
+    verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides the verl engine validates
+    study: str = "main"
+    after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
+    tracking: TrackingSettings | None = None  # live tracking (config `tracking`), on the local and verl trainers
+
+    @property
+    def key(self) -> str:
+        """The run's id in its rule's output pattern: ``<task>/<name>/seed<seed>``."""
+        return f"{self.task}/{self.name}/seed{self.seed}"
+
+    @property
+    def entry_module(self) -> str:
+        """The ``python -m`` module the job runs: its code digest is a rule parameter (reruns follow code edits)."""
+        return self.args[self.args.index("-m") + 1]
+
+    def command(self, threads: int | None = None, tracking: bool = True, files: bool = True) -> str:
+        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
+        and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
+        change of dashboard never reruns). With ``files`` its JSON values (spec, tracking) travel in files
+        (:func:`pipeline_lib.core.cli.file_args`), so the command line stays short; without, inline (a rerun key that
+        shows what changed)."""
+        args = [*self.args, *self.extra_args(threads, tracking)]
+        return " ".join(shlex.quote(a) for a in (file_args(args) if files else args))
+
+    def extra_args(self, threads: int | None = None, tracking: bool = True) -> list[str]:
+        """``--threads`` and ``--tracking``: settings of how a run executes, not of what it computes."""
+        return [*(["--threads", str(threads)] if self.threads and threads is not None else []),
+                *(["--tracking", self.tracking.to_json()] if tracking and self.tracking is not None else [])]
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The settings a reviewer checks first (estimator and its parameters, M, steps, lr)."""
+        spec, estimator = self.spec, self.spec.estimator
+        own = spec.baseline.to_dict() if spec.baseline is not None else {}
+        settings = {**own, **spec.settings}  # a baseline's own section (Iterative DPO's lr), ImageNet's M
+        params = estimator.params if estimator is not None else {k: settings[k] for k in ("tau",) if k in settings}
+        out = {"advantage": estimator.name if estimator is not None else None,
+               "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
+               "M": settings.get("group_size", settings.get("rollouts")), "steps": settings.get("steps"),
+               "lr": settings.get("lr")}
+        return {k: v for k, v in out.items() if v not in (None, "")}
+
+
+def annotation_run(c: Ctx, study: str) -> Run:
+    """Rationalization on GPU, step one (its verl entry's :attr:`~pipeline_lib.plan.registry.Entry.prelude`): the base
+    model writes the rationales through the eval backend (vLLM)."""
+    out = f"{run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
+    data = f"results/data/{c.task}/sft_train.parquet"
+    spec = annotation_spec(c.config, c.task)
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+               job="annotate_rationales", output=out, inputs={"data": data},
+               args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", spec_json(spec),
+                     "--data", data, "--out", out, "--seed", str(c.seed)),
+               spec=spec, threads=False, study=study, resources=dict(spec.resources))

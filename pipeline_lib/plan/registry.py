@@ -5,9 +5,10 @@ config section, the settings class that section reads as (:mod:`pipeline_lib.cor
 on prompts with the expert answer, and for each value of ``train.engine`` the job that trains it (:class:`Entry`: the
 Snakemake rule, the entry point, the command layout function, the builder of its
 :class:`~pipeline_lib.core.run_spec.RunSpec`, a job that must run first and, for a verl baseline, the function of its
-overrides). What used to be tables keyed by method name elsewhere are fields here too: the verl preflight's kind and
-checks (:class:`Preflight`), whether verl checks every prompt's expert answer first (``needs_references``) and the
-report's paired comparisons (``compared_with``, :func:`pairs`). :data:`ADVANTAGE_ESTIMATORS`
+overrides), and whether verl checks every prompt's expert answer first (``needs_references``): what the method is
+and how it trains. What other stages do with a method lives with them, reading these entries: the verl preflight's
+kinds and checks (:data:`pipeline_lib.jobs.engines.verl.preflight.CHECKS`) and the report's paired comparisons
+(:data:`pipeline_lib.paper.reproduction.PAIRS`). :data:`ADVANTAGE_ESTIMATORS`
 (:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says what each estimator takes (its parameter dataclass)
 and how verl runs it. :func:`pipeline_lib.plan.plan_runs` reads only these tables to turn a config into runs, the
 verl engine reads :data:`ADVANTAGE_ESTIMATORS`, and the paper tables take their row labels from here.
@@ -50,8 +51,8 @@ from pipeline_lib.plan.settings import (
 )
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry",
-           "Method", "PlanError", "Preflight", "baseline", "before_training", "group_rl", "method", "pairs",
-           "preflight_kinds", "register", "starting_point", "unregister", "verl_baseline", "verl_estimators"]
+           "Method", "PlanError", "baseline", "before_training", "group_rl", "method", "register", "starting_point",
+           "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -61,22 +62,6 @@ def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
     """verl estimator name -> (our estimator, the algorithm-config keys it takes: its parameter dataclass's fields),
     for every estimator registered as ours; asked at each use, so one a test registers later is included."""
     return {entry.verl: (entry.name, entry.param_names) for entry in ADVANTAGE_ESTIMATORS.values() if entry.ours}
-
-
-@dataclass(frozen=True)
-class Preflight:
-    """How the verl preflight (:mod:`pipeline_lib.jobs.engines.verl.preflight`, ``config/preflight.yaml``) trains this
-    method's verl job 2 steps on CPU and what it checks afterwards."""
-
-    kind: str
-    """The preflight kind's name (``preflight.kinds``; the job ``results/preflight/<kind>/DONE.json``)."""
-    nonzero_update: bool = False
-    """Its rewards vary within a group even on a random tiny model, so some update must have a gradient."""
-    log_prob_rewards: bool = False
-    """Every reward is a log-prob of the expert answer (finite, < 0): RL-Logit's."""
-    own_teacher: bool = False
-    """The method's teacher (``train.baselines.<section>.teacher``) becomes the tiny model on a trainer GPU of its
-    own, beside the student's (OPD)."""
 
 
 @dataclass(frozen=True)
@@ -94,10 +79,9 @@ class Entry:
     layout: Layout
     spec: SpecBuilder
     verl_kind: str | None = None
-    #: The function (``module:function``, called with the run's context and study, resolved by
-    #: :func:`pipeline_lib.plan.runs.prelude`) that builds a job making the run's training data first (Rationalization
-    #: on GPU: the annotation).
-    prelude: str | None = None
+    #: The function (called with the run's context and study, a :mod:`pipeline_lib.plan.layouts` function) that builds
+    #: a job making the run's training data first (Rationalization on GPU: :func:`~.layouts.annotation_run`).
+    prelude: Callable[[Ctx, str], layouts.Run] | None = None
     overrides: str | None = None
 
 
@@ -123,15 +107,9 @@ class Method:
     demonstrations: bool = False
     #: group_rl: a new estimator this method brings (declared in pipeline_lib.core.rl.estimators by :func:`register`).
     new_estimator: EstimatorEntry | None = None
-    #: Its verl job's preflight kind and checks (None: the preflight has no kind for it).
-    preflight: Preflight | None = None
     #: Every training prompt must carry its expert answer (``extra_info.reference``); the verl engine checks the
     #: data before Ray starts (RARO's critic compares the expert answer with the policy's on every prompt).
     needs_references: bool = False
-    #: The paired differences the report states with this method as ``a`` (a minus b): the other method's name by
-    #: table (``verifiable``: Table 1's metrics; ``nonverifiable``: the judge score), each with its row in the
-    #: report's list of that table (:func:`pairs`).
-    compared_with: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: The post-trained start (SFT): the RL runs of its task and seed start from this run's model where
     #: ``train.rl_start`` is ``sft`` (the tiny default), and the :attr:`from_starting_point` methods always; a study
     #: reads it as the start the RL methods are compared with, not as a train target or an RL run of its own.
@@ -172,16 +150,13 @@ def verl_baseline(overrides: str) -> Entry:
                  overrides=overrides)
 
 
-def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False,
-             preflight: Preflight | None = None, compared_with: Mapping[str, Mapping[str, int]] | None = None
-             ) -> Method:
+def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False) -> Method:
     """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this estimator and reward. A new
     estimator comes as its :class:`EstimatorEntry` (its parameter dataclass and verl name), which :func:`register`
     declares."""
     new = estimator if isinstance(estimator, EstimatorEntry) else None
     return Method(name, label, "group_rl", GROUP_RL, advantage=new.name if new else estimator, reward=reward,
-                  ours=ours, demonstrations=reward == "similarity", new_estimator=new, preflight=preflight,
-                  compared_with=compared_with or {})
+                  ours=ours, demonstrations=reward == "similarity", new_estimator=new)
 
 
 def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
@@ -192,7 +167,7 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, settings: type[Ba
              demonstrations: bool = False, **fields: Any) -> Method:
     """A baseline: its local and verl jobs, its config section ``train.baselines.<name>`` read as ``settings`` (its
     :class:`~pipeline_lib.core.baselines.BaselineSettings` class; the spec builders find it by the method's name) and
-    any further :class:`Method` field (``preflight=...``)."""
+    any further :class:`Method` field (``needs_references=True``)."""
     return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, settings=settings,
                   demonstrations=demonstrations, **fields)
 
@@ -205,38 +180,27 @@ _METHODS = (
         "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, local_sft_spec),
         "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, verl_sft_spec,
                       "sft")},
-        preflight=Preflight("sft"), starting_point=True),
+        starting_point=True),
     baseline("rationalization", "Rationalization",
              _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
-                   _named(verl_sft_spec), "sft", prelude="pipeline_lib.plan.runs:annotation_run"),
+                   _named(verl_sft_spec), "sft", prelude=layouts.annotation_run),
              RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
              IterativeDPOSettings, demonstrations=True, from_starting_point=True),
-    # RL-Logit's preflight update may be empty: its reward is log pi(a* | q, z) with z the rollout's reasoning (the
-    # text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts rarely hold either, so z
-    # is empty, every rollout of a group gets the same reward and the advantage is 0, as the method defines it.
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), verl_baseline(f"{_TRANSLATE}:rl_logit_overrides"),
-             RLLogitSettings, demonstrations=True, preflight=Preflight("rl_logit", log_prob_rewards=True)),
+             RLLogitSettings, demonstrations=True),
     baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), RaroSettings,
-             demonstrations=True, needs_references=True, preflight=Preflight("raro")),
+             demonstrations=True, needs_references=True),
     baseline("opd", "OPD", _local("opd", layout=layouts.local_opd), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
-             OPDSettings, preflight=Preflight("opd", nonzero_update=True, own_teacher=True)),
-    # The preflight trains GRPO and SoftmaxGRPO as their -Sim jobs: a random tiny model never solves a Countdown
-    # prompt, so under the verifier every group's rewards are equal, every advantage 0 and the update empty; the
-    # similarity reward varies within a group.
-    group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity", preflight=Preflight("grpo", nonzero_update=True),
-             compared_with={"verifiable": {"sft": 4}, "nonverifiable": {"sft": 2}}),
-    group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier", compared_with={"verifiable": {"sft": 2}}),
-    group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True,
-             preflight=Preflight("softmax", nonzero_update=True),
-             compared_with={"verifiable": {"grpo_sim": 1, "sft": 5},
-                            "nonverifiable": {"grpo_sim": 0, "sft": 1, "opd": 3}}),
-    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True,
-             compared_with={"verifiable": {"grpo_exact": 0, "sft": 3}}),
+             OPDSettings),
+    group_rl("grpo_sim", "GRPO-Sim", "grpo", "similarity"),
+    group_rl("grpo_exact", "GRPO-Exact", "grpo", "verifier"),
+    group_rl("softmax_sim", "SoftmaxGRPO-Sim", "softmax", "similarity", ours=True),
+    group_rl("softmax_exact", "SoftmaxGRPO-Exact", "softmax", "verifier", ours=True),
     # Beyond the paper: SoftmaxGRPO with each group's tau set by a target effective sample size (App. A).
-    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier", preflight=Preflight("softmax_ess")),
+    group_rl("softmax_ess", "SoftmaxGRPO-ESS", "softmax_ess", "verifier"),
 )
 
 #: Every method by name, in the paper's table order.
@@ -246,18 +210,6 @@ for _method in _METHODS:  # each baseline's settings class, found by the spec bu
         baseline_settings.declare(_method.section or _method.name, _method.settings)
 METHOD_LABELS: dict[str, str] = {name: m.label for name, m in METHODS.items()}
 METHOD_ORDER: list[str] = list(METHODS)
-
-
-def preflight_kinds() -> dict[str, Method]:
-    """The verl preflight's kinds: kind name -> the method whose verl job it trains (:attr:`Method.preflight`)."""
-    return {m.preflight.kind: m for m in METHODS.values() if m.preflight is not None}
-
-
-def pairs(table: str) -> tuple[tuple[str, str], ...]:
-    """The paired differences ``(a, b)`` (a minus b) the report states for ``table`` (``verifiable`` or
-    ``nonverifiable``), in the report's order: each method's :attr:`Method.compared_with`."""
-    rows = sorted((row, a, b) for a, m in METHODS.items() for b, row in m.compared_with.get(table, {}).items())
-    return tuple((a, b) for _, a, b in rows)
 
 
 def starting_point() -> str:
@@ -294,9 +246,6 @@ def register(entry: Method) -> Method:
     ...))``."""
     if entry.name in METHODS:
         raise PlanError(f"method {entry.name!r} is already registered")
-    if entry.preflight is not None and entry.preflight.kind in preflight_kinds():
-        raise PlanError(f"method {entry.name!r}: preflight kind {entry.preflight.kind!r} is already "
-                        f"{preflight_kinds()[entry.preflight.kind].name!r}'s")
     if entry.new_estimator is not None:
         try:
             declare(entry.new_estimator)

@@ -16,22 +16,19 @@ checked against :mod:`pipeline_lib.core.rl.advantages`, which knows each estimat
 from __future__ import annotations
 
 import copy
-import importlib
 import os
 import re
-import shlex
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.cli import file_args
 from pipeline_lib.core.config import ConfigError, validate_config
 from pipeline_lib.core.rl.estimators import params_from, schema_properties
 from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.estimates import fit_run, memory_check, scratch_args, site_settings
-from pipeline_lib.plan.layouts import TOKENIZER, engine_of, local_opd_teacher
+from pipeline_lib.plan.layouts import TOKENIZER, Run, engine_of, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
@@ -47,7 +44,6 @@ from pipeline_lib.plan.registry import (
 )
 from pipeline_lib.plan.settings import (
     ablation_method,
-    annotation_spec,
     check_estimator,
     estimator_params,
     imagenet_run_spec,
@@ -57,8 +53,8 @@ from pipeline_lib.plan.settings import (
     task_row,
 )
 
-__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "annotation_run", "baseline_tasks",
-           "engine_of", "plan_runs", "prelude", "softmax_exact_method", "start_of", "trained_methods",
+__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks",
+           "engine_of", "plan_runs", "softmax_exact_method", "start_of", "trained_methods",
            "validate_planned_config"]
 
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
@@ -85,64 +81,6 @@ JOBS: dict[str, JobKind] = {
     "annotate_rationales": JobKind("rationalized_sft.parquet", "train-verl.yaml", ("gpu",)),  # STaR via vLLM
     "train_imagenet": JobKind("DONE.json", "train-verl.yaml"),  # the ImageNet objective study
 }
-
-
-@dataclass(frozen=True)
-class Run:
-    """One Snakemake job of the plan: a training run (or its annotation step) with everything its rule needs."""
-
-    task: str
-    name: str  # the run directory: a method, an ablation cell (softmax_tau0p1_m4), <method>_at_<scale>, opd_teacher
-    method: str  # the registry method it trains (an ablation cell trains SoftmaxGRPO-Exact)
-    seed: int
-    engine: str  # train.engine of the task: local or verl (ImageNet: classify)
-    job: str  # the Snakemake rule: train_local, train_verl, train_trl, annotate_rationales, train_imagenet
-    output: str
-    inputs: dict[str, str]
-    args: tuple[str, ...]
-    spec: RunSpec  # what it computes with: the --spec of its command
-    resources: dict[str, Any] = field(default_factory=dict)
-    threads: bool = True  # the entry point takes --threads (appended from the rule's threads)
-    verl_kind: str | None = None  # verl trainer (sft / rl) whose overrides the verl engine validates
-    study: str = "main"
-    after: tuple[str, ...] = ()  # files that must exist before the job starts; their timestamps rerun nothing
-    tracking: TrackingSettings | None = None  # live tracking (config `tracking`), on the local and verl trainers
-
-    @property
-    def key(self) -> str:
-        """The run's id in its rule's output pattern: ``<task>/<name>/seed<seed>``."""
-        return f"{self.task}/{self.name}/seed{self.seed}"
-
-    @property
-    def entry_module(self) -> str:
-        """The ``python -m`` module the job runs: its code digest is a rule parameter (reruns follow code edits)."""
-        return self.args[self.args.index("-m") + 1]
-
-    def command(self, threads: int | None = None, tracking: bool = True, files: bool = True) -> str:
-        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
-        and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
-        change of dashboard never reruns). With ``files`` its JSON values (spec, tracking) travel in files
-        (:func:`pipeline_lib.core.cli.file_args`), so the command line stays short; without, inline (a rerun key that
-        shows what changed)."""
-        args = [*self.args, *self.extra_args(threads, tracking)]
-        return " ".join(shlex.quote(a) for a in (file_args(args) if files else args))
-
-    def extra_args(self, threads: int | None = None, tracking: bool = True) -> list[str]:
-        """``--threads`` and ``--tracking``: settings of how a run executes, not of what it computes."""
-        return [*(["--threads", str(threads)] if self.threads and threads is not None else []),
-                *(["--tracking", self.tracking.to_json()] if tracking and self.tracking is not None else [])]
-
-    def hyperparameters(self) -> dict[str, Any]:
-        """The settings a reviewer checks first (estimator and its parameters, M, steps, lr)."""
-        spec, estimator = self.spec, self.spec.estimator
-        own = spec.baseline.to_dict() if spec.baseline is not None else {}
-        settings = {**own, **spec.settings}  # a baseline's own section (Iterative DPO's lr), ImageNet's M
-        params = estimator.params if estimator is not None else {k: settings[k] for k in ("tau",) if k in settings}
-        out = {"advantage": estimator.name if estimator is not None else None,
-               "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
-               "M": settings.get("group_size", settings.get("rollouts")), "steps": settings.get("steps"),
-               "lr": settings.get("lr")}
-        return {k: v for k, v in out.items() if v not in (None, "")}
 
 
 @dataclass(frozen=True)
@@ -239,31 +177,6 @@ def _module(entry_point: str) -> list[str]:
     return ["python", "-m", *entry_point.split()]
 
 
-def annotation_run(c: _Ctx, study: str) -> Run:
-    """Rationalization on GPU, step one (its verl entry's ``prelude``): the base model writes the rationales through
-    the eval backend (vLLM)."""
-    out = f"{_run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
-    data = f"results/data/{c.task}/sft_train.parquet"
-    spec = annotation_spec(c.config, c.task)
-    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
-               job="annotate_rationales", output=out, inputs={"data": data},
-               args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", _spec_json(spec),
-                     "--data", data, "--out", out, "--seed", str(c.seed)),
-               spec=spec, threads=False, study=study, resources=dict(spec.resources))
-
-
-def prelude(entry: Entry) -> Callable[[_Ctx, str], Run] | None:
-    """The function an entry's ``prelude`` names (``module:function``, as ``Entry.overrides``: a name, since the
-    registry sits below this module): it builds the job that makes the run's training data first."""
-    if entry.prelude is None:
-        return None
-    module, _, name = entry.prelude.partition(":")
-    build = getattr(importlib.import_module(module), name, None) if module and name else None
-    if not callable(build):
-        raise PlanError(f"registry entry {entry.entry_point!r}: its prelude {entry.prelude!r} names no function "
-                        f"(module:function; pipeline_lib/plan/registry.py)")
-    return build
-
 # --- building runs -------------------------------------------------------------------------------------------------
 
 #: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's, TRL's Iterative
@@ -322,9 +235,8 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     c = _Ctx(config, task, name, name, seed, start_of(config, task, name, seed),
              "" if registered.starting_point else _data(task, name))
     runs = [_make(c, entry, entry.spec(config, task, name), study)]
-    before = prelude(entry)
-    if before is not None:  # a job that makes the run's training data first (Rationalization on GPU: the annotation)
-        runs.insert(0, before(c, study))
+    if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
+        runs.insert(0, entry.prelude(c, study))
     return runs
 
 

@@ -1,32 +1,31 @@
-"""Every field of a registry entry that points elsewhere points at something that exists: a layout function and a
-prelude of the plan, a verl overrides function, a preflight kind of the preflight config, the methods of a paired
-comparison."""
+"""Every field of a registry entry that points elsewhere points at something that exists (a layout function and a
+prelude of the plan, a verl overrides function), and what other stages keep about methods names registered ones (the
+preflight's kinds, the report's paired comparisons)."""
 
 import importlib
 
 import pytest
 
 from pipeline_lib.core.config import load_config_file
+from pipeline_lib.jobs.engines.verl.preflight import CHECKS, KINDS
+from pipeline_lib.paper.reproduction import PAIRS
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.registry import (
     METHODS,
     PlanError,
     baseline,
-    pairs,
-    preflight_kinds,
     register,
     starting_point,
     unregister,
 )
-from pipeline_lib.plan.runs import prelude
 from tests.conftest import REPO
 
 
-def test_every_entrys_layout_is_a_layout_function_and_its_prelude_one_the_plan_builds():
+def test_every_entrys_layout_and_prelude_are_functions_of_the_layouts():
     for name, m in METHODS.items():
         for engine, entry in m.engines.items():
             assert getattr(layouts, entry.layout.__name__) is entry.layout, (name, engine)
-            assert entry.prelude is None or callable(prelude(entry)), (name, engine, entry.prelude)
+            assert entry.prelude is None or getattr(layouts, entry.prelude.__name__) is entry.prelude, (name, engine)
 
 
 def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():
@@ -40,21 +39,18 @@ def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():
         assert METHODS[name].engines["verl"].verl_kind == "rl", name  # they add to an RL run's overrides
 
 
-def test_preflight_kinds_are_the_registrys_and_the_preflight_config_names_only_those():
-    kinds = preflight_kinds()
-    assert len(kinds) == len({m.preflight.kind for m in METHODS.values() if m.preflight})  # one method per kind
-    for kind, m in kinds.items():
-        assert "verl" in m.engines and m.engines["verl"].verl_kind in ("sft", "rl"), kind
+def test_preflight_kinds_train_registered_verl_jobs_and_the_preflight_config_names_each():
+    assert len({p.method for p in CHECKS.values()}) == len(CHECKS)  # one kind per method
+    for kind, (trainer, method) in KINDS.items():
+        assert CHECKS[kind].method == method and METHODS[method].engines["verl"].verl_kind == trainer in ("sft", "rl")
     listed = load_config_file(REPO / "config/preflight.yaml")["preflight"]["kinds"]
-    assert set(listed) - {"eval"} == set(kinds)  # the preflight trains every kind the registry declares
+    assert set(listed) - {"eval"} == set(CHECKS)  # the preflight config trains every kind
 
 
 @pytest.mark.parametrize("table", ["verifiable", "nonverifiable"])
-def test_paired_comparisons_name_registered_methods_once_each_in_row_order(table):
-    rows = sorted(row for m in METHODS.values() for row in m.compared_with.get(table, {}).values())
-    assert rows == list(range(len(rows)))  # one comparison per row of the report's list, none skipped
-    found = pairs(table)
-    assert len(found) == len(set(found)) == len(rows)
+def test_paired_comparisons_name_registered_methods_once_each(table):
+    found = PAIRS[table]
+    assert len(found) == len(set(found)) > 0
     assert all(a in METHODS and b in METHODS and a != b for a, b in found)
 
 

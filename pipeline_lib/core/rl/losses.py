@@ -15,7 +15,7 @@ from pipeline_lib.core.rl.advantages import GroupIndex
 
 __all__ = [
     "AGGREGATIONS",
-    "KL_ESTIMATORS",
+    "KL_ESTIMATOR_ALIASES",
     "LossOutput",
     "PolicyLossConfig",
     "aggregate",
@@ -27,7 +27,7 @@ __all__ = [
 #: the group's total response tokens, then averaged over groups (prompts).
 AGGREGATIONS = ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 #: k1 = log-ratio, k2 = half squared log-ratio, k3 = verl's ``low_var_kl``.
-KL_ESTIMATORS = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
+KL_ESTIMATOR_ALIASES = {"k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "k3": "k3", "low_var_kl": "k3"}
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class PolicyLossConfig:
             raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {self.clip_low}, {self.clip_high}")
         if self.beta < 0:
             raise ValueError(f"beta must be >= 0, got {self.beta}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator {self.kl_estimator!r} not in {sorted(KL_ESTIMATORS)}")
+        if self.kl_estimator not in KL_ESTIMATOR_ALIASES:
+            raise ValueError(f"kl_estimator {self.kl_estimator!r} not in {sorted(KL_ESTIMATOR_ALIASES)}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation {self.aggregation!r} not in {AGGREGATIONS}")
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
@@ -91,7 +91,7 @@ def aggregate(
 
 def kl_estimate(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token sample estimate of KL(pi_theta || pi_ref) from the sampled token's log-probs."""
-    kind = KL_ESTIMATORS.get(estimator)
+    kind = KL_ESTIMATOR_ALIASES.get(estimator)
     log_ratio = log_prob - ref_log_prob
     if kind == "k1":
         return log_ratio
@@ -101,7 +101,7 @@ def kl_estimate(log_prob: torch.Tensor, ref_log_prob: torch.Tensor, estimator: s
         # Clamps follow verl's low_var_kl so both engines saturate identically.
         neg = torch.clamp(-log_ratio, min=-20.0, max=20.0)
         return torch.clamp(torch.exp(neg) - neg - 1.0, min=-10.0, max=10.0)
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose from {sorted(KL_ESTIMATORS)}")
+    raise ValueError(f"unknown KL estimator {estimator!r}; choose from {sorted(KL_ESTIMATOR_ALIASES)}")
 
 
 def policy_loss(

@@ -2,6 +2,7 @@
 the reward hook through verl's naive reward manager, and the override translation of every paper run."""
 
 import json
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -321,6 +322,19 @@ def test_done_requires_verls_tracker_to_reach_the_last_step(tmp_path):
     (tmp_path / TRACKER).write_text("forty")
     with pytest.raises(VerlRunError, match="expected a step number"):
         finished_step(tmp_path)
+
+
+def test_the_in_process_merge_passes_what_verls_merger_cli_parses(monkeypatch, tmp_path):
+    """The final actor is exported by verl's merger in the launcher's process: with the arguments verl's own CLI
+    parses from the command the engine used to run (``python -m verl.model_merger merge ...``), option for option."""
+    from verl.model_merger.base_model_merger import parse_args
+
+    from pipeline_lib.jobs.engines.verl.train import merger_arguments
+
+    step, target = tmp_path / "global_step_2" / "actor", tmp_path / "final.tmp"
+    monkeypatch.setattr(sys, "argv", ["verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(step),
+                                      "--target_dir", str(target)])
+    assert vars(merger_arguments(step, target)) == vars(parse_args())
 
 
 def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path, capsys):

@@ -26,7 +26,7 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +37,59 @@ from pipeline_lib.core.io import atomic_path
 from pipeline_lib.jobs.engines.verl import cpu
 from pipeline_lib.jobs.engines.verl.cpu import cpu_overrides
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths
-from pipeline_lib.plan import METHODS, RunSpec, validate_planned_config
-from pipeline_lib.plan.registry import Preflight, preflight_kinds
+from pipeline_lib.plan import METHODS, PlanError, RunSpec, validate_planned_config
 from pipeline_lib.plan.settings import engine_settings, eval_spec, verl_tasks
 
-__all__ = ["KINDS", "MODEL_DIR", "SFT_KIND", "PreflightError", "build_tiny_model", "check_advantages", "check_run",
-           "check_weight_syncs", "eval_spec_for", "kind_spec", "load_preflight_config", "main", "run_kind",
-           "start_of", "weight_syncs"]
+__all__ = ["CHECKS", "KINDS", "MODEL_DIR", "SFT_KIND", "Preflight", "PreflightError", "build_tiny_model",
+           "check_advantages", "check_run", "check_weight_syncs", "eval_spec_for", "kind_spec",
+           "load_preflight_config", "main", "run_kind", "start_of", "weight_syncs"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.preflight")
 
-#: Preflight kind -> (verl trainer, the paper config's method whose real run it reproduces): each registry entry's
-#: :attr:`~pipeline_lib.plan.registry.Method.preflight` (its kind and checks live there, beside the method).
-KINDS: dict[str, tuple[str, str]] = {kind: (str(m.engines["verl"].verl_kind), m.name)
-                                     for kind, m in preflight_kinds().items()}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """One preflight kind: the registry method whose verl job it trains 2 steps on CPU, and what it checks after."""
+
+    method: str
+    """The method (a :data:`~pipeline_lib.plan.registry.METHODS` entry with a verl job) whose real run it reproduces."""
+    nonzero_update: bool = False
+    """Its rewards vary within a group even on a random tiny model, so some update must have a gradient."""
+    log_prob_rewards: bool = False
+    """Every reward is a log-prob of the expert answer (finite, < 0): RL-Logit's."""
+    own_teacher: bool = False
+    """The method's teacher (``train.baselines.<section>.teacher``) becomes the tiny model on a trainer GPU of its
+    own, beside the student's (OPD)."""
+
+
+#: The preflight's kinds (``preflight.kinds``; the job ``results/preflight/<kind>/DONE.json``), each reading its
+#: method's registry entry. GRPO and SoftmaxGRPO train as their -Sim jobs: a random tiny model never solves a
+#: Countdown prompt, so under the verifier every group's rewards are equal, every advantage 0 and the update empty;
+#: the similarity reward varies within a group. RL-Logit's update may be empty: its reward is log pi(a* | q, z) with z
+#: the rollout's reasoning (the text before ``</think>`` or an ``<answer>`` line); the tiny model's 32-token rollouts
+#: rarely hold either, so z is empty, every rollout of a group gets the same reward and the advantage is 0.
+CHECKS: dict[str, Preflight] = {
+    "sft": Preflight("sft"),
+    "rl_logit": Preflight("rl_logit", log_prob_rewards=True),
+    "raro": Preflight("raro"),
+    "opd": Preflight("opd", nonzero_update=True, own_teacher=True),
+    "grpo": Preflight("grpo_sim", nonzero_update=True),
+    "softmax": Preflight("softmax_sim", nonzero_update=True),
+    "softmax_ess": Preflight("softmax_ess"),
+}
+
+
+def _kinds() -> dict[str, tuple[str, str]]:
+    unknown = {kind: p.method for kind, p in CHECKS.items()
+               if p.method not in METHODS or "verl" not in METHODS[p.method].engines}
+    if unknown:
+        raise PlanError(f"preflight kinds name methods without a verl job in the registry: {unknown}")
+    return {kind: (str(METHODS[p.method].engines["verl"].verl_kind), p.method) for kind, p in CHECKS.items()}
+
+
+#: Preflight kind -> (verl trainer, the paper config's method whose real run it reproduces), from the registry.
+KINDS: dict[str, tuple[str, str]] = _kinds()
 #: The kind whose trainer is verl's SFT: it starts from the tiny model; an RL kind starts where the paper plan's run
 #: of its method does (:func:`start_of`).
 SFT_KIND = next(kind for kind, (trainer, _) in KINDS.items() if trainer == "sft")
@@ -68,11 +107,10 @@ ROW_KEYS = ("tau", "similarity_weights", "rl", "sft")
 
 
 def _checks(kind: str) -> Preflight:
-    """What the preflight checks for ``kind``: its method's :attr:`~pipeline_lib.plan.registry.Method.preflight`."""
-    found = preflight_kinds().get(kind)
-    if found is None or found.preflight is None:
-        raise PreflightError(f"unknown preflight kind {kind!r}; known: {sorted(KINDS)} (a registry entry's preflight)")
-    return found.preflight
+    """What the preflight checks for ``kind``."""
+    if kind not in CHECKS:
+        raise PreflightError(f"unknown preflight kind {kind!r}; known: {sorted(KINDS)} (preflight.CHECKS)")
+    return CHECKS[kind]
 
 
 def load_preflight_config(section: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -16,7 +16,7 @@ the resume rule of every engine) and starts clean.
 
 After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
 configured step count (verl has exited 0 short of its last step before). Then the final actor is
-exported to Hugging Face format (``python -m verl.model_merger merge``) as ``DIR/final``, verl's
+exported to Hugging Face format (verl's FSDP model merger, in this process) as ``DIR/final``, verl's
 rollout dumps become ``rollouts.jsonl`` in the local engine's schema (so the gradient-allocation table
 is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl`` (under verl's metric
 names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json`` is written last.
@@ -24,6 +24,7 @@ names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import logging
@@ -323,16 +324,30 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
     return target
 
 
+def merger_arguments(step_dir: Path, target: Path) -> argparse.Namespace:
+    """The arguments verl's merger CLI parses from ``python -m verl.model_merger merge --backend fsdp --local_dir
+    STEP_DIR --target_dir TARGET``, every other option at its default (a test compares them with verl's parser)."""
+    return argparse.Namespace(operation="merge", backend="fsdp", local_dir=str(step_dir), target_dir=str(target),
+                              tie_word_embedding=False, trust_remote_code=False, is_value_model=False,
+                              use_cpu_initialization=False, hf_upload_path=None, private=False)
+
+
 def _merge_actor(step_dir: Path, target: Path) -> Path:
-    """verl's sharded FSDP checkpoint -> a Hugging Face model directory, published atomically."""
+    """verl's sharded FSDP checkpoint -> a Hugging Face model directory, published atomically. verl's own merger,
+    called in this process (which has imported verl to validate the run) rather than as ``python -m
+    verl.model_merger``: a second interpreter importing verl cost 13-29 CPU s per run on CPU."""
+    from verl.model_merger.base_model_merger import generate_config_from_args
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
     staging = target.with_name(target.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(step_dir),
-               "--target_dir", str(staging)]
-    log.info("exporting %s: %s", step_dir, " ".join(command))
-    result = subprocess.run(command, check=False)
-    if result.returncode != 0:
-        raise VerlRunError(f"model merge of {step_dir} failed with exit code {result.returncode}")
+    log.info("exporting %s to %s with verl's FSDP model merger", step_dir, target)
+    try:
+        merger = FSDPModelMerger(generate_config_from_args(merger_arguments(step_dir, staging)))
+        merger.merge_and_save()
+        merger.cleanup()
+    except Exception as exc:
+        raise VerlRunError(f"model merge of {step_dir} failed: {type(exc).__name__}: {exc}") from exc
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
