@@ -15,11 +15,10 @@ checked against :mod:`pipeline_lib.core.rl.advantages`, which knows each estimat
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +42,13 @@ from pipeline_lib.plan.registry import (
     starting_point,
 )
 from pipeline_lib.plan.settings import (
+    ablation_cell,
     ablation_method,
+    at_scale,
     check_estimator,
-    estimator_params,
     imagenet_run_spec,
     opd_teacher_spec,
     reference_prompts,
-    scale_config,
     task_row,
 )
 
@@ -240,43 +239,26 @@ def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, stud
     return runs
 
 
-def _ablation_config(config: Mapping[str, Any], task: str, group: int) -> dict[str, Any]:
-    """The config of one ablation cell: M (and the ablation's step count, where set) replaced wherever the task's
-    runs read them (``train.rl`` and, where it has one, the task row's ``rl``); its tau goes to the estimator
-    (:func:`~pipeline_lib.plan.settings.estimator_params`, where the precedence of tau is stated)."""
-    changed = copy.deepcopy(dict(config))
-    steps = config["train"]["ablation"]["steps"]
-    cell = {"group_size": group, **({"steps": steps} if steps else {})}
-    changed["train"]["rl"] |= cell
-    row = (changed["train"].get("task_settings") or {}).get(task)
-    if row is not None:
-        row["rl"] = {**(row.get("rl") or {}), **cell}
-    return changed
-
-
 def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int]) -> Run:
     """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
     base = softmax_exact_method(config)
     entry = METHODS[base].engines[engine_of(config, task)]
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed),
              f"results/data/{task}/rl_train.parquet")
-    tau, group = cell
-    spec = entry.spec(_ablation_config(config, task, group), task, base)
-    spec = replace(spec, estimator=Estimator(spec.estimator.name, estimator_params(config, task, base, tau)))
-    return _make(c, entry, spec, "ablation")
+    tau, group_size = cell
+    return _make(c, entry, ablation_cell(entry.spec(config, task, base), config, tau, group_size), "ablation")
 
 
 def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str) -> Run:
     """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start; ``base``: the
     local engine's Base at that scale, which a local RL run starts from under ``train.rl_start: base``)."""
-    scaled = scale_config(config, scale)
     registered = method(base)
     entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
         _check_method(config, base)
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, scale),
              "" if registered.starting_point else _data(task, base))
-    return _make(c, entry, entry.spec(scaled, task, base), "scale")
+    return _make(c, entry, at_scale(entry.spec(config, task, base), config, scale), "scale")
 
 
 def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:

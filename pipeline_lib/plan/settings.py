@@ -13,10 +13,9 @@ cell's tau goes to :func:`estimator_params`. Which runs exist is decided in :mod
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from pipeline_lib.core.baselines import BaselineSettings, SettingsError, declared
@@ -29,6 +28,7 @@ __all__ = [
     "PROMPTS_WITHOUT_REFERENCE",
     "ablation_method",
     "annotation_spec",
+    "at_scale",
     "baseline_rl_spec",
     "baseline_settings",
     "check_estimator",
@@ -45,7 +45,6 @@ __all__ = [
     "local_sft_spec",
     "opd_teacher_spec",
     "reference_prompts",
-    "scale_config",
     "task_row",
     "tiny_task_spec",
     "trl_dpo_spec",
@@ -97,16 +96,30 @@ def ablation_method(tau: float, group_size: int) -> str:
     return f"softmax_tau{tau:g}_m{group_size}".replace(".", "p")
 
 
-def scale_config(config: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The config with one scale's base model: ``train.model`` overridden (local), ``train.verl.model`` (verl)."""
+def ablation_cell(spec: RunSpec, config: Mapping[str, Any], tau: float, group_size: int) -> RunSpec:
+    """One tau x M cell of the ablation: ``spec`` (the task's SoftmaxGRPO-Exact run) with the cell's M, the
+    ablation's step count where ``train.ablation.steps`` sets one, and the cell's tau (which wins over every other
+    tau, :func:`estimator_params`); every other setting as the method's run."""
+    if spec.rl is None or spec.estimator is None:
+        raise PlanError(f"an ablation cell needs a group-RL run, got {spec.method!r} of {spec.task!r}")
+    steps = config["train"]["ablation"]["steps"]
+    rl = replace(spec.rl, group_size=group_size, **({"steps": steps} if steps else {}))
+    params = estimator_params(config, spec.task, spec.method, tau)
+    return replace(spec, rl=rl, estimator=Estimator(spec.estimator.name, params))
+
+
+def at_scale(spec: RunSpec, config: Mapping[str, Any], name: str) -> RunSpec:
+    """``spec`` at one model scale (``train.scale.models.<name>``): a local run's architecture ``model`` with the
+    scale's overrides, a verl run's hub model replaced by the scale's ``hub``; a run that trains from another run's
+    model (no ``model`` of its own) is unchanged here, its start is the scaled run's."""
     models = config["train"]["scale"]["models"]
     if name not in models:
         raise ValueError(f"unknown scale {name!r}; train.scale.models: {sorted(models)}")
-    changed = copy.deepcopy(dict(config))
-    changed["train"]["model"] = {**changed["train"]["model"], **models[name].get("model", {})}
-    if "verl" in changed["train"] and models[name].get("hub"):
-        changed["train"]["verl"]["model"] = models[name]["hub"]
-    return changed
+    if spec.model is None:
+        return spec
+    if spec.engine == "verl":
+        return replace(spec, model=models[name]["hub"]) if models[name].get("hub") else spec
+    return replace(spec, model={**spec.model, **models[name].get("model", {})})
 
 
 # --- which task trains where --------------------------------------------------------------------------------------
