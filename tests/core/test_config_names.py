@@ -15,8 +15,6 @@ from pipeline_lib.core.config import ConfigError, validate_config
 from tests.conftest import REPO, _tiny_config, repo_env
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-
-
 NAME = r"^[a-z0-9][a-z0-9_]*$"
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 _FULL_WIDTH = str.maketrans("0123456789", "".join(chr(0xFF10 + d) for d in range(10)))
-
-
 VARIANTS = {  # each: a copy a reader calls the same question, written differently
     "nbsp": lambda q: q.replace(" ", "\u00a0", 1),
     "zero_width_space": lambda q: q.replace(" ", " \u200b", 1),

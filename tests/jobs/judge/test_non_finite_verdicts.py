@@ -14,11 +14,7 @@ from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.jobs.judge.parse import VerdictParseError, parse_verdict
 
 POETRY = RUBRICS["poetry"]
-
-
 GOOD = '{"A": 7, "B": 6, "C": 8, "D": 5, "E": 7, "F": 6, "G": 8}'
-
-
 NON_FINITE = ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" + "0" * 400, "9" * 5000]
 
 
