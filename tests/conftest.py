@@ -23,7 +23,7 @@ WORKFLOW_PARTS = ("Snakefile", "workflow", "config", "envs", "profiles")
 #: Appended to a dry-run under profiles/slurm, whose jobs deploy conda envs: Snakemake's dry-run asks `conda info`,
 #: and this machine, CI's and the developers' have no conda (no package registry they reach ships it). No rule has an
 #: `envmodules:` directive, so env-modules deploys nothing; the plan, resources and partitions stay the profile's
-#: (tests/test_profiles.py checks the profile itself resolves to conda).
+#: (tests/workflow/test_profiles.py checks the profile itself resolves to conda).
 NO_CONDA = ("--software-deployment-method", "env-modules")
 
 
@@ -332,20 +332,22 @@ def official_squad_f1(prediction: str, ground_truth: str) -> float:
 #: Slurm, verl and browser tests stay in the full suite (`.ci/run`).
 FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", "test_theory_checks", "test_audit",
                 "test_provenance", "test_data", "test_llm_client", "test_reproduction", "test_batch", "test_miniature",
-                "test_captions", "test_hostile_inputs", "test_environment", "test_layers"}
+                "test_captions", "test_checkpoint_torn_files", "test_config_mistakes", "test_bad_rows",
+                "test_environment", "test_layers"}
 
 
 #: Test modules that share one pytest-xdist worker, one after the other (``--dist loadgroup``; every other module is
 #: its own group, as ``loadfile`` would make it). The two Slurm modules run on the local 2-node cluster and each keeps
 #: both cores busy (the tiny DAG through sbatch, a verl run under Slurm): run side by side on 2 cores they took 773 s
 #: and 1,288 s (fresh-clone CI, 2026-11-28), each slowed by the other.
-SHARED_WORKER = {"tests/test_slurm.py": "slurm", "tests/test_slurm_resume.py": "slurm"}
+SHARED_WORKER = {"tests/workflow/test_slurm.py": "slurm", "tests/workflow/test_slurm_resume.py": "slurm"}
 #: The longest modules first, longest-first (CI's junit times, 2026-11-28): xdist hands work out in collection order
 #: (``--no-loadscope-reorder``), so the long ones overlap the rest instead of ending the run alone.
-LONGEST_FIRST = ("tests/test_slurm.py", "tests/test_slurm_resume.py", "tests/engines/verl/test_verl_cpu.py",
-                 "tests/engines/verl/test_verl_engine.py", "tests/test_workflow.py",
-                 "tests/engines/test_gpu_baselines.py", "tests/engines/local/test_baselines.py",
-                 "tests/judge/test_judge_vllm.py", "tests/test_site.py", "tests/engines/verl/test_verl_raro.py")
+LONGEST_FIRST = ("tests/workflow/test_slurm.py", "tests/workflow/test_slurm_resume.py",
+                 "tests/jobs/engines/verl/test_verl_cpu.py", "tests/jobs/engines/verl/test_verl_engine.py",
+                 "tests/workflow/test_workflow.py", "tests/jobs/engines/test_gpu_baselines.py",
+                 "tests/jobs/engines/local/test_baselines.py", "tests/jobs/judge/test_judge_vllm.py",
+                 "tests/jobs/test_site.py", "tests/jobs/engines/verl/test_verl_raro.py")
 
 
 def _module_key(item: pytest.Item) -> str:

@@ -1,4 +1,5 @@
-"""The local Slurm cluster shared by the Slurm test modules (tests/test_slurm.py, tests/test_slurm_resume.py).
+"""The local Slurm cluster shared by the Slurm test modules (tests/workflow/test_slurm.py,
+tests/workflow/test_slurm_resume.py).
 
 pytest-xdist runs the two modules one after the other on one worker (tests/conftest.SHARED_WORKER), but a run that
 selects tests differently may put them in two processes at once: the cluster is started by its first user and stopped

@@ -3,7 +3,7 @@
 Snakemake's own ``validate`` prints the whole schema after the message; this one
 reports each problem as one line with the dotted key path, and fills defaults. The defaults are the
 paper's run (App. B); ``config/config.yaml`` is an overlay stating what the tiny default changes
-(``tests/test_config.py`` pins what each config resolves to).
+(``tests/core/test_config.py`` pins what each config resolves to).
 
 Stricter than JSON Schema's defaults, so a bad value fails ``snakemake -n`` rather than a job:
 ``number`` excludes NaN and the infinities (YAML ``.nan``, ``.inf``), ``integer`` excludes

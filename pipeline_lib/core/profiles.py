@@ -28,8 +28,8 @@ def other_profile_given() -> bool:
     Read from what Snakemake itself resolved, the locals of ``snakemake.cli.parse_args`` (which reads the profile
     files), so argument abbreviations, the environment variable, ``--profile none`` and in-process calls of
     ``snakemake.cli.main`` all count as Snakemake counts them. Outside that function (the profile parsed by anything
-    else) nothing else was given: False. tests/test_profiles.py runs the real commands, so a Snakemake release that
-    renames these locals fails there rather than silently bringing the leak back.
+    else) nothing else was given: False. tests/workflow/test_profiles.py runs the real commands, so a Snakemake release
+    that renames these locals fails there rather than silently bringing the leak back.
     """
     frame = inspect.currentframe()
     try:

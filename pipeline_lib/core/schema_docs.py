@@ -3,8 +3,8 @@
 The schema (``workflow/schemas/config.schema.yaml``, with the estimators' parameters its typed dataclasses declare) is
 the one place a setting is declared: its description, its default (the paper's) and its bounds. From it this module
 writes the key tables of ``config/README.md`` (between the ``generated`` markers) and the resolved-config snapshots
-``tests/fixtures/config/resolved_{tiny,paper,preflight}.json`` that ``tests/test_config.py`` compares against.
-``--check`` writes nothing and exits 1 naming each stale file; ``tests/test_generated.py`` runs the same check.
+``tests/fixtures/config/resolved_{tiny,paper,preflight}.json`` that ``tests/core/test_config.py`` compares against.
+``--check`` writes nothing and exits 1 naming each stale file; ``tests/workflow/test_generated.py`` runs the same check.
 """
 
 from __future__ import annotations

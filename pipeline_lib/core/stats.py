@@ -11,7 +11,7 @@ prompt-to-prompt variance of the seed-averaged per-prompt differences over the n
 the t quantile with (prompts - 1) degrees of freedom; half-width = sqrt(t_seeds^2 v_seeds + t_prompts^2
 v_prompts). Giving each part its own degrees of freedom keeps the coverage at or above the nominal level with 3
 seeds (Welch-Satterthwaite's pooled degrees of freedom fall to ~92.5% there when seeds dominate;
-tests/test_stats.py simulates both). Quantities that exist once per run (a gradient-allocation share) have only
+tests/core/test_stats.py simulates both). Quantities that exist once per run (a gradient-allocation share) have only
 the seed part. With one seed the seed variance is unknown: the mean is reported with no interval.
 """
 

@@ -3,7 +3,7 @@ cache or disk fails in minutes instead of after the first GPU hours.
 
 Each check returns a :class:`Check`; a failed one carries one sentence naming the fix. The checks read recorded
 outputs (``nvidia-smi``'s text, ``os.statvfs`` numbers, the hub cache folder), so each is unit-tested on CPU from
-fixtures (tests/test_canary.py); every subprocess has a timeout. On a machine without a GPU the job says "no GPU"
+fixtures (tests/jobs/test_site.py); every subprocess has a timeout. On a machine without a GPU the job says "no GPU"
 and exits non-zero, after the cache and disk checks, so a site learns everything at once.
 """
 

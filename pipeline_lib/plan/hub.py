@@ -26,7 +26,7 @@ __all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_hom
 
 #: lm-eval task -> the hub dataset its task YAML reads (``dataset_path`` in lm_eval/tasks/...): lm-eval downloads it
 #: at run time, so `fetch` must put it in the cache first. A task missing here is an error naming this table
-#: (tests/test_hub_fetch.py checks each entry against the installed lm_eval's own task files).
+#: (tests/jobs/test_site.py checks each entry against the installed lm_eval's own task files).
 LM_EVAL_DATASETS: dict[str, str] = {
     "mmlu": "cais/mmlu",
     "gpqa_main_zeroshot": "Idavidrein/gpqa",

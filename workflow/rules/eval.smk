@@ -5,7 +5,8 @@ from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
 
 # The evaluation jobs' env: vLLM generation (eval.backend vllm, the paper's) runs in the GPU env that locks vLLM; the
-# hf and server backends in the CPU env of the other steps (tests/test_locks.py checks each lock holds its backend).
+# hf and server backends in the CPU env of the other steps (tests/jobs/test_locks.py checks each lock holds its
+# backend).
 EVAL_ENV = "../../envs/eval.yaml" if eval_spec(config)["backend"] == "vllm" else "../../envs/cpu-steps.yaml"
 
 

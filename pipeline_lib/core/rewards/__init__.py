@@ -21,7 +21,8 @@ ground truth, a reference that is not text) scores 0 with ``unscorable`` 1; :fun
 per process, so the trainers log them per step and eval in ``metrics.json``.
 
 Every scorer is safe to call from many threads and processes at once (verl's reward loop does;
-``tests/rewards/test_reward_concurrency.py``): the math pool takes submissions from any thread, the others are pure.
+``tests/core/rewards/test_reward_concurrency.py``): the math pool takes submissions from any thread, the others are
+pure.
 """
 
 from __future__ import annotations

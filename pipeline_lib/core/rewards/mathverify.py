@@ -13,7 +13,7 @@ fork server are not the child's); it also works from a daemonic worker of anothe
 
 Plain integers on both sides skip the pool: ASCII digits only, at most ``FAST_PATH_DIGITS`` of them, compared as
 digit strings (never ``int()``: Python refuses over 4,300 digits). That is Math-Verify's verdict on those inputs
-(``tests/rewards/test_rewards.py`` checks it on generated cases); every other answer, including other digit scripts
+(``tests/core/rewards/test_rewards.py`` checks it on generated cases); every other answer, including other digit scripts
 (``١٢٣``, full-width ``１２３``, which Math-Verify does not equate with 123), goes to Math-Verify.
 """
 

@@ -3,8 +3,9 @@
 Math-Verify's own timeouts use ``signal.alarm`` (main thread only, raising in threads) and turn a timeout into a
 silent ``False``. Here each item runs in a pebble ``ProcessPool`` worker: pebble kills the worker of an item still
 running at its deadline and starts a fresh one, and takes submissions from any number of threads (verl's reward
-loop calls ``compute_score`` from a thread pool, see ``tests/rewards/test_reward_concurrency.py``). Every item comes
-back as its value, a timeout or a failure (the worker died or the function raised), never silently as a wrong answer.
+loop calls ``compute_score`` from a thread pool, see ``tests/core/rewards/test_reward_concurrency.py``). Every item
+comes back as its value, a timeout or a failure (the worker died or the function raised), never silently as a wrong
+answer.
 
 Workers are forked from a forkserver and never re-import the caller's ``__main__``: a user's plain script that
 scores at top level (no ``if __name__ == "__main__":`` guard) would otherwise be re-run by every worker, which then

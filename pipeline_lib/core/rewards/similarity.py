@@ -22,7 +22,7 @@ exact up to ``SIM_MAX_CHARS``, and beyond it the prefix's count scaled by the te
 estimate; such a text is far longer than any configured response). Within both caps a pair scores exactly as the
 references do; beyond them the overlap is that of the prefixes, a lower bound, so text past a cap can only lower
 the score (a reference's 4,096 words followed by 1,900 garbage words no longer scores 1.0). ``SIM_MAX_TOKENS`` sits
-above the longest configured response (``max_response_tokens`` 6,144, OpenThoughts; ``tests/rewards`` checks the
+above the longest configured response (``max_response_tokens`` 6,144, OpenThoughts; ``tests/core/rewards`` checks the
 configs), and one call costs milliseconds whatever the lengths.
 """
 

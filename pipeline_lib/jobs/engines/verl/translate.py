@@ -71,7 +71,7 @@ PROJECT = "softmaxgrpo"
 #: compile on the cluster. ``sdpa`` is torch's own and gives the same results: with ``use_remove_padding`` verl packs a
 #: micro-batch into one row with per-sequence position ids, verl's unpad/pad fall back to torch
 #: (verl/utils/attention_utils.py) and transformers builds a block-diagonal causal mask from the position ids
-#: (tests/test_locks.py checks it equals per-sequence attention). The cost: with that mask torch's SDPA cannot take
+#: (tests/jobs/test_locks.py checks it equals per-sequence attention). The cost: with that mask torch's SDPA cannot take
 #: its flash kernel, and the memory-efficient one computes the whole packed row, about 2 x micro-batch times
 #: FA2-varlen's attention FLOPs (sequences of equal length), plus a (tokens x tokens) mask per forward. The rollout
 #: (vLLM) is unaffected: vLLM ships its own attention kernels.
@@ -218,8 +218,8 @@ def opd_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
 #: (step boundaries), and RL-Logit's loop was validated under the legacy manager's ``DataProto`` contract only. Those
 #: runs therefore use the legacy trainer, explicitly; validation runs each run's own trainer start-up and refuses a
 #: legacy manager on v1 (``validate._check_v1_trainer``), and the tests drive RARO's and RL-Logit's loops through the
-#: legacy manager with a ``DataProto`` batch (``tests/engines/verl/test_verl_raro.py``,
-#: ``tests/engines/verl/test_verl_trainer_path.py``).
+#: legacy manager with a ``DataProto`` batch (``tests/jobs/engines/verl/test_verl_raro.py``,
+#: ``tests/jobs/engines/verl/test_verl_trainer_path.py``).
 #: GRPO/SoftmaxGRPO and OPD use verl's default (v1, with verl's own manager and single-turn loop).
 LEGACY_TRAINER = {"trainer.use_v1": False}
 

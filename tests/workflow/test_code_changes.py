@@ -1,0 +1,60 @@
+"""Snakemake reruns exactly the jobs whose code or rubric prompt changed: on a workflow whose every output Snakemake
+recorded as made (``--touch`` over placeholder outputs, no real run), an edit to the judge, the RL trainer or a rubric
+prompt (``config/prompts/*.txt``) plans the jobs that read it and nothing upstream. The cases are rows of
+docs/hostile_cases.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import _planned
+
+
+def _planned_outputs(result) -> list[str]:
+    """Output paths of every job of a dry run (one training rule runs every method, so rules alone say too little)."""
+    return [path for line in result.stdout.splitlines() if line.strip().startswith("output:")
+            for path in line.split(":", 1)[1].replace(",", " ").split()]
+
+
+@pytest.mark.slow
+def test_snakemake_reruns_exactly_the_jobs_whose_code_changed(tmp_path):
+    """A results tree whose metadata Snakemake recorded (``--touch`` over placeholder outputs, no real run), then
+    dry runs with the default rerun triggers after an edit to the judge and to the RL trainer."""
+    from tests.conftest import touched_workflow
+
+    snakemake = touched_workflow(tmp_path, full_console=True)
+    assert _planned(snakemake("-n")) == set()
+
+    judge = tmp_path / "pipeline_lib/jobs/judge/parse.py"
+    original = judge.read_text()
+    judge.write_text(original + "\n# a change to the judge\n")
+    jobs = _planned(snakemake("-n"))
+    assert "judge_score" in jobs and not any(job.startswith(("train_", "data_", "eval_")) for job in jobs), jobs
+    judge.write_text(original)
+    assert _planned(snakemake("-n")) == set()
+
+    trainer = tmp_path / "pipeline_lib/jobs/engines/local/rl.py"
+    trainer.write_text(trainer.read_text() + "\n# a change to the RL trainer\n")
+    result = snakemake("-n")
+    jobs, outputs = _planned(result), _planned_outputs(result)
+    assert {"train_local", "train_local_group", "eval_checkpoints_countdown_tiny_seed0", "judge_score",
+            "paper_table1"} <= jobs, jobs
+    assert not jobs & {"data_tiny", "data_tokenizer", "paper_theory"}, jobs
+    trained = {path.split("/")[3] for path in outputs if path.startswith("results/train/")}
+    assert {"grpo_exact", "softmax_exact", "softmax_tau0p1_m4"} <= trained, trained
+    assert not trained & {"sft", "base", "opd_teacher"}, trained
+
+
+@pytest.mark.slow
+def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_path):
+    """As the code-change test above: placeholder outputs whose metadata Snakemake recorded
+    (``--touch``), then a dry run after an edit to the judge's rubric prompt."""
+    from tests.conftest import _planned, touched_workflow
+
+    snakemake = touched_workflow(tmp_path)
+    assert _planned(snakemake("-n")) == set()
+
+    prompt = tmp_path / "config/prompts/meetingbank.txt"
+    prompt.write_text(prompt.read_text() + "\nBe lenient.\n")
+    jobs = _planned(snakemake("-n"))
+    assert "judge_score" in jobs and not any(job.startswith(("train_", "data_", "eval_")) for job in jobs), jobs

@@ -1,0 +1,224 @@
+"""Imports point one way: core -> plan -> jobs -> paper (the one statement of the package's layers).
+
+Each layer is a folder of the package (``core``, ``plan``, ``jobs``, ``paper``): ``LAYERS`` maps folders.
+
+A module of ``pipeline_lib`` may import modules of its own layer or a lower one, never a higher one:
+
+* **core**: what every stage stands on: environment, I/O, config, tracking, provenance, statistics,
+  checkpoints, the advantage estimators and the loss, the theory, rewards, the LLM client, data, rubrics, and the
+  model code (``pipeline_lib.core.model``) that both evaluation and the engines build and sample with, and the test of
+  which Snakemake profile is in force (``profiles``, read by ``profiles/default``);
+* **plan**: what runs, with which settings (``pipeline_lib.plan``, ``targets``); the workflow imports it
+  while it parses, so it stays free of torch, vLLM and verl;
+* **jobs**: what a job runs: the engines, evaluation, judging, the ImageNet study's training (``classify``), the
+  audit, the package's command line and the environment locks' tool (``envlock``);
+* **paper**: the tables, figures and report written from the jobs' outputs.
+
+Within and across layers no two packages import each other (no cycle between packages, even through function-local
+imports), and an import of ``pipeline_lib`` sits at the top of its module: a function-local one hides a cycle or a
+heavy dependency, so each that stays is in ``LAZY_IMPORTS`` with the heavy library it keeps off a light path.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "pipeline_lib"
+
+#: The layers, lowest first, each with the folders (and root modules) it holds: the package's folders are this
+#: table (names relative to ``pipeline_lib``; "" is the package itself). A module belongs to the longest entry that
+#: names it or a package above it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("core", ("", "core")),
+    ("plan", ("plan",)),
+    ("jobs", ("jobs", "__main__")),
+    ("paper", ("paper",)),
+)
+
+#: Layer folders that hold single modules (the old package root's): each module there is its own unit of the cycle
+#: check, as it was at the root; a sub-package (``core.data``, ``jobs.engines.local``) is one unit.
+MODULE_FOLDERS = ("pipeline_lib.core", "pipeline_lib.jobs")
+
+#: Function-local imports of ``pipeline_lib`` that stay, (importer, imported) -> why: each keeps a heavy third-party
+#: library out of a process that must not pay for it (never a cycle: the cycle test sees these imports too).
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("pipeline_lib.paper.steps", "pipeline_lib.core.data.real"):
+        "real imports pandas (about 0.5 CPU s), which only a plan with dataset builds needs; common.smk imports steps "
+        "while the workflow parses",
+    ("pipeline_lib.core.data.build", "pipeline_lib.core.data.imagenet"):
+        "imagenet imports torch (about 1 CPU s), which only the ImageNet build needs, not each tiny task's data job",
+    ("pipeline_lib.jobs.engines.verl.preflight", "pipeline_lib.core.model"):
+        "the model code imports torch; preflight.smk imports this module while the workflow parses",
+    ("pipeline_lib.jobs.engines.verl.preflight", "pipeline_lib.jobs.engines.verl.train"):
+        "train imports torch (through the advantages); preflight.smk imports this module while the workflow parses",
+    ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.raro_loop"):
+        "raro_loop imports verl's agent loop (Ray; seconds), which only a RaRO run's check needs",
+    ("pipeline_lib.jobs.engines.verl.validate", "pipeline_lib.jobs.engines.verl.estimators"):
+        "estimators imports verl's core_algos and torch; common.smk imports validate while the workflow parses",
+    ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.estimators"):
+        "estimators imports verl's core_algos and registers the estimators there (seconds, and a side effect the "
+        "launcher does not need: verl's own processes import it through the entry point)",
+}
+
+#: Libraries the workflow's parse must not import (seconds each, and absent from some job environments).
+HEAVY_LIBRARIES = ("torch", "transformers", "vllm", "verl", "ray", "trl")
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    path: Path
+    line: int
+    local: bool  # inside a function or class body, not at the module's top level
+
+    def where(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int:
+    relative = module.removeprefix("pipeline_lib").removeprefix(".")
+    best, best_length = -1, -1
+    for index, (_, members) in enumerate(LAYERS):
+        for member in members:
+            matches = relative == member or (member and relative.startswith(member + "."))
+            if matches and len(member) > best_length:
+                best, best_length = index, len(member)
+    return best
+
+
+def package_of(module: str) -> str:
+    """The unit of the cycle check: a module's package (``engines.local``), or a top-level module itself."""
+    is_package = MODULES[module].name == "__init__.py"
+    if is_package or module.count(".") == 1 or module.rsplit(".", 1)[0] in MODULE_FOLDERS:
+        return module
+    return module.rsplit(".", 1)[0]
+
+
+def _imports_of(module: str, path: Path) -> list[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[Import] = []
+    is_package = path.name == "__init__.py"
+
+    def add(target: str, node: ast.stmt, local: bool) -> None:
+        if target == "pipeline_lib" or target.startswith("pipeline_lib."):
+            found.append(Import(module, target, path, node.lineno, local))
+
+    def visit(node: ast.AST, local: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, child, local)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:  # relative: resolve against this module's package
+                    base = module.split(".")[: len(module.split(".")) - child.level + (1 if is_package else 0)]
+                    source = ".".join([*base, child.module] if child.module else base)
+                else:
+                    source = child.module or ""
+                for alias in child.names:
+                    submodule = f"{source}.{alias.name}"
+                    add(submodule if submodule in MODULES else source, child, local)
+            visit(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                                     ast.ClassDef)))
+
+    visit(tree, False)
+    return found
+
+
+IMPORTS = [imp for module, path in MODULES.items() for imp in _imports_of(module, path)]
+
+
+def _checked() -> list[Import]:
+    return IMPORTS
+
+
+def _report(lines: Iterable[str]) -> list[str]:
+    """Distinct lines in file and line order (one import statement may name several things)."""
+    def order(line: str) -> tuple[str, int]:
+        path, number = line.split(":")[:2]
+        return path, int(number)
+
+    return sorted(set(lines), key=order)
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [module for module in MODULES if layer_of(module) < 0]
+    assert not unplaced, f"modules in no layer (add them to LAYERS in {Path(__file__).name}): {unplaced}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    upward = _report(f"{imp.where()}: {imp.importer} ({LAYERS[layer_of(imp.importer)][0]}) imports {imp.imported} "
+                     f"({LAYERS[layer_of(imp.imported)][0]}), a higher layer"
+                     for imp in _checked() if layer_of(imp.imported) > layer_of(imp.importer))
+    assert not upward, "imports against the layers (core -> plan -> jobs -> paper):\n" + "\n".join(upward)
+
+
+def test_no_cycle_between_packages() -> None:
+    edges: dict[str, dict[str, Import]] = {}
+    for imp in _checked():
+        source, target = package_of(imp.importer), package_of(imp.imported)
+        if source != target:
+            edges.setdefault(source, {}).setdefault(target, imp)
+    cycles: dict[frozenset[str], str] = {}
+    for start in sorted(edges):  # a shortest path back to each package, breadth first
+        parents: dict[str, str] = {}
+        frontier = [start]
+        while frontier and start not in parents:
+            following = []
+            for node in frontier:
+                for target in sorted(edges.get(node, {})):
+                    if target not in parents:
+                        parents[target] = node
+                        following.append(target)
+            frontier = following
+        if start in parents:
+            path, node = [start], parents[start]
+            while node != start:
+                path.append(node)
+                node = parents[node]
+            path.reverse()
+            hops = [edges[a][b] for a, b in zip([start, *path], path, strict=False)]
+            cycles.setdefault(frozenset(path), " -> ".join([start, *path]) + "  (" + "; ".join(
+                f"{h.where()} imports {h.imported}" for h in hops) + ")")
+    assert not cycles, "import cycles between packages:\n" + "\n".join(cycles.values())
+
+
+def test_pipeline_imports_sit_at_the_top_of_their_module() -> None:
+    local = _report(f"{imp.where()}: {imp.importer} imports {imp.imported} inside a function"
+                    for imp in _checked() if imp.local and (imp.importer, imp.imported) not in LAZY_IMPORTS)
+    assert not local, ("function-local imports of pipeline_lib (move them to the top; a heavy dependency kept "
+                       "lazy goes in LAZY_IMPORTS with its reason):\n" + "\n".join(local))
+
+
+def test_every_listed_exception_still_occurs() -> None:
+    """A lazy import that is gone leaves the list, so the list stays the whole story."""
+    local = {(imp.importer, imp.imported) for imp in IMPORTS if imp.local}
+    assert not set(LAZY_IMPORTS) - local, f"LAZY_IMPORTS entries with no such import: {set(LAZY_IMPORTS) - local}"
+
+
+def test_workflow_parse_path_is_light() -> None:
+    """The modules the rules import while the workflow parses load none of the heavy libraries."""
+    parsed = sorted({line.split()[1] for rules in (REPO / "workflow").rglob("*.smk")
+                     for line in rules.read_text().splitlines()
+                     if line.lstrip().startswith(("from pipeline_lib", "import pipeline_lib"))})
+    assert "pipeline_lib.plan" in parsed and "pipeline_lib.plan.targets" in parsed, parsed
+    code = (f"import importlib, sys\nfor name in {parsed!r}: importlib.import_module(name)\n"
+            f"print(sorted(name for name in {HEAVY_LIBRARIES!r} if name in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]", f"importing {parsed} loads {result.stdout.strip()}"
