@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from pipeline_lib.core.config import load_config_file, validate_config
-from pipeline_lib.plan.settings import eval_spec, local_base_spec, tiny_task_spec
+from pipeline_lib.plan.settings import base_spec, eval_spec, tiny_task_spec
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(data / "rl_train.parquet"), "--vocab-size", str(config["data"]["tokenizer"]["vocab_size"]),
                 "--out-dir", str(tokenizer)],
                [python, "-m", "pipeline_lib.jobs.engines.local.base", "--spec",
-                local_base_spec(config, TASK).to_json(),
+                base_spec(config, TASK, "base", "local").to_json(),
                 "--tokenizer", str(tokenizer), "--run-dir", str(model), "--seed", "0"]], env)
         spec = json.dumps(eval_spec(config))
 

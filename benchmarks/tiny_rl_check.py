@@ -66,7 +66,7 @@ def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: li
     from pipeline_lib.jobs.engines.local.rl import train_rl
     from pipeline_lib.jobs.engines.local.sft import train_sft
     from pipeline_lib.jobs.eval.evaluate import evaluate_to
-    from pipeline_lib.plan.settings import local_rl_spec, local_sft_spec
+    from pipeline_lib.plan.settings import group_rl_spec, sft_spec
 
     torch.set_num_threads(1)
     data = build_data(config, out)
@@ -83,14 +83,14 @@ def run_one(config: dict[str, Any], out: Path, task: str, seed: int, methods: li
 
     sft_dir = out / "train" / task / "sft" / f"seed{seed}"
     if not (sft_dir / "DONE.json").is_file():
-        timed("sft", lambda: train_sft(local_sft_spec(config, task), data / task / "sft_train.parquet",
+        timed("sft", lambda: train_sft(sft_spec(config, task, "sft", "local"), data / task / "sft_train.parquet",
                                        data / "tokenizer", sft_dir, seed, progress=False))
     runs = {"sft": sft_dir}
     for method in methods:
         run_dir = out / "train" / task / method / f"seed{seed}"
         if not (run_dir / "DONE.json").is_file():
             timed("rl", lambda run_dir=run_dir, method=method: train_rl(
-                local_rl_spec(config, task, method), data / task / "rl_train.parquet", sft_dir / "final",
+                group_rl_spec(config, task, method, "local"), data / task / "rl_train.parquet", sft_dir / "final",
                 run_dir, seed, progress=False))
         runs[method] = run_dir
     for method, run_dir in runs.items():

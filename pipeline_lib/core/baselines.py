@@ -1,5 +1,6 @@
 """A baseline's own settings: one frozen dataclass per prior-work method, one field per key of its config section
-``train.baselines.<name>`` with the schema's name, carried by :attr:`pipeline_lib.core.run_spec.RunSpec.baseline`.
+``train.baselines.<name>`` with the schema's name (the schema describes each key, once), carried by
+:attr:`pipeline_lib.core.run_spec.RunSpec.baseline`.
 
 The plan builds them (:func:`pipeline_lib.plan.settings.baseline_settings`) from the section with
 :meth:`BaselineSettings.from_section`, which leaves out the keys that only choose which runs exist
@@ -83,15 +84,10 @@ class RationalizationSettings(BaselineSettings):
     planned: ClassVar[tuple[str, ...]] = ("tasks", "annotator")  # the annotator is the job's input, not a setting
 
     hint: str
-    """The STaR hint appended to the question for the annotator; ``{answer}`` is the expert answer."""
     max_new_tokens: int
-    """Rationale length cap in tokens."""
     temperature: float
-    """Annotator sampling temperature."""
     batch_size: int
-    """Questions annotated at once."""
     backend: str | None
-    """GPU path only: the annotator's generation backend (None: ``eval.backend``)."""
 
 
 @dataclass(frozen=True)
@@ -99,47 +95,26 @@ class IterativeDPOSettings(BaselineSettings):
     """Iterative DPO (``train.baselines.iterative_dpo``): the expert answer preferred over one on-policy sample."""
 
     rounds: int
-    """DPO rounds (the paper: 3); the best on validation is reported."""
     pairs_per_round: int
-    """Questions sampled (one response each) per round."""
     steps_per_round: int
-    """Optimizer steps per round."""
     batch_size: int
-    """Preference pairs per step."""
     batch_size_generate: int
-    """Questions sampled at once."""
     lr: float
-    """AdamW learning rate."""
     weight_decay: float
-    """AdamW weight decay."""
     beta: float
-    """DPO inverse temperature on the log-ratio margin."""
     grad_clip: float
-    """Gradient-norm clip."""
     validation_prompts: int
-    """The last N training prompts, held out of every pair; greedy accuracy on them picks the best round."""
     max_new_tokens: int
-    """On-policy sample length cap."""
     max_response_tokens: int
-    """Expert demonstrations are cut to this many tokens (as in SFT)."""
     temperature: float
-    """On-policy sampling temperature."""
     backend: str | None
-    """GPU path only: generation backend of the samples and validation answers (None: ``eval.backend``)."""
     per_device_batch_size: int
-    """GPU path only: pairs per device per forward."""
     num_processes: int
-    """GPU path only: training processes (GPUs, one node)."""
     accelerate_config: str | None
-    """GPU path only: ``accelerate launch --config_file`` of the training step (None: plain data parallel)."""
     bf16: bool
-    """GPU path only: bf16 mixed precision."""
     gradient_checkpointing: bool
-    """GPU path only: activation checkpointing in the policy."""
     loss_type: list[str]
-    """GPU path only: ``trl.DPOConfig`` loss_type (``[sigmoid]``: the local engine's DPO loss)."""
     max_length: int | None
-    """GPU path only: prompt + response tokens per sequence (None: no limit)."""
 
 
 @dataclass(frozen=True)
@@ -147,9 +122,7 @@ class RLLogitSettings(BaselineSettings):
     """RL-Logit (``train.baselines.rl_logit``): group RL with the policy's log-probability of the expert answer."""
 
     variant: str
-    """``logprob`` = log pi(a* | q, z); ``neg_perplexity`` = -exp(-log pi(a* | q, z) / |a*|)."""
     advantage: str
-    """The group advantage estimator (a tau-free one; default GRPO)."""
 
 
 @dataclass(frozen=True)
@@ -157,15 +130,10 @@ class OPDTeacher:
     """OPD's teacher (``train.baselines.opd.teacher``)."""
 
     init: str
-    """``sft``: continue the seed's SFT model; ``scratch``: a new model sized by ``train.model`` + :attr:`model`."""
     steps: int
-    """Extra SFT steps of the trained tiny teacher."""
     lr: float
-    """The trained teacher's peak learning rate."""
     model: dict[str, Any]
-    """Overrides of ``train.model`` for a larger teacher (``init: scratch`` only)."""
     hub: str | None
-    """A ready teacher (HF name or path; the paper's Qwen/Qwen3-8B) used instead of training one."""
 
 
 @dataclass(frozen=True)
@@ -173,11 +141,8 @@ class OPDVerl:
     """verl only: where OPD's teacher runs (``train.baselines.opd.verl``)."""
 
     gpus_per_node: int
-    """GPUs of each task node for the teacher (``distillation.n_gpus_per_node``); the student gets the rest."""
     tensor_parallel_size: int
-    """Tensor parallelism of each teacher replica."""
     gpu_memory_utilization: float
-    """vLLM GPU memory share of each teacher replica."""
 
 
 @dataclass(frozen=True)
@@ -188,9 +153,7 @@ class OPDSettings(BaselineSettings):
     nested: ClassVar[dict[str, type]] = {"teacher": OPDTeacher, "verl": OPDVerl}
 
     teacher: OPDTeacher
-    """The teacher: trained here (local engine) or a ready one (``hub``)."""
     verl: OPDVerl
-    """verl only: the teacher's GPUs."""
 
 
 @dataclass(frozen=True)
@@ -198,21 +161,13 @@ class RaroSettings(BaselineSettings):
     """RARO (``train.baselines.raro``): a shared-weights policy and relativistic critic, both trained with GRPO."""
 
     advantage: str
-    """The group advantage estimator of policy and critic groups (a tau-free one; default GRPO)."""
     critic_system_prompt: str
-    """The system prompt that switches the model into the critic role (policy prompts have none)."""
     critic_max_new_tokens: int
-    """Critic reply length cap."""
     critic_decoding: str
-    """``free``: the critic writes its reply; ``choice``: sampled among the valid verdicts (local engine only)."""
     critic_prompts_per_step: int
-    """Critic groups (M replies each) per step."""
     replay_fraction: float
-    """Share of critic prompts drawn from the replay buffer once it holds enough pairs."""
     replay_size: int
-    """Past (prompt, policy answer) pairs the replay buffer keeps (FIFO)."""
     rewards: dict[str, dict[str, float]]
-    """The outcome tables, verdict -> reward, of the ``policy`` and of the ``critic``."""
 
 
 #: Settings class of each baseline with one, by its config section; filled from the registry entries (:func:`declare`).

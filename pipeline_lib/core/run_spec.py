@@ -6,11 +6,11 @@ its own edge: the local trainers take their arguments from it (``pipeline_lib.jo
 turns it into Hydra overrides (:mod:`pipeline_lib.jobs.engines.verl.translate`). Nothing downstream re-reads the config.
 
 The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
-each engine's own knobs in ``knobs``; a baseline's own section as its class of :mod:`pipeline_lib.core.baselines`;
-an ImageNet-study run's as :class:`ImageNetSettings`)
-and cross as JSON with the spec. The estimator's parameters live in one mapping
-(:attr:`Estimator.params`), tau among them under the name ``tau``: config -> plan -> spec -> estimator, one name on
-both engines, one home per run.
+each engine's own knobs in ``knobs``; a baseline's own section as its class of :mod:`pipeline_lib.core.baselines`; an
+ImageNet-study run's as :class:`ImageNetSettings`) and cross as JSON with the spec. Each field is the config key of
+the same name, which the schema (``workflow/schemas/config.schema.yaml``) describes once, with its default and
+bounds. The estimator's parameters live in one mapping (:attr:`Estimator.params`), tau among them under the name
+``tau``: config -> plan -> spec -> estimator, one name on both engines, one home per run.
 """
 
 from __future__ import annotations
@@ -95,7 +95,6 @@ class LocalRLKnobs:
         "aggregation": ("group-token-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum")}
 
     minibatches: int
-    """Minibatches (whole groups) per pass; more than one makes later ones off-policy so clipping acts."""
 
 
 @dataclass(frozen=True)
@@ -109,23 +108,14 @@ class VerlRLKnobs:
         "aggregation": ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}
 
     mini_batch_per_device: int
-    """App. B "mini-batch size (per device)" (verl ppo_micro_batch_size_per_gpu)."""
     micro_batch_per_gpu: int
-    """Sequences per log-prob forward pass per GPU (memory only)."""
     max_prompt_tokens: int
-    """Longest prompt kept (not stated in the paper)."""
     gpus_per_node: int
-    """App. B "compute setup": GPUs per node."""
     nodes: int
-    """App. B "compute setup": nodes."""
     rollout_engine: str
-    """verl's rollout engine (vllm or sglang)."""
     rollout_tp: int
-    """Tensor-parallel size of the rollout engine."""
     gpu_memory_utilization: float
-    """Share of GPU memory the rollout engine may take."""
     test_freq: int
-    """Steps between verl's own validation (-1 = never)."""
 
 
 #: The engine-only knobs of each engine's group-RL settings.
@@ -178,37 +168,21 @@ class RLSettings:
     that, :meth:`flat` writes it back."""
 
     steps: int
-    """App. B "total training iterations"."""
     lr: float
-    """App. B "learning rate" (AdamW)."""
     weight_decay: float
-    """AdamW weight decay (not in App. B)."""
     clip_low: float
-    """App. B "PPO clip epsilon", below: ratio >= 1 - clip_low."""
     clip_high: float
-    """App. B "PPO clip epsilon", above: ratio <= 1 + clip_high."""
     beta: float
-    """App. B "KL regularization beta": the reference-KL coefficient (0: no KL term)."""
     kl_estimator: str
-    """The per-token KL estimator, one of :data:`KL_ESTIMATORS` (the paper's runs: k3)."""
     aggregation: str
-    """The loss normaliser, one of :data:`AGGREGATIONS` (the paper: group-token-mean; verl's runs: token-mean)."""
     group_size: int
-    """App. B "rollout group size M": rollouts per prompt."""
     prompts_per_step: int
-    """App. B "rollout batch size": prompts per step (rollouts per step = this x M)."""
     max_response_tokens: int
-    """App. B "max response tokens": the response length cap."""
     temperature: float
-    """Rollout sampling temperature."""
     ppo_epochs: int
-    """Passes over each rollout batch."""
     grad_clip: float
-    """Gradient-norm clip."""
     checkpoint_every: int
-    """Steps between resumable checkpoints."""
     knobs: LocalRLKnobs | VerlRLKnobs
-    """The engine's own knobs."""
 
     def __post_init__(self) -> None:
         """A value the engine cannot compute is an error naming the key (on verl at parse time, before a GPU)."""
@@ -243,11 +217,8 @@ class LocalSFTKnobs:
     """Local-engine-only SFT knobs."""
 
     warmup_steps: int
-    """Linear warm-up steps (then cosine to 10%)."""
     max_response_tokens: int
-    """Demonstrations are cut to this many response tokens."""
     grad_clip: float
-    """Gradient-norm clip."""
 
 
 @dataclass(frozen=True)
@@ -255,15 +226,10 @@ class VerlSFTKnobs:
     """verl-only SFT knobs (verl.trainer.sft_trainer)."""
 
     warmup_ratio: float
-    """Share of steps in linear warm-up."""
     micro_batch_per_gpu: int
-    """Demonstrations per forward/backward pass per GPU (memory only)."""
     max_length: int
-    """Longest demonstration in tokens (prompt + answer)."""
     truncation: str
-    """What verl does with a longer demonstration (error, left, right)."""
     gpus_per_node: int
-    """GPUs of the SFT job (one node)."""
 
 
 #: The engine-only knobs of each engine's SFT settings.
@@ -277,17 +243,11 @@ class SFTSettings:
     ``train.sft.verl``, a task row's ``sft`` over it) holds these fields, flattened for one engine by the plan."""
 
     steps: int
-    """Optimizer steps."""
     lr: float
-    """Peak AdamW learning rate."""
     weight_decay: float
-    """AdamW weight decay."""
     batch_size: int
-    """Demonstrations per step (global)."""
     checkpoint_every: int
-    """Steps between resumable checkpoints (verl trainer.save_freq)."""
     knobs: LocalSFTKnobs | VerlSFTKnobs
-    """The engine's own knobs."""
 
     @classmethod
     def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:

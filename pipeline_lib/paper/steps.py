@@ -23,19 +23,15 @@ from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
+from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
-    JUDGES,
     ablation_cells,
     adaptive_comparison,
     judge_methods,
     judge_ours,
-    judge_rubric,
-    judge_score_files,
     judge_score_runs,
-    judge_spec,
-    judge_summaries,
     judge_tasks,
     judged_runs,
     paired_requests,
@@ -344,9 +340,10 @@ def judge_inputs(plan: Plan, family: str) -> dict[str, Callable[[Any], list[str]
     """Input functions of a judge rule of one task (``cross``, ``calibration``): the judged runs' files, read off the
     plan's judge study."""
     if family == "cross":
-        return {judge: lambda wildcards, judge=judge: judge_summaries(plan, judge, wildcards.task) for judge in JUDGES}
+        return {judge: lambda wildcards, judge=judge: list(judged_runs(plan, judge, wildcards.task))
+                for judge in JUDGES}
     if family == "calibration":
-        return {"scores": lambda wildcards: judge_score_files(plan, wildcards.task)}
+        return {"scores": lambda wildcards: list(judge_score_runs(plan, wildcards.task))}
     raise ValueError(f"unknown judge rule family {family!r}")
 
 

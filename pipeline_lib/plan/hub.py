@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.env import env
+from pipeline_lib.plan.judges import JUDGES, judge_spec
 from pipeline_lib.plan.runs import Plan
-from pipeline_lib.plan.targets import JUDGES, judge_spec, requests_of, transfer_runs
+from pipeline_lib.plan.targets import requests_of, transfer_runs
 
 __all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id",
            "load_repos", "offline_exports", "repos_json"]

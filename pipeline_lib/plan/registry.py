@@ -38,23 +38,19 @@ from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.layouts import Ctx, Job
 from pipeline_lib.plan.settings import (
-    baseline_rl_spec,
-    local_base_spec,
-    local_dpo_spec,
-    local_rationalization_spec,
-    local_rl_baseline_spec,
-    local_rl_spec,
-    local_sft_spec,
-    trl_dpo_spec,
-    verl_rl_spec,
-    verl_sft_spec,
+    base_spec,
+    dpo_spec,
+    group_rl_spec,
+    rationalization_spec,
+    rl_baseline_spec,
+    sft_spec,
 )
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry",
            "Method", "PlanError", "baseline", "before_training", "group_rl", "method", "register", "starting_point",
            "unregister", "verl_baseline", "verl_estimators"]
 
-SpecBuilder = Callable[[Mapping[str, Any], str, str], RunSpec]  # (config, task, method) -> spec
+SpecBuilder = Callable[[Mapping[str, Any], str, str, str], RunSpec]  # (config, task, method, engine) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
 
 
@@ -126,18 +122,8 @@ class Method:
     generated_demonstrations: str | None = None
 
 
-def _of_task(build: Callable[[Mapping[str, Any], str], RunSpec]) -> SpecBuilder:
-    """A spec builder of the config and the task only (SFT, Iterative DPO on TRL): the method is fixed."""
-    return lambda config, task, method: build(config, task)
-
-
-def _named(build: Callable[..., RunSpec]) -> SpecBuilder:
-    """A spec builder that takes the method's name as the run's (Rationalization's verl SFT)."""
-    return lambda config, task, method: build(config, task, method)
-
-
-LOCAL_RL = Entry("train_local", "pipeline_lib.jobs.engines.local.rl", layouts.local_rl, local_rl_spec)
-VERL_RL = Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, verl_rl_spec, "rl")
+LOCAL_RL = Entry("train_local", "pipeline_lib.jobs.engines.local.rl", layouts.local_rl, group_rl_spec)
+VERL_RL = Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, group_rl_spec, "rl")
 #: The group-RL methods' engines: they differ from each other only in estimator and reward.
 GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
@@ -146,7 +132,7 @@ def verl_baseline(overrides: str) -> Entry:
     """A baseline that runs as a verl RL job (paper App. B): the task's App. B RL row, so only the method differs,
     plus the overrides ``overrides`` (``module:function``) returns (OPD through verl's ``distillation.*`` config,
     RL-Logit and RARO through the pipeline's agent loops)."""
-    return Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, baseline_rl_spec, "rl",
+    return Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, rl_baseline_spec, "rl",
                  overrides=overrides)
 
 
@@ -159,7 +145,7 @@ def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str
                   ours=ours, demonstrations=reward == "similarity", new_estimator=new)
 
 
-def _local(name: str, spec: SpecBuilder = local_rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
+def _local(name: str, spec: SpecBuilder = rl_baseline_spec, layout: Layout = layouts.local_expert) -> Entry:
     return Entry("train_local", f"pipeline_lib.jobs.engines.local.{name}", layout, spec)
 
 
@@ -174,20 +160,19 @@ def baseline(name: str, label: str, local: Entry, verl: Entry, settings: type[Ba
 
 _TRANSLATE = "pipeline_lib.jobs.engines.verl.translate"
 _METHODS = (
-    baseline("base", "Base", *[_local("base", local_base_spec, layouts.local_base)] * 2,  # on verl too: a copy
+    baseline("base", "Base", *[_local("base", base_spec, layouts.local_base)] * 2,  # on verl too: a copy
              before_training=True),
     Method("sft", "SFT", "sft", {
-        "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, local_sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, verl_sft_spec,
-                      "sft")},
+        "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, sft_spec),
+        "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, sft_spec, "sft")},
         starting_point=True),
     baseline("rationalization", "Rationalization",
-             _local("rationalization", local_rationalization_spec, layouts.local_rationalization),
+             _local("rationalization", rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
-                   _named(verl_sft_spec), "sft", prelude=layouts.annotation_run),
+                   rationalization_spec, "sft", prelude=layouts.annotation_run),
              RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
-    baseline("iterative_dpo", "Iterative DPO", _local("dpo", local_dpo_spec),
-             Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, _of_task(trl_dpo_spec)),
+    baseline("iterative_dpo", "Iterative DPO", _local("dpo", dpo_spec),
+             Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, dpo_spec),
              IterativeDPOSettings, demonstrations=True, from_starting_point=True),
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), verl_baseline(f"{_TRANSLATE}:rl_logit_overrides"),
              RLLogitSettings, demonstrations=True),

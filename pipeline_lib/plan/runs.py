@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -223,42 +223,25 @@ def _data(task: str, name: str) -> str:
     return reference_prompts(task) if method(name).demonstrations else f"results/data/{task}/rl_train.parquet"
 
 
-def _method_run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str) -> list[Run]:
-    engine = engine_of(config, task)
-    registered = method(name)
+def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str, base: str | None = None,
+         vary: Callable[[RunSpec], RunSpec] | None = None, scale: str | None = None) -> list[Run]:
+    """Run ``name`` of ``task`` and ``seed``: the registry entry of method ``base`` (default ``name``) on the task's
+    engine -> its family's spec builder -> the spec, with a study's typed replacement ``vary`` (an ablation cell's,
+    a scale's) -> the entry's command layout; a job its entry needs first (``prelude``) comes before it."""
+    base = base or name
+    engine, registered = engine_of(config, task), method(base)
     if engine not in registered.engines:
-        raise PlanError(f"method {name!r} has no {engine} entry in the registry (task {task!r})")
+        raise PlanError(f"method {base!r} has no {engine} entry in the registry (task {task!r})")
     entry = registered.engines[engine]
-    if registered.family == "group_rl":
-        _check_method(config, name)
-    c = _Ctx(config, task, name, name, seed, start_of(config, task, name, seed),
-             "" if registered.starting_point else _data(task, name))
-    runs = [_make(c, entry, entry.spec(config, task, name), study)]
-    if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
-        runs.insert(0, entry.prelude(c, study))
-    return runs
-
-
-def _ablation_run(config: Mapping[str, Any], task: str, name: str, seed: int, cell: tuple[float, int]) -> Run:
-    """One tau x M cell: the task's SoftmaxGRPO-Exact run with the cell's tau and M, every other setting the same."""
-    base = softmax_exact_method(config)
-    entry = METHODS[base].engines[engine_of(config, task)]
-    c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed),
-             f"results/data/{task}/rl_train.parquet")
-    tau, group_size = cell
-    return _make(c, entry, ablation_cell(entry.spec(config, task, base), config, tau, group_size), "ablation")
-
-
-def _scale_run(config: Mapping[str, Any], task: str, name: str, seed: int, base: str, scale: str) -> Run:
-    """``<method>_at_<scale>``: the method's run with the scale's base model (``sft`` = the SFT start; ``base``: the
-    local engine's Base at that scale, which a local RL run starts from under ``train.rl_start: base``)."""
-    registered = method(base)
-    entry = registered.engines[engine_of(config, task)]
     if registered.family == "group_rl":
         _check_method(config, base)
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, scale),
              "" if registered.starting_point else _data(task, base))
-    return _make(c, entry, at_scale(entry.spec(config, task, base), config, scale), "scale")
+    spec = entry.spec(config, task, base, engine)
+    runs = [_make(c, entry, vary(spec) if vary else spec, study)]
+    if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
+        runs.insert(0, entry.prelude(c, study))
+    return runs
 
 
 def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
@@ -384,14 +367,17 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     def build(task: str, name: str, seed: int, study: str) -> None:
         if (task, name, seed) in built:
             return
-        if name in cells:
-            runs = [_ablation_run(config, task, name, seed, cells[name])]
-        elif name in scales:
-            runs = [_scale_run(config, task, name, seed, *scales[name])]
+        if name in cells:  # one tau x M cell: SoftmaxGRPO-Exact with the cell's tau and M, all else the same
+            ours, (tau, group_size) = softmax_exact_method(config), cells[name]
+            runs = _run(config, task, name, seed, "ablation", ours,
+                        lambda spec: ablation_cell(spec, config, tau, group_size))
+        elif name in scales:  # <method>_at_<scale>: the method's run with the scale's model, from its start there
+            base, scale = scales[name]
+            runs = _run(config, task, name, seed, "scale", base, lambda spec: at_scale(spec, config, scale), scale)
         elif name == "opd_teacher":
             runs = [_opd_teacher_run(config, task, seed)]
         else:
-            runs = _method_run(config, task, name, seed, study)
+            runs = _run(config, task, name, seed, study)
         built[task, name, seed] = runs
         for run in runs:
             for path in run.inputs.values():

@@ -2,14 +2,15 @@
 the other jobs (data, evaluation, generation backends).
 
 The only place that reads a run's settings from the config: the engines read the spec these functions make, never
-the config. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.core.run_spec.RLSettings`,
+the config. Each method family owns one builder, ``(config, task, method, engine) -> RunSpec``, for every engine it
+trains on (:func:`sft_spec`, :func:`group_rl_spec`, :func:`rl_baseline_spec`, ...); a registry entry names its
+family's builder. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.core.run_spec.RLSettings`,
 :class:`~pipeline_lib.core.run_spec.SFTSettings`) are the shared block (``train.rl`` / ``train.sft``: the shared
 settings and the engine's own knobs, ``local`` / ``verl``) with the task's row (``train.task_settings.<task>``, App.
-B's per-task row on the paper) over it, on either engine (:func:`engine_settings`); the estimator's parameters, tau
-among them, are resolved by :func:`estimator_params`, whose docstring states their one precedence. A study that
-varies a setting (an ablation cell's M, a scale's base model) replaces it in its own copy of the config; an ablation
-cell's tau goes to :func:`estimator_params`. Which runs exist is decided in :mod:`pipeline_lib.plan.runs`.
-"""
+B's per-task row on the paper) over it (:func:`engine_settings`); the estimator's parameters, tau among them, are
+resolved by :func:`estimator_params`, whose docstring states their one precedence. A study that varies a setting
+replaces it on the built spec (:func:`ablation_cell`: M, steps, tau; :func:`at_scale`: the model). Which runs exist
+is decided in :mod:`pipeline_lib.plan.runs`."""
 
 from __future__ import annotations
 
@@ -23,36 +24,11 @@ from pipeline_lib.core.rl.estimators import check_params, takes
 from pipeline_lib.core.rl.estimators import estimator as estimator_entry
 from pipeline_lib.core.run_spec import ENGINES, Estimator, PlanError, RLSettings, RunSpec, SFTSettings
 
-__all__ = [
-    "IMAGENET_SWEEP_KEYS",
-    "PROMPTS_WITHOUT_REFERENCE",
-    "ablation_method",
-    "annotation_spec",
-    "at_scale",
-    "baseline_rl_spec",
-    "baseline_settings",
-    "check_estimator",
-    "engine_settings",
-    "estimator_params",
-    "eval_spec",
-    "generation_spec",
-    "imagenet_run_spec",
-    "local_base_spec",
-    "local_dpo_spec",
-    "local_rationalization_spec",
-    "local_rl_baseline_spec",
-    "local_rl_spec",
-    "local_sft_spec",
-    "opd_teacher_spec",
-    "reference_prompts",
-    "task_row",
-    "tiny_task_spec",
-    "trl_dpo_spec",
-    "verl_resources",
-    "verl_rl_spec",
-    "verl_sft_spec",
-    "verl_tasks",
-]
+__all__ = ["IMAGENET_SWEEP_KEYS", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method", "annotation_spec",
+           "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_settings",
+           "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec", "opd_teacher_spec",
+           "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
+           "verl_resources", "verl_tasks"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -222,12 +198,6 @@ def baseline_settings(config: Mapping[str, Any], method: str) -> BaselineSetting
         raise PlanError(str(error)) from None
 
 
-def _advantage(own: BaselineSettings | None) -> str:
-    """An RL-style baseline's estimator: its section's ``advantage`` (RL-Logit, RARO), else GRPO (OPD, whose loss is
-    the reverse KL, only logs GRPO's advantages)."""
-    return getattr(own, "advantage", "grpo")
-
-
 def _rl(config: Mapping[str, Any], task: str, engine: str) -> RLSettings:
     return RLSettings.from_flat(engine_settings(config, task, "rl", engine), engine,
                                 f"train.rl with train.task_settings.{task}.rl ({engine})")
@@ -238,52 +208,83 @@ def _sft(config: Mapping[str, Any], task: str, engine: str) -> SFTSettings:
                                  f"train.sft with train.task_settings.{task}.sft ({engine})")
 
 
-# --- the local engine -------------------------------------------------------------------------------------------------
+# --- the builders: one per method family, each for every engine it trains on ----------------------------------------
 
-def local_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
-    """SFT on the local engine: ``train.sft`` (with the task's row) and the architecture ``train.model``."""
-    return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
-                   sft=_sft(config, task, "local"))
+def _engine_fields(config: Mapping[str, Any], task: str, engine: str, trainer: str) -> dict[str, Any]:
+    """What a run of ``trainer`` (``sft`` or ``rl``) takes from its engine: on the local engine an SFT run's
+    architecture ``train.model`` (an RL run starts from ``--init``); on verl the hub model ``train.verl.model``, the
+    App. B compute (:func:`verl_resources`) and ``train.verl.extra_overrides.<trainer>``."""
+    if engine == "local":
+        return {"model": dict(config["train"]["model"])} if trainer == "sft" else {}
+    verl = config["train"]["verl"]
+    return {"model": verl["model"], "resources": verl_resources(config, task, trainer),
+            "extra_overrides": tuple(verl["extra_overrides"][trainer])}
 
 
-def local_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """A group-RL run on the local engine: ``train.rl`` plus the method's estimator and reward (paired methods differ
-    in nothing else)."""
+def sft_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """SFT (on verl also Rationalization's SFT step, on its annotated demonstrations): ``train.sft`` with the engine's
+    knobs and the task's row."""
+    fields = _engine_fields(config, task, engine, "sft")
+    return RunSpec(method=method, task=task, engine=engine, sft=_sft(config, task, engine), **fields)
+
+
+def group_rl_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """A group-RL run: ``train.rl`` with the engine's knobs and the task's row (App. B's on verl), the method's
+    estimator and reward. Paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
+    fields = _engine_fields(config, task, engine, "rl")
     entry = config["train"]["methods"][method]
-    return RunSpec(method=method, task=task, engine="local", rl=_rl(config, task, "local"),
+    return RunSpec(method=method, task=task, engine=engine, rl=_rl(config, task, engine),
                    estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
-                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]))
+                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]), **fields)
 
 
-def local_base_spec(config: Mapping[str, Any], task: str, method: str = "base") -> RunSpec:
-    """Base: the untrained model of ``train.model`` (the local engine builds it; on verl it copies the hub model)."""
+def rl_baseline_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """An RL-style baseline (RL-Logit, RARO, OPD): the RL settings the task's group-RL runs have (so only the method
+    differs from the GRPO runs it is compared with), its section's estimator (a tau-free one, default GRPO; OPD's loss
+    is the reverse KL and only logs GRPO's advantages) and its section ``train.baselines.<method>``."""
+    fields = _engine_fields(config, task, engine, "rl")
+    own = baseline_settings(config, method)
+    advantage = getattr(own, "advantage", "grpo")
+    if takes(advantage, "tau"):
+        raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
+    return RunSpec(method=method, task=task, engine=engine, rl=_rl(config, task, engine),
+                   estimator=Estimator(advantage), baseline=own, **fields)
+
+
+def base_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """Base, the model before post-training, made by the local engine on either engine: the untrained ``train.model``
+    (on verl the job copies the hub model instead)."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]))
 
 
-def local_rationalization_spec(config: Mapping[str, Any], task: str, method: str = "rationalization") -> RunSpec:
-    """Rationalization (STaR): its annotation settings (its section without the annotator, a planning choice) and
-    the SFT settings it trains with."""
+def rationalization_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """Rationalization (STaR) on the local engine: its annotation settings (its section without the annotator, a
+    planning choice) and the SFT settings it trains with; on verl its SFT step (:func:`sft_spec`, after the
+    annotation job of :func:`annotation_spec`)."""
+    if engine == "verl":
+        return sft_spec(config, task, method, engine)
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
                    sft=_sft(config, task, "local"), baseline=baseline_settings(config, method))
 
 
-def local_dpo_spec(config: Mapping[str, Any], task: str, method: str = "iterative_dpo") -> RunSpec:
-    """Iterative DPO on the local engine: its own section is the whole of its settings."""
-    return RunSpec(method=method, task=task, engine="local", baseline=baseline_settings(config, method))
-
-
-def local_rl_baseline_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """An RL-style baseline (RL-Logit, RARO, OPD) on the local engine: ``train.rl`` with its section's estimator
-    (default GRPO; OPD only logs it, its loss is the reverse KL) and its section."""
+def dpo_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
+    """Iterative DPO: its own section is the whole of its settings on the local engine; on GPU (TRL, under ``train.
+    engine: verl``) plus the generation settings of its sampling and validation (``eval``'s backend with the
+    method's own length, temperature and batch)."""
     own = baseline_settings(config, method)
-    return RunSpec(method=method, task=task, engine="local", rl=_rl(config, task, "local"),
-                   estimator=Estimator(_advantage(own)), baseline=own)
+    if engine == "local":
+        return RunSpec(method=method, task=task, engine="local", baseline=own)
+    return RunSpec(method=method, task=task, engine="trl", baseline=own,
+                   generation=generation_spec(config, method, "batch_size_generate"),
+                   resources={"gpu": own.num_processes})
 
 
-def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
-    """SFT settings with the teacher's steps and lr; a ``scratch`` teacher may also be larger (``model``)."""
+def opd_teacher_spec(config: Mapping[str, Any], task: str, method: str = "opd_teacher",
+                     engine: str = "local") -> RunSpec:
+    """The OPD teacher (local engine only): SFT settings with the teacher's steps and lr; a ``scratch`` teacher may
+    also be larger (``model``)."""
     teacher = config["train"]["baselines"]["opd"]["teacher"]
     if teacher["init"] == "sft" and teacher.get("model"):
         raise PlanError("train.baselines.opd.teacher.model overrides need init: scratch (an SFT-initialised teacher "
@@ -299,6 +300,7 @@ def opd_teacher_spec(config: Mapping[str, Any], task: str) -> RunSpec:
 
 # --- verl -------------------------------------------------------------------------------------------------------------
 
+
 def verl_resources(config: Mapping[str, Any], task: str, trainer: str) -> dict[str, Any]:
     """Nodes and per-node GPUs of a verl job (``trainer``: sft or rl), from the same settings that become
     trainer.nnodes / n_gpus_per_node: the App. B compute setup is part of the experiment; the site-specific rest
@@ -310,47 +312,6 @@ def verl_resources(config: Mapping[str, Any], task: str, trainer: str) -> dict[s
     return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
 
 
-def verl_sft_spec(config: Mapping[str, Any], task: str, method: str = "sft") -> RunSpec:
-    """The verl SFT run of ``task`` (the start of its RL runs; Rationalization's with its own demonstrations): shared
-    ``train.sft`` with its verl knobs, plus the task's ``sft``."""
-    verl = config["train"]["verl"]
-    _verl_row(config, task)
-    return RunSpec(method=method, task=task, engine="verl", model=verl["model"], sft=_sft(config, task, "verl"),
-                   resources=verl_resources(config, task, "sft"),
-                   extra_overrides=tuple(verl["extra_overrides"]["sft"]))
-
-
-def _verl_rl_settings(config: Mapping[str, Any], task: str) -> RLSettings:
-    _verl_row(config, task)
-    return _rl(config, task, "verl")
-
-
-def verl_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """One verl RL run: shared ``train.rl`` with its verl knobs, the task's App. B row, the method's estimator and
-    reward. Paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
-    if method not in config["train"]["methods"]:
-        raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
-    verl, entry = config["train"]["verl"], config["train"]["methods"][method]
-    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   rl=_verl_rl_settings(config, task),
-                   estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
-                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]),
-                   resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
-
-
-def baseline_rl_spec(config: Mapping[str, Any], task: str, method: str) -> RunSpec:
-    """One verl baseline run: the task's App. B RL row (so only the method differs from the GRPO runs it is compared
-    with), the baseline's estimator (default GRPO; a tau-free one) and its section ``train.baselines.<method>``."""
-    verl = config["train"]["verl"]
-    settings = baseline_settings(config, method)
-    advantage = _advantage(settings)
-    if takes(advantage, "tau"):
-        raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
-    return RunSpec(method=method, task=task, engine="verl", model=verl["model"],
-                   rl=_verl_rl_settings(config, task), estimator=Estimator(advantage), baseline=settings,
-                   resources=verl_resources(config, task, "rl"), extra_overrides=tuple(verl["extra_overrides"]["rl"]))
-
-
 def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
     """Rationalization's annotation on GPU: the base model (``train.verl.model``) writing rationales with its
     Rationalization settings (the STaR hint), through the evaluation backend with the method's own generation
@@ -359,12 +320,3 @@ def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
                    baseline=baseline_settings(config, "rationalization"),
                    generation=generation_spec(config, "rationalization"),
                    resources={"gpu": config["eval"]["vllm"]["tensor_parallel_size"]})
-
-
-def trl_dpo_spec(config: Mapping[str, Any], task: str) -> RunSpec:
-    """Iterative DPO on GPU: ``train.baselines.iterative_dpo`` plus the generation settings of its sampling and
-    validation (``eval``'s backend with the method's own length, temperature and batch)."""
-    own = baseline_settings(config, "iterative_dpo")
-    return RunSpec(method="iterative_dpo", task=task, engine="trl", baseline=own,
-                   generation=generation_spec(config, "iterative_dpo", "batch_size_generate"),
-                   resources={"gpu": own.num_processes})

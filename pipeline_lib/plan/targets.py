@@ -14,65 +14,16 @@ from typing import Any
 
 from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
-from pipeline_lib.core.env import env
-from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
+from pipeline_lib.plan.judges import JUDGES
 from pipeline_lib.plan.runs import TOKENIZER
-from pipeline_lib.plan.settings import eval_spec
 
-__all__ = [
-    "ABLATION_OUTPUTS",
-    "ADAPTIVE_OUTPUTS",
-    "IMAGENET_OUTPUTS",
-    "JUDGES",
-    "JUDGE_TABLES",
-    "SCALE_OUTPUTS",
-    "STAGES",
-    "THEORY_OUTPUTS",
-    "ablation_cells",
-    "ablation_eval_targets",
-    "adaptive_comparison",
-    "baseline_eval_targets",
-    "calibration_ratings",
-    "data_targets",
-    "eval_spec",
-    "eval_targets",
-    "evaluated_runs",
-    "judge_concurrency",
-    "judge_eval_targets",
-    "judge_methods",
-    "judge_ours",
-    "judge_rubric",
-    "judge_rubric_prompt",
-    "judge_score_files",
-    "judge_score_runs",
-    "judge_spec",
-    "judge_summaries",
-    "judge_targets",
-    "judge_tasks",
-    "judged_runs",
-    "paired_requests",
-    "read_run_ids",
-    "reads_tokenizer",
-    "report_inputs",
-    "requests_of",
-    "rl_requests",
-    "rl_runs",
-    "run_ids_argument",
-    "run_ids_json",
-    "runs_of",
-    "scale_cells",
-    "scale_eval_targets",
-    "stage_targets",
-    "table1_eval_targets",
-    "table1_evaluations",
-    "table1_tasks",
-    "test_splits",
-    "tokenizer_inputs",
-    "transfer_runs",
-    "transfer_targets",
-    "validate_judges",
-]
+__all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "SCALE_OUTPUTS", "STAGES",
+           "THEORY_OUTPUTS", "ablation_cells", "adaptive_comparison", "data_targets", "eval_targets", "evaluated_runs",
+           "judge_methods", "judge_ours", "judge_score_runs", "judge_targets", "judge_tasks", "judged_runs",
+           "paired_requests", "read_run_ids", "reads_tokenizer", "report_inputs", "requests_of", "rl_requests",
+           "run_ids_argument", "run_ids_json", "runs_of", "scale_cells", "stage_targets", "study_evaluations",
+           "table1_evaluations", "table1_tasks", "test_splits", "tokenizer_inputs", "transfer_runs"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -156,6 +107,11 @@ def _evaluations(sentinels: list[str]) -> list[str]:
     return [p.replace("results/train/", "results/eval/").replace("DONE.json", "metrics.json") for p in sentinels]
 
 
+def study_evaluations(plan: Plan, *studies: str) -> list[str]:
+    """The evaluations of the runs ``studies`` read, study by study in their tables' order."""
+    return [path for study in studies for path in _evaluations(runs_of(plan, study))]
+
+
 def requests_of(plan: Plan, study: str, methods: Collection[str] | None = None) -> list[RunId]:
     """The runs one study reads (named one of ``methods`` only, where given), in its tables' order."""
     return [r for r in plan.requests.get(study, []) if methods is None or r.name in methods]
@@ -171,11 +127,6 @@ def rl_requests(plan: Plan, methods: list[str] | None = None) -> list[RunId]:
     return [r for r in requests_of(plan, "main", methods) if not METHODS[r.name].starting_point]
 
 
-def rl_runs(plan: Plan, methods: list[str] | None = None) -> list[str]:
-    """Sentinels of :func:`rl_requests`."""
-    return [r.path for r in rl_requests(plan, methods)]
-
-
 def paired_requests(plan: Plan) -> list[RunId]:
     """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
     reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
@@ -183,10 +134,6 @@ def paired_requests(plan: Plan) -> list[RunId]:
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
     return [r for r in requests_of(plan, "main", pair) if not METHODS[r.name].starting_point]
-
-
-def baseline_eval_targets(plan: Plan) -> list[str]:
-    return _evaluations(runs_of(plan, "baseline"))
 
 
 def _table1_requests(plan: Plan) -> list[RunId]:
@@ -216,11 +163,6 @@ def table1_evaluations(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId
     """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task), each with its run."""
     tasks = set(table1_tasks(config))
     return evaluated_runs([r for r in _table1_requests(plan) if r.task in tasks])
-
-
-def table1_eval_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
-    """The evaluations Table 1 reads (:func:`table1_evaluations`)."""
-    return list(table1_evaluations(config, plan))
 
 
 def evaluated_runs(ids: Iterable[RunId]) -> dict[str, RunId]:
@@ -256,7 +198,6 @@ def run_ids_argument(value: str) -> dict[str, RunId]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-JUDGES = ("primary", "second")
 JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverifiable", "judge_validation")
                      for ext in ("tex", "md", "csv"))
 
@@ -276,65 +217,10 @@ def judged_runs(plan: Plan, judge: str, task: str) -> dict[str, RunId]:
             for r in requests_of(plan, "judge") if r.task == task}
 
 
-def judge_summaries(plan: Plan, judge: str, task: str) -> list[str]:
-    """Every judged run's summary of ``task`` under one judge, in table order (:func:`judged_runs`)."""
-    return list(judged_runs(plan, judge, task))
-
-
-def judge_spec(config: Mapping[str, Any], judge: str) -> dict[str, Any]:
-    """One judge's section with the schema defaults a ``$ref``'d section does not get filled."""
-    if judge not in JUDGES:
-        raise ValueError(f"unknown judge {judge!r}; judges: {JUDGES}")
-    spec = {"kind": "programmatic", "label": "programmatic rubric judge", "basis": "facts", "weighting": "strict",
-            "parse_retries": 2, "endpoint": {}, "serve": {}}
-    return spec | dict(config["judge"].get(judge) or {})
-
-
-def judge_rubric(config: Mapping[str, Any], task: str) -> str:
-    return config["judge"]["rubrics"][task]
-
-
-def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
-    """The rubric prompt template of a judged task, ``config/prompts/<rubric>.txt`` of the workflow's directory (the
-    checkout the judge reads it from; relative, so a package imported from elsewhere plans the same): an input of its
-    judge jobs."""
-    return f"config/prompts/{RUBRICS[judge_rubric(config, task)].template_path.name}"
-
-
-def validate_judges(config: Mapping[str, Any]) -> None:
-    """Fail at parse time (``snakemake -n``) on a judge that could not score, naming the key."""
-    problems = []
-    missing = [task for task in config["judge"]["tasks"] if task not in config["judge"]["rubrics"]]
-    if missing:
-        raise ValueError(f"judge.rubrics has no rubric for judged task(s) {missing}")
-    rubrics = {judge_rubric(config, task) for task in config["judge"]["tasks"]}
-    for name in JUDGES:
-        spec = judge_spec(config, name)
-        where = f"judge.{name}"
-        if spec["kind"] == "programmatic" and rubrics - {"meetingbank"}:
-            problems.append(f"{where}: a programmatic judge scores only the MeetingBank rubric of synthetic tasks, "
-                            f"not {sorted(rubrics - {'meetingbank'})}; use kind: llm")
-        if spec["kind"] == "llm":
-            if not spec["endpoint"].get("model"):
-                problems.append(f"{where}.endpoint.model: an LLM judge needs the served model name")
-            if not (spec["serve"].get("command") or spec["endpoint"].get("base_url")
-                    or env("OPENAI_BASE_URL")):
-                problems.append(f"{where}: set serve.command (start a server for the job) or endpoint.base_url "
-                                "(or OPENAI_BASE_URL)")
-    if problems:
-        raise ValueError("invalid judge config:\n  - " + "\n  - ".join(problems))
-
-
 def judge_ours(plan: Plan) -> str:
     """The method the validation table reports judge scores for: the first judged method of ours (SoftmaxGRPO)."""
     methods = judge_methods(plan)
     return next((m for m in methods if m in METHODS and METHODS[m].ours), methods[-1])
-
-
-def judge_concurrency(config: Mapping[str, Any], judge: str) -> int:
-    """Requests one scoring job keeps in flight: the Snakemake global resource ``judge_requests`` it holds."""
-    spec = judge_spec(config, judge)
-    return int(spec["endpoint"].get("concurrency", 8)) if spec["kind"] == "llm" else 0
 
 
 def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
@@ -346,50 +232,24 @@ def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
             for benchmark in benchmarks for r in requests_of(plan, "transfer")}
 
 
-def transfer_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
-    """The files of :func:`transfer_runs`."""
-    return list(transfer_runs(config, plan))
-
-
 def judge_score_runs(plan: Plan, task: str) -> dict[str, RunId]:
     """The primary judge's per-item scores of every judged run (what calibration samples and correlates) -> the run."""
     summaries = judged_runs(plan, "primary", task)
     return {path.replace("summary.json", "scores.jsonl"): run for path, run in summaries.items()}
 
 
-def judge_score_files(plan: Plan, task: str) -> list[str]:
-    """The primary judge's per-item scores of every judged run (:func:`judge_score_runs`)."""
-    return list(judge_score_runs(plan, task))
-
-
-def calibration_ratings(config: Mapping[str, Any], task: str) -> list[str]:
-    """The task's completed ratings CSV (an input: adding or editing it reruns the import), else nothing; a configured
-    path must exist (:func:`pipeline_lib.core.config.validate_config`), so a typo is an error, never "no ratings
-    yet"."""
-    path = config["judge"]["calibration"]["ratings"].get(task)
-    return [path] if path else []
-
-
 def judge_targets(plan: Plan) -> list[str]:
     targets = []
     for task in judge_tasks(plan):
         for judge in JUDGES:
-            targets += judge_summaries(plan, judge, task)
+            targets += list(judged_runs(plan, judge, task))
         targets += [f"results/judge/cross/{task}.json", f"results/judge/calibration/{task}/rate.html",
                     f"results/judge/calibration/{task}/agreement.json"]
     return targets
 
 
-def judge_eval_targets(plan: Plan) -> list[str]:
-    return _evaluations(runs_of(plan, "judge"))
-
-
 ABLATION_OUTPUTS = tuple(f"results/paper/tables/ablation.{ext}" for ext in ("tex", "md", "csv"))
 SCALE_OUTPUTS = tuple(f"results/paper/tables/scale.{ext}" for ext in ("tex", "md", "csv"))
-
-
-def ablation_eval_targets(plan: Plan) -> list[str]:
-    return _evaluations(runs_of(plan, "ablation"))
 
 
 def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -407,9 +267,9 @@ def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, Any]]:
-    """Each evaluation the scale table reads (:func:`scale_eval_targets`' order) -> its cell as fields: task, seed,
-    method and base model (its ``train.scale.models.<name>.label``; the main-scale runs ``train.scale.label``), from
-    the config's scale models and methods, never parsed from a run's name."""
+    """Each evaluation the scale table reads (``scale_reference``'s, then ``scale``'s) -> its cell as fields: task,
+    seed, method and base model (its ``train.scale.models.<name>.label``; the main-scale runs
+    ``train.scale.label``), from the config's scale models and methods, never parsed from a run's name."""
     scale = config["train"].get("scale") or {}
     at_scale = {f"{method}_at_{name}": (method, model.get("label", name))
                 for name, model in (scale.get("models") or {}).items() for method in scale.get("methods") or []}
@@ -421,11 +281,6 @@ def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, An
         method, label = at_scale[r.name]
         cells[metrics] = {"task": r.task, "seed": r.seed, "method": method, "model": label}
     return cells
-
-
-def scale_eval_targets(plan: Plan) -> list[str]:
-    """Evaluations the scale table reads: the main-scale runs of the methods, and every scale run."""
-    return _evaluations(runs_of(plan, "scale_reference")) + _evaluations(runs_of(plan, "scale"))
 
 
 PAPER_RESULT_OUTPUTS = (
@@ -451,16 +306,16 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
     if config.get("train", {}).get("tasks") and adaptive_comparison(config):
         targets["paper"] += ADAPTIVE_OUTPUTS
     if plan.requests.get("ablation"):
-        targets["eval"] += ablation_eval_targets(plan)
+        targets["eval"] += study_evaluations(plan, "ablation")
         targets["paper"] += ABLATION_OUTPUTS
     if plan.requests.get("scale"):
-        targets["eval"] += scale_eval_targets(plan)
+        targets["eval"] += study_evaluations(plan, "scale_reference", "scale")
         targets["paper"] += SCALE_OUTPUTS
     if plan.requests.get("judge"):
-        targets["eval"] += judge_eval_targets(plan)
+        targets["eval"] += study_evaluations(plan, "judge")
         targets["judge"] += judge_targets(plan)
         targets["paper"] += JUDGE_TABLES
-    targets["eval"] += transfer_targets(config, plan)
+    targets["eval"] += list(transfer_runs(config, plan))
     if plan.requests.get("imagenet"):
         targets["paper"] += IMAGENET_OUTPUTS
     targets["all"] = [path for stage in STAGES for path in targets[stage]]
@@ -476,9 +331,9 @@ def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str
     intervals), the primary judge's summaries (the non-verifiable table's paired intervals), the other tables
     this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``) and the
     tiny tasks' test splits (``test_data``: the planted blind spot the report splits gains by)."""
-    generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_eval_targets(config, plan)] \
+    generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_evaluations(config, plan)] \
         if config.get("train", {}).get("tasks") else []
-    summaries = [path for task in judge_tasks(plan) for path in judge_summaries(plan, "primary", task)]
+    summaries = [path for task in judge_tasks(plan) for path in judged_runs(plan, "primary", task)]
     made = [f"{name}=results/paper/tables/{name}.md" for name in REPORTED_TABLES
             if f"results/paper/tables/{name}.md" in paper_targets]
     return {"generations": generations, "summaries": summaries, "made": made,

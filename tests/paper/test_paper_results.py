@@ -6,7 +6,7 @@ import pandas as pd
 
 from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
 from pipeline_lib.plan import METHODS, RunId
-from pipeline_lib.plan.settings import local_rl_spec, reference_prompts
+from pipeline_lib.plan.settings import group_rl_spec, reference_prompts
 from tests.conftest import runs_written
 
 
@@ -66,10 +66,10 @@ def test_paired_methods_differ_only_in_advantage_and_reward():
         "grpo_exact": {"advantage": "grpo", "reward": "verifier"},
         "softmax_exact": {"advantage": "softmax", "tau": 0.1, "reward": "verifier"},
         "softmax_sim": {"advantage": "softmax", "tau": 0.1, "reward": "similarity"}}
-    grpo, softmax = (local_rl_spec(config, "countdown", m).to_dict() for m in ("grpo_exact", "softmax_exact"))
+    grpo, softmax = (group_rl_spec(config, "countdown", m, "local").to_dict() for m in ("grpo_exact", "softmax_exact"))
     differing = {k for k in grpo if grpo[k] != softmax[k]}
     assert differing == {"method", "estimator"}
-    assert local_rl_spec(config, "countdown", "softmax_sim").reward_weights == {"similarity": 1.0}
+    assert group_rl_spec(config, "countdown", "softmax_sim", "local").reward_weights == {"similarity": 1.0}
     assert METHODS["softmax_sim"].demonstrations and not METHODS["softmax_exact"].demonstrations
     assert reference_prompts("countdown").endswith("rl_sim_train.parquet")
 

@@ -208,8 +208,9 @@ def _field_docstrings(cls: type) -> dict[str, str]:
 
 
 def test_each_baselines_settings_class_is_its_schema_section_field_for_field():
-    """A baseline's registry entry names its settings class; the class has one documented field per key of its
-    section ``train.baselines.<name>`` (same names), besides the keys that only plan (``planned``); a nested section
+    """A baseline's registry entry names its settings class; the class has one field per key of its
+    section ``train.baselines.<name>`` (same names; the schema describes each), besides the keys that only plan
+    (``planned``); a nested section
     (OPD's ``teacher``, ``verl``) is a dataclass of its keys the same way. A baseline without a class (Base) has no
     key besides the planned ones."""
     from pipeline_lib.core.baselines import BaselineSettings, declared
@@ -226,10 +227,10 @@ def test_each_baselines_settings_class_is_its_schema_section_field_for_field():
         assert declared(m.section) is m.settings, m.name  # what the plan's spec builders find by the name
         assert set(m.settings.planned) <= set(props), m.name
         assert [f.name for f in fields(m.settings)] == [k for k in props if k not in m.settings.planned], m.name
-        for cls in (m.settings, *getattr(m.settings, "nested", {}).values()):
-            assert set(_field_docstrings(cls)) == {f.name for f in fields(cls)}, cls.__name__
+        assert all(props[f.name].get("description") for f in fields(m.settings)), m.name  # described once, there
         for name, nested in getattr(m.settings, "nested", {}).items():
             assert [f.name for f in fields(nested)] == list(props[name]["properties"]), (m.name, name)
+            assert all(sub.get("description") for sub in props[name]["properties"].values()), (m.name, name)
 
 
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
@@ -279,15 +280,15 @@ def test_a_registered_baselines_settings_class_is_declared_built_and_read_back_f
     section as that class, a spec's JSON names it and reads back the same type; ``unregister`` forgets it."""
     from pipeline_lib.core.baselines import declared
     from pipeline_lib.plan.registry import Entry, baseline, register, unregister
-    from pipeline_lib.plan.settings import baseline_settings, local_dpo_spec
+    from pipeline_lib.plan.settings import baseline_settings, dpo_spec
 
-    entry = Entry("train_local", "pipeline_lib.jobs.engines.local.dpo", lambda c, spec: None, local_dpo_spec)
+    entry = Entry("train_local", "pipeline_lib.jobs.engines.local.dpo", lambda c, spec: None, dpo_spec)
     register(baseline("toy_baseline", "Toy", entry, entry, ToySettings))
     try:
         assert declared("toy_baseline") is ToySettings
         config = {"train": {"baselines": {"toy_baseline": {"tasks": ["gsm8k"], "depth": 3}}}}
         assert baseline_settings(config, "toy_baseline") == ToySettings(depth=3)  # tasks only plans
-        spec = local_dpo_spec(config, "gsm8k", "toy_baseline")
+        spec = dpo_spec(config, "gsm8k", "toy_baseline", "local")
         assert spec.to_dict()["baseline"] == {"type": f"{__name__}:ToySettings", "settings": {"depth": 3}}
         again = RunSpec.from_json(spec.to_json())
         assert again == spec and type(again.baseline) is ToySettings

@@ -6,7 +6,7 @@
 # (common.smk); cross and calibration get each file's run from the plan (a runs file), never from its path.
 
 from pipeline_lib.core.cli import with_files
-from pipeline_lib.plan.targets import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
+from pipeline_lib.plan.judges import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
 
 if PLAN.requests.get("judge"):
     validate_judges(config)

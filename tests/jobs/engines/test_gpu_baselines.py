@@ -16,7 +16,7 @@ from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_
 from pipeline_lib.jobs.engines.trl import dpo as trl_dpo
 from pipeline_lib.jobs.engines.verl.rationalization import annotate, annotation_settings, rationalization_paths
 from pipeline_lib.jobs.eval.backends import open_backend
-from pipeline_lib.plan.settings import annotation_spec, trl_dpo_spec, verl_sft_spec
+from pipeline_lib.plan.settings import annotation_spec, dpo_spec, sft_spec
 from tests.conftest import params
 from tests.jobs.engines.conftest import paper_config
 
@@ -42,7 +42,8 @@ def regenerate(model_dir, generation, prompts, seed, greedy=False):
 
 def test_trl_iterative_dpo_pairs_expert_over_samples_raises_the_margin_picks_the_best_round_and_resumes(
         tiny, tmp_path, monkeypatch):
-    spec = trl_dpo.dpo_settings(trl_dpo_spec({"train": {"baselines": {"iterative_dpo": DPO}}, "eval": EVAL}, "gsm8k"))
+    config = {"train": {"baselines": {"iterative_dpo": DPO}}, "eval": EVAL}
+    spec = trl_dpo.dpo_settings(dpo_spec(config, "gsm8k", "iterative_dpo", "verl"))
     assert "tasks" not in spec and spec["generation"]["batch_size"] == 8 and spec["generation"]["backend"] == "hf"
     data, demos, init = tiny / "data/rl_train.parquet", tiny / "data/sft_train.parquet", tiny / "init"
     straight = tmp_path / "straight"
@@ -147,7 +148,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
     assert all(extra["rationalized"] for extra in annotated["extra_info"])
 
     # the verl SFT run on it: the task's SFT settings, the annotated parquet, checked against verl's config
-    sft = verl_sft_spec(config, "gsm8k", "rationalization")
+    sft = sft_spec(config, "gsm8k", "rationalization", "verl")
     paths = rationalization_paths("gsm8k", 0, tmp_path)
     overrides = sft_overrides(sft, paths, 0)
     composed = validate_sft(overrides, label="gsm8k/rationalization/seed0")
@@ -156,7 +157,7 @@ def test_gpu_rationalization_annotates_in_the_sft_schema_and_its_verl_sft_run_va
     assert composed.model.path == config["train"]["verl"]["model"]
     assert "rationalization" in composed.trainer.experiment_name
     # = the task's SFT run, under the baseline's name (its DONE.json says kind "rationalization")
-    assert replace(sft, method="sft") == verl_sft_spec(config, "gsm8k")
+    assert replace(sft, method="sft") == sft_spec(config, "gsm8k", "sft", "verl")
     planned = {label: (kind, o) for label, kind, o in planned_runs(config, tmp_path)}
     for task in ("gsm8k", "countdown", "deepmath"):
         kind, planned_overrides = planned[f"{task}/rationalization/seed0"]

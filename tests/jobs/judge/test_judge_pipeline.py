@@ -475,7 +475,8 @@ def test_judge_targets_and_parse_time_validation():
     import yaml
 
     from pipeline_lib.core.config import validate_config
-    from pipeline_lib.plan.targets import judge_spec, stage_targets, validate_judges
+    from pipeline_lib.plan.judges import judge_spec, validate_judges
+    from pipeline_lib.plan.targets import stage_targets
 
     schema = REPO / "workflow/schemas/config.schema.yaml"
     tiny = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), schema)

@@ -201,7 +201,7 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
         own["verl"] = {**(own.get("verl") or {}), "gpus_per_node": 1, "tensor_parallel_size": 1}
         knobs = config["train"]["task_settings"][task].setdefault("rl", {}).setdefault("verl", {})
         knobs["gpus_per_node"] = engine_settings(config, task, "rl", "verl")["gpus_per_node"] + 1
-    spec = METHODS[method].engines["verl"].spec(config, task, method)
+    spec = METHODS[method].engines["verl"].spec(config, task, method, "verl")
     cpu_settings = cpu_overrides(trainer, (spec.rl or spec.sft).knobs.gpus_per_node, dict(env_vars or {}))
     return replace(spec, extra_overrides=(*spec.extra_overrides, *cpu_settings))
 

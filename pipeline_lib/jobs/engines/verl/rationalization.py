@@ -9,7 +9,7 @@ hint and samples one response through the evaluation generation backends
 assembly are the local engine's (:mod:`pipeline_lib.jobs.engines.local.rationalization`), so both engines
 build the same (question, rationale, expert answer) demonstrations. The parquet is in the SFT schema;
 rule ``train_verl_rationalization`` then runs ``python -m pipeline_lib.jobs.engines.verl.train sft`` on it
-with the task's SFT settings (``pipeline_lib.plan.settings.verl_sft_spec``), so Rationalization and SFT differ only
+with the task's SFT settings (``pipeline_lib.plan.settings.sft_spec``), so Rationalization and SFT differ only
 in the demonstrations.
 """
 

@@ -370,13 +370,13 @@ def differing(a, b):
 
 def test_paired_methods_share_every_setting_but_the_advantage():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.settings import engine_settings, local_rl_baseline_spec, local_rl_spec
+    from pipeline_lib.plan.settings import engine_settings, group_rl_spec, rl_baseline_spec
 
     config = validated()
     task = "countdown_tiny"
     for grpo, softmax in (("grpo_exact", "softmax_exact"), ("grpo_sim", "softmax_sim")):
-        assert differing(local_rl_spec(config, task, grpo).to_dict(),
-                         local_rl_spec(config, task, softmax).to_dict()) == {"method", "estimator"}
+        assert differing(group_rl_spec(config, task, grpo, "local").to_dict(),
+                         group_rl_spec(config, task, softmax, "local").to_dict()) == {"method", "estimator"}
     # an ablation cell is SoftmaxGRPO-Exact with another tau / M / step count, nothing else
     plan = plan_runs(config)
     cell, main = (plan.get("train_local", f"{task}/{name}/seed0").spec for name in ("softmax_tau1_m4", "softmax_exact"))
@@ -385,13 +385,13 @@ def test_paired_methods_share_every_setting_but_the_advantage():
     # the RL-style baselines keep every shared RL setting
     shared = engine_settings(config, task, "rl", "local")
     for method in ("rl_logit", "raro", "opd"):
-        assert local_rl_baseline_spec(config, task, method).rl.flat() == shared, method
+        assert rl_baseline_spec(config, task, method, "local").rl.flat() == shared, method
     # the paper's configuration pairs its methods the same way
     paper = validated()
     paper["train"]["methods"] = {"a": {"advantage": "grpo", "reward": "verifier"},
                                  "b": {"advantage": "softmax", "tau": 0.3, "reward": "verifier"}}
-    assert differing(local_rl_spec(paper, task, "a").to_dict(),
-                     local_rl_spec(paper, task, "b").to_dict()) == {"method", "estimator"}
+    assert differing(group_rl_spec(paper, task, "a", "local").to_dict(),
+                     group_rl_spec(paper, task, "b", "local").to_dict()) == {"method", "estimator"}
 
 
 def test_baseline_and_ablation_targets_and_names():
@@ -413,7 +413,7 @@ def test_baseline_and_ablation_targets_and_names():
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.targets import runs_of, table1_eval_targets, table1_tasks
+    from pipeline_lib.plan.targets import runs_of, table1_evaluations, table1_tasks
     from tests.jobs.engines.conftest import paper_config
 
     config = paper_config()
@@ -425,8 +425,8 @@ def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_ve
     assert tasks_of == {"base": everything, "opd": everything, "raro": ["countdown", "deepmath"],
                         "rl_logit": verifiable, "iterative_dpo": verifiable, "rationalization": verifiable}
     assert sorted(table1_tasks(config)) == verifiable
-    assert {p.split("/")[2] for p in table1_eval_targets(config, plan)} == set(verifiable)
-    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_eval_targets(config, plan)
+    assert {p.split("/")[2] for p in table1_evaluations(config, plan)} == set(verifiable)
+    assert "results/eval/gsm8k/opd/seed0/metrics.json" in table1_evaluations(config, plan)
     # where it runs is not part of the run's spec
     assert "tasks" not in plan.get("train_trl", "gsm8k/iterative_dpo/seed0").spec.baseline.to_dict()
     # the paper's critic writes its verdict; only the tiny default constrains it

@@ -13,7 +13,7 @@ from pipeline_lib.core.baselines import BaselineSettings
 from pipeline_lib.core.config import load_config_file, validate_config
 from pipeline_lib.jobs.engines.local.rl import GroupRLMethod, StepContext, train_rl
 from pipeline_lib.plan.registry import Entry, baseline, method, register, unregister
-from pipeline_lib.plan.settings import local_rl_baseline_spec
+from pipeline_lib.plan.settings import rl_baseline_spec
 from tests.conftest import REPO, params
 
 
@@ -38,14 +38,14 @@ class TargetLength(GroupRLMethod):
 
 
 def test_a_new_baseline_is_its_module_and_one_registry_line_and_trains_two_local_steps(tiny, tmp_path):
-    local = Entry("train_local", __name__, lambda context, spec: None, local_rl_baseline_spec)
+    local = Entry("train_local", __name__, lambda context, spec: None, rl_baseline_spec)
     register(baseline("target_length", "Target length", local, local, TargetLengthSettings))  # the one line
     try:
         config = load_config_file(REPO / "config/config.yaml")
         validate_config(config, REPO / "workflow/schemas/config.schema.yaml")
         config["train"]["rl"]["steps"] = 2
         config["train"]["baselines"]["target_length"] = {"tasks": ["countdown_tiny"], "target_characters": 12}
-        spec = method("target_length").engines["local"].spec(config, "countdown_tiny", "target_length")
+        spec = method("target_length").engines["local"].spec(config, "countdown_tiny", "target_length", "local")
         assert spec.baseline == TargetLengthSettings(target_characters=12) and spec.rl.steps == 2
         assert spec.estimator.name == "grpo"  # an RL-style baseline without an `advantage` key: GRPO's
 

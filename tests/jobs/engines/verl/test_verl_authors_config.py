@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.plan import trained_methods
-from pipeline_lib.plan.settings import verl_rl_spec
+from pipeline_lib.plan.settings import group_rl_spec
 from tests.jobs.engines.conftest import paper_config
 
 REPO = Path(__file__).resolve().parents[4]
@@ -79,7 +79,7 @@ def _ours(task: str) -> tuple[str, list[str]]:
     config = paper_config()
     method = "softmax_exact" if "softmax_exact" in trained_methods(config, task) else "softmax_sim"
     paths = TrainPaths("RUN", "DATA/train.parquet", "DATA/val.parquet", "SFT_MODEL")
-    return method, rl_overrides(verl_rl_spec(config, task, method), paths, 0)
+    return method, rl_overrides(group_rl_spec(config, task, method, "verl"), paths, 0)
 
 
 def _as_dict(overrides: list[str]) -> dict:

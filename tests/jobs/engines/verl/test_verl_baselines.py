@@ -17,7 +17,7 @@ from pipeline_lib.jobs.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLo
 from pipeline_lib.jobs.engines.verl.translate import rl_overrides, verl_baseline
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
 from pipeline_lib.plan import METHODS
-from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
+from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
 from tests.conftest import MODEL
 from tests.jobs.engines.verl.conftest import PATHS, paper_baselines
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -155,7 +155,7 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
     for label, overrides in runs.items():
         task, method, _ = label.split("/")
         verl_config = validate_rl(overrides, label=label)
-        grpo_spec = verl_rl_spec(config, task, "grpo_sim")
+        grpo_spec = group_rl_spec(config, task, "grpo_sim", "verl")
         grpo = validate_rl(rl_overrides(grpo_spec, PATHS, 0))
         for key in ("actor_rollout_ref.rollout.n", "data.train_batch_size", "trainer.total_training_steps",
                     "actor_rollout_ref.actor.ppo_mini_batch_size", "data.max_response_length", "trainer.nnodes",
@@ -175,12 +175,12 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
             assert distillation.nnodes == verl_config.trainer.nnodes == grpo.trainer.nnodes
             assert not verl_config.actor_rollout_ref.actor.use_kl_loss  # verl drops it with the policy loss
             assert agent.default_agent_loop == "single_turn_agent"
-            assert baseline_rl_spec(config, task, "opd").resources == grpo_spec.resources
+            assert rl_baseline_spec(config, task, "opd", "verl").resources == grpo_spec.resources
         else:
             assert not distillation.enabled
             assert agent.default_agent_loop == "rl_logit_logprob"
             assert agent.agent_loop_config_path == str(AGENT_LOOP_CONFIG)
-            assert baseline_rl_spec(config, task, "rl_logit").resources == grpo_spec.resources
+            assert rl_baseline_spec(config, task, "rl_logit", "verl").resources == grpo_spec.resources
     config["train"]["baselines"]["rl_logit"]["variant"] = "neg_perplexity"
     assert all(OmegaConf.select(validate_rl(o), "actor_rollout_ref.rollout.agent.default_agent_loop")
                == "rl_logit_neg_perplexity" for label, o in baseline_runs(config).items() if "rl_logit" in label)
@@ -211,29 +211,29 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
     config = paper_baselines()
     config["train"]["baselines"]["opd"]["teacher"]["hub"] = None
     with pytest.raises(ValueError, match=r"train.baselines.opd.teacher.hub must name the teacher.*'gsm8k'"):
-        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+        rl_overrides(rl_baseline_spec(config, "gsm8k", "opd", "verl"), PATHS, 0)
     config = paper_baselines()
     config["train"]["baselines"]["opd"]["verl"]["tensor_parallel_size"] = 3
     with pytest.raises(ValueError, match=r"tensor_parallel_size \(3\) must divide train.baselines.opd.verl.gpus_per"):
-        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+        rl_overrides(rl_baseline_spec(config, "gsm8k", "opd", "verl"), PATHS, 0)
     config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 2, "tensor_parallel_size": 1}
     with pytest.raises(ValueError, match=r"gpus_per_node = 2 leaves the student 6 GPUs.*do not split the 512"):
-        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+        rl_overrides(rl_baseline_spec(config, "gsm8k", "opd", "verl"), PATHS, 0)
     config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 8}
     with pytest.raises(ValueError, match=r"leaves no GPU"):
-        rl_overrides(baseline_rl_spec(config, "gsm8k", "opd"), PATHS, 0)
+        rl_overrides(rl_baseline_spec(config, "gsm8k", "opd", "verl"), PATHS, 0)
     config["train"]["baselines"]["opd"]["verl"] |= {"gpus_per_node": 4, "tensor_parallel_size": 2}
-    verl_config = validate_rl(rl_overrides(baseline_rl_spec(config, "deepmath", "opd"), PATHS, 0))
+    verl_config = validate_rl(rl_overrides(rl_baseline_spec(config, "deepmath", "opd", "verl"), PATHS, 0))
     assert (verl_config.distillation.nnodes, verl_config.distillation.n_gpus_per_node) == (2, 4)
     assert (verl_config.trainer.nnodes, verl_config.trainer.n_gpus_per_node) == (2, 4)
-    assert baseline_rl_spec(config, "deepmath", "opd").resources == {"nodes": 2, "gres": "gpu:8"}
+    assert rl_baseline_spec(config, "deepmath", "opd", "verl").resources == {"nodes": 2, "gres": "gpu:8"}
 
 
 @pytest.mark.parametrize("method", ["opd", "rl_logit"])
 def test_the_train_entry_point_dry_runs_a_verl_baseline(tmp_path, capsys, method):
     from pipeline_lib.jobs.engines.verl.train import main
 
-    spec = baseline_rl_spec(paper_baselines(), "countdown", method).to_json()
+    spec = rl_baseline_spec(paper_baselines(), "countdown", method, "verl").to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out

@@ -26,7 +26,7 @@ from pipeline_lib.jobs.engines.verl.validate import (
     validate_rl,
 )
 from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, Estimator, RunSpec, plan_runs
-from pipeline_lib.plan.settings import verl_rl_spec
+from pipeline_lib.plan.settings import group_rl_spec
 from pipeline_lib.plan.targets import runs_of
 from tests.conftest import REPO, rollout_batch, snakemake
 from tests.jobs.engines.conftest import paper_config
@@ -236,7 +236,7 @@ def test_paper_settings_reach_verls_config(task, method, expected):
 
     config = paper_config()
     paths = TrainPaths(f"/r/{task}/{method}", "/d/train.parquet", "/d/test.parquet", "/r/sft/final")
-    spec = verl_rl_spec(config, task, method)
+    spec = group_rl_spec(config, task, method, "verl")
     verl_config = validate_rl(rl_overrides(spec, paths, seed=0))
     shared = {"actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
               "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.actor.kl_loss_coef": 0.001,
@@ -341,7 +341,7 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     from pipeline_lib.jobs.engines.verl.train import main
 
     config = paper_config()
-    spec = verl_rl_spec(config, "deepmath", "softmax_exact").to_json()
+    spec = group_rl_spec(config, "deepmath", "softmax_exact", "verl").to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out
@@ -397,7 +397,7 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     trainer._shutdown_dump_executor()
     assert "uid" not in json.loads((run_dir / "rollout_dump/1.jsonl").read_text().splitlines()[0])
 
-    paper = verl_rl_spec(paper_config(), "gsm8k", "grpo_exact")
+    paper = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
     spec = replace(paper, task="countdown_tiny", rl=replace(paper.rl, group_size=group_size))
     path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
     records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -24,13 +24,13 @@ def test_each_run_names_the_trainer_its_agent_loops_were_written_for():
 
     from pipeline_lib.jobs.engines.verl.raro_loop import RaroAgentLoopManager
     from pipeline_lib.jobs.engines.verl.translate import rl_overrides
-    from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
+    from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
 
     config = paper_baselines(methods=("opd", "rl_logit", "raro"))
     for task, method in (("countdown", "raro"), ("gsm8k", "rl_logit"), ("gsm8k", "opd")):
-        verl_config = validate_rl(rl_overrides(baseline_rl_spec(config, task, method), PATHS, 0))
+        verl_config = validate_rl(rl_overrides(rl_baseline_spec(config, task, method, "verl"), PATHS, 0))
         assert verl_config.trainer.use_v1 is (method == "opd"), method
-    plain = validate_rl(rl_overrides(verl_rl_spec(config, "gsm8k", "softmax_exact"), PATHS, 0))
+    plain = validate_rl(rl_overrides(group_rl_spec(config, "gsm8k", "softmax_exact", "verl"), PATHS, 0))
     assert plain.trainer.use_v1 is True
     # the reason for the pin: RARO's manager is the legacy kind, which the v1 task runner cannot drive
     assert issubclass(RaroAgentLoopManager, AgentLoopManager) and not issubclass(RaroAgentLoopManager,

@@ -22,7 +22,7 @@ from pipeline_lib.jobs.engines.verl.estimators import group_index
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import validate_rl
 from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, Estimator
-from pipeline_lib.plan.settings import verl_rl_spec
+from pipeline_lib.plan.settings import group_rl_spec
 from tests.conftest import rollout_batch
 from tests.jobs.engines.conftest import paper_config
 
@@ -34,7 +34,7 @@ SHARED_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"
 
 def verl_run_config(method: str, aggregation: str):
     """The composed verl config of a paper GSM8K run with this estimator and aggregation, as the trainer gets it."""
-    base = verl_rl_spec(paper_config(), "gsm8k", "grpo_exact")
+    base = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
     spec = replace(base, estimator=Estimator(method, dict(PARAMS.get(method, {}))),
                    rl=replace(base.rl, aggregation=aggregation))
     paths = TrainPaths("/r/run", "/r/train.parquet", "/r/test.parquet", "/r/sft/final")

@@ -31,7 +31,7 @@ from pipeline_lib.jobs.engines.verl.raro_loop import (
 )
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
-from pipeline_lib.plan.settings import baseline_rl_spec, engine_settings
+from pipeline_lib.plan.settings import engine_settings, rl_baseline_spec
 from tests.conftest import MODEL
 from tests.jobs.engines.conftest import paper_config
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -274,7 +274,7 @@ def test_verls_agent_loop_manager_runs_mixed_raro_batches_through_the_buffer_act
 
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0)
     save_model_atomic(model, tokenizer, tmp_path / "init")
-    paper = baseline_rl_spec(paper_config(), "countdown", "raro")
+    paper = rl_baseline_spec(paper_config(), "countdown", "raro", "verl")
     spec = replace(paper, rl=RLSettings.from_flat({**paper.settings, "prompts_per_step": 4, "mini_batch_per_device": 2,
                                                    "gpus_per_node": 1, "nodes": 1, "group_size": 3,
                                                    "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 3},
@@ -401,7 +401,7 @@ def test_every_paper_raro_run_translates_and_passes_verls_validation():
 
 def test_a_broken_raro_setting_fails_validation_naming_the_run(tmp_path):
     config = paper_config()
-    spec = baseline_rl_spec(config, "countdown", "raro")
+    spec = rl_baseline_spec(config, "countdown", "raro", "verl")
     paths = TrainPaths(tmp_path / "run", tmp_path / "rl_train.parquet", tmp_path / "rl_test.parquet", tmp_path / "sft")
     overrides = rl_overrides(spec, paths, seed=0)
     assert raro_replay_dir(tmp_path / "run").name == "raro_replay"

@@ -21,7 +21,7 @@ from pipeline_lib.jobs.engines.local.expert import split_reasoning
 from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
-from pipeline_lib.plan.settings import baseline_rl_spec, verl_rl_spec
+from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
 from tests.conftest import MODEL
 from tests.jobs.engines.conftest import paper_config
 from tests.jobs.engines.verl.conftest import PATHS, paper_baselines
@@ -33,7 +33,7 @@ TQ_MANAGER = "verl.trainer.ppo.v1.AgentLoopManagerTQ"
 
 @pytest.fixture(scope="module")
 def softmax_run():
-    return rl_overrides(verl_rl_spec(paper_baselines(), "gsm8k", "softmax_exact"), PATHS, 0)
+    return rl_overrides(group_rl_spec(paper_baselines(), "gsm8k", "softmax_exact", "verl"), PATHS, 0)
 
 
 @pytest.mark.parametrize("extra,message", [
@@ -59,7 +59,7 @@ def test_validation_runs_the_start_up_of_the_trainer_the_run_uses(softmax_run, e
 
 def test_raro_on_the_v1_trainer_fails_validation():
     """Dropping RARO's legacy pin would hand its DataProto manager a TensorDict at step 1; validation says so."""
-    overrides = rl_overrides(baseline_rl_spec(paper_baselines(("raro",)), "countdown", "raro"), PATHS, 0)
+    overrides = rl_overrides(rl_baseline_spec(paper_baselines(("raro",)), "countdown", "raro", "verl"), PATHS, 0)
     assert trainer_path(validate_rl(overrides)) == "legacy"
     with pytest.raises(VerlOverrideError, match=r"(?s)v1 trainer.*RaroAgentLoopManager.*AgentLoopManagerTQ"):
         validate_rl([*overrides, "trainer.use_v1=true"])
@@ -80,7 +80,7 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0).eval()
     save_model_atomic(model, tokenizer, tmp_path / "init")
-    paper = baseline_rl_spec(paper_config(), "countdown", "rl_logit")
+    paper = rl_baseline_spec(paper_config(), "countdown", "rl_logit", "verl")
     spec = replace(paper, rl=RLSettings.from_flat({**paper.settings, "prompts_per_step": 2, "mini_batch_per_device": 2,
                                                    "gpus_per_node": 1, "nodes": 1, "group_size": 2,
                                                    "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 2},
