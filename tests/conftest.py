@@ -283,11 +283,11 @@ CLASSIFY_SPEC = {
 CLASSIFY_PARAMS = {"tau": 0.2}
 
 
-def classify_spec(objective: str, rollouts: int, **changes):
+def classify_spec(objective: str, group_size: int, **changes):
     """The typed settings of one run of those tests (``changes``: run keys replaced, e.g. ``lr=0.05``)."""
     from pipeline_lib.core.run_spec import ImageNetSettings
 
-    return ImageNetSettings.from_dict({**CLASSIFY_SPEC, **changes, "objective": objective, "rollouts": rollouts})
+    return ImageNetSettings.from_dict({**CLASSIFY_SPEC, **changes, "objective": objective, "group_size": group_size})
 
 
 def final_parameters(run_dir):

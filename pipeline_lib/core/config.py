@@ -472,11 +472,12 @@ def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: 
     return problems + _named_problems(config, base_dir)
 
 
-#: Settings renamed to one name on both engines (issue 37: the paper's terms): old key -> new key, where the new key
-#: is allowed. A config still using an old name is told its new one.
+#: Settings renamed to one name on both engines (issue 37: the paper's terms) and M to one name in every study
+#: (``imagenet.rollouts``, as ``train.ablation.group_sizes``): old key -> new key, where the new key is allowed. A
+#: config still using an old name is told its new one.
 RENAMED_KEYS = {"kl_coef": "beta", "kl_loss_type": "kl_estimator", "loss_agg_mode": "aggregation",
                 "batch_size": "prompts_per_step", "save_freq": "checkpoint_every",
-                "max_new_tokens": "max_response_tokens"}
+                "max_new_tokens": "max_response_tokens", "rollouts": "group_sizes"}
 
 
 #: Sections moved to one block per concern for both engines (issue 37): old dotted key -> where it lives now.

@@ -299,14 +299,14 @@ class ImageNetModel:
 
 
 #: The :class:`ImageNetSettings` fields that name the run, not a key of the ``imagenet`` section's run settings.
-IMAGENET_RUN_FIELDS = ("objective", "rollouts")
+IMAGENET_RUN_FIELDS = ("objective", "group_size")
 
 
 @dataclass(frozen=True)
 class ImageNetSettings:
     """An ImageNet objective-study run's settings: the ``imagenet`` section's keys that one run reads, one field each
     with the section's name (the keys that choose which runs exist and the estimator's parameters, ``tau``, are not
-    here: tau is the spec's :attr:`RunSpec.estimator`), plus the run's ``objective`` and ``rollouts`` (M)."""
+    here: tau is the spec's :attr:`RunSpec.estimator`), plus the run's ``objective`` and ``group_size`` (M)."""
 
     dataset: ImageNetDataset
     """Where the images come from."""
@@ -336,8 +336,8 @@ class ImageNetSettings:
     """DataLoader worker processes."""
     objective: str
     """The run's objective: ``ml`` (cross-entropy) or an advantage estimator (``reinforce``, ``grpo``, ``softmax``)."""
-    rollouts: int
-    """M, labels sampled per image (0 for ``ml``)."""
+    group_size: int
+    """M, labels sampled per image: the group size (0 for ``ml``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.pass_k, tuple):
@@ -345,7 +345,7 @@ class ImageNetSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "run spec imagenet") -> ImageNetSettings:
-        """Read the flat mapping (the section's run keys with ``objective`` and ``rollouts``, or the JSON form); a
+        """Read the flat mapping (the section's run keys with ``objective`` and ``group_size``, or the JSON form); a
         key missing or unknown, here or in ``dataset`` / ``model``, is an error naming it."""
         nested = {"dataset": ImageNetDataset, "model": ImageNetModel}
         values = exact_fields(cls, data, where, error=PlanError)
@@ -360,7 +360,7 @@ class ImageNetSettings:
         return data
 
     def run_settings(self) -> dict[str, Any]:
-        """The section's run keys without ``objective`` and ``rollouts``: what the trainer's resume digest has always
+        """The section's run keys without ``objective`` and ``group_size``: what the trainer's resume digest has always
         hashed beside them (an unchanged run keeps its digest and reruns nothing)."""
         return {k: v for k, v in self.to_dict().items() if k not in IMAGENET_RUN_FIELDS}
 
@@ -387,7 +387,7 @@ class RunSpec:
     task's ``sft`` row."""
     imagenet: ImageNetSettings | None = None
     """An ImageNet classifier run's settings (:class:`ImageNetSettings`: the ``imagenet`` section without its sweep
-    keys and its estimator's parameters, plus this run's ``objective`` and ``rollouts`` (M))."""
+    keys and its estimator's parameters, plus this run's ``objective`` and ``group_size`` (M))."""
     estimator: Estimator | None = None
     """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
     reward: str | None = None

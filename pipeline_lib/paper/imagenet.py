@@ -1,9 +1,9 @@
 """The objective-study figure and table, split into ``collect`` (numbers) and ``render`` (plots).
 
-``collect`` reads every run's ``metrics.jsonl`` into one curves CSV and a final-values CSV;
-``render`` draws validation pass@1 and top-1 against step, one column of panels per M with
-the four objectives in each (ML has no rollouts and is drawn in every panel), and writes
-the table of final values as mean +- std over seeds.
+``collect`` reads every run's ``metrics.jsonl`` into one curves CSV and a final-values CSV (M, the group size, is
+their ``group_size`` column, from each run's ``DONE.json``); ``render`` draws validation pass@1 and top-1 against
+step, one column of panels per M with the four objectives in each (ML has no rollouts and is drawn in every panel),
+and writes the table of final values as mean +- std over seeds.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ STYLES = {"ml": ("black", "-"), "reinforce": ("0.5", ":"), "grpo": ("tab:red", "
 
 def run_identity(done_path: Path) -> dict[str, object]:
     done = json.loads(done_path.read_text())
-    return {"objective": done["objective"], "rollouts": int(done["rollouts"]), "seed": int(done["seed"])}
+    return {"objective": done["objective"], "group_size": int(done["group_size"]), "seed": int(done["seed"])}
 
 
 def collect(done_paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -38,8 +38,8 @@ def collect(done_paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
         frames.append(metrics.assign(**run_identity(done)))
     curves = pd.concat(frames, ignore_index=True)
     value_columns = [c for c in curves.columns if c.startswith("val_")]
-    final = curves.loc[curves.groupby(["objective", "rollouts", "seed"])["step"].idxmax()]
-    summary = final.groupby(["objective", "rollouts"])[value_columns].agg(["mean", "std", "count"])
+    final = curves.loc[curves.groupby(["objective", "group_size", "seed"])["step"].idxmax()]
+    summary = final.groupby(["objective", "group_size"])[value_columns].agg(["mean", "std", "count"])
     summary.columns = [f"{a}_{b}" for a, b in summary.columns]
     return curves, summary.reset_index()
 
@@ -54,21 +54,21 @@ def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pd
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted(int(m) for m in curves.loc[curves["objective"] != "ml", "rollouts"].unique())
+    panels = sorted(int(m) for m in curves.loc[curves["objective"] != "ml", "group_size"].unique())
     fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6), sharex=True, squeeze=False)
-    for column, rollouts in enumerate(panels):
+    for column, group_size in enumerate(panels):
         for row, metric in enumerate(("val_pass@1", "val_top1")):
             ax = axes[row][column]
             for objective in ("ml", "reinforce", "grpo", "softmax"):
                 rows = curves[(curves["objective"] == objective)
-                              & ((curves["rollouts"] == rollouts) | (objective == "ml"))]
+                              & ((curves["group_size"] == group_size) | (objective == "ml"))]
                 if rows.empty:
                     continue
                 stats = rows.groupby("step")[metric].agg(["mean", "min", "max"]).reset_index()
                 color, dash = STYLES[objective]
                 ax.plot(stats["step"], stats["mean"], color=color, linestyle=dash, label=LABELS[objective])
                 ax.fill_between(stats["step"], stats["min"], stats["max"], color=color, alpha=0.15, linewidth=0)
-            ax.set_title(f"M = {rollouts}" if row == 0 else "")
+            ax.set_title(f"M = {group_size}" if row == 0 else "")
             ax.set_xlabel("step" if row == 1 else "")
             ax.set_ylabel(("validation pass@1 (exact)" if row == 0 else "validation top-1") if column == 0 else "")
             ax.set_ylim(0, 1)
@@ -82,12 +82,12 @@ def render(curves: pd.DataFrame, summary: pd.DataFrame, label: str, png: str, pd
         return f"{100 * mean:.1f} ± {100 * std:.1f} (n={count})" if count > 1 else f"{100 * mean:.1f} (n=1)"
 
     ordered = summary.assign(order=summary["objective"].map({"ml": 0, "reinforce": 1, "grpo": 2, "softmax": 3}))
-    ordered = ordered.sort_values(["order", "rollouts"])
+    ordered = ordered.sort_values(["order", "group_size"])
     pass_k = [c[:-5] for c in summary.columns if c.startswith("val_pass@") and c.endswith("_mean")]
     table = pd.DataFrame({
         "Objective": ordered["objective"].map(LABELS),
-        "M": ["-" if objective == "ml" else str(int(rollouts))
-              for objective, rollouts in zip(ordered["objective"], ordered["rollouts"], strict=True)],
+        "M": ["-" if objective == "ml" else str(int(group_size))
+              for objective, group_size in zip(ordered["objective"], ordered["group_size"], strict=True)],
         "Top-1 (%)": [cell(r, "val_top1") for _, r in ordered.iterrows()],
         **{f"{k[4:]} (%)": [cell(r, k) for _, r in ordered.iterrows()] for k in pass_k},
     })

@@ -210,7 +210,7 @@ class Run:
         params = estimator.params if estimator is not None else {k: settings[k] for k in ("tau",) if k in settings}
         out = {"advantage": estimator.name if estimator is not None else None,
                "params": " ".join(f"{k}={v}" for k, v in sorted(params.items())),
-               "M": settings.get("group_size", settings.get("rollouts")), "steps": settings.get("steps"),
+               "M": settings.get("group_size"), "steps": settings.get("steps"),
                "lr": settings.get("lr")}
         return {k: v for k, v in out.items() if v not in (None, "")}
 

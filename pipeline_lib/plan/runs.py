@@ -277,16 +277,16 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
     runs = []
     for objective in section["objectives"]:
         estimator = None if objective == ML_OBJECTIVE else _imagenet_estimator(objective, section)
-        for rollouts in [0] if estimator is None else section["rollouts"]:
+        for group_size in [0] if estimator is None else section["group_sizes"]:
             for seed in section["seeds"]:
-                name = f"{objective}/m{rollouts}"
+                name = f"{objective}/m{group_size}"
                 spec = RunSpec(method=objective, task="imagenet", engine="classify", estimator=estimator,
                                imagenet=ImageNetSettings.from_dict({**settings, "objective": objective,
-                                                                    "rollouts": rollouts}, "imagenet"))
+                                                                    "group_size": group_size}, "imagenet"))
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", _spec_json(spec),
-                                      "--objective", objective, "--rollouts", str(rollouts), "--seed", str(seed),
+                                      "--objective", objective, "--group-size", str(group_size), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
                                 spec=spec, study="imagenet",
                                 tracking=TrackingSettings.for_run(config, f"imagenet/{name}/seed{seed}")

@@ -32,7 +32,7 @@ __all__ = ["IMAGENET_SWEEP_KEYS", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", 
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
-IMAGENET_SWEEP_KEYS = ("enabled", "label", "objectives", "rollouts", "seeds", "one_job_per_seed")
+IMAGENET_SWEEP_KEYS = ("enabled", "label", "objectives", "group_sizes", "seeds", "one_job_per_seed")
 
 #: Datasets whose RL prompts carry no expert answer; their prompts with one are ``rl_sim_train`` (Countdown: the
 #: GOLD prompts, which have reference solutions).

@@ -141,3 +141,12 @@ def test_tiny_overlay_states_only_changes():
         except ConfigError:  # without it the config is invalid (a dataset without sources is built): it is needed
             continue
     assert not redundant, f"config/config.yaml sets keys to their schema default: {redundant}"
+
+
+def test_an_old_imagenet_rollouts_key_names_group_sizes():
+    """M is ``group_size`` in every study: a config still listing the ImageNet study's M values as
+    ``imagenet.rollouts`` is refused, told the key's new name (:data:`pipeline_lib.core.config.RENAMED_KEYS`)."""
+    overlay = load_config_file(REPO / "config/config.yaml")
+    overlay["imagenet"]["rollouts"] = overlay["imagenet"].pop("group_sizes")
+    with pytest.raises(ConfigError, match=r"unknown key 'imagenet\.rollouts' \(renamed: use 'group_sizes'"):
+        validate_config(overlay, SCHEMA, base_dir=REPO)

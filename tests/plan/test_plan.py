@@ -50,7 +50,7 @@ def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(
     the path could recover them); the target lists select by these fields."""
     config = load(name)
     if name == "config.yaml":
-        config["imagenet"] |= {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4], "seeds": [0],
+        config["imagenet"] |= {"enabled": True, "objectives": ["ml", "softmax"], "group_sizes": [4], "seeds": [0],
                                "lr": 0.1, "tau": 0.1}
     plan = plan_runs(config)
     by_output = {run.output: run for run in plan.runs}

@@ -254,7 +254,7 @@ def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_o
     assert all(run.spec.baseline is None for run in runs if run not in typed)
     imagenet = [run for run in runs if run.job == "train_imagenet"]
     assert imagenet and all(run.spec.imagenet.objective == run.method and
-                            run.name == f"{run.method}/m{run.spec.imagenet.rollouts}" for run in imagenet)
+                            run.name == f"{run.method}/m{run.spec.imagenet.group_size}" for run in imagenet)
 
 
 def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
@@ -304,7 +304,7 @@ def test_a_registered_baselines_settings_class_is_declared_built_and_read_back_f
 def test_the_imagenet_settings_class_is_the_sections_run_keys_field_for_field():
     """:class:`ImageNetSettings` has one documented field per key of the ``imagenet`` section that one run reads (same
     names, same order), besides the keys that choose which runs exist and the estimators' parameters (``tau``: the
-    spec's estimator), plus the run's ``objective`` and ``rollouts``; ``dataset`` and ``model`` are dataclasses of
+    spec's estimator), plus the run's ``objective`` and ``group_size`` (M); ``dataset`` and ``model`` are dataclasses of
     their sections' keys the same way."""
     from pipeline_lib.core.rl.estimators import schema_properties
     from pipeline_lib.core.run_spec import IMAGENET_RUN_FIELDS, ImageNetDataset, ImageNetModel, ImageNetSettings
@@ -323,8 +323,9 @@ def test_the_imagenet_settings_class_is_the_sections_run_keys_field_for_field():
 @pytest.mark.parametrize("name", ["config.yaml", "paper.yaml"])
 def test_imagenet_runs_carry_typed_settings_whose_json_and_digest_are_as_before(name):
     """Every ImageNet run carries :class:`ImageNetSettings`; its JSON is the flat mapping the spec carried before it
-    was typed (the section's run keys, ``objective``, ``rollouts``), so the plan's commands and the trainer's resume
-    digest (:meth:`ImageNetSettings.run_settings`) are unchanged, and it reads back equal and of the same types."""
+    was typed (the section's run keys, ``objective``, and M, now named ``group_size``), so the trainer's digest of
+    the run keys (:meth:`ImageNetSettings.run_settings`) is unchanged, and it reads back equal and of the same
+    types."""
     from pipeline_lib.core.rl.estimators import schema_properties
     from pipeline_lib.core.run_spec import ImageNetDataset, ImageNetModel, ImageNetSettings
     from pipeline_lib.plan.settings import imagenet_run_spec
@@ -338,7 +339,7 @@ def test_imagenet_runs_carry_typed_settings_whose_json_and_digest_are_as_before(
         assert type(settings) is ImageNetSettings
         assert (type(settings.dataset), type(settings.model)) == (ImageNetDataset, ImageNetModel)
         assert settings.run_settings() == before
-        assert run.spec.to_dict()["imagenet"] == {**before, "objective": run.method, "rollouts": settings.rollouts}
+        assert run.spec.to_dict()["imagenet"] == {**before, "objective": run.method, "group_size": settings.group_size}
         again = RunSpec.from_json(run.spec.to_json())
         assert again == run.spec and type(again.imagenet.dataset) is ImageNetDataset
 
@@ -347,7 +348,7 @@ def test_imagenet_settings_that_are_not_the_sections_are_refused():
     from pipeline_lib.core.run_spec import ImageNetSettings
     from tests.conftest import CLASSIFY_SPEC
 
-    flat = {**CLASSIFY_SPEC, "objective": "grpo", "rollouts": 4}
+    flat = {**CLASSIFY_SPEC, "objective": "grpo", "group_size": 4}
     assert ImageNetSettings.from_dict(flat).to_dict() == flat
     with pytest.raises(PlanError, match=r"imagenet: lacks \['lr'\] / has unknown \['tau'\]"):
         ImageNetSettings.from_dict({k: v for k, v in flat.items() if k != "lr"} | {"tau": 0.2}, "imagenet")

@@ -227,7 +227,7 @@ def test_empty_config_gets_every_default():
 
 def test_imagenet_study_runs_end_to_end(workflow_copy):
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["imagenet"] |= {"rollouts": [2, 8], "seeds": [0], "epochs": 1, "eval_every": 4,
+    config["imagenet"] |= {"group_sizes": [2, 8], "seeds": [0], "epochs": 1, "eval_every": 4,
                            "dataset": config["imagenet"]["dataset"] | {"n_train": 512, "n_val": 256}}
     config["theory"] = SMALL_THEORY
     (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))

@@ -1,7 +1,7 @@
 """Training objectives on a classifier, all RL ones through the shared advantage registry.
 
 ``ml`` is cross-entropy. For ``reinforce``, ``grpo`` and ``softmax`` each image is a
-prompt: M class labels are sampled with replacement from the model's own softmax
+prompt: M (``group_size``) class labels are sampled with replacement from the model's own softmax
 (the rollouts), reward = 1 if the label is the true class, advantages come from
 :func:`pipeline_lib.core.rl.advantages.group_advantages`, and the loss is
 ``-mean(log p(a) * A)`` over all rollouts. An RL objective is an estimator of the registry, run with the parameters
@@ -39,7 +39,7 @@ def objective_loss(
     objective: str,
     logits: torch.Tensor,
     labels: torch.Tensor,
-    rollouts: int,
+    group_size: int,
     params: Mapping[str, Any] | None = None,
     generator: torch.Generator | None = None,
 ) -> ObjectiveOutput:
@@ -49,14 +49,14 @@ def objective_loss(
         return ObjectiveOutput(F.cross_entropy(logits, labels), float("nan"), float("nan"))
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
-    if rollouts < 1:
-        raise ValueError(f"objective {objective!r} needs rollouts >= 1, got {rollouts}")
+    if group_size < 1:
+        raise ValueError(f"objective {objective!r} needs group_size (M) >= 1, got {group_size}")
     log_probs = F.log_softmax(logits, dim=-1)
     batch = logits.shape[0]
-    samples = torch.multinomial(log_probs.detach().exp(), rollouts, replacement=True, generator=generator)
+    samples = torch.multinomial(log_probs.detach().exp(), group_size, replacement=True, generator=generator)
     rewards = (samples == labels[:, None]).to(logits.dtype)
-    group_ids = torch.arange(batch, device=logits.device).repeat_interleave(rollouts)
-    advantages = group_advantages(objective, rewards.flatten(), group_ids, **dict(params or {})).view(batch, rollouts)
+    group_ids = torch.arange(batch, device=logits.device).repeat_interleave(group_size)
+    advantages = group_advantages(objective, rewards.flatten(), group_ids, **dict(params or {})).view(batch, group_size)
     chosen = log_probs.gather(1, samples)
     loss = -(chosen * advantages).mean()
     mixed = (rewards.amax(1) > rewards.amin(1)).to(logits.dtype).mean()

@@ -1,6 +1,6 @@
-"""Train one (objective, rollouts, seed) run of the objective study; resumable.
+"""Train one (objective, group_size, seed) run of the objective study; resumable.
 
-    python -m pipeline_lib.jobs.classify.train --spec JSON --objective softmax --rollouts 64 --seed 0 \
+    python -m pipeline_lib.jobs.classify.train --spec JSON --objective softmax --group-size 64 --seed 0 \
         --run-dir results/train/imagenet/softmax/m64/seed0
 
 Writes ``metrics.jsonl`` (one line per evaluation), ``checkpoint.pt`` every
@@ -84,6 +84,7 @@ def evaluate(model: nn.Module, data: SplitData, spec: ImageNetSettings, device: 
 
 
 def _rng_state(generator: torch.Generator) -> dict[str, Any]:
+    # "rollouts" names the label sampler's generator, not M (group_size); renaming it would break resuming checkpoints
     return rng_state() | {"rollouts": generator.get_state()}
 
 
@@ -94,16 +95,16 @@ def _restore_rng(state: dict[str, Any], generator: torch.Generator) -> None:
 
 def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = True,
           tracking: TrackingSettings | None = None, params: Mapping[str, Any] | None = None) -> Path:
-    """One run of ``spec.objective`` with ``spec.rollouts``; ``params``: the RL objective's estimator parameters (its
-    run spec's ``estimator.params``)."""
-    objective, rollouts = spec.objective, spec.rollouts
+    """One run of ``spec.objective`` with ``spec.group_size`` (M); ``params``: the RL objective's estimator parameters
+    (its run spec's ``estimator.params``)."""
+    objective, group_size = spec.objective, spec.group_size
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose from {OBJECTIVES}")
     params = dict(params or {})
     if objective != ML:
         check_params(objective, params)  # exactly its parameter dataclass's fields (softmax: tau), within bounds
-    # the same mapping as before the settings were typed: an unchanged run keeps its digest and resumes
-    run_config = {"spec": spec.run_settings(), "objective": objective, "rollouts": rollouts, "seed": seed,
+    # the run's settings, objective, M and seed (and estimator parameters): the digest its checkpoint and DONE record
+    run_config = {"spec": spec.run_settings(), "objective": objective, "group_size": group_size, "seed": seed,
                   **({"params": params} if params else {})}
     digest = config_digest(run_config)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -136,7 +137,7 @@ def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = Tru
         running = state["running"]
         log.info("resuming %s from step %d of %d", run_dir, step, total_steps)
     sampler = EpochSampler(len(data.train), seed)
-    bar = tqdm(total=total_steps, initial=step, desc=f"{objective} M={rollouts} seed={seed}", disable=not progress,
+    bar = tqdm(total=total_steps, initial=step, desc=f"{objective} M={group_size} seed={seed}", disable=not progress,
                file=sys.stderr)
     started = time.time()
     # cut back to the checkpoint, so a resumed log matches (a fresh start, which writes step 0, keeps nothing)
@@ -151,7 +152,7 @@ def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = Tru
                                 num_workers=spec.num_workers)
             for inputs, labels in loader:
                 inputs, labels = inputs.to(device), labels.to(device)
-                out = objective_loss(objective, model(inputs), labels, rollouts, params, generator)
+                out = objective_loss(objective, model(inputs), labels, group_size, params, generator)
                 optimizer.zero_grad(set_to_none=True)
                 out.loss.backward()
                 optimizer.step()
@@ -182,7 +183,7 @@ def train(spec: ImageNetSettings, seed: int, run_dir: Path, progress: bool = Tru
     with atomic_path(final) as tmp:
         torch.save(model.state_dict(), tmp)
     done = write_done(run_dir, step=step, total_steps=total_steps, config_sha256=digest,
-                      objective=objective, rollouts=rollouts, seed=seed, dataset=data.description)
+                      objective=objective, group_size=group_size, seed=seed, dataset=data.description)
     write_provenance([done, metrics_path, final], step="imagenet_train", params=run_config, config_sha256=digest,
                      seeds={"run": seed}, started_at=started)
     return done
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = entry_parser(__doc__, "pipeline_lib.jobs.classify.train")
     add_run_arguments(parser)
     parser.add_argument("--objective", required=True, choices=OBJECTIVES)
-    parser.add_argument("--rollouts", type=int, required=True, help="M sampled labels per image (ignored by ml)")
+    parser.add_argument("--group-size", type=int, required=True,
+                        help="M, labels sampled per image (the group size; ignored by ml)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = RunSpec.from_json(args.spec)
@@ -201,9 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = spec.imagenet
     if settings is None:
         raise SystemExit(f"the spec of {spec.task}/{spec.method} has no imagenet settings")
-    if (settings.objective, settings.rollouts) != (args.objective, args.rollouts):
-        raise SystemExit(f"--objective {args.objective} --rollouts {args.rollouts} but the spec's imagenet settings "
-                         f"say objective {settings.objective!r}, rollouts {settings.rollouts}")
+    if (settings.objective, settings.group_size) != (args.objective, args.group_size):
+        raise SystemExit(f"--objective {args.objective} --group-size {args.group_size} but the spec's imagenet "
+                         f"settings say objective {settings.objective!r}, group_size {settings.group_size}")
     train(settings, args.seed, args.run_dir, tracking=args.tracking,
           params=spec.estimator.params if spec.estimator else None)
     return 0

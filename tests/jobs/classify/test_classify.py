@@ -16,7 +16,7 @@ from pipeline_lib.jobs.classify import train as train_module
 from pipeline_lib.jobs.classify.objectives import closed_form_metrics, objective_loss
 from pipeline_lib.plan import Estimator, PlanError, plan_runs
 from pipeline_lib.plan.settings import imagenet_run_spec
-from tests.conftest import CLASSIFY_PARAMS, classify_spec, final_parameters
+from tests.conftest import CLASSIFY_PARAMS, CLASSIFY_SPEC, classify_spec, final_parameters
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -36,14 +36,14 @@ def small_problem():
     return model, inputs, labels
 
 
-def test_softmax_direction_approaches_ml_with_many_rollouts_at_low_tau():
+def test_softmax_direction_approaches_ml_with_a_large_group_size_at_low_tau():
     model, inputs, labels = small_problem()
     ml = flat_grad(model, objective_loss("ml", model(inputs), labels, 0).loss)
     gen = torch.Generator().manual_seed(1)
     cosines = {}
-    for rollouts in (4, 4096):
-        rl = flat_grad(model, objective_loss("softmax", model(inputs), labels, rollouts, {"tau": 0.01}, gen).loss)
-        cosines[rollouts] = F.cosine_similarity(ml, rl, dim=0).item()
+    for group_size in (4, 4096):
+        rl = flat_grad(model, objective_loss("softmax", model(inputs), labels, group_size, {"tau": 0.01}, gen).loss)
+        cosines[group_size] = F.cosine_similarity(ml, rl, dim=0).item()
     assert cosines[4096] > 0.97
     assert cosines[4096] > cosines[4]
 
@@ -70,11 +70,11 @@ def test_pass_at_k_closed_form_matches_monte_carlo():
     assert torch.allclose(closed["pass@1"], F.softmax(logits, -1)[torch.arange(64), labels])
 
 
-def test_unknown_objective_and_bad_rollouts():
+def test_unknown_objective_and_bad_group_size():
     model, inputs, labels = small_problem()
     with pytest.raises(ValueError, match="unknown objective"):
         objective_loss("ppo", model(inputs), labels, 4)
-    with pytest.raises(ValueError, match="rollouts"):
+    with pytest.raises(ValueError, match=r"needs group_size \(M\) >= 1, got 0"):
         objective_loss("grpo", model(inputs), labels, 0)
 
 
@@ -143,7 +143,7 @@ def _with_defaults(section: dict) -> dict:
 
 
 def test_run_targets_and_spec():
-    section = {"enabled": True, "objectives": ["ml", "softmax"], "rollouts": [4, 16], "seeds": [0, 1], "lr": 0.1,
+    section = {"enabled": True, "objectives": ["ml", "softmax"], "group_sizes": [4, 16], "seeds": [0, 1], "lr": 0.1,
                "tau": 0.1}
     runs = plan_runs({"imagenet": _with_defaults(section)}).requests["imagenet"]
     assert "results/train/imagenet/ml/m0/seed1/DONE.json" in {request.path for request in runs}
@@ -153,8 +153,8 @@ def test_run_targets_and_spec():
 
 
 def test_an_imagenet_objective_is_an_estimator_with_its_parameters_from_the_imagenet_section():
-    section = _with_defaults({"enabled": True, "objectives": ["ml", "grpo", "softmax"], "rollouts": [4], "seeds": [0],
-                              "lr": 0.1, "tau": 0.3})
+    section = _with_defaults({"enabled": True, "objectives": ["ml", "grpo", "softmax"], "group_sizes": [4],
+                              "seeds": [0], "lr": 0.1, "tau": 0.3})
     specs = {run.method: run.spec for run in plan_runs({"imagenet": section}).runs}
     assert specs["softmax"].estimator == Estimator("softmax", {"tau": 0.3})  # imagenet.tau: softmax's tau field
     assert specs["grpo"].estimator == Estimator("grpo", {})  # eps keeps its dataclass default
@@ -172,3 +172,30 @@ def test_the_trainer_takes_the_estimator_parameters_its_spec_carries(tmp_path):
         train_module.train(classify_spec("softmax", 8), 0, tmp_path, progress=False)
     with pytest.raises(TypeError, match=r"unknown parameter\(s\) \['tau'\]"):
         train_module.train(classify_spec("grpo", 8), 0, tmp_path, progress=False, params=CLASSIFY_PARAMS)
+
+
+def test_m_is_group_size_from_the_plans_command_to_the_paper_table(tmp_path, monkeypatch):
+    """M is ``group_size`` end to end: the plan's command passes ``--group-size`` (checked against the spec), the run's
+    DONE.json records ``group_size``, and the paper's curves and summary key on it; the table labels it M."""
+    from pipeline_lib.paper import imagenet as paper_imagenet
+
+    section = _with_defaults({"enabled": True, "objectives": ["grpo"], "group_sizes": [4], "seeds": [0],
+                              **{k: v for k, v in CLASSIFY_SPEC.items() if k != "epochs"}, "epochs": 1})
+    (run,) = plan_runs({"imagenet": section}).runs
+    args = list(run.args[3:])
+    assert args[args.index("--group-size") + 1] == "4" and "--rollouts" not in args
+    args[args.index("--run-dir") + 1] = str(tmp_path / "run")
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # not this test process's threads
+    wrong = [*args]
+    wrong[wrong.index("--group-size") + 1] = "8"
+    with pytest.raises(SystemExit, match=r"--group-size 8 but the spec's imagenet settings say .*group_size 4"):
+        train_module.main(wrong)
+    assert train_module.main(args) == 0
+    done = json.loads((tmp_path / "run" / "DONE.json").read_text())
+    assert done["group_size"] == 4 and "rollouts" not in done
+    curves, summary = paper_imagenet.collect([tmp_path / "run" / "DONE.json"])
+    assert set(curves["group_size"]) == {4} and "rollouts" not in curves.columns
+    assert summary[["objective", "group_size"]].values.tolist() == [["grpo", 4]]
+    paper_imagenet.render(curves, summary, "test", str(tmp_path / "f.png"), str(tmp_path / "f.pdf"), tmp_path / "t")
+    table = (tmp_path / "t.csv").read_text().splitlines()
+    assert table[0].startswith("Objective,M,") and table[1].startswith("GRPO,4,")
