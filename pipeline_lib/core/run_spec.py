@@ -269,23 +269,14 @@ class ImageNetDataset:
     """Where an ImageNet-study run's images come from (the ``imagenet.dataset`` section, field for field)."""
 
     kind: str
-    """``synthetic`` (Gaussian classes generated locally) or ``imagefolder`` (ImageNet in ImageFolder layout)."""
     root: str | None
-    """ImageFolder root holding ``train/`` and ``val/`` (imagefolder only)."""
     expected_classes: int | None
-    """Classes the ImageFolder must have in both splits (1000 for ImageNet); None = any."""
     n_classes: int
-    """Synthetic classes; the initial success rate is about 1/n_classes."""
     dim: int
-    """Synthetic feature dimension."""
     n_train: int
-    """Synthetic training examples."""
     n_val: int
-    """Synthetic validation examples."""
     noise: float
-    """Synthetic within-class noise scale."""
     seed: int
-    """Seed of the synthetic data itself (shared by all runs)."""
 
 
 @dataclass(frozen=True)
@@ -293,9 +284,7 @@ class ImageNetModel:
     """The ImageNet study's classifier (the ``imagenet.model`` section, field for field)."""
 
     kind: str
-    """``mlp`` (the tiny default) or torchvision's ``resnet50`` trained from scratch."""
     hidden: int
-    """Hidden width of the MLP."""
 
 
 #: The :class:`ImageNetSettings` fields that name the run, not a key of the ``imagenet`` section's run settings.
@@ -309,35 +298,20 @@ class ImageNetSettings:
     here: tau is the spec's :attr:`RunSpec.estimator`), plus the run's ``objective`` and ``group_size`` (M)."""
 
     dataset: ImageNetDataset
-    """Where the images come from."""
     model: ImageNetModel
-    """The classifier."""
     epochs: int
-    """Training epochs."""
     batch_size: int
-    """Images per step."""
     eval_batch_size: int
-    """Images per validation batch."""
     lr: float
-    """Peak SGD learning rate (cosine schedule with linear warm-up)."""
     momentum: float
-    """SGD momentum."""
     weight_decay: float
-    """SGD weight decay."""
     warmup_epochs: float
-    """Linear warm-up length in epochs."""
     eval_every: int
-    """Steps between validation evaluations (also at the final step)."""
     checkpoint_every: int
-    """Steps between checkpoints (model, optimizer, scheduler, RNG)."""
     pass_k: tuple[int, ...]
-    """k values of the closed-form pass@k reported besides pass@1."""
     num_workers: int
-    """DataLoader worker processes."""
-    objective: str
-    """The run's objective: ``ml`` (cross-entropy) or an advantage estimator (``reinforce``, ``grpo``, ``softmax``)."""
-    group_size: int
-    """M, labels sampled per image: the group size (0 for ``ml``)."""
+    objective: str  # ml (cross-entropy) or an advantage estimator (reinforce, grpo, softmax)
+    group_size: int  # M, labels sampled per image (0 for ml)
 
     def __post_init__(self) -> None:
         if not isinstance(self.pass_k, tuple):
