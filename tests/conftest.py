@@ -333,7 +333,7 @@ def official_squad_f1(prediction: str, ground_truth: str) -> float:
 FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", "test_theory_checks", "test_audit",
                 "test_provenance", "test_data", "test_llm_client", "test_reproduction", "test_batch", "test_miniature",
                 "test_captions", "test_checkpoint_torn_files", "test_config_mistakes", "test_bad_rows",
-                "test_environment", "test_layers"}
+                "test_environment", "test_layers", "test_walk"}
 
 
 #: Test modules that share one pytest-xdist worker, one after the other (``--dist loadgroup``; every other module is
