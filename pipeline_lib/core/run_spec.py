@@ -19,7 +19,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pipeline_lib.core.baselines import (
     BaselineSettings,
@@ -122,50 +122,62 @@ class VerlRLKnobs:
 RL_KNOBS: dict[str, type] = {"local": LocalRLKnobs, "verl": VerlRLKnobs}
 
 
-def _from_flat(cls: type, knobs_by_engine: Mapping[str, type], kind: str, settings: Mapping[str, Any], engine: str,
-               where: str) -> Any:
-    """``cls`` (shared fields + the engine's ``knobs``) from one flat mapping; a key missing or unknown is an error
-    naming it."""
-    if engine not in knobs_by_engine:
-        raise PlanError(f"{where}: no {kind} settings for engine {engine!r}; engines: {sorted(knobs_by_engine)}")
-    if not isinstance(settings, Mapping):
-        raise PlanError(f"{where}: {kind} settings must be a mapping, got {type(settings).__name__}")
-    knobs = knobs_by_engine[engine]
-    shared = [f.name for f in fields(cls) if f.name != "knobs"]
-    own = [f.name for f in fields(knobs)]
-    missing = [k for k in (*shared, *own) if k not in settings]
-    unknown = sorted(set(settings) - {*shared, *own})
-    if missing or unknown:
-        raise PlanError(f"{where}: {engine} {kind} settings lack {missing} / have unknown {unknown}")
-    try:
-        return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
-    except PlanError as error:
-        raise PlanError(f"{where}: {error}") from None
+T = TypeVar("T", bound="_TrainerSettings")
 
 
-def _flat(settings: Any) -> dict[str, Any]:
-    data = asdict(settings)
-    return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
+class _TrainerSettings:
+    """What :class:`RLSettings` and :class:`SFTSettings` share: fields one name each on both engines, the engine's own
+    knobs (one of :attr:`KNOBS`) in ``knobs``, read from the config's flat form or the spec's JSON form."""
 
+    KNOBS: ClassVar[dict[str, type]]
+    KIND: ClassVar[str]
 
-def _from_nested(cls: type, knobs_by_engine: Mapping[str, type], kind: str, data: Any, engine: str,
-                 where: str) -> Any:
-    """``cls`` from its JSON form (:func:`dataclasses.asdict`: shared fields and a ``knobs`` mapping)."""
-    if not isinstance(data, Mapping) or not isinstance(data.get("knobs"), Mapping):
-        raise PlanError(f"{where}: {kind} settings must be a mapping with a 'knobs' mapping")
-    if set(data["knobs"]) & (set(data) - {"knobs"}):
-        raise PlanError(f"{where}: {kind} knobs {sorted(set(data['knobs']) & set(data))} repeat a shared setting")
-    return _from_flat(cls, knobs_by_engine, kind, {**{k: v for k, v in data.items() if k != "knobs"},
-                                                   **data["knobs"]}, engine, where)
+    @classmethod
+    def from_flat(cls: type[T], settings: Mapping[str, Any], engine: str, where: str = "run spec") -> T:
+        """Read an engine's flat settings (a config section, a task row merged over it); any key missing or unknown
+        is an error naming it."""
+        if engine not in cls.KNOBS:
+            raise PlanError(f"{where}: no {cls.KIND} settings for engine {engine!r}; engines: {sorted(cls.KNOBS)}")
+        if not isinstance(settings, Mapping):
+            raise PlanError(f"{where}: {cls.KIND} settings must be a mapping, got {type(settings).__name__}")
+        knobs = cls.KNOBS[engine]
+        shared = [f.name for f in fields(cls) if f.name != "knobs"]
+        own = [f.name for f in fields(knobs)]
+        missing = [k for k in (*shared, *own) if k not in settings]
+        unknown = sorted(set(settings) - {*shared, *own})
+        if missing or unknown:
+            raise PlanError(f"{where}: {engine} {cls.KIND} settings lack {missing} / have unknown {unknown}")
+        try:
+            return cls(**{k: settings[k] for k in shared}, knobs=knobs(**{k: settings[k] for k in own}))
+        except PlanError as error:
+            raise PlanError(f"{where}: {error}") from None
+
+    @classmethod
+    def from_dict(cls: type[T], data: Mapping[str, Any], engine: str, where: str = "run spec") -> T:
+        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("knobs"), Mapping):
+            raise PlanError(f"{where}: {cls.KIND} settings must be a mapping with a 'knobs' mapping")
+        if set(data["knobs"]) & (set(data) - {"knobs"}):
+            raise PlanError(f"{where}: {cls.KIND} knobs {sorted(set(data['knobs']) & set(data))} repeat a shared "
+                            "setting")
+        return cls.from_flat({**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}, engine, where)
+
+    def flat(self) -> dict[str, Any]:
+        """The settings as one flat mapping, as the config states them."""
+        data = asdict(self)
+        return {**{k: v for k, v in data.items() if k != "knobs"}, **data["knobs"]}
 
 
 @dataclass(frozen=True)
-class RLSettings:
+class RLSettings(_TrainerSettings):
     """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
     one engine has lives in :attr:`knobs`. The config's one block ``train.rl`` holds these fields and each engine's
     knobs (``train.rl.local`` / ``train.rl.verl``), a task's row ``train.task_settings.<task>.rl`` any of them; the
     plan flattens them for one engine (:func:`pipeline_lib.plan.settings.engine_settings`), :meth:`from_flat` reads
     that, :meth:`flat` writes it back."""
+
+    KNOBS: ClassVar[dict[str, type]] = RL_KNOBS
+    KIND: ClassVar[str] = "group-RL"
 
     steps: int
     lr: float
@@ -196,21 +208,6 @@ class RLSettings:
             if value not in computed:
                 raise PlanError(f"{key} {value!r}: the {engine} engine computes only {list(computed)}")
 
-    @classmethod
-    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
-        """Read an engine's flat settings (a config section, a task row merged over it); any key missing or unknown
-        is an error naming it."""
-        return _from_flat(cls, RL_KNOBS, "group-RL", settings, engine, where)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> RLSettings:
-        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
-        return _from_nested(cls, RL_KNOBS, "group-RL", data, engine, where)
-
-    def flat(self) -> dict[str, Any]:
-        """The settings as one flat mapping, as the config states them."""
-        return _flat(self)
-
 
 @dataclass(frozen=True)
 class LocalSFTKnobs:
@@ -237,10 +234,13 @@ SFT_KNOBS: dict[str, type] = {"local": LocalSFTKnobs, "verl": VerlSFTKnobs}
 
 
 @dataclass(frozen=True)
-class SFTSettings:
+class SFTSettings(_TrainerSettings):
     """A supervised fine-tuning run's settings (the paper gives none: these are ours), one name each on both engines;
     what only one engine has lives in :attr:`knobs`. ``train.sft`` (each engine's knobs in ``train.sft.local`` /
     ``train.sft.verl``, a task row's ``sft`` over it) holds these fields, flattened for one engine by the plan."""
+
+    KNOBS: ClassVar[dict[str, type]] = SFT_KNOBS
+    KIND: ClassVar[str] = "SFT"
 
     steps: int
     lr: float
@@ -248,20 +248,6 @@ class SFTSettings:
     batch_size: int
     checkpoint_every: int
     knobs: LocalSFTKnobs | VerlSFTKnobs
-
-    @classmethod
-    def from_flat(cls, settings: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
-        """Read an engine's flat SFT settings; any key missing or unknown is an error naming it."""
-        return _from_flat(cls, SFT_KNOBS, "SFT", settings, engine, where)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], engine: str, where: str = "run spec") -> SFTSettings:
-        """Read the JSON form (:meth:`RunSpec.to_dict`: the shared fields and a ``knobs`` mapping)."""
-        return _from_nested(cls, SFT_KNOBS, "SFT", data, engine, where)
-
-    def flat(self) -> dict[str, Any]:
-        """The settings as one flat mapping, as the config states them."""
-        return _flat(self)
 
 
 @dataclass(frozen=True)
