@@ -22,7 +22,7 @@ from pipeline_lib.plan.settings import annotation_spec, verl_tasks
 
 __all__ = ["TOKENIZER", "Ctx", "Job", "Run", "annotation_run", "engine_of", "final_dir", "local_base", "local_expert",
            "local_opd", "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel",
-           "spec_json", "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
+           "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
 
@@ -48,16 +48,13 @@ def run_dir(task: str, name: str, seed: int) -> str:
     return f"results/train/{task}/{name}/seed{seed}"
 
 
+@dataclass
 class Job:
     """What a layout returns: the job's inputs, arguments after the entry point, and whether it takes --threads."""
 
-    def __init__(self, inputs: dict[str, str], args: list[str], threads: bool = True,
-                 output: str | None = None) -> None:
-        self.inputs, self.args, self.threads, self.output = inputs, args, threads, output
-
-
-def spec_json(spec: RunSpec) -> str:
-    return spec.to_json()
+    inputs: dict[str, str]
+    args: list[str]
+    threads: bool = True
 
 
 @dataclass
@@ -76,7 +73,7 @@ class Ctx:
 
 
 def _contract(c: Ctx, spec: RunSpec) -> list[str]:
-    return run_args(spec_json(spec), run_dir(c.task, c.name, c.seed), c.seed)
+    return run_args(spec.to_json(), run_dir(c.task, c.name, c.seed), c.seed)
 
 
 def local_sft(c: Ctx, spec: RunSpec) -> Job:
@@ -223,6 +220,6 @@ def annotation_run(c: Ctx, study: str) -> Run:
     spec = annotation_spec(c.config, c.task)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job="annotate_rationales", output=out, inputs={"data": data},
-               args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", spec_json(spec),
+               args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", spec.to_json(),
                      "--data", data, "--out", out, "--seed", str(c.seed)),
                spec=spec, threads=False, study=study, resources=dict(spec.resources))

@@ -31,7 +31,6 @@ from pipeline_lib.plan.layouts import TOKENIZER, Run, engine_of, local_opd_teach
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
-from pipeline_lib.plan.layouts import spec_json as _spec_json
 from pipeline_lib.plan.registry import (
     ADVANTAGE_ESTIMATORS,
     METHODS,
@@ -285,7 +284,7 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
                                                                     "group_size": group_size}, "imagenet"))
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
-                                args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", _spec_json(spec),
+                                args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", spec.to_json(),
                                       "--objective", objective, "--group-size", str(group_size), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
                                 spec=spec, study="imagenet",
