@@ -373,30 +373,24 @@ class RunSpec:
             raise PlanError(f"run spec {self.task}/{self.method}: engine {self.engine!r} is not one of {SPEC_ENGINES}")
         if self.reward is not None and self.reward not in REWARDS:
             raise PlanError(f"run spec {self.task}/{self.method}: reward {self.reward!r} is not one of {REWARDS}")
-        if self.estimator is not None and not isinstance(self.estimator, Estimator):
-            raise PlanError(f"run spec {self.task}/{self.method}: estimator must be an Estimator")
-        for name, cls in (("rl", RLSettings), ("sft", SFTSettings)):
+        where = f"run spec {self.task}/{self.method}"
+        for name, cls in (("estimator", Estimator), ("rl", RLSettings), ("sft", SFTSettings),
+                          ("baseline", BaselineSettings), ("imagenet", ImageNetSettings)):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), cls):
-                raise PlanError(f"run spec {self.task}/{self.method}: {name} must be {cls.__name__} or None")
+                raise PlanError(f"{where}: {name} must be {cls.__name__} or None")
         if self.rl is not None and self.sft is not None:
-            raise PlanError(f"run spec {self.task}/{self.method}: a run has group-RL or SFT settings, not both")
-        if self.baseline is not None and not isinstance(self.baseline, BaselineSettings):
-            raise PlanError(f"run spec {self.task}/{self.method}: baseline must be a BaselineSettings or None")
+            raise PlanError(f"{where}: a run has group-RL or SFT settings, not both")
         if not isinstance(self.resources, dict):
-            raise PlanError(f"run spec {self.task}/{self.method}: resources must be a mapping")
-        if self.imagenet is not None and not isinstance(self.imagenet, ImageNetSettings):
-            raise PlanError(f"run spec {self.task}/{self.method}: imagenet must be ImageNetSettings or None")
+            raise PlanError(f"{where}: resources must be a mapping")
         if not isinstance(self.extra_overrides, tuple):
             object.__setattr__(self, "extra_overrides", tuple(self.extra_overrides))
-        for name in ("model", "reward_weights", "generation", "resources"):
-            _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name))
-        if self.imagenet is not None:
-            _json_value(f"run spec {self.task}/{self.method} imagenet", self.imagenet.to_dict())
-        for name in ("rl", "sft"):
-            if getattr(self, name) is not None:
-                _json_value(f"run spec {self.task}/{self.method} {name}", getattr(self, name).flat())
-        if self.baseline is not None:
-            _json_value(f"run spec {self.task}/{self.method} baseline", self.baseline.to_dict())
+        checked = {name: getattr(self, name) for name in ("model", "reward_weights", "generation", "resources")}
+        for name in ("rl", "sft", "imagenet", "baseline"):
+            typed = getattr(self, name)
+            if typed is not None:
+                checked[name] = typed.flat() if name in ("rl", "sft") else typed.to_dict()
+        for name, value in checked.items():
+            _json_value(f"{where} {name}", value)
 
     @property
     def settings(self) -> dict[str, Any]:

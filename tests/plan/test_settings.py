@@ -250,7 +250,7 @@ def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
         RunSpec.from_dict(spec | {"baseline": {"type": "os:path", "settings": {}}})
     with pytest.raises(PlanError, match=r"run spec t/raro baseline \(RaroSettings\): lacks \['advantage'"):
         RunSpec.from_dict(spec | {"baseline": {"type": "pipeline_lib.core.baselines:RaroSettings", "settings": {}}})
-    with pytest.raises(PlanError, match="baseline must be a BaselineSettings or None"):
+    with pytest.raises(PlanError, match="baseline must be BaselineSettings or None"):
         RunSpec(method="raro", task="t", engine="local", baseline={"advantage": "grpo"})
 
 
