@@ -28,7 +28,7 @@ __all__ = ["IMAGENET_SWEEP_KEYS", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", 
            "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_settings",
            "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec", "opd_teacher_spec",
            "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
-           "verl_resources", "verl_tasks"]
+           "verl_tasks"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -210,22 +210,26 @@ def _sft(config: Mapping[str, Any], task: str, engine: str) -> SFTSettings:
 
 # --- the builders: one per method family, each for every engine it trains on ----------------------------------------
 
-def _engine_fields(config: Mapping[str, Any], task: str, engine: str, trainer: str) -> dict[str, Any]:
-    """What a run of ``trainer`` (``sft`` or ``rl``) takes from its engine: on the local engine an SFT run's
-    architecture ``train.model`` (an RL run starts from ``--init``); on verl the hub model ``train.verl.model``, the
-    App. B compute (:func:`verl_resources`) and ``train.verl.extra_overrides.<trainer>``."""
+def _engine_fields(config: Mapping[str, Any], task: str, engine: str,
+                   settings: RLSettings | SFTSettings) -> dict[str, Any]:
+    """What a run with trainer ``settings`` takes from its engine: on the local engine an SFT run's architecture
+    ``train.model`` (an RL run starts from ``--init``); on verl the hub model ``train.verl.model``, its nodes and
+    per-node GPUs (App. B's compute setup, the knobs that become verl's trainer.nnodes / n_gpus_per_node; the site's
+    CPUs, memory and partition live in profiles/slurm) and ``train.verl.extra_overrides.<trainer>``."""
+    trainer = "sft" if isinstance(settings, SFTSettings) else "rl"
     if engine == "local":
         return {"model": dict(config["train"]["model"])} if trainer == "sft" else {}
-    verl = config["train"]["verl"]
-    return {"model": verl["model"], "resources": verl_resources(config, task, trainer),
-            "extra_overrides": tuple(verl["extra_overrides"][trainer])}
+    _verl_row(config, task)
+    verl, knobs = config["train"]["verl"], settings.knobs
+    return {"model": verl["model"], "extra_overrides": tuple(verl["extra_overrides"][trainer]),
+            "resources": {"nodes": int(getattr(knobs, "nodes", 1)), "gres": f"gpu:{knobs.gpus_per_node}"}}
 
 
 def sft_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
     """SFT (on verl also Rationalization's SFT step, on its annotated demonstrations): ``train.sft`` with the engine's
     knobs and the task's row."""
-    fields = _engine_fields(config, task, engine, "sft")
-    return RunSpec(method=method, task=task, engine=engine, sft=_sft(config, task, engine), **fields)
+    sft = _sft(config, task, engine)
+    return RunSpec(method=method, task=task, engine=engine, sft=sft, **_engine_fields(config, task, engine, sft))
 
 
 def group_rl_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
@@ -233,24 +237,24 @@ def group_rl_spec(config: Mapping[str, Any], task: str, method: str, engine: str
     estimator and reward. Paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
-    fields = _engine_fields(config, task, engine, "rl")
-    entry = config["train"]["methods"][method]
-    return RunSpec(method=method, task=task, engine=engine, rl=_rl(config, task, engine),
+    rl, entry = _rl(config, task, engine), config["train"]["methods"][method]
+    return RunSpec(method=method, task=task, engine=engine, rl=rl,
                    estimator=Estimator(entry["advantage"], estimator_params(config, task, method)),
-                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]), **fields)
+                   reward=entry["reward"], reward_weights=_similarity_weights(config, task, entry["reward"]),
+                   **_engine_fields(config, task, engine, rl))
 
 
 def rl_baseline_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
     """An RL-style baseline (RL-Logit, RARO, OPD): the RL settings the task's group-RL runs have (so only the method
     differs from the GRPO runs it is compared with), its section's estimator (a tau-free one, default GRPO; OPD's loss
     is the reverse KL and only logs GRPO's advantages) and its section ``train.baselines.<method>``."""
-    fields = _engine_fields(config, task, engine, "rl")
     own = baseline_settings(config, method)
     advantage = getattr(own, "advantage", "grpo")
     if takes(advantage, "tau"):
         raise PlanError(f"train.baselines.{method}.advantage {advantage!r}: a baseline uses a tau-free estimator")
-    return RunSpec(method=method, task=task, engine=engine, rl=_rl(config, task, engine),
-                   estimator=Estimator(advantage), baseline=own, **fields)
+    rl = _rl(config, task, engine)
+    return RunSpec(method=method, task=task, engine=engine, rl=rl, estimator=Estimator(advantage), baseline=own,
+                   **_engine_fields(config, task, engine, rl))
 
 
 def base_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
@@ -299,17 +303,6 @@ def opd_teacher_spec(config: Mapping[str, Any], task: str, method: str = "opd_te
 
 
 # --- verl -------------------------------------------------------------------------------------------------------------
-
-
-def verl_resources(config: Mapping[str, Any], task: str, trainer: str) -> dict[str, Any]:
-    """Nodes and per-node GPUs of a verl job (``trainer``: sft or rl), from the same settings that become
-    trainer.nnodes / n_gpus_per_node: the App. B compute setup is part of the experiment; the site-specific rest
-    (CPUs, memory, runtime, partition) lives in profiles/slurm."""
-    _verl_row(config, task)
-    if trainer == "sft":
-        return {"nodes": 1, "gres": f"gpu:{engine_settings(config, task, 'sft', 'verl')['gpus_per_node']}"}
-    merged = engine_settings(config, task, "rl", "verl")
-    return {"nodes": int(merged["nodes"]), "gres": f"gpu:{merged['gpus_per_node']}"}
 
 
 def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
