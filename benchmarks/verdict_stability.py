@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.config import load_yaml
+from pipeline_lib.core.yaml_files import load_yaml
 from pipeline_lib.paper.reproduction import (
     VERIFIABLE_PAIRS,
     allocation_shift,

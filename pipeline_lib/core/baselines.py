@@ -1,21 +1,15 @@
-"""A baseline's own settings: one frozen dataclass per prior-work method, one field per key of its config section
-``train.baselines.<name>`` with the schema's name (the schema describes each key, once), carried by
+"""A baseline's own settings: one frozen dataclass per prior-work method, one field per key of its section
+``train.baselines.<name>`` (the schema describes each key, once), carried by
 :attr:`pipeline_lib.core.run_spec.RunSpec.baseline`.
 
-The plan builds them (:func:`pipeline_lib.plan.settings.baseline_settings`) from the section with
-:meth:`BaselineSettings.from_section`, which leaves out the keys that only choose which runs exist
-(:attr:`BaselineSettings.planned`: ``tasks``; Rationalization's ``annotator`` too); the trainers and verl's
-``translate`` read the fields. Which class a method takes is a field of its registry entry
-(``pipeline_lib.plan.registry.baseline(..., settings=...)``), which declares it here (:func:`declare`), so the plan
-finds it by the method's name without a table kept by hand. The classes live here, not beside their trainers, because
-the plan (a lower layer than the engines) constructs them. In a run spec's JSON a settings object records its class
-(``{"type": "<module>:<class>", "settings": {...}}``, :func:`to_json_value` / :func:`from_json_value`), so it reads
-back as the same type.
+The classes live here, not beside their trainers, because the plan (a lower layer than the engines) builds them. A
+method's registry entry names its class and declares it here (:func:`declare`). In a spec's JSON the settings record
+their class (``{"type": "<module>:<class>", "settings": {...}}``), read back only as a class already loaded, never
+by importing what the JSON names.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar
@@ -33,8 +27,8 @@ class SettingsError(ValueError):
 
 def exact_fields(cls: type, data: Any, where: str, skip: tuple[str, ...] = (), error: type[Exception] = SettingsError,
                  hint: str = "") -> dict[str, Any]:
-    """``data``'s values for exactly the fields of dataclass ``cls`` (keys in ``skip`` are let through and dropped);
-    a key missing or unknown is an ``error`` naming it (``where``), with ``hint`` appended."""
+    """``data``'s values for exactly the fields of dataclass ``cls`` (``skip`` keys dropped); a key missing or unknown
+    is an ``error`` naming it."""
     if not isinstance(data, Mapping):
         raise error(f"{where}: must be a mapping, got {type(data).__name__}")
     names = [f.name for f in fields(cls)]
@@ -202,15 +196,16 @@ def to_json_value(settings: BaselineSettings) -> dict[str, Any]:
     return {"type": _type_name(type(settings)), "settings": settings.to_dict()}
 
 
+def _subclasses(cls: type) -> list[type]:
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
+
+
 def from_json_value(data: Any, where: str) -> BaselineSettings:
-    """Read :func:`to_json_value`'s form; a class that is not a :class:`BaselineSettings` is an error naming it."""
+    """Read :func:`to_json_value`'s form; the class must be a loaded :class:`BaselineSettings` subclass (the JSON
+    names it, it never chooses a module to import)."""
     if not isinstance(data, Mapping) or set(data) != {"type", "settings"} or not isinstance(data["type"], str):
         raise SettingsError(f"{where}: baseline settings must be {{'type': '<module>:<class>', 'settings': {{...}}}}")
-    module, _, name = data["type"].partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError):
-        raise SettingsError(f"{where}: baseline settings class {data['type']!r} not found") from None
-    if not (isinstance(cls, type) and issubclass(cls, BaselineSettings)):
-        raise SettingsError(f"{where}: {data['type']!r} is not a BaselineSettings class")
+    cls = next((sub for sub in _subclasses(BaselineSettings) if _type_name(sub) == data["type"]), None)
+    if cls is None:
+        raise SettingsError(f"{where}: {data['type']!r} is not a loaded BaselineSettings class")
     return cls.from_dict(data["settings"], f"{where} ({cls.__name__})")

@@ -1,22 +1,9 @@
 """Config validation against ``workflow/schemas/config.schema.yaml``, with errors that name the key.
 
-Snakemake's own ``validate`` prints the whole schema after the message; this one
-reports each problem as one line with the dotted key path, and fills defaults. The defaults are the
-paper's run (App. B); ``config/config.yaml`` is an overlay stating what the tiny default changes
-(``tests/core/test_config.py`` pins what each config resolves to).
-
-Stricter than JSON Schema's defaults, so a bad value fails ``snakemake -n`` rather than a job:
-``number`` excludes NaN and the infinities (YAML ``.nan``, ``.inf``), ``integer`` excludes
-floats (``group_size: 8.0``) and booleans, a non-finite float is rejected anywhere (free-form
-sections included), and every key that names a file, a task or a role is checked: a dataset's
-source roles are those its builder reads, every ``local:`` path exists, is not empty (which would
-mean the hub), and is a data file of a known suffix or a directory holding one for every split
-the builder reads; a calibration ratings file exists and belongs to a judged task; every
-``tracking.backends`` entry has its package installed (the message names the pip extra).
-
-Every YAML file the project reads (configs, the schema, reference data) goes through
-:func:`load_yaml`: a duplicate key is an error naming both lines (YAML itself keeps the last one
-silently), and a missing, binary or malformed file is a sentence naming it, not a traceback.
+Snakemake's ``validate`` prints the whole schema after the message; this reports each problem as one line with the
+dotted key path, and fills the defaults (the paper's run, App. B; ``config/config.yaml`` is an overlay). It is
+stricter than JSON Schema, so a bad value fails ``snakemake -n`` rather than a job: no NaN or infinities, no float or
+boolean for an integer, and every key that names a file, a task, a method or a data source must name one that exists.
 """
 
 from __future__ import annotations
@@ -26,22 +13,20 @@ import functools
 import math
 import os
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from contextlib import suppress
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from pipeline_lib.core.data.tiny import TASKS as _TINY_TASKS
 from pipeline_lib.core.rl.estimators import schema_properties
 from pipeline_lib.core.run_spec import RL_KNOBS, SFT_KNOBS, RLSettings, SFTSettings
 from pipeline_lib.core.tracking import missing_backend_packages
+from pipeline_lib.core.yaml_files import load_yaml
 
 __all__ = ["DATASET_SOURCES", "DATA_SUFFIXES", "SCHEMA_PATH", "ConfigError", "check_config_files", "load_config_file",
-           "load_schema", "load_yaml", "merge_config", "schema_defaults", "schema_path", "validate_config",
-           "with_estimator_params"]
+           "load_schema", "merge_config", "schema_defaults", "schema_path", "validate_config", "with_estimator_params"]
 
 #: The config schema, relative to the workflow's directory (the current one when Snakemake or the plan CLI runs).
 SCHEMA_PATH = Path("workflow") / "schemas" / "config.schema.yaml"
@@ -63,79 +48,9 @@ class ConfigError(ValueError):
     """The config does not match the schema; the message lists every offending key."""
 
 
-class _DuplicateKeyError(yaml.MarkedYAMLError):
-    pass
-
-
-class _StrictMappings:
-    """A safe loader's mapping constructor that refuses a mapping with the same key twice (a ``<<:`` merge may still
-    be overridden, as YAML intends: only the keys written in the mapping itself count)."""
-
-    def construct_mapping(self: Any, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        first_line: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                earlier = first_line.get(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                continue
-            if earlier is not None:
-                raise _DuplicateKeyError(
-                    "while reading a mapping", node.start_mark,
-                    f"duplicate key {key!r} (first given on line {earlier}); YAML would silently keep only the last",
-                    key_node.start_mark)
-            first_line[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
-
-
-class _StrictLoader(_StrictMappings, yaml.SafeLoader):
-    """``yaml.SafeLoader`` refusing duplicate keys: its errors are the ones :func:`load_yaml` reports."""
-
-
-#: The same loader on libyaml's parser (same constructor, same result; the schema's parse at every Snakemake start
-#: cost about 0.4 CPU s in pure Python, 0.06 here). Only the successful parse is taken from it: a file it refuses is
-#: read again by :class:`_StrictLoader`, so every error message is PyYAML's own, as before.
-_FastStrictLoader: type | None = (type("_FastStrictLoader", (_StrictMappings, yaml.CSafeLoader), {})
-                                  if getattr(yaml, "__with_libyaml__", False) else None)
-
-for _loader in (_StrictLoader, _FastStrictLoader):
-    if _loader is not None:
-        _loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _loader.construct_mapping)
-
-
-def load_yaml(path: str | os.PathLike[str], what: str = "YAML file") -> Any:
-    """The content of a YAML file, or a :class:`ConfigError` that names it: missing, a directory, not UTF-8 text
-    (a binary file), invalid YAML or a duplicate key (with its line)."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{what} {path} does not exist")
-    if path.is_dir():
-        raise ConfigError(f"{what} {path} is a directory, not a file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
-                          "is it a binary file?") from None
-    if "\x00" in text:
-        raise ConfigError(f"{what} {path} holds NUL bytes: a binary file, not YAML")
-    if _FastStrictLoader is not None:
-        with suppress(yaml.YAMLError):  # refused: parsed again below for PyYAML's own message
-            return yaml.load(text, Loader=_FastStrictLoader)  # a CSafeLoader subclass: no arbitrary objects
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{what} {path}{where}: {problem}") from None
-
-
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """One config file: a mapping of keys at the top level (an empty file is ``{}``)."""
-    content = load_yaml(path, "config file")
+    content = load_yaml(path, "config file", ConfigError)
     if content is None:
         return {}
     if not isinstance(content, dict):
@@ -155,13 +70,10 @@ def merge_config(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, A
 
 
 def check_config_files(paths: Iterable[str | os.PathLike[str]]) -> None:
-    """Re-read the config files Snakemake loaded with :func:`load_config_file` (Snakemake's own loader keeps the
-    last of two equal keys, this one names them), and stop a lone overlay: a ``--configfile`` on the command line
-    replaces the profile's config/config.yaml, so ``--configfile my.yaml`` with one key would run the schema's
-    defaults, the paper plan, under it. One of the files must be a base: a shipped one (config/config.yaml,
-    config/paper.yaml, config/preflight.yaml under the working directory, the workflow's), or one that says which
-    reproduction it is (``label``) or that it is the verl preflight (``preflight``), as a full config of yours does.
-    No file at all is the schema's defaults, as asked."""
+    """Re-read the config files Snakemake loaded (its loader keeps the last of two equal keys; this one names them),
+    and stop a lone overlay: a ``--configfile`` on the command line replaces the profile's config/config.yaml, so one
+    key alone would run the paper plan. One file must be a base: a shipped one, or one that sets ``label`` or
+    ``preflight``."""
     shipped = {(Path.cwd() / "config" / name).resolve() for name in ("config.yaml", "paper.yaml", "preflight.yaml")}
     paths = list(paths)
     contents = [load_config_file(path) for path in paths]
@@ -186,7 +98,7 @@ def _shown(path: str | os.PathLike[str]) -> str:
 
 
 def load_schema(path: str | os.PathLike[str]) -> dict[str, Any]:
-    return load_yaml(path, "config schema")
+    return load_yaml(path, "config schema", ConfigError)
 
 
 def schema_path() -> Path:
@@ -211,16 +123,14 @@ def _block_defaults(path: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 def schema_defaults(*keys: str, schema: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The defaults the schema declares for the block at ``keys`` (``"site"``), nested blocks' filled as validation
-    fills them: for code that needs a default without a validated config, so no default is written twice."""
+    """The schema's defaults for the block at ``keys`` (``"site"``), nested blocks' filled as validation fills them,
+    for code that needs a default without a validated config."""
     return copy.deepcopy(_block_defaults(str(schema or schema_path()), keys))
 
 
 def with_estimator_params(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with each declared estimator's parameters (:func:`pipeline_lib.core.rl.estimators.schema_properties`)
-    as
-    properties of a ``train.methods`` entry: the parameter dataclasses are their one declaration, so a new estimator's
-    parameter is a known key without a schema edit."""
+    """The schema with each declared estimator's parameters as properties of a ``train.methods`` entry: the parameter
+    dataclasses are their one declaration, so a new estimator's parameter needs no schema edit."""
     entry = schema.get("properties", {}).get("train", {}).get("properties", {}).get("methods", {}).get(
         "additionalProperties")
     if isinstance(entry, dict) and "properties" in entry:
@@ -359,9 +269,8 @@ _TEMPERATURE_KEYS = ("tau", "taus", "temperature")
 #: Keys that name tasks (lists, or one name): each must be a tiny task or a configured dataset.
 _TASK_KEYS = (("train", "tasks"), ("train", "baselines", "tasks"), ("train", "ablation", "tasks"),
               ("train", "scale", "tasks"), ("judge", "tasks"), ("eval", "transfer", "task"))
-#: Methods that are neither ``train.methods`` entries nor baselines: the base model and its SFT. core cannot read the
-#: registry (pipeline_lib.plan): the plan passes its entries with ``before_training`` / ``starting_point``
-#: (:func:`validate_config`'s ``untrained``); this default keeps a direct caller working.
+#: Methods that are neither ``train.methods`` entries nor baselines (core cannot read the registry; the plan passes
+#: its own, :func:`validate_config`'s ``untrained``).
 _UNTRAINED_METHODS = ("base", "sft")
 
 
@@ -472,15 +381,14 @@ def _value_problems(config: MutableMapping[str, Any], base_dir: Path, reported: 
     return problems + _named_problems(config, base_dir)
 
 
-#: Settings renamed to one name on both engines (issue 37: the paper's terms) and M to one name in every study
-#: (``imagenet.rollouts``, as ``train.ablation.group_sizes``): old key -> new key, where the new key is allowed. A
-#: config still using an old name is told its new one.
+#: Old key -> new key (one name on both engines, the paper's terms; M one name in every study): a config still using
+#: an old name is told its new one.
 RENAMED_KEYS = {"kl_coef": "beta", "kl_loss_type": "kl_estimator", "loss_agg_mode": "aggregation",
                 "batch_size": "prompts_per_step", "save_freq": "checkpoint_every",
                 "max_new_tokens": "max_response_tokens", "rollouts": "group_sizes"}
 
 
-#: Sections moved to one block per concern for both engines (issue 37): old dotted key -> where it lives now.
+#: Sections moved to one block per concern for both engines: old dotted key -> where it lives now.
 MOVED_KEYS = {"train.verl.rl": "train.rl (verl's own knobs: train.rl.verl)",
               "train.verl.sft": "train.sft (verl's own knobs: train.sft.verl)",
               "train.verl.tasks": "train.task_settings (a row's settings under its rl / sft)"}
@@ -498,8 +406,8 @@ def _removed_key(where: str, key: str) -> str | None:
 
 
 def _moved_key(where: str, key: str) -> str | None:
-    """Where an old key lives now: a moved section (:data:`MOVED_KEYS`), an engine's knob now under
-    ``train.rl.<engine>`` / ``train.sft.<engine>``, or an old flat task-row key now under the row's ``rl`` / ``sft``."""
+    """Where an old key lives now: a moved section, an engine's knob under ``train.rl.<engine>`` /
+    ``train.sft.<engine>``, or an old flat task-row key under the row's ``rl`` / ``sft``."""
     dotted = f"{where}{key}"
     if dotted in MOVED_KEYS:
         return MOVED_KEYS[dotted]
@@ -549,12 +457,9 @@ def _describe(error: ValidationError) -> str:
 def validate_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
                     base_dir: str | os.PathLike[str] | None = None,
                     untrained: Sequence[str] = _UNTRAINED_METHODS) -> MutableMapping[str, Any]:
-    """Validate ``config`` in place (filling defaults); raise :class:`ConfigError` naming every bad key.
-
-    Relative ``local`` paths are resolved against ``base_dir`` (default: the working directory, as jobs do).
-    ``untrained``: the methods a study may name besides ``train.methods`` and the baselines (the plan passes the
-    registry's start and model before training).
-    """
+    """Validate ``config`` in place (filling defaults); raise :class:`ConfigError` naming every bad key. Relative
+    paths resolve against ``base_dir`` (default: the working directory); ``untrained`` are the methods a study may
+    name besides ``train.methods`` and the baselines (the plan passes the registry's Base and SFT)."""
     schema = with_estimator_params(load_schema(schema_path))
     errors = sorted(_DefaultingValidator(schema).iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
     reported = {".".join(map(str, e.absolute_path)) for e in errors}

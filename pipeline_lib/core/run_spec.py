@@ -1,16 +1,8 @@
 """The run spec: one typed, frozen description of a training run, made by the plan and read unchanged by every engine.
 
-The plan (:mod:`pipeline_lib.plan.settings`) resolves the config into a :class:`RunSpec` once; it crosses the process
-boundary as JSON (``--spec``, :meth:`RunSpec.to_json` / :meth:`RunSpec.from_json`), and each engine translates it at
-its own edge: the local trainers take their arguments from it (``pipeline_lib.jobs.engines.local.*``), the verl engine
-turns it into Hydra overrides (:mod:`pipeline_lib.jobs.engines.verl.translate`). Nothing downstream re-reads the config.
-
-The trainer's settings are typed (:class:`RLSettings`, :class:`SFTSettings`: one name per setting on both engines,
-each engine's own knobs in ``knobs``; a baseline's own section as its class of :mod:`pipeline_lib.core.baselines`; an
-ImageNet-study run's as :class:`ImageNetSettings`) and cross as JSON with the spec. Each field is the config key of
-the same name, which the schema (``workflow/schemas/config.schema.yaml``) describes once, with its default and
-bounds. The estimator's parameters live in one mapping (:attr:`Estimator.params`), tau among them under the name
-``tau``: config -> plan -> spec -> estimator, one name on both engines, one home per run.
+The plan (:mod:`pipeline_lib.plan.settings`) builds a :class:`RunSpec` once; it crosses the process boundary as JSON
+(``--spec``) and each engine translates it at its own edge (verl: :mod:`pipeline_lib.jobs.engines.verl.translate`).
+Each typed setting is the config key of the same name, which the schema describes once, with its default and bounds.
 """
 
 from __future__ import annotations
@@ -126,16 +118,15 @@ T = TypeVar("T", bound="_TrainerSettings")
 
 
 class _TrainerSettings:
-    """What :class:`RLSettings` and :class:`SFTSettings` share: fields one name each on both engines, the engine's own
-    knobs (one of :attr:`KNOBS`) in ``knobs``, read from the config's flat form or the spec's JSON form."""
+    """What :class:`RLSettings` and :class:`SFTSettings` share: one name per setting on both engines, the engine's own
+    knobs in ``knobs``."""
 
     KNOBS: ClassVar[dict[str, type]]
     KIND: ClassVar[str]
 
     @classmethod
     def from_flat(cls: type[T], settings: Mapping[str, Any], engine: str, where: str = "run spec") -> T:
-        """Read an engine's flat settings (a config section, a task row merged over it); any key missing or unknown
-        is an error naming it."""
+        """Read an engine's flat settings; a key missing or unknown is an error naming it."""
         if engine not in cls.KNOBS:
             raise PlanError(f"{where}: no {cls.KIND} settings for engine {engine!r}; engines: {sorted(cls.KNOBS)}")
         if not isinstance(settings, Mapping):
@@ -170,11 +161,8 @@ class _TrainerSettings:
 
 @dataclass(frozen=True)
 class RLSettings(_TrainerSettings):
-    """A group-RL run's settings, one name each on both engines (App. B's terms where the paper has a row); what only
-    one engine has lives in :attr:`knobs`. The config's one block ``train.rl`` holds these fields and each engine's
-    knobs (``train.rl.local`` / ``train.rl.verl``), a task's row ``train.task_settings.<task>.rl`` any of them; the
-    plan flattens them for one engine (:func:`pipeline_lib.plan.settings.engine_settings`), :meth:`from_flat` reads
-    that, :meth:`flat` writes it back."""
+    """A group-RL run's settings (``train.rl``, a task row's ``rl`` over it), App. B's terms; each engine's own in
+    :attr:`knobs`."""
 
     KNOBS: ClassVar[dict[str, type]] = RL_KNOBS
     KIND: ClassVar[str] = "group-RL"
@@ -235,9 +223,8 @@ SFT_KNOBS: dict[str, type] = {"local": LocalSFTKnobs, "verl": VerlSFTKnobs}
 
 @dataclass(frozen=True)
 class SFTSettings(_TrainerSettings):
-    """A supervised fine-tuning run's settings (the paper gives none: these are ours), one name each on both engines;
-    what only one engine has lives in :attr:`knobs`. ``train.sft`` (each engine's knobs in ``train.sft.local`` /
-    ``train.sft.verl``, a task row's ``sft`` over it) holds these fields, flattened for one engine by the plan."""
+    """A supervised fine-tuning run's settings (``train.sft``, a task row's ``sft`` over it; the paper gives none);
+    each engine's own in :attr:`knobs`."""
 
     KNOBS: ClassVar[dict[str, type]] = SFT_KNOBS
     KIND: ClassVar[str] = "SFT"
@@ -279,9 +266,8 @@ IMAGENET_RUN_FIELDS = ("objective", "group_size")
 
 @dataclass(frozen=True)
 class ImageNetSettings:
-    """An ImageNet objective-study run's settings: the ``imagenet`` section's keys that one run reads, one field each
-    with the section's name (the keys that choose which runs exist and the estimator's parameters, ``tau``, are not
-    here: tau is the spec's :attr:`RunSpec.estimator`), plus the run's ``objective`` and ``group_size`` (M)."""
+    """An ImageNet objective-study run's settings: the ``imagenet`` keys one run reads (not those choosing which runs
+    exist, nor tau, which is the spec's estimator's), plus its ``objective`` and ``group_size`` (M)."""
 
     dataset: ImageNetDataset
     model: ImageNetModel
@@ -305,8 +291,7 @@ class ImageNetSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "run spec imagenet") -> ImageNetSettings:
-        """Read the flat mapping (the section's run keys with ``objective`` and ``group_size``, or the JSON form); a
-        key missing or unknown, here or in ``dataset`` / ``model``, is an error naming it."""
+        """Read the flat mapping (also the JSON form); a key missing or unknown is an error naming it."""
         nested = {"dataset": ImageNetDataset, "model": ImageNetModel}
         values = exact_fields(cls, data, where, error=PlanError)
         for name, typed in nested.items():
@@ -320,8 +305,7 @@ class ImageNetSettings:
         return data
 
     def run_settings(self) -> dict[str, Any]:
-        """The section's run keys without ``objective`` and ``group_size``: what the trainer's resume digest has always
-        hashed beside them (an unchanged run keeps its digest and reruns nothing)."""
+        """The run keys without ``objective`` and ``group_size``, as the trainer's resume digest hashes them."""
         return {k: v for k, v in self.to_dict().items() if k not in IMAGENET_RUN_FIELDS}
 
 
@@ -329,41 +313,20 @@ class ImageNetSettings:
 class RunSpec:
     """Everything one training run computes with; equal specs (and seeds and inputs) train the same model."""
 
-    method: str
-    """The registry method it trains (:data:`pipeline_lib.plan.registry.METHODS`; an ablation cell trains
-    ``softmax_exact``; the OPD teacher ``opd_teacher``; an ImageNet run its objective)."""
+    method: str  # the registry method it trains (an ablation cell: softmax_exact; ImageNet: its objective)
     task: str
-    """The task (dataset) it trains on."""
-    engine: str
-    """What trains it: one of :data:`SPEC_ENGINES`."""
-    model: Any = None
-    """The model: on the local engine the architecture (hidden size, layers, ...) or None (starts from ``--init``);
-    on verl / TRL the Hugging Face model id the run (or its SFT start) loads."""
-    rl: RLSettings | None = None
-    """The group-RL settings (group-RL runs and the RL baselines): the engine's shared section with, on verl, the
-    task's row."""
-    sft: SFTSettings | None = None
-    """The SFT settings (SFT, Rationalization's SFT, the OPD teacher): the engine's SFT section with, on verl, the
-    task's ``sft`` row."""
-    imagenet: ImageNetSettings | None = None
-    """An ImageNet classifier run's settings (:class:`ImageNetSettings`: the ``imagenet`` section without its sweep
-    keys and its estimator's parameters, plus this run's ``objective`` and ``group_size`` (M))."""
-    estimator: Estimator | None = None
-    """The advantage estimator and its parameters (group-RL runs and the RL baselines); tau is ``params["tau"]``."""
-    reward: str | None = None
-    """``verifier`` or ``similarity`` (group-RL runs); None where the run has no task reward of its own choosing."""
-    reward_weights: dict[str, float] | None = None
-    """Reward component weights (similarity-reward runs); None: the task's verifier reward as it is."""
-    baseline: BaselineSettings | None = None
-    """A baseline's own settings: its ``train.baselines.<name>`` section as the typed class its registry entry names
-    (:mod:`pipeline_lib.core.baselines`: Rationalization's STaR hint, Iterative DPO's rounds, RARO's critic, ...);
-    None for a run without one."""
-    generation: dict[str, Any] | None = None
-    """How a GPU baseline generates (evaluation backend and sampling): Rationalization's annotator, Iterative DPO."""
-    resources: dict[str, Any] = field(default_factory=dict)
-    """The compute the run takes (Slurm nodes / GPUs): part of the experiment (App. B), not of the site."""
-    extra_overrides: tuple[str, ...] = ()
-    """verl only: extra Hydra overrides from the config (``train.verl.extra_overrides``), appended verbatim."""
+    engine: str  # what trains it: one of SPEC_ENGINES
+    model: Any = None  # local: the architecture, or None (starts from --init); verl / TRL: the hub model id
+    rl: RLSettings | None = None  # group-RL runs and the RL baselines
+    sft: SFTSettings | None = None  # SFT, Rationalization's SFT, the OPD teacher
+    imagenet: ImageNetSettings | None = None  # an ImageNet objective-study run
+    estimator: Estimator | None = None  # the advantage estimator and its parameters (tau: params["tau"])
+    reward: str | None = None  # verifier or similarity (group-RL runs)
+    reward_weights: dict[str, float] | None = None  # similarity runs' reward components; None: the verifier's
+    baseline: BaselineSettings | None = None  # a baseline's own section, typed (pipeline_lib.core.baselines)
+    generation: dict[str, Any] | None = None  # how a GPU baseline generates (backend and sampling)
+    resources: dict[str, Any] = field(default_factory=dict)  # Slurm nodes / GPUs: part of the experiment (App. B)
+    extra_overrides: tuple[str, ...] = ()  # verl only: train.verl.extra_overrides, appended verbatim
 
     def __post_init__(self) -> None:
         for name in ("method", "task"):
@@ -394,9 +357,7 @@ class RunSpec:
 
     @property
     def settings(self) -> dict[str, Any]:
-        """The trainer's settings as one flat mapping (:attr:`rl`, :attr:`sft` or :attr:`imagenet`; empty where it
-        has none), for what shows or compares settings by name (captions, the ablation's differences); the engines
-        read the typed fields."""
+        """The trainer's settings as one flat mapping, for what shows or compares them by name (captions)."""
         typed = self.rl or self.sft
         if typed is not None:
             return typed.flat()
@@ -408,9 +369,8 @@ class RunSpec:
         return None if self.estimator is None else self.estimator.params.get("tau")
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: :func:`dataclasses.asdict`, with :attr:`baseline` recording its class
-        (:func:`pipeline_lib.core.baselines.to_json_value`) and, where the run has none, ``{}``, as before it was
-        typed (an unchanged spec reruns nothing)."""
+        """The JSON form, :attr:`baseline` recording its class (``{}`` where none, so an unchanged spec reruns
+        nothing)."""
         data = asdict(self)
         data["baseline"] = {} if self.baseline is None else to_json_value(self.baseline)
         data["imagenet"] = None if self.imagenet is None else self.imagenet.to_dict()

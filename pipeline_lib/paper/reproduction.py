@@ -34,10 +34,10 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.core.cli import entry_parser, json_value
-from pipeline_lib.core.config import load_yaml
 from pipeline_lib.core.io import read_csv_frame, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_interval
+from pipeline_lib.core.yaml_files import load_yaml
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.machines import machines_section, run_machines

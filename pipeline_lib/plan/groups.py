@@ -1,22 +1,10 @@
-"""Jobs that run several entry points in one process: the main study's runs of one (task, seed), and every
-evaluation of one (task, seed).
+"""Jobs that run several entry points in one process, on the local engine: the main study's runs of one (task, seed)
+(``train_local_group``), the ablation's cells of one (task, seed) (``train_ablation_group``), ImageNet's runs of one
+seed (``train_imagenet_group``), and every evaluation of one (task, seed) (:func:`eval_batches`).
 
-On a 2-core machine the start-up of a job (Python, torch, transformers, the verifier's worker pool: about 4 CPU
-seconds) costs as much as a tiny training run's last fifth and more than a whole tiny evaluation (about 2.5 s), so on
-the local engine:
-
-* rule ``train_local_group`` trains every ``train.methods`` run of one (task, seed) from that seed's SFT model, one
-  run after another in one process, rule ``train_ablation_group`` the tau x M ablation's cells of one (task, seed),
-  and with ``imagenet.one_job_per_seed`` rule ``train_imagenet_group`` the ImageNet study's runs of one seed;
-* one rule per (task, seed) of a local-engine task, ``eval_checkpoints_<task>_seed<seed>``
-  (:func:`eval_batches`), evaluates every checkpoint of that task and seed the run's targets ask for (SFT, the
-  methods, baselines, ablation cells, judged runs) in one process.
-
-Each step is the entry point's own ``main(argv)`` (:mod:`pipeline_lib.jobs.engines.local.batch`), so every run and
-evaluation keeps its own directory, outputs and provenance, exactly what its own job would write. The cost: a change
-to one member reruns its whole group (a method's tau retrains the other methods of that task and seed too, and a
-retrained checkpoint re-evaluates its task and seed's others). Every other training run (SFT, baselines, judged and
-verl runs) and the evaluations of verl-trained checkpoints keep one job per run.
+Why: on 2 cores a job's start-up (about 4 CPU s) costs more than a whole tiny evaluation. Each step is the entry
+point's own ``main(argv)``, so every run keeps its own directory, outputs and provenance; the cost is that a change to
+one member reruns its group.
 """
 
 from __future__ import annotations
@@ -39,8 +27,7 @@ __all__ = ["EvalBatch", "Groups", "ablation_groups", "batch_command", "eval_batc
 
 @dataclass(frozen=True)
 class Groups:
-    """Runs sharing a process per (task, seed): every task x seed pair runs the runs named ``methods`` (of rule
-    ``job``) one after another."""
+    """Runs sharing a process per (task, seed): the runs named ``methods`` (of rule ``job``), one after another."""
 
     tasks: tuple[str, ...]
     seeds: tuple[int, ...]
@@ -64,8 +51,7 @@ def _study_runs(plan: Plan, study: str, job: str) -> list[Run]:
 
 
 def groups(plan: Plan) -> Groups:
-    """The main study's RL runs on the local engine (every ``train.methods`` run of each local-engine task and
-    seed), each (task, seed) from that seed's SFT model."""
+    """The main study's RL runs on the local engine, one group per (task, seed)."""
     return _every_pair([run for run in _study_runs(plan, "main", "train_local")
                         if METHODS[run.method].family == "group_rl"], "train_local", "main study")
 
@@ -79,14 +65,12 @@ def _every_pair(runs: list[Run], job: str, study: str) -> Groups:
 
 
 def ablation_groups(plan: Plan) -> Groups:
-    """The tau x M ablation's cells of each local-engine (task, seed), trained one after another in one process (rule
-    ``train_ablation_group``); every cell starts from the same SFT model."""
+    """The tau x M ablation's cells of each local-engine (task, seed)."""
     return _every_pair(_study_runs(plan, "ablation", "train_local"), "train_local", "ablation")
 
 
 def imagenet_groups(config: Mapping[str, Any], plan: Plan) -> Groups:
-    """With ``imagenet.one_job_per_seed``, every ImageNet-study run of one seed in one process (rule
-    ``train_imagenet_group``); otherwise none (one job per run)."""
+    """With ``imagenet.one_job_per_seed``, every ImageNet run of one seed; otherwise none."""
     runs = plan.of(job="train_imagenet") if (config.get("imagenet") or {}).get("one_job_per_seed") else []
     return _every_pair(runs, "train_imagenet", "ImageNet study")
 
@@ -98,16 +82,9 @@ def train_groups(config: Mapping[str, Any], plan: Plan) -> dict[str, Groups]:
 
 
 def job_priority(rule: str, run: Run | None = None) -> int:
-    """The job's Snakemake ``priority`` (higher starts first when more jobs are ready than cores are free).
-
-    On 2 cores a run is only as short as its last jobs leave no core idle: SFT first (every method, baseline and
-    evaluation of its task and seed waits on it), then the other training runs, then evaluations. The ImageNet
-    objective study (no job but its table waits on it) fills a core whenever nothing above is ready; it is not kept
-    for the end, where one 30 s job beside the short final tables left the other core idle (6 s of the median
-    makespan, 11 s of the worst). The theory's Monte Carlo (7 s) is the last filler. The order changes, no job's
-    inputs or outputs (``benchmarks/schedule.py``). ``run`` is a training job's run: the start the others train from
-    (its registry entry's :attr:`~pipeline_lib.plan.registry.Method.starting_point`) goes first.
-    """
+    """The job's Snakemake ``priority``: on 2 cores, SFT first (everything of its task and seed waits on it), then
+    the other training runs, then evaluations; ImageNet fills an idle core rather than waiting for the end, where it
+    left the other core idle; the theory's Monte Carlo is the last filler (``benchmarks/schedule.py``)."""
     if rule.startswith("data_"):
         return 50  # every training run waits on its task's data and the tokenizer: they go first
     if rule in ("train_imagenet", "train_imagenet_group"):
@@ -123,23 +100,20 @@ def job_priority(rule: str, run: Run | None = None) -> int:
 
 
 def _step_args(args: list[str]) -> list[Any]:
-    """A step's arguments with the inline-JSON value of each JSON flag (``--spec``, ``--tracking``...) as the JSON
-    value itself, so the steps file is one JSON document (a list of steps carrying their specs), never a spec's JSON
-    text quoted inside it; the batch turns each back into the identical argument."""
+    """A step's arguments with each JSON flag's value (``--spec``...) as JSON itself, not text quoted in the steps
+    file; the batch turns each back into the identical argument."""
     return [json.loads(arg) if index and args[index - 1] in JSON_FLAGS and arg.lstrip()[:1] in ("{", "[") else arg
             for index, arg in enumerate(args)]
 
 
 def batch_command(steps: list[tuple[str, list[str]]]) -> str:
-    """One shell command running ``(module, args)`` steps in order in one process; the steps (and their specs, as
-    JSON values) travel in one JSON file (:func:`pipeline_lib.core.cli.json_file`), not on the command line."""
+    """One shell command running ``(module, args)`` steps in order in one process; the steps travel in a JSON file."""
     payload = [{"module": module, "args": _step_args(args)} for module, args in steps]
     return f"python -m pipeline_lib.jobs.engines.local.batch --steps {shlex.quote(json_file(json.dumps(payload)))}"
 
 
 def train_group_inputs(runs: list[Run]) -> dict[str, str]:
-    """Every member's inputs, each file once (named ``<run>__<input>`` after its first member), without the files
-    another member makes."""
+    """Every member's inputs, each file once (``<run>__<input>``), without the files another member makes."""
     made, inputs = {run.output for run in runs}, {}
     for run in runs:
         for key, path in run.inputs.items():
@@ -149,8 +123,7 @@ def train_group_inputs(runs: list[Run]) -> dict[str, str]:
 
 
 def train_group_command(runs: list[Run], threads: int | None) -> str:
-    """The members' own commands as steps of one batch (with ``--threads`` where an entry point takes it, and
-    ``--tracking``)."""
+    """The members' own commands as steps of one batch."""
     steps = []
     for run in runs:
         module, args = run.entry_module, list(run.args[run.args.index("-m") + 2:])
@@ -179,10 +152,8 @@ _EVALUATION = re.compile(r"results/eval/(?P<task>[^/]+)/(?P<method>[^/]+)/seed(?
 
 
 def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
-    """``evaluations`` (metrics paths, e.g. :func:`pipeline_lib.plan.targets.stage_targets`'s ``eval``) of checkpoints
-    the
-    plan trains on the local engine, one batch per (task, seed), members in their first-listed order. Other paths
-    (verl-trained checkpoints, transfer benchmarks) are left to their own rules."""
+    """The ``evaluations`` (metrics paths) of checkpoints trained on the local engine, one batch per (task, seed) in
+    first-listed order; other paths are left to their own rules."""
     local = {run.key for run in plan.of(engine="local")}
     members: dict[tuple[str, int], list[str]] = {}
     for path in evaluations:
@@ -196,8 +167,7 @@ def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
 
 
 def eval_batch_command(config: Mapping[str, Any], batch: EvalBatch, threads: int) -> str:
-    """``pipeline_lib.jobs.eval.evaluate`` once per member of ``batch``, each with the arguments its own job would
-    get."""
+    """``pipeline_lib.jobs.eval.evaluate`` once per member, with the arguments its own job would get."""
     spec = json.dumps(eval_spec(config))
     return batch_command([
         ("pipeline_lib.jobs.eval.evaluate",

@@ -1,10 +1,6 @@
-"""Command layouts: the inputs and flags of each training entry point, one function per shape of command.
-
-A registry entry's :attr:`~pipeline_lib.plan.registry.Entry.layout` is one of these functions (the entry holds the
-function itself, not a name): given the run being built (:class:`Ctx`) and its spec, it returns the job's inputs and
-the arguments after ``python -m <entry point>`` (:class:`Job`). :mod:`pipeline_lib.plan.runs` calls it; this module
-imports neither the registry nor the runs, so the registry can name its layouts directly. :class:`Run` (one job of the
-plan) lives here too, with :func:`annotation_run`, the job a registry entry's ``prelude`` adds before its run.
+"""Command layouts: one function per shape of training command, giving the job's inputs and the arguments after
+``python -m <entry point>`` (:class:`Job`). A registry entry holds its layout function itself; this module imports
+neither the registry nor the runs. :class:`Run`, one job of the plan, lives here too.
 """
 
 from __future__ import annotations
@@ -88,8 +84,7 @@ def local_rl(c: Ctx, spec: RunSpec) -> Job:
 
 
 def local_base(c: Ctx, spec: RunSpec) -> Job:
-    """A verl task's Base is the hub model ``train.verl.model`` with its own tokenizer; a local task's is the tiny
-    model built from scratch on the pipeline's tokenizer."""
+    """A verl task's Base is the hub model; a local task's the tiny model built on the pipeline's tokenizer."""
     if engine_of(c.config, c.task) == "verl":
         return Job({}, [*_contract(c, spec), "--init", c.config["train"]["verl"]["model"]], threads=False)
     return Job({"tokenizer": TOKENIZER}, [*_contract(c, spec), "--tokenizer", str(Path(TOKENIZER).parent)],
@@ -113,7 +108,7 @@ def local_expert(c: Ctx, spec: RunSpec) -> Job:
 
 
 def local_opd(c: Ctx, spec: RunSpec) -> Job:
-    hub = c.config["train"]["baselines"]["opd"]["teacher"].get("hub")
+    hub = spec.baseline.teacher.hub  # a hub teacher, else the trained one (opd_teacher)
     teacher = hub or sentinel(c.task, "opd_teacher", c.seed)
     inputs = {"data": f"results/data/{c.task}/rl_train.parquet", "init": c.init,
               **({} if hub else {"teacher": teacher})}
@@ -140,8 +135,7 @@ def verl_rationalization(c: Ctx, spec: RunSpec) -> Job:
 
 
 def verl_rl(c: Ctx, spec: RunSpec) -> Job:
-    """A verl RL run: from the model of the run it starts from (``--init``), or with no ``--init`` from its spec's
-    model, the base model's hub id (``train.rl_start: base``), which no job of the plan writes."""
+    """A verl RL run from the model of the run it starts from, or without ``--init`` from its spec's hub model."""
     start = {} if c.init is None else {"init": c.init}
     inputs = {"data": c.data, "val": f"results/data/{c.task}/rl_test.parquet", **start}
     return Job(inputs, [*_contract(c, spec), "--data", c.data, "--val-data", inputs["val"],
@@ -186,11 +180,8 @@ class Run:
         return self.args[self.args.index("-m") + 1]
 
     def command(self, threads: int | None = None, tracking: bool = True, files: bool = True) -> str:
-        """The shell command (without the log redirection); ``threads`` is appended where the entry point takes it,
-        and with ``tracking`` the run's tracking settings (``tracking=False``: the command as a rerun key, which a
-        change of dashboard never reruns). With ``files`` its JSON values (spec, tracking) travel in files
-        (:func:`pipeline_lib.core.cli.file_args`), so the command line stays short; without, inline (a rerun key that
-        shows what changed)."""
+        """The shell command (without the log redirection). ``tracking=False`` gives the rerun key (a change of
+        dashboard reruns nothing); ``files`` passes the JSON values in files, so the command line stays short."""
         args = [*self.args, *self.extra_args(threads, tracking)]
         return " ".join(shlex.quote(a) for a in (file_args(args) if files else args))
 
@@ -213,8 +204,7 @@ class Run:
 
 
 def annotation_run(c: Ctx, study: str) -> Run:
-    """Rationalization on GPU, step one (its verl entry's :attr:`~pipeline_lib.plan.registry.Entry.prelude`): the base
-    model writes the rationales through the eval backend (vLLM)."""
+    """Rationalization on GPU, step one (its verl entry's ``prelude``): the base model writes the rationales."""
     out = f"{run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
     data = f"results/data/{c.task}/sft_train.parquet"
     spec = annotation_spec(c.config, c.task)

@@ -1,21 +1,10 @@
-"""The method registry: what each method *is*, in one entry, for every engine.
+"""The method registry: what each method *is* and how each engine trains it, one entry per method.
 
-A :class:`Method` names its family, its estimator and reward (group-RL methods), its table label, for a baseline its
-config section, the settings class that section reads as (:mod:`pipeline_lib.core.baselines`) and whether it trains
-on prompts with the expert answer, and for each value of ``train.engine`` the job that trains it (:class:`Entry`: the
-Snakemake rule, the entry point, the command layout function, the builder of its
-:class:`~pipeline_lib.core.run_spec.RunSpec`, a job that must run first and, for a verl baseline, the function of its
-overrides), and whether verl checks every prompt's expert answer first (``needs_references``): what the method is
-and how it trains. What other stages do with a method lives with them, reading these entries: the verl preflight's
-kinds and checks (:data:`pipeline_lib.jobs.engines.verl.preflight.CHECKS`) and the report's paired comparisons
-(:data:`pipeline_lib.paper.reproduction.PAIRS`). :data:`ADVANTAGE_ESTIMATORS`
-(:mod:`pipeline_lib.core.rl.estimators`, re-exported here) says what each estimator takes (its parameter dataclass)
-and how verl runs it. :func:`pipeline_lib.plan.plan_runs` reads only these tables to turn a config into runs, the
-verl engine reads :data:`ADVANTAGE_ESTIMATORS`, and the paper tables take their row labels from here.
-
-Adding an estimator is its function (``@register_advantage``) and parameter dataclass, one ``group_rl(...)`` entry
-here with its :class:`EstimatorEntry` (or :func:`register` from elsewhere) and its ``train.methods`` entry in the
-config (``tests/plan/test_new_estimator.py`` does exactly that).
+What other stages do with a method lives with them, reading these entries: the preflight's kinds
+(:data:`pipeline_lib.jobs.engines.verl.preflight.CHECKS`) and the report's pairs
+(:data:`pipeline_lib.paper.reproduction.PAIRS`). Adding an estimator is its function and parameter dataclass, one
+``group_rl(...)`` line here (or :func:`register` from elsewhere) and its ``train.methods`` entry
+(``tests/plan/test_new_estimator.py`` does exactly that).
 """
 
 from __future__ import annotations
@@ -55,29 +44,25 @@ Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> th
 
 
 def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """verl estimator name -> (our estimator, the algorithm-config keys it takes: its parameter dataclass's fields),
-    for every estimator registered as ours; asked at each use, so one a test registers later is included."""
+    """verl estimator name -> (our estimator, its parameter names), for our estimators; asked at each use, so one a
+    test registers later is included."""
     return {entry.verl: (entry.name, entry.param_names) for entry in ADVANTAGE_ESTIMATORS.values() if entry.ours}
 
 
 @dataclass(frozen=True)
 class Entry:
-    """How one engine trains a method: ``job`` is the Snakemake rule, ``entry_point`` the ``python -m`` module (and
-    subcommand), ``layout`` the command's shape (the function of :mod:`pipeline_lib.plan.layouts` that gives the
-    inputs and flags the entry point takes), ``spec`` the builder of its :class:`RunSpec`; ``verl_kind`` is verl's
-    trainer (``sft`` / ``rl``) whose overrides the verl engine validates at parse time; ``overrides`` names the
-    function (``module:function``, called with the run's spec and paths) that returns the overrides a verl baseline
-    adds to its RL run's (:func:`pipeline_lib.jobs.engines.verl.translate.baseline_overrides` calls it; a name, as
-    ``entry_point`` is, since the plan imports no engine)."""
+    """How one engine trains a method: the Snakemake rule, the ``python -m`` module (and subcommand), the command's
+    layout (:mod:`pipeline_lib.plan.layouts`) and its family's spec builder."""
 
     job: str
     entry_point: str
     layout: Layout
     spec: SpecBuilder
-    verl_kind: str | None = None
-    #: The function (called with the run's context and study, a :mod:`pipeline_lib.plan.layouts` function) that builds
-    #: a job making the run's training data first (Rationalization on GPU: :func:`~.layouts.annotation_run`).
+    verl_kind: str | None = None  # verl's trainer (sft / rl), whose overrides are validated at parse time
+    #: A job making the run's training data first (Rationalization on GPU: :func:`~.layouts.annotation_run`).
     prelude: Callable[[Ctx, str], layouts.Run] | None = None
+    #: A verl baseline's extra overrides: ``module:function`` of the engine (the plan imports no engine), called by
+    #: :func:`pipeline_lib.jobs.engines.verl.translate.baseline_overrides`.
     overrides: str | None = None
 
 
@@ -95,30 +80,21 @@ class Method:
     ours: bool = False  # the paper's method (SoftmaxGRPO): the row the judge validation reports
     #: A baseline's config section (``train.baselines.<section>``), None for the main methods.
     section: str | None = None
-    #: A baseline's settings class (:mod:`pipeline_lib.core.baselines`): its section's keys as typed fields, the
-    #: run spec's ``baseline``; None where the section holds only ``tasks`` (Base).
+    #: A baseline's settings class (:mod:`pipeline_lib.core.baselines`); None where its section holds only ``tasks``.
     settings: type[BaselineSettings] | None = None
-    #: Trains on prompts that carry the expert answer (a similarity reward, or a baseline that prefers / scores the
-    #: demonstration): on Countdown the GOLD prompts (pipeline_lib.plan.settings.reference_prompts).
+    #: Trains on prompts that carry the expert answer (on Countdown the GOLD prompts).
     demonstrations: bool = False
-    #: group_rl: a new estimator this method brings (declared in pipeline_lib.core.rl.estimators by :func:`register`).
+    #: group_rl: a new estimator this method brings (:func:`register` declares it).
     new_estimator: EstimatorEntry | None = None
-    #: Every training prompt must carry its expert answer (``extra_info.reference``); the verl engine checks the
-    #: data before Ray starts (RARO's critic compares the expert answer with the policy's on every prompt).
+    #: Every training prompt must carry its expert answer; verl checks the data before Ray starts (RARO's critic).
     needs_references: bool = False
-    #: The post-trained start (SFT): the RL runs of its task and seed start from this run's model where
-    #: ``train.rl_start`` is ``sft`` (the tiny default), and the :attr:`from_starting_point` methods always; a study
-    #: reads it as the start the RL methods are compared with, not as a train target or an RL run of its own.
+    #: The post-trained start (SFT) that RL runs start from under ``train.rl_start: sft``; not a train target itself.
     starting_point: bool = False
-    #: Starts from the :attr:`starting_point` run's model (SFT) whatever ``train.rl_start`` says: Iterative DPO,
-    #: which the paper initialises from the SFT checkpoint "to mitigate distribution mismatch" (App. B).
+    #: Starts from SFT whatever ``train.rl_start`` says: Iterative DPO (App. B: "to mitigate distribution mismatch").
     from_starting_point: bool = False
-    #: The model before any post-training (Base): the report says whether this run is a pretrained model or an
-    #: untrained initialisation (:func:`pipeline_lib.paper.captions.base_note`).
+    #: The model before any post-training (Base).
     before_training: bool = False
-    #: The demonstrations this method generates for itself, a file beside its run (Rationalization's
-    #: ``rationalized_sft.parquet``): the report says how many are well-formed
-    #: (:func:`pipeline_lib.paper.summary.demonstration_quality`).
+    #: The demonstrations it writes beside its run (Rationalization's), whose quality the report states.
     generated_demonstrations: str | None = None
 
 
@@ -129,17 +105,13 @@ GROUP_RL = {"local": LOCAL_RL, "verl": VERL_RL}
 
 
 def verl_baseline(overrides: str) -> Entry:
-    """A baseline that runs as a verl RL job (paper App. B): the task's App. B RL row, so only the method differs,
-    plus the overrides ``overrides`` (``module:function``) returns (OPD through verl's ``distillation.*`` config,
-    RL-Logit and RARO through the pipeline's agent loops)."""
+    """A baseline run as a verl RL job with the task's App. B row, plus the overrides ``overrides`` returns."""
     return Entry("train_verl", "pipeline_lib.jobs.engines.verl.train rl", layouts.verl_rl, rl_baseline_spec, "rl",
                  overrides=overrides)
 
 
 def group_rl(name: str, label: str, estimator: str | EstimatorEntry, reward: str, ours: bool = False) -> Method:
-    """A group-RL method (GRPO family): ``train.rl`` / the task's App. B row with this estimator and reward. A new
-    estimator comes as its :class:`EstimatorEntry` (its parameter dataclass and verl name), which :func:`register`
-    declares."""
+    """A group-RL method: this estimator (a new one as its :class:`EstimatorEntry`) and reward."""
     new = estimator if isinstance(estimator, EstimatorEntry) else None
     return Method(name, label, "group_rl", GROUP_RL, advantage=new.name if new else estimator, reward=reward,
                   ours=ours, demonstrations=reward == "similarity", new_estimator=new)
@@ -151,9 +123,8 @@ def _local(name: str, spec: SpecBuilder = rl_baseline_spec, layout: Layout = lay
 
 def baseline(name: str, label: str, local: Entry, verl: Entry, settings: type[BaselineSettings] | None = None,
              demonstrations: bool = False, **fields: Any) -> Method:
-    """A baseline: its local and verl jobs, its config section ``train.baselines.<name>`` read as ``settings`` (its
-    :class:`~pipeline_lib.core.baselines.BaselineSettings` class; the spec builders find it by the method's name) and
-    any further :class:`Method` field (``needs_references=True``)."""
+    """A baseline: its local and verl jobs, its section ``train.baselines.<name>`` read as ``settings``, and any further
+    :class:`Method` field."""
     return Method(name, label, "baseline", {"local": local, "verl": verl}, section=name, settings=settings,
                   demonstrations=demonstrations, **fields)
 
@@ -198,14 +169,12 @@ METHOD_ORDER: list[str] = list(METHODS)
 
 
 def starting_point() -> str:
-    """The name of the post-trained start (the entry whose :attr:`Method.starting_point` is set: SFT), which the RL
-    runs start from under ``train.rl_start: sft``; exactly one entry may be it."""
+    """The post-trained start (SFT): the one entry with :attr:`Method.starting_point`."""
     return _the_one("starting_point")
 
 
 def before_training() -> str:
-    """The name of the model before post-training (the entry whose :attr:`Method.before_training` is set: Base), which
-    the local engine's RL runs start from under ``train.rl_start: base``; exactly one entry may be it."""
+    """The model before post-training (Base): the one entry with :attr:`Method.before_training`."""
     return _the_one("before_training")
 
 
@@ -225,10 +194,8 @@ def method(name: str) -> Method:
 
 
 def register(entry: Method) -> Method:
-    """Add a method (and the new estimator it brings, :attr:`Method.new_estimator`) to the registry, after the
-    built-in ones. The built-in methods are registered at import; this is how a method defined elsewhere (a test's toy
-    estimator) joins them, with exactly the same standing: one line, ``register(group_rl(..., EstimatorEntry(...),
-    ...))``."""
+    """Add a method defined elsewhere (a test's toy estimator or baseline), and what it brings, after the built-in
+    ones, with the same standing."""
     if entry.name in METHODS:
         raise PlanError(f"method {entry.name!r} is already registered")
     if entry.new_estimator is not None:

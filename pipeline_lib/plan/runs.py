@@ -1,16 +1,8 @@
-"""Config -> the list of runs: the one place where the pipeline decides which training jobs exist.
+"""Config -> the list of runs: the one place that decides which training jobs exist.
 
-:func:`plan_runs` asks every study for the runs it reads (the main methods, the baselines, the tau x M ablation, the
-scale study, the judged and transfer runs, the ImageNet objectives), adds the runs those start from (SFT, the Base
-model, the OPD teacher, the rationalization annotator) and builds each one from the method registry
-(:mod:`pipeline_lib.plan.registry`): its engine, Snakemake job, inputs, command, spec and resources.
-
-Each run's settings are one :class:`~pipeline_lib.core.run_spec.RunSpec`, built by the registry entry's spec builder
-(:mod:`pipeline_lib.plan.settings`, where the parameter precedence and the rule of which tau wins are stated); the
-command passes it as ``--spec`` JSON and the engine translates it at its edge (verl: its Hydra overrides, which
-:mod:`pipeline_lib.jobs.engines.verl.validate` checks at parse time). Every group-RL method's estimator and parameters
-are
-checked against :mod:`pipeline_lib.core.rl.advantages`, which knows each estimator's parameters.
+:func:`plan_runs` asks every study for the runs it reads, adds the runs those start from (SFT, Base, the OPD teacher,
+the rationalization annotator) and builds each one in one pass: registry entry -> its family's spec builder
+(:mod:`pipeline_lib.plan.settings`) -> a study's typed replacement -> the entry's command layout.
 """
 
 from __future__ import annotations
@@ -32,7 +24,6 @@ from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
 from pipeline_lib.plan.registry import (
-    ADVANTAGE_ESTIMATORS,
     METHODS,
     Entry,
     PlanError,
@@ -63,8 +54,8 @@ _SENTINEL = re.compile(r"^results/train/([a-z0-9_]+)/([a-z0-9_]+)/seed([0-9]+)/D
 
 @dataclass(frozen=True)
 class JobKind:
-    """A kind of job = one Snakemake rule: the file it writes in the run directory, its conda environment and the
-    resources the plan sets per run (the App. B compute setup; the site's own resources live in the profile)."""
+    """One Snakemake rule: the file it writes in the run directory, its conda env and the resources the plan sets per
+    run (App. B's compute; the site's live in the profile)."""
 
     output: str
     conda: str
@@ -129,8 +120,8 @@ class Plan:
 # --- which task runs where ---------------------------------------------------------------------------------------
 
 def trained_methods(config: Mapping[str, Any], task: str) -> list[str]:
-    """RL methods trained on ``task``: every ``train.methods`` entry, or the task row's own list
-    (``train.task_settings.<task>.methods``: the paper's non-verifiable tasks train only the -Sim pair)."""
+    """RL methods trained on ``task``: ``train.methods``, or the task row's own ``methods`` (the paper's
+    non-verifiable tasks train only the -Sim pair)."""
     methods = list(config["train"]["methods"])
     listed = task_row(config, task).get("methods")
     if listed is None:
@@ -153,7 +144,7 @@ def softmax_exact_method(config: Mapping[str, Any]) -> str:
 # --- method parameters --------------------------------------------------------------------------------------------
 
 def _check_method(config: Mapping[str, Any], name: str) -> None:
-    """Method ``name``'s ``train.methods`` entry agrees with its registry entry, and verl can train its estimator."""
+    """Method ``name``'s ``train.methods`` entry agrees with its registry entry."""
     registered = method(name)
     entry = config["train"]["methods"][name]
     if registered.family != "group_rl":
@@ -162,13 +153,6 @@ def _check_method(config: Mapping[str, Any], name: str) -> None:
         if entry[key] != getattr(registered, key):
             raise PlanError(f"train.methods.{name}.{key} is {entry[key]!r} but the registry's {name!r} has "
                             f"{getattr(registered, key)!r}")
-
-
-def _check_verl_estimator(spec: RunSpec) -> None:
-    if spec.engine == "verl" and spec.estimator is not None and spec.estimator.name not in ADVANTAGE_ESTIMATORS:
-        raise PlanError(f"{spec.task}/{spec.method}: estimator {spec.estimator.name!r} has no verl estimator (an "
-                        f"ADVANTAGE_ESTIMATORS entry in pipeline_lib/plan/registry.py); "
-                        f"available: {sorted(ADVANTAGE_ESTIMATORS)}")
 
 
 def _module(entry_point: str) -> list[str]:
@@ -189,7 +173,6 @@ def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
 
 
 def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
-    _check_verl_estimator(spec)
     job = entry.layout(c, spec)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
@@ -199,14 +182,9 @@ def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
 
 
 def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, scale: str | None = None) -> str | None:
-    """The sentinel of the run that method ``name``'s run of ``task`` and ``seed`` starts from (at model scale
-    ``scale``, where given), or None where it starts from its spec's own model.
-
-    ``train.rl_start`` chooses: ``sft``, the seed's SFT run (the tiny default, whose base model is untrained);
-    ``base``, the model before post-training, as the paper's App. B and the authors' configs: on verl its spec's hub
-    model (``train.verl.model``, or the scale's ``hub``: no job to wait for), on the local engine the Base run's
-    model. A method marked :attr:`~pipeline_lib.plan.registry.Method.from_starting_point` (Iterative DPO) starts from
-    SFT either way. Runs that train from no model (SFT, Base, Rationalization) ignore it."""
+    """The sentinel of the run that ``name``'s run starts from (at model scale ``scale``), or None for its spec's own
+    model. ``train.rl_start: sft`` is the seed's SFT run; ``base`` (App. B) the hub model on verl (no job to wait
+    for), the Base run on the local engine. Iterative DPO (``from_starting_point``) starts from SFT either way."""
     if method(name).from_starting_point or config["train"]["rl_start"] == "sft":
         start = starting_point()
     elif engine_of(config, task) == "verl":
@@ -217,8 +195,7 @@ def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, scale: 
 
 
 def _data(task: str, name: str) -> str:
-    """The RL prompts a method trains on: those with the expert answer where the method uses it (registry
-    ``demonstrations``: the similarity reward, the baselines that prefer or score the demonstration), else all."""
+    """The RL prompts a method trains on: those with the expert answer where it uses one (``demonstrations``)."""
     return reference_prompts(task) if method(name).demonstrations else f"results/data/{task}/rl_train.parquet"
 
 
@@ -259,8 +236,7 @@ ML_OBJECTIVE = "ml"
 
 
 def _imagenet_estimator(objective: str, section: Mapping[str, Any]) -> Estimator:
-    """The ImageNet objective's estimator: its parameters read from the ``imagenet`` section by their dataclass's
-    field names (``imagenet.tau`` for SoftmaxGRPO), as a group-RL run's are from its ``train.methods`` entry."""
+    """The ImageNet objective's estimator, its parameters read from ``imagenet`` by field name (``imagenet.tau``)."""
     try:
         return Estimator(objective, params_from(objective, section))
     except (TypeError, ValueError) as exc:
@@ -296,11 +272,8 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
 # --- the studies ----------------------------------------------------------------------------------------------------
 
 def baseline_tasks(config: Mapping[str, Any], name: str) -> list[str]:
-    """Tasks one baseline runs on: its own ``train.baselines.<name>.tasks`` where set, else ``train.baselines.tasks``.
-
-    The paper runs RARO on Countdown and DeepMath only (Table 1 shows -- for GSM8K) and Base and OPD also on the
-    non-verifiable tasks (the non-verifiable table).
-    """
+    """Tasks one baseline runs on: its own ``train.baselines.<name>.tasks`` where set (the paper's RARO: Countdown and
+    DeepMath only), else ``train.baselines.tasks``."""
     section = config["train"].get("baselines") or {}
     own = (section.get(method(name).section or name) or {}).get("tasks")
     return list(section.get("tasks", []) if own is None else own)
@@ -344,15 +317,9 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
 
 
 def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
-    """Every job the config plans, each built once from the registry; dependencies (SFT, Base, the OPD teacher, the
-    rationalization annotator) are added where a run starts from them (:func:`start_of`).
-
-    ``check_estimators`` checks each distinct estimator once against its parameter dataclass
-    (:func:`pipeline_lib.core.rl.estimators.check_params`; nothing is run, no torch); the workflow turns it off where
-    Snakemake
-    re-parses itself to run one job (a Slurm job), the submitting process having checked the same config already.
-    The plan holds paths relative to the workflow; an engine makes them absolute at its edge (verl:
-    ``translate.run_paths``)."""
+    """Every job the config plans, each built once, with the runs they start from (:func:`start_of`); paths are
+    relative to the workflow. ``check_estimators`` checks each distinct estimator's parameters once (no torch); a
+    Slurm job's re-parse turns it off, its submitter having checked the same config."""
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
@@ -407,11 +374,9 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
                             base_dir: str | os.PathLike[str] | None = None) -> MutableMapping[str, Any]:
-    """:func:`pipeline_lib.core.config.validate_config`, then the run plan's own refusals (a method the registry cannot
-    build, a missing tau) as a :class:`~pipeline_lib.core.config.ConfigError`: a config that cannot be planned fails
-    where
-    it is parsed, not in the first rule that plans; an estimator's parameters included (checked against its dataclass,
-    no torch). The preflight's config plans nothing."""
+    """:func:`~pipeline_lib.core.config.validate_config`, then the plan's own refusals (a method the registry cannot
+    build, a missing tau) as a :class:`~pipeline_lib.core.config.ConfigError`, so a config that cannot be planned
+    fails where it is parsed. The preflight's config plans nothing."""
     validate_config(config, schema_path, base_dir,
                     untrained=tuple(name for name, m in METHODS.items() if m.before_training or m.starting_point))
     if not config.get("preflight"):

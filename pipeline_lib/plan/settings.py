@@ -1,16 +1,11 @@
-"""Config -> settings: every :class:`~pipeline_lib.core.run_spec.RunSpec` of a training run, and the JSON settings of
-the other jobs (data, evaluation, generation backends).
+"""Config -> settings: the :class:`~pipeline_lib.core.run_spec.RunSpec` of every training run, and the JSON settings
+of the other jobs. The engines read these specs, never the config.
 
-The only place that reads a run's settings from the config: the engines read the spec these functions make, never
-the config. Each method family owns one builder, ``(config, task, method, engine) -> RunSpec``, for every engine it
-trains on (:func:`sft_spec`, :func:`group_rl_spec`, :func:`rl_baseline_spec`, ...); a registry entry names its
-family's builder. Parameter precedence: a run's trainer settings (:class:`~pipeline_lib.core.run_spec.RLSettings`,
-:class:`~pipeline_lib.core.run_spec.SFTSettings`) are the shared block (``train.rl`` / ``train.sft``: the shared
-settings and the engine's own knobs, ``local`` / ``verl``) with the task's row (``train.task_settings.<task>``, App.
-B's per-task row on the paper) over it (:func:`engine_settings`); the estimator's parameters, tau among them, are
-resolved by :func:`estimator_params`, whose docstring states their one precedence. A study that varies a setting
-replaces it on the built spec (:func:`ablation_cell`: M, steps, tau; :func:`at_scale`: the model). Which runs exist
-is decided in :mod:`pipeline_lib.plan.runs`."""
+Each method family owns one builder, ``(config, task, method, engine) -> RunSpec``, for every engine it trains on. A
+run's trainer settings are the shared block (``train.rl`` / ``train.sft`` and the engine's knobs) with the task's row
+over it (:func:`engine_settings`); the estimator's parameters have one precedence (:func:`estimator_params`); a study
+replaces what it varies on the built spec (:func:`ablation_cell`, :func:`at_scale`).
+"""
 
 from __future__ import annotations
 
@@ -60,8 +55,8 @@ def eval_spec(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def generation_spec(config: Mapping[str, Any], method: str, batch_key: str = "batch_size") -> dict[str, Any]:
-    """How a baseline generates on its GPU path: the evaluation backend and engine settings (:func:`eval_spec`)
-    with the method's own length, temperature, batch (``batch_key``) and, where set, backend."""
+    """How a baseline generates on GPU: :func:`eval_spec` with the method's own length, temperature, batch
+    (``batch_key``) and backend."""
     own = config["train"]["baselines"][method]
     return {**eval_spec(config), "backend": own.get("backend") or config["eval"]["backend"],
             "max_new_tokens": own["max_new_tokens"], "temperature": own["temperature"], "batch_size": own[batch_key]}
@@ -73,9 +68,8 @@ def ablation_method(tau: float, group_size: int) -> str:
 
 
 def ablation_cell(spec: RunSpec, config: Mapping[str, Any], tau: float, group_size: int) -> RunSpec:
-    """One tau x M cell of the ablation: ``spec`` (the task's SoftmaxGRPO-Exact run) with the cell's M, the
-    ablation's step count where ``train.ablation.steps`` sets one, and the cell's tau (which wins over every other
-    tau, :func:`estimator_params`); every other setting as the method's run."""
+    """One tau x M cell: ``spec`` (the task's SoftmaxGRPO-Exact run) with the cell's M and tau and, where
+    ``train.ablation.steps`` sets one, its step count; every other setting as the method's run."""
     if spec.rl is None or spec.estimator is None:
         raise PlanError(f"an ablation cell needs a group-RL run, got {spec.method!r} of {spec.task!r}")
     steps = config["train"]["ablation"]["steps"]
@@ -85,9 +79,8 @@ def ablation_cell(spec: RunSpec, config: Mapping[str, Any], tau: float, group_si
 
 
 def at_scale(spec: RunSpec, config: Mapping[str, Any], name: str) -> RunSpec:
-    """``spec`` at one model scale (``train.scale.models.<name>``): a local run's architecture ``model`` with the
-    scale's overrides, a verl run's hub model replaced by the scale's ``hub``; a run that trains from another run's
-    model (no ``model`` of its own) is unchanged here, its start is the scaled run's."""
+    """``spec`` at model scale ``name``: a local run's architecture with the scale's overrides, a verl run's hub model
+    the scale's ``hub``; a run without a ``model`` of its own is unchanged (its start is the scaled run's)."""
     models = config["train"]["scale"]["models"]
     if name not in models:
         raise ValueError(f"unknown scale {name!r}; train.scale.models: {sorted(models)}")
@@ -106,9 +99,8 @@ def task_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
 
 
 def verl_tasks(config: Mapping[str, Any]) -> list[str]:
-    """Tasks trained on verl: with ``train.engine: verl``, those with a ``train.task_settings`` row (App. B settings)
-    that does not state ``engine: local``; any other task of a verl config (a tiny analogue) stays on the local
-    engine. With ``train.engine: local`` every task is local."""
+    """Tasks trained on verl: under ``train.engine: verl`` those with a ``train.task_settings`` row (App. B) not stating
+    ``engine: local``; every other task trains on the local engine."""
     train = config["train"]
     if train.get("engine") != "verl":
         return []
@@ -125,9 +117,8 @@ def _verl_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
 
 
 def engine_settings(config: Mapping[str, Any], task: str, concern: str, engine: str) -> dict[str, Any]:
-    """The flat settings of ``concern`` (``rl`` or ``sft``) for ``task`` on ``engine``: the shared block
-    ``train.<concern>`` and its ``<engine>`` knobs, then the task row's ``rl`` / ``sft`` and its ``<engine>`` knobs
-    over them (the row wins). The other engine's knobs are left out."""
+    """The flat ``rl`` or ``sft`` settings of ``task`` on ``engine``: ``train.<concern>`` with its ``<engine>`` knobs,
+    then the task row's ``<concern>`` and its knobs over them."""
     flat: dict[str, Any] = {}
     for section in (config["train"][concern], task_row(config, task).get(concern) or {}):
         flat |= {key: value for key, value in section.items() if key not in ENGINES}
@@ -138,8 +129,7 @@ def engine_settings(config: Mapping[str, Any], task: str, concern: str, engine: 
 # --- estimators: the parameters each takes, and which tau wins ------------------------------------------------------
 
 def check_estimator(estimator: Estimator) -> None:
-    """The estimator is declared and takes exactly these parameters, each within its bounds: read from its parameter
-    dataclass (:func:`pipeline_lib.core.rl.estimators.check_params`); nothing is run and torch is not imported."""
+    """The estimator is declared and takes exactly these parameters, each within its bounds (no torch)."""
     try:
         check_params(estimator.name, estimator.params)
     except (TypeError, ValueError) as exc:
@@ -147,12 +137,9 @@ def check_estimator(estimator: Estimator) -> None:
 
 
 def estimator_params(config: Mapping[str, Any], task: str, method: str, tau: float | None = None) -> dict[str, Any]:
-    """The parameters of method ``method``'s estimator on ``task``, the one home of a run's tau (the spec's
-    ``estimator.params``). The precedence, stated once (also in the schema's ``train.methods`` description), for an
-    estimator that takes tau: a study cell's ``tau`` (the tau x M ablation) > the task's row
-    (``train.task_settings.<task>.tau``) > the method's entry (``train.methods.<method>.tau``) > the
-    estimator's default (its parameter dataclass; SoftmaxGRPO has none, so a tau from nowhere is a
-    :class:`PlanError`). The other parameters are the method entry's keys besides ``advantage`` and ``reward``."""
+    """The parameters of ``method``'s estimator on ``task``: the method entry's keys besides ``advantage`` and
+    ``reward``. Tau's precedence: an ablation cell's > the task row's > the method entry's > the estimator's default
+    (SoftmaxGRPO has none, so a tau from nowhere is a :class:`PlanError`)."""
     entry = config["train"]["methods"][method]
     params = {k: v for k, v in entry.items() if k not in ("advantage", "reward")}
     if not takes(entry["advantage"], "tau"):
@@ -178,16 +165,15 @@ def _has_default(name: str, key: str) -> bool:
 
 
 def _similarity_weights(config: Mapping[str, Any], task: str, reward: str) -> dict[str, float] | None:
-    """A similarity-reward run's reward weights (the task row's ``similarity_weights``, else similarity alone)."""
+    """A similarity run's reward weights: the task row's ``similarity_weights``, else similarity alone."""
     if reward != "similarity":
         return None
     return dict(task_row(config, task).get("similarity_weights") or {"similarity": 1.0})
 
 
 def baseline_settings(config: Mapping[str, Any], method: str) -> BaselineSettings | None:
-    """A baseline's own section ``train.baselines.<method>`` as the settings class its registry entry names
-    (:func:`pipeline_lib.core.baselines.declared`; None where it names none, as Base), without the keys that only
-    plan (the class's ``planned``: ``tasks``, Rationalization's ``annotator``)."""
+    """A baseline's section ``train.baselines.<method>`` as its registry entry's settings class (None for Base),
+    without the keys that only plan (``tasks``, Rationalization's ``annotator``)."""
     cls = declared(method)
     if cls is None:
         return None
@@ -212,10 +198,8 @@ def _sft(config: Mapping[str, Any], task: str, engine: str) -> SFTSettings:
 
 def _engine_fields(config: Mapping[str, Any], task: str, engine: str,
                    settings: RLSettings | SFTSettings) -> dict[str, Any]:
-    """What a run with trainer ``settings`` takes from its engine: on the local engine an SFT run's architecture
-    ``train.model`` (an RL run starts from ``--init``); on verl the hub model ``train.verl.model``, its nodes and
-    per-node GPUs (App. B's compute setup, the knobs that become verl's trainer.nnodes / n_gpus_per_node; the site's
-    CPUs, memory and partition live in profiles/slurm) and ``train.verl.extra_overrides.<trainer>``."""
+    """What a run takes from its engine: locally an SFT run's architecture (an RL run starts from ``--init``); on verl
+    the hub model, App. B's nodes and GPUs (read off the knobs) and ``train.verl.extra_overrides.<trainer>``."""
     trainer = "sft" if isinstance(settings, SFTSettings) else "rl"
     if engine == "local":
         return {"model": dict(config["train"]["model"])} if trainer == "sft" else {}
@@ -226,15 +210,14 @@ def _engine_fields(config: Mapping[str, Any], task: str, engine: str,
 
 
 def sft_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """SFT (on verl also Rationalization's SFT step, on its annotated demonstrations): ``train.sft`` with the engine's
-    knobs and the task's row."""
+    """SFT, and on verl Rationalization's SFT step: ``train.sft`` with the engine's knobs and the task's row."""
     sft = _sft(config, task, engine)
     return RunSpec(method=method, task=task, engine=engine, sft=sft, **_engine_fields(config, task, engine, sft))
 
 
 def group_rl_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """A group-RL run: ``train.rl`` with the engine's knobs and the task's row (App. B's on verl), the method's
-    estimator and reward. Paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator (and its tau)."""
+    """A group-RL run: ``train.rl`` with the engine's knobs and the task's row, the method's estimator and reward;
+    paired methods (GRPO vs SoftmaxGRPO) differ only in the estimator."""
     if method not in config["train"]["methods"]:
         raise PlanError(f"unknown method {method!r}; configured: {sorted(config['train']['methods'])}")
     rl, entry = _rl(config, task, engine), config["train"]["methods"][method]
@@ -245,9 +228,8 @@ def group_rl_spec(config: Mapping[str, Any], task: str, method: str, engine: str
 
 
 def rl_baseline_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """An RL-style baseline (RL-Logit, RARO, OPD): the RL settings the task's group-RL runs have (so only the method
-    differs from the GRPO runs it is compared with), its section's estimator (a tau-free one, default GRPO; OPD's loss
-    is the reverse KL and only logs GRPO's advantages) and its section ``train.baselines.<method>``."""
+    """An RL-style baseline (RL-Logit, RARO, OPD): the task's group-RL settings, so only the method differs from
+    GRPO, with its section's tau-free estimator (default GRPO) and its own section."""
     own = baseline_settings(config, method)
     advantage = getattr(own, "advantage", "grpo")
     if takes(advantage, "tau"):
@@ -258,15 +240,13 @@ def rl_baseline_spec(config: Mapping[str, Any], task: str, method: str, engine: 
 
 
 def base_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """Base, the model before post-training, made by the local engine on either engine: the untrained ``train.model``
-    (on verl the job copies the hub model instead)."""
+    """Base, the model before post-training, made by the local engine (on verl a copy of the hub model)."""
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]))
 
 
 def rationalization_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """Rationalization (STaR) on the local engine: its annotation settings (its section without the annotator, a
-    planning choice) and the SFT settings it trains with; on verl its SFT step (:func:`sft_spec`, after the
-    annotation job of :func:`annotation_spec`)."""
+    """Rationalization (STaR): locally its section and the SFT settings it trains with; on verl its SFT step (after
+    the annotation job of :func:`annotation_spec`)."""
     if engine == "verl":
         return sft_spec(config, task, method, engine)
     return RunSpec(method=method, task=task, engine="local", model=dict(config["train"]["model"]),
@@ -274,9 +254,7 @@ def rationalization_spec(config: Mapping[str, Any], task: str, method: str, engi
 
 
 def dpo_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> RunSpec:
-    """Iterative DPO: its own section is the whole of its settings on the local engine; on GPU (TRL, under ``train.
-    engine: verl``) plus the generation settings of its sampling and validation (``eval``'s backend with the
-    method's own length, temperature and batch)."""
+    """Iterative DPO: its own section; on GPU (TRL) also the generation settings of its sampling."""
     own = baseline_settings(config, method)
     if engine == "local":
         return RunSpec(method=method, task=task, engine="local", baseline=own)
@@ -287,8 +265,8 @@ def dpo_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> 
 
 def opd_teacher_spec(config: Mapping[str, Any], task: str, method: str = "opd_teacher",
                      engine: str = "local") -> RunSpec:
-    """The OPD teacher (local engine only): SFT settings with the teacher's steps and lr; a ``scratch`` teacher may
-    also be larger (``model``)."""
+    """The OPD teacher (local engine only): SFT settings with the teacher's steps and lr (a ``scratch`` teacher may
+    be larger)."""
     teacher = config["train"]["baselines"]["opd"]["teacher"]
     if teacher["init"] == "sft" and teacher.get("model"):
         raise PlanError("train.baselines.opd.teacher.model overrides need init: scratch (an SFT-initialised teacher "
@@ -302,13 +280,9 @@ def opd_teacher_spec(config: Mapping[str, Any], task: str, method: str = "opd_te
                                              "train.baselines.opd.teacher"))
 
 
-# --- verl -------------------------------------------------------------------------------------------------------------
-
-
 def annotation_spec(config: Mapping[str, Any], task: str) -> RunSpec:
-    """Rationalization's annotation on GPU: the base model (``train.verl.model``) writing rationales with its
-    Rationalization settings (the STaR hint), through the evaluation backend with the method's own generation
-    settings."""
+    """Rationalization's annotation on GPU: the base model writing rationales with the STaR hint through the
+    evaluation backend."""
     return RunSpec(method="rationalization", task=task, engine="verl", model=config["train"]["verl"]["model"],
                    baseline=baseline_settings(config, "rationalization"),
                    generation=generation_spec(config, "rationalization"),

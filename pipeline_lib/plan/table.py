@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.cli import entry_parser
-from pipeline_lib.core.config import ConfigError, load_config_file, load_yaml, merge_config, schema_path
+from pipeline_lib.core.config import ConfigError, load_config_file, merge_config, schema_path
 from pipeline_lib.core.run_spec import PlanError
+from pipeline_lib.core.yaml_files import load_yaml
 from pipeline_lib.plan.estimates import SITE_TIMED, Estimate, disk_needs, estimates, site_defaults, site_settings
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
@@ -54,7 +55,7 @@ def load_config(paths: Sequence[str | Path], schema: str | Path | None = None) -
 def load_profile(path: str | Path | None = None) -> dict[str, Any]:
     """The Slurm profile (default: ``profiles/slurm/config.yaml`` of the current directory, else of this checkout)."""
     path = Path(path) if path else (SLURM_PROFILE if SLURM_PROFILE.is_file() else REPO / SLURM_PROFILE)
-    profile = load_yaml(path, "Slurm profile") or {}
+    profile = load_yaml(path, "Slurm profile", ConfigError) or {}
     profile["_path"] = str(path)
     return profile
 

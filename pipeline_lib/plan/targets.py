@@ -27,41 +27,31 @@ __all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TA
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
-THEORY_OUTPUTS = (
-    "results/paper/theory_verification.md",
-    "results/paper/theory_verification.json",
-    "results/paper/figures/fig1a_advantage_magnitude.png",
-    "results/paper/figures/fig1a_advantage_magnitude.pdf",
-    "results/paper/figures/fig1b_weight_functions.png",
-    "results/paper/figures/fig1b_weight_functions.pdf",
-    "results/paper/tables/weight_view.tex",
-    "results/paper/tables/weight_view.md",
-    "results/paper/tables/weight_view.csv",
-)
+
+def _tables(*names: str) -> tuple[str, ...]:
+    return tuple(f"results/paper/tables/{name}.{ext}" for name in names for ext in ("tex", "md", "csv"))
 
 
-IMAGENET_OUTPUTS = (
-    "results/paper/figures/imagenet_objectives.png",
-    "results/paper/figures/imagenet_objectives.pdf",
-    "results/paper/tables/imagenet_objectives.tex",
-    "results/paper/tables/imagenet_objectives.md",
-    "results/paper/tables/imagenet_objectives.csv",
-)
+def _figures(*names: str) -> tuple[str, ...]:
+    return tuple(f"results/paper/figures/{name}.{ext}" for name in names for ext in ("png", "pdf"))
 
 
+THEORY_OUTPUTS = ("results/paper/theory_verification.md", "results/paper/theory_verification.json",
+                  *_figures("fig1a_advantage_magnitude", "fig1b_weight_functions"), *_tables("weight_view"))
+IMAGENET_OUTPUTS = (*_figures("imagenet_objectives"), *_tables("imagenet_objectives"))
 #: The adaptive-temperature study (softmax_ess against fixed-tau SoftmaxGRPO and GRPO, beyond the paper).
-ADAPTIVE_OUTPUTS = (
-    *(f"results/paper/tables/adaptive_tau{part}.{ext}" for part in ("", "_allocation") for ext in ("tex", "md", "csv")),
-    "results/paper/data/adaptive_tau.csv",
-    "results/paper/figures/adaptive_tau.png",
-    "results/paper/figures/adaptive_tau.pdf",
-)
+ADAPTIVE_OUTPUTS = (*_tables("adaptive_tau", "adaptive_tau_allocation"), "results/paper/data/adaptive_tau.csv",
+                    *_figures("adaptive_tau"))
+JUDGE_TABLES = _tables("nonverifiable", "judge_validation")
+ABLATION_OUTPUTS = _tables("ablation")
+SCALE_OUTPUTS = _tables("scale")
+PAPER_RESULT_OUTPUTS = (*_tables("table1", "gradient_allocation"), *_figures("training_curves"),
+                        "results/paper/reproduction_report.md", "results/paper/audit_table1.txt")
 
 
 def adaptive_comparison(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The adaptive-tau comparison the config asks for: ``ours`` (the configured method whose advantage is
-    ``softmax_ess``), ``baselines`` (the fixed-tau SoftmaxGRPO and GRPO methods with the same reward) and its
-    ``ess_fraction``; None where no such method is configured (or it has nothing to be compared with)."""
+    """The adaptive-tau comparison: ``ours`` (the ``softmax_ess`` method), ``baselines`` (fixed-tau SoftmaxGRPO and
+    GRPO with the same reward) and its ``ess_fraction``; None where there is nothing to compare."""
     methods = config.get("train", {}).get("methods", {})
     ours = [name for name, spec in methods.items() if spec["advantage"] == "softmax_ess"]
     if not ours:
@@ -77,8 +67,8 @@ def adaptive_comparison(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def reads_tokenizer(plan: Plan) -> bool:
-    """Whether some run of the plan reads the pipeline's own tokenizer (a local-engine model built from scratch); a
-    plan of pretrained models only (the paper's verl tasks) builds neither it nor the tiny tasks it is trained on."""
+    """Whether some run reads the pipeline's own tokenizer (a plan of pretrained models builds neither it nor the
+    tiny tasks it is trained on)."""
     return any(path == TOKENIZER for run in plan.runs for path in run.inputs.values())
 
 
@@ -100,7 +90,6 @@ def data_targets(config: Mapping[str, Any], plan: Plan) -> list[str]:
     if imagenet.get("enabled") and imagenet.get("dataset", {}).get("kind") == "imagefolder":
         targets.append("results/data/imagenet/manifest.json")
     return targets
-
 
 
 def _evaluations(sentinels: list[str]) -> list[str]:
@@ -128,8 +117,8 @@ def rl_requests(plan: Plan, methods: list[str] | None = None) -> list[RunId]:
 
 
 def paired_requests(plan: Plan) -> list[RunId]:
-    """The main RL runs of the paper's pair (the gradient-allocation table): ours (SoftmaxGRPO) with the verifier
-    reward, and GRPO with the same reward (registry: ``ours``, ``advantage``, ``reward``)."""
+    """The main RL runs of the paper's pair (the gradient-allocation table): ours with the verifier reward, and GRPO
+    with the same reward."""
     ours = [m for m in METHODS.values() if m.ours and m.reward == "verifier"]
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
@@ -149,32 +138,28 @@ def eval_targets(plan: Plan) -> list[str]:
 
 
 def table1_tasks(config: Mapping[str, Any]) -> list[str]:
-    """Table 1's columns: the verifiable tasks, i.e. those some verifier-reward method trains on.
-
-    The paper's non-verifiable tasks (Poetry, MeetingBank, OpenThoughts) train only the -Sim pair and are reported in
-    the non-verifiable table instead.
-    """
+    """Table 1's columns: the tasks some verifier-reward method trains on (the others are the non-verifiable
+    table's)."""
     methods = config["train"]["methods"]
     return [task for task in config["train"]["tasks"]
             if any(methods[m]["reward"] == "verifier" for m in trained_methods(config, task))]
 
 
 def table1_evaluations(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
-    """The evaluations Table 1 reads (every evaluation of ``eval_targets`` on a Table 1 task), each with its run."""
+    """The evaluations Table 1 reads, each with its run."""
     tasks = set(table1_tasks(config))
     return evaluated_runs([r for r in _table1_requests(plan) if r.task in tasks])
 
 
 def evaluated_runs(ids: Iterable[RunId]) -> dict[str, RunId]:
-    """Each run's evaluation (``results/eval/<task>/<name>/seed<k>/metrics.json``) -> the run: a paper step reads a
-    run's task, name and seed from these fields (:func:`run_ids_json`), never from its files' paths."""
+    """Each run's evaluation -> the run: a paper step reads a run's task, name and seed from these fields, never from
+    its files' paths."""
     ids = list(ids)
     return dict(zip(_evaluations([r.path for r in ids]), ids, strict=True))
 
 
 def run_ids_json(files: Mapping[str, RunId]) -> str:
-    """``files`` (a file a step reads -> the run it belongs to) as the JSON a paper step takes (``--runs``,
-    :func:`read_run_ids`)."""
+    """``files`` (a file a step reads -> its run) as a paper step's ``--runs`` JSON."""
     return json.dumps({path: dataclasses.asdict(run) for path, run in files.items()})
 
 
@@ -196,10 +181,6 @@ def run_ids_argument(value: str) -> dict[str, RunId]:
         return read_run_ids(json_value(value))
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-JUDGE_TABLES = tuple(f"results/paper/tables/{name}.{ext}" for name in ("nonverifiable", "judge_validation")
-                     for ext in ("tex", "md", "csv"))
 
 
 def judge_tasks(plan: Plan) -> list[str]:
@@ -224,8 +205,7 @@ def judge_ours(plan: Plan) -> str:
 
 
 def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
-    """lm-eval / AlpacaEval results of the transfer study's checkpoints (paper: the OpenThoughts run), per enabled
-    benchmark -> the run."""
+    """lm-eval / AlpacaEval results of the transfer study's checkpoints, per enabled benchmark -> the run."""
     transfer = config["eval"].get("transfer") or {}
     benchmarks = [name for name in ("lm_eval", "alpaca_eval") if transfer.get(name, {}).get("enabled")]
     return {r.path.replace("results/train/", "results/eval/transfer/").replace("DONE.json", f"{benchmark}.json"): r
@@ -248,13 +228,8 @@ def judge_targets(plan: Plan) -> list[str]:
     return targets
 
 
-ABLATION_OUTPUTS = tuple(f"results/paper/tables/ablation.{ext}" for ext in ("tex", "md", "csv"))
-SCALE_OUTPUTS = tuple(f"results/paper/tables/scale.{ext}" for ext in ("tex", "md", "csv"))
-
-
 def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
-    """Each ablation evaluation -> its cell as fields: task, seed, tau and M (its run spec's estimator tau and group
-    size), what the ablation table reads instead of parsing the run's name."""
+    """Each ablation evaluation -> its cell (task, seed, tau and M, from its spec), never parsed from the run's name."""
     runs = {run.output: run for run in plan.runs}
     cells = {}
     for metrics, request in evaluated_runs(requests_of(plan, "ablation")).items():
@@ -267,9 +242,8 @@ def ablation_cells(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, Any]]:
-    """Each evaluation the scale table reads (``scale_reference``'s, then ``scale``'s) -> its cell as fields: task,
-    seed, method and base model (its ``train.scale.models.<name>.label``; the main-scale runs
-    ``train.scale.label``), from the config's scale models and methods, never parsed from a run's name."""
+    """Each evaluation the scale table reads -> its cell (task, seed, method and the model's label), from the
+    config's scale models and methods, never parsed from a run's name."""
     scale = config["train"].get("scale") or {}
     at_scale = {f"{method}_at_{name}": (method, model.get("label", name))
                 for name, model in (scale.get("models") or {}).items() for method in scale.get("methods") or []}
@@ -281,16 +255,6 @@ def scale_cells(config: Mapping[str, Any], plan: Plan) -> dict[str, dict[str, An
         method, label = at_scale[r.name]
         cells[metrics] = {"task": r.task, "seed": r.seed, "method": method, "model": label}
     return cells
-
-
-PAPER_RESULT_OUTPUTS = (
-    *(f"results/paper/tables/{name}.{ext}" for name in ("table1", "gradient_allocation")
-      for ext in ("tex", "md", "csv")),
-    "results/paper/figures/training_curves.png",
-    "results/paper/figures/training_curves.pdf",
-    "results/paper/reproduction_report.md",
-    "results/paper/audit_table1.txt",
-)
 
 
 def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[str, list[str]]:
@@ -327,10 +291,9 @@ REPORTED_TABLES = ("nonverifiable", "judge_validation", "ablation", "scale", "ad
 
 
 def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str]) -> dict[str, list[str]]:
-    """What the reproduction report reads besides Table 1's data: the Table 1 runs' per-prompt generations (paired
-    intervals), the primary judge's summaries (the non-verifiable table's paired intervals), the other tables
-    this run makes (``made``: ``NAME=PATH`` arguments; ``paper_targets`` = :func:`stage_targets`'s ``paper``) and the
-    tiny tasks' test splits (``test_data``: the planted blind spot the report splits gains by)."""
+    """What the reproduction report reads besides Table 1's data: per-prompt generations and the primary judge's
+    summaries (paired intervals), the other tables this run makes (``NAME=PATH``) and the tiny tasks' test splits
+    (the planted blind spot)."""
     generations = [p.replace("metrics.json", "generations.jsonl") for p in table1_evaluations(config, plan)] \
         if config.get("train", {}).get("tasks") else []
     summaries = [path for task in judge_tasks(plan) for path in judged_runs(plan, "primary", task)]
@@ -341,7 +304,6 @@ def report_inputs(config: Mapping[str, Any], plan: Plan, paper_targets: list[str
 
 
 def test_splits(config: Mapping[str, Any]) -> dict[str, str]:
-    """The tiny tasks' test splits, task -> ``rl_test.parquet`` (each row says whether it is on the expert's planted
-    blind spot): the reproduction report's ``--test-data``, the task a field, never read off the path."""
+    """The tiny tasks' test splits, task -> ``rl_test.parquet``: the reproduction report's ``--test-data``."""
     tasks = [*(config.get("train", {}).get("tasks") or []), *(config.get("judge", {}).get("tasks") or [])]
     return {task: f"results/data/{task}/rl_test.parquet" for task in dict.fromkeys(tasks) if task in TINY_TASKS}

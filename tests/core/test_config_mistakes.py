@@ -139,14 +139,14 @@ def test_duplicate_yaml_keys_are_an_error_naming_the_line(tmp_path, text, says):
 def test_yaml_merge_keys_still_load_and_may_be_overridden(tmp_path):
     """The Slurm profile shares resources through anchors and ``<<:`` merges; a merged key overridden in the mapping
     itself is YAML's intent, not a duplicate."""
-    from pipeline_lib.core.config import ConfigError, load_yaml
+    from pipeline_lib.core.yaml_files import YAMLFileError, load_yaml
     from pipeline_lib.plan.table import load_profile
 
     (tmp_path / "merge.yaml").write_text("base: &gpu {mem_mb: 100, runtime: 60}\n"
                                          "job: {<<: *gpu, runtime: 120}\n")
     assert load_yaml(tmp_path / "merge.yaml")["job"] == {"mem_mb": 100, "runtime": 120}
     (tmp_path / "merge.yaml").write_text("base: &gpu {mem_mb: 100}\njob: {<<: *gpu, runtime: 1, runtime: 2}\n")
-    with pytest.raises(ConfigError, match="duplicate key 'runtime'"):
+    with pytest.raises(YAMLFileError, match="duplicate key 'runtime'"):
         load_yaml(tmp_path / "merge.yaml")
     assert load_profile()["set-resources"]  # the shipped profile uses merges
 

@@ -7,7 +7,9 @@ JSON, and a config still using a name or a place from before is told the new one
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -244,10 +246,17 @@ def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_o
                             run.name == f"{run.method}/m{run.spec.imagenet.group_size}" for run in imagenet)
 
 
-def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused():
+def test_a_baseline_spec_whose_settings_are_not_a_settings_class_is_refused(tmp_path, monkeypatch):
     spec = {"method": "raro", "task": "t", "engine": "local"}
-    with pytest.raises(PlanError, match=r"run spec t/raro baseline: 'os:path' is not a BaselineSettings class"):
+    with pytest.raises(PlanError, match=r"run spec t/raro baseline: 'os:path' is not a loaded BaselineSettings class"):
         RunSpec.from_dict(spec | {"baseline": {"type": "os:path", "settings": {}}})
+    # the JSON names a class; it never makes the reader import a module
+    (tmp_path / "spec_planted.py").write_text("import os\nos.environ['SPEC_PLANTED_IMPORTED'] = '1'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("SPEC_PLANTED_IMPORTED", raising=False)
+    with pytest.raises(PlanError, match="'spec_planted:Settings' is not a loaded BaselineSettings class"):
+        RunSpec.from_dict(spec | {"baseline": {"type": "spec_planted:Settings", "settings": {}}})
+    assert "SPEC_PLANTED_IMPORTED" not in os.environ and "spec_planted" not in sys.modules
     with pytest.raises(PlanError, match=r"run spec t/raro baseline \(RaroSettings\): lacks \['advantage'"):
         RunSpec.from_dict(spec | {"baseline": {"type": "pipeline_lib.core.baselines:RaroSettings", "settings": {}}})
     with pytest.raises(PlanError, match="baseline must be BaselineSettings or None"):
