@@ -12,22 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.cli import file_args, run_args
-from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
+from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
-from pipeline_lib.plan.settings import annotation_spec, verl_tasks
+from pipeline_lib.plan.settings import annotation_spec
 
-__all__ = ["TOKENIZER", "Ctx", "Job", "Run", "annotation_run", "engine_of", "final_dir", "local_base", "local_expert",
+__all__ = ["TOKENIZER", "Ctx", "Job", "Run", "annotation_run", "final_dir", "local_base", "local_expert",
            "local_opd", "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel",
            "trl_dpo", "verl_rationalization", "verl_rl", "verl_sft"]
 
 TOKENIZER = "results/data/tokenizer/tokenizer.json"
-
-
-def engine_of(config: Mapping[str, Any], task: str) -> str:
-    engine = config["train"].get("engine", "local")
-    if engine not in ENGINES:
-        raise PlanError(f"train.engine {engine!r}: one of {ENGINES}")
-    return "verl" if task in verl_tasks(config) else "local"
 
 
 def sentinel(task: str, name: str, seed: int) -> str:
@@ -66,6 +59,7 @@ class Ctx:
     #: spec's own model (a verl RL run from the base model under ``train.rl_start: base``).
     init: str | None
     data: str  # the RL prompts it trains on
+    engine: str  # where its task trains (pipeline_lib.plan.settings.engine_of), decided once per run
 
 
 def _contract(c: Ctx, spec: RunSpec) -> list[str]:
@@ -85,7 +79,7 @@ def local_rl(c: Ctx, spec: RunSpec) -> Job:
 
 def local_base(c: Ctx, spec: RunSpec) -> Job:
     """A verl task's Base is the hub model; a local task's the tiny model built on the pipeline's tokenizer."""
-    if engine_of(c.config, c.task) == "verl":
+    if c.engine == "verl":
         return Job({}, [*_contract(c, spec), "--init", c.config["train"]["verl"]["model"]], threads=False)
     return Job({"tokenizer": TOKENIZER}, [*_contract(c, spec), "--tokenizer", str(Path(TOKENIZER).parent)],
                threads=False)
@@ -208,7 +202,7 @@ def annotation_run(c: Ctx, study: str) -> Run:
     out = f"{run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
     data = f"results/data/{c.task}/sft_train.parquet"
     spec = annotation_spec(c.config, c.task)
-    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=c.engine,
                job="annotate_rationales", output=out, inputs={"data": data},
                args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", spec.to_json(),
                      "--data", data, "--out", out, "--seed", str(c.seed)),

@@ -19,7 +19,7 @@ from pipeline_lib.core.rl.estimators import params_from, schema_properties
 from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.estimates import fit_run, memory_check, scratch_args, site_settings
-from pipeline_lib.plan.layouts import TOKENIZER, Run, engine_of, local_opd_teacher
+from pipeline_lib.plan.layouts import TOKENIZER, Run, local_opd_teacher
 from pipeline_lib.plan.layouts import Ctx as _Ctx
 from pipeline_lib.plan.layouts import run_dir as _run_dir
 from pipeline_lib.plan.layouts import sentinel as _done
@@ -36,6 +36,7 @@ from pipeline_lib.plan.settings import (
     ablation_method,
     at_scale,
     check_estimator,
+    engine_of,
     imagenet_run_spec,
     opd_teacher_spec,
     reference_prompts,
@@ -174,7 +175,7 @@ def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
 
 def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
     job = entry.layout(c, spec)
-    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=engine_of(c.config, c.task),
+    return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=c.engine,
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
                args=(*_module(entry.entry_point), *job.args), spec=spec, resources=dict(spec.resources),
                threads=job.threads, verl_kind=entry.verl_kind, study=study,
@@ -212,7 +213,7 @@ def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str,
     if registered.family == "group_rl":
         _check_method(config, base)
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, scale),
-             "" if registered.starting_point else _data(task, base))
+             "" if registered.starting_point else _data(task, base), engine)
     spec = entry.spec(config, task, base, engine)
     runs = [_make(c, entry, vary(spec) if vary else spec, study)]
     if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
@@ -225,7 +226,7 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
     # the teacher's start is train.baselines.opd.teacher.init (sft: the SFT model), not train.rl_start
-    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, starting_point(), seed), "")
+    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, starting_point(), seed), "", "local")
     entry = Entry("train_local", "pipeline_lib.jobs.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 

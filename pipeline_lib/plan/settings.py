@@ -20,7 +20,7 @@ from pipeline_lib.core.rl.estimators import estimator as estimator_entry
 from pipeline_lib.core.run_spec import ENGINES, Estimator, PlanError, RLSettings, RunSpec, SFTSettings
 
 __all__ = ["IMAGENET_SWEEP_KEYS", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method", "annotation_spec",
-           "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_settings",
+           "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of", "engine_settings",
            "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec", "opd_teacher_spec",
            "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
            "verl_tasks"]
@@ -92,6 +92,14 @@ def at_scale(spec: RunSpec, config: Mapping[str, Any], name: str) -> RunSpec:
 
 
 # --- which task trains where --------------------------------------------------------------------------------------
+
+def engine_of(config: Mapping[str, Any], task: str) -> str:
+    """Where ``task`` trains: ``verl`` for a :func:`verl_tasks` task, else ``local``."""
+    engine = config["train"].get("engine", "local")
+    if engine not in ENGINES:
+        raise PlanError(f"train.engine {engine!r}: one of {ENGINES}")
+    return "verl" if task in verl_tasks(config) else "local"
+
 
 def task_row(config: Mapping[str, Any], task: str) -> Mapping[str, Any]:
     """The task's row ``train.task_settings.<task>`` (empty where it has none), read by both engines."""
