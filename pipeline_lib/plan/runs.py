@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.config import ConfigError, validate_config
-from pipeline_lib.core.rl.estimators import params_from, schema_properties
-from pipeline_lib.core.run_spec import Estimator, ImageNetSettings, RunSpec
+from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.plan.estimates import fit_run, memory_check, scratch_args, site_settings
 from pipeline_lib.plan.layouts import TOKENIZER, Run, local_opd_teacher
@@ -32,12 +31,13 @@ from pipeline_lib.plan.registry import (
     starting_point,
 )
 from pipeline_lib.plan.settings import (
+    ML_OBJECTIVE,
     ablation_cell,
     ablation_method,
     at_scale,
     check_estimator,
     engine_of,
-    imagenet_run_spec,
+    imagenet_spec,
     opd_teacher_spec,
     reference_prompts,
     task_row,
@@ -231,34 +231,16 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 
 
-#: The ImageNet study's maximum-likelihood objective (cross-entropy: no rollouts, no estimator); its other objectives
-#: are advantage estimators, run through :mod:`pipeline_lib.core.rl.advantages` with their parameters from ``imagenet``.
-ML_OBJECTIVE = "ml"
-
-
-def _imagenet_estimator(objective: str, section: Mapping[str, Any]) -> Estimator:
-    """The ImageNet objective's estimator, its parameters read from ``imagenet`` by field name (``imagenet.tau``)."""
-    try:
-        return Estimator(objective, params_from(objective, section))
-    except (TypeError, ValueError) as exc:
-        raise PlanError(f"imagenet objective {objective!r}: {exc}") from None
-
-
 def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
     section = config.get("imagenet") or {}
     if not section.get("enabled"):
         return []
-    # an estimator's parameters (imagenet.tau) go to the estimator of the objectives that take them, nowhere else
-    settings = {k: v for k, v in imagenet_run_spec(section).items() if k not in schema_properties()}
     runs = []
     for objective in section["objectives"]:
-        estimator = None if objective == ML_OBJECTIVE else _imagenet_estimator(objective, section)
-        for group_size in [0] if estimator is None else section["group_sizes"]:
+        for group_size in [0] if objective == ML_OBJECTIVE else section["group_sizes"]:
+            spec = imagenet_spec(config, objective, group_size)
             for seed in section["seeds"]:
                 name = f"{objective}/m{group_size}"
-                spec = RunSpec(method=objective, task="imagenet", engine="classify", estimator=estimator,
-                               imagenet=ImageNetSettings.from_dict({**settings, "objective": objective,
-                                                                    "group_size": group_size}, "imagenet"))
                 runs.append(Run(task="imagenet", name=name, method=objective, seed=seed, engine="classify",
                                 job="train_imagenet", output=_done("imagenet", name, seed), inputs={},
                                 args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", spec.to_json(),

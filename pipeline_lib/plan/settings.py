@@ -15,15 +15,23 @@ from dataclasses import MISSING, fields, replace
 from typing import Any
 
 from pipeline_lib.core.baselines import BaselineSettings, SettingsError, declared
-from pipeline_lib.core.rl.estimators import check_params, takes
+from pipeline_lib.core.rl.estimators import check_params, params_from, schema_properties, takes
 from pipeline_lib.core.rl.estimators import estimator as estimator_entry
-from pipeline_lib.core.run_spec import ENGINES, Estimator, PlanError, RLSettings, RunSpec, SFTSettings
+from pipeline_lib.core.run_spec import (
+    ENGINES,
+    Estimator,
+    ImageNetSettings,
+    PlanError,
+    RLSettings,
+    RunSpec,
+    SFTSettings,
+)
 
-__all__ = ["IMAGENET_SWEEP_KEYS", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method", "annotation_spec",
-           "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of", "engine_settings",
-           "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec", "opd_teacher_spec",
-           "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
-           "verl_tasks"]
+__all__ = ["IMAGENET_SWEEP_KEYS", "ML_OBJECTIVE", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method",
+           "annotation_spec", "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of",
+           "engine_settings", "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec",
+           "imagenet_spec", "opd_teacher_spec", "rationalization_spec", "reference_prompts", "rl_baseline_spec",
+           "sft_spec", "task_row", "tiny_task_spec", "verl_tasks"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -36,6 +44,27 @@ PROMPTS_WITHOUT_REFERENCE = ("countdown",)
 
 def imagenet_run_spec(section: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in section.items() if key not in IMAGENET_SWEEP_KEYS}
+
+
+#: The ImageNet study's maximum-likelihood objective (cross-entropy: no rollouts, no estimator); its other objectives
+#: are advantage estimators, with their parameters from ``imagenet``.
+ML_OBJECTIVE = "ml"
+
+
+def imagenet_spec(config: Mapping[str, Any], objective: str, group_size: int) -> RunSpec:
+    """An ImageNet objective-study run: the ``imagenet`` keys one run reads, its objective and M; an estimator's
+    parameters (``imagenet.tau``) go to the estimator of the objectives that take them, nowhere else."""
+    section = config["imagenet"]
+    estimator = None
+    if objective != ML_OBJECTIVE:
+        try:
+            estimator = Estimator(objective, params_from(objective, section))
+        except (TypeError, ValueError) as exc:
+            raise PlanError(f"imagenet objective {objective!r}: {exc}") from None
+    settings = {k: v for k, v in imagenet_run_spec(section).items() if k not in schema_properties()}
+    return RunSpec(method=objective, task="imagenet", engine="classify", estimator=estimator,
+                   imagenet=ImageNetSettings.from_dict({**settings, "objective": objective, "group_size": group_size},
+                                                       "imagenet"))
 
 
 def tiny_task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
