@@ -75,7 +75,7 @@ def load_yaml(path: str | os.PathLike[str], what: str = "YAML file",
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 text (byte {exc.start} is {data[exc.start:exc.start + 1]!r}); "
-                          "is it a binary file?") from None
+                    "is it a binary file?") from None
     if "\x00" in text:
         raise error(f"{what} {path} holds NUL bytes: a binary file, not YAML")
     if _FastStrictLoader is not None:
