@@ -182,13 +182,15 @@ def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
                after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=_tracking(c, entry))
 
 
-def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, scale: str | None = None) -> str | None:
-    """The sentinel of the run that ``name``'s run starts from (at model scale ``scale``), or None for its spec's own
-    model. ``train.rl_start: sft`` is the seed's SFT run; ``base`` (App. B) the hub model on verl (no job to wait
-    for), the Base run on the local engine. Iterative DPO (``from_starting_point``) starts from SFT either way."""
+def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, engine: str,
+             scale: str | None = None) -> str | None:
+    """The sentinel of the run that ``name``'s run on ``engine`` starts from (at model scale ``scale``), or None for
+    its spec's own model. ``train.rl_start: sft`` is the seed's SFT run; ``base`` (App. B) the hub model on verl (no
+    job to wait for), the Base run on the local engine. Iterative DPO (``from_starting_point``) starts from SFT either
+    way."""
     if method(name).from_starting_point or config["train"]["rl_start"] == "sft":
         start = starting_point()
-    elif engine_of(config, task) == "verl":
+    elif engine == "verl":
         return None
     else:
         start = before_training()
@@ -212,7 +214,7 @@ def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str,
     entry = registered.engines[engine]
     if registered.family == "group_rl":
         _check_method(config, base)
-    c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, scale),
+    c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, engine, scale),
              "" if registered.starting_point else _data(task, base), engine)
     spec = entry.spec(config, task, base, engine)
     runs = [_make(c, entry, vary(spec) if vary else spec, study)]
