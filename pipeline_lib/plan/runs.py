@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -144,16 +144,16 @@ def softmax_exact_method(config: Mapping[str, Any]) -> str:
 
 # --- method parameters --------------------------------------------------------------------------------------------
 
-def _check_method(config: Mapping[str, Any], name: str) -> None:
-    """Method ``name``'s ``train.methods`` entry agrees with its registry entry."""
-    registered = method(name)
-    entry = config["train"]["methods"][name]
-    if registered.family != "group_rl":
-        raise PlanError(f"train.methods.{name}: {name!r} is a {registered.family} method, not a group-RL one")
-    for key in ("advantage", "reward"):
-        if entry[key] != getattr(registered, key):
-            raise PlanError(f"train.methods.{name}.{key} is {entry[key]!r} but the registry's {name!r} has "
-                            f"{getattr(registered, key)!r}")
+def _check_methods(config: Mapping[str, Any]) -> None:
+    """Each ``train.methods`` entry agrees with its registry entry (a group-RL method, its estimator and reward)."""
+    for name, entry in (config.get("train") or {}).get("methods", {}).items():
+        registered = method(name)
+        if registered.family != "group_rl":
+            raise PlanError(f"train.methods.{name}: {name!r} is a {registered.family} method, not a group-RL one")
+        for key in ("advantage", "reward"):
+            if entry[key] != getattr(registered, key):
+                raise PlanError(f"train.methods.{name}.{key} is {entry[key]!r} but the registry's {name!r} has "
+                                f"{getattr(registered, key)!r}")
 
 
 def _module(entry_point: str) -> list[str]:
@@ -162,15 +162,9 @@ def _module(entry_point: str) -> list[str]:
 
 # --- building runs -------------------------------------------------------------------------------------------------
 
-#: The jobs whose entry points write to the tracking backends (the local engine's trainers, verl's, TRL's Iterative
-#: DPO; the ImageNet study's runs get theirs in _imagenet_runs).
+#: The jobs whose entry points write to the tracking backends: the local engine's trainers, verl's, TRL's Iterative
+#: DPO (and every ImageNet run, which plan_runs tracks with them).
 TRACKED_JOBS = ("train_local", "train_verl", "train_trl")
-
-
-def _tracking(c: _Ctx, entry: Entry) -> TrackingSettings | None:
-    if entry.job not in TRACKED_JOBS or "tracking" not in c.config:
-        return None
-    return TrackingSettings.for_run(c.config, f"{c.task}/{c.name}/seed{c.seed}")
 
 
 def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
@@ -179,7 +173,7 @@ def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
                job=entry.job, output=_done(c.task, c.name, c.seed), inputs=job.inputs,
                args=(*_module(entry.entry_point), *job.args), spec=spec, resources=dict(spec.resources),
                threads=job.threads, verl_kind=entry.verl_kind, study=study,
-               after=(VERL_CHECKED,) if entry.verl_kind else (), tracking=_tracking(c, entry))
+               after=(VERL_CHECKED,) if entry.verl_kind else ())
 
 
 def start_of(config: Mapping[str, Any], task: str, name: str, seed: int, engine: str,
@@ -212,11 +206,9 @@ def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str,
     if engine not in registered.engines:
         raise PlanError(f"method {base!r} has no {engine} entry in the registry (task {task!r})")
     entry = registered.engines[engine]
-    if registered.family == "group_rl":
-        _check_method(config, base)
+    spec = entry.spec(config, task, base, engine)
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, engine, scale),
              "" if registered.starting_point else _data(task, base), engine)
-    spec = entry.spec(config, task, base, engine)
     runs = [_make(c, entry, vary(spec) if vary else spec, study)]
     if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
         runs.insert(0, entry.prelude(c, study))
@@ -248,9 +240,7 @@ def _imagenet_runs(config: Mapping[str, Any]) -> list[Run]:
                                 args=("python", "-m", "pipeline_lib.jobs.classify.train", "--spec", spec.to_json(),
                                       "--objective", objective, "--group-size", str(group_size), "--seed", str(seed),
                                       "--run-dir", _run_dir("imagenet", name, seed)),
-                                spec=spec, study="imagenet",
-                                tracking=TrackingSettings.for_run(config, f"imagenet/{name}/seed{seed}")
-                                if "tracking" in config else None))
+                                spec=spec, study="imagenet"))
     return runs
 
 
@@ -305,10 +295,12 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     """Every job the config plans, each built once, with the runs they start from (:func:`start_of`); paths are
     relative to the workflow. ``check_estimators`` checks each distinct estimator's parameters once (no torch); a
     Slurm job's re-parse turns it off, its submitter having checked the same config."""
+    _check_methods(config)
     train = config.get("train") or {}
     ablation = train.get("ablation") or {}
     cells = {ablation_method(tau, group): (tau, group) for tau in ablation.get("taus", [])
              for group in ablation.get("group_sizes", [])} if ablation.get("tasks") else {}
+    ours = softmax_exact_method(config) if cells else None  # the method whose tau and M the cells vary
     scales = {f"{base}_at_{model}": (base, model) for model in (train.get("scale") or {}).get("models", {})
               for base in [starting_point(), before_training(), *train.get("methods", {})]}
     built: dict[tuple[str, str, int], list[Run]] = {}
@@ -319,7 +311,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
         if (task, name, seed) in built:
             return
         if name in cells:  # one tau x M cell: SoftmaxGRPO-Exact with the cell's tau and M, all else the same
-            ours, (tau, group_size) = softmax_exact_method(config), cells[name]
+            tau, group_size = cells[name]
             runs = _run(config, task, name, seed, "ablation", ours,
                         lambda spec: ablation_cell(spec, config, tau, group_size))
         elif name in scales:  # <method>_at_<scale>: the method's run with the scale's model, from its start there
@@ -352,9 +344,13 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [RunId("imagenet", run.task, run.name, run.seed, run.output) for run in imagenet]
+    trained = [run for runs in built.values() for run in runs]
+    if "tracking" in config:  # how a run reports, like its resources below: set once every run exists
+        trained = [replace(run, tracking=TrackingSettings.for_run(config, run.key)) if run.job in TRACKED_JOBS else run
+                   for run in trained]
+        imagenet = [replace(run, tracking=TrackingSettings.for_run(config, run.key)) for run in imagenet]
     site = site_settings(config)  # the site's limits: checkpoint intervals, token bounds (plan/estimates.py)
-    return Plan([scratch_args(fit_run(run, site), site) for runs in built.values() for run in runs] + imagenet,
-                targets, requests)
+    return Plan([scratch_args(fit_run(run, site), site) for run in trained] + imagenet, targets, requests)
 
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],

@@ -96,6 +96,20 @@ def test_a_plan_error_is_found_when_the_config_is_parsed():
         validate_planned_config(config, REPO / "workflow/schemas/config.schema.yaml", base_dir=REPO)
 
 
+def test_a_train_methods_entry_no_task_trains_is_checked_against_the_registry_too():
+    """Each ``train.methods`` entry is checked once, before any run is built: one that contradicts its registry entry
+    is refused even where the task rows leave it untrained (it was only checked when a run of it was built)."""
+    from pipeline_lib.core.config import ConfigError
+    from pipeline_lib.plan import validate_planned_config
+
+    rows = {task: {"methods": ["grpo_exact", "softmax_exact"]} for task in ("countdown_tiny", "arith_tiny")}
+    schema = REPO / "workflow/schemas/config.schema.yaml"
+    validate_planned_config(_tiny(train={"task_settings": rows}), schema, base_dir=REPO)
+    config = _tiny(train={"task_settings": rows, "methods": {"softmax_ess": {"reward": "similarity"}}})
+    with pytest.raises(ConfigError, match=r"train\.methods\.softmax_ess\.reward is 'similarity' but the registry"):
+        validate_planned_config(config, schema, base_dir=REPO)
+
+
 @pytest.mark.parametrize("overlay, says", [
     ("train: {tasks: [countdown_tiny, arith_tny]}\n", "key 'train.tasks': unknown task(s) ['arith_tny']"),
     ("train: {model: {heads: 4, kv_heads: 3}}\n", "key 'train.model.kv_heads'"),
