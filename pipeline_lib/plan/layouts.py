@@ -1,6 +1,7 @@
 """Command layouts: one function per shape of training command, giving the job's inputs and the arguments after
 ``python -m <entry point>`` (:class:`Job`). A registry entry holds its layout function itself; this module imports
-neither the registry nor the runs. :class:`Run`, one job of the plan, lives here too.
+neither the registry, the runs nor the spec builders: a layout is handed its spec. :class:`Run`, one job of the
+plan, lives here too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from pipeline_lib.core.cli import file_args, run_args
 from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
-from pipeline_lib.plan.settings import annotation_spec
 
 __all__ = ["TOKENIZER", "Ctx", "Job", "Run", "annotation_run", "final_dir", "local_base", "local_expert",
            "local_opd", "local_opd_teacher", "local_rationalization", "local_rl", "local_sft", "run_dir", "sentinel",
@@ -197,11 +197,10 @@ class Run:
         return {k: v for k, v in out.items() if v not in (None, "")}
 
 
-def annotation_run(c: Ctx, study: str) -> Run:
+def annotation_run(c: Ctx, spec: RunSpec, study: str) -> Run:
     """Rationalization on GPU, step one (its verl entry's ``prelude``): the base model writes the rationales."""
     out = f"{run_dir(c.task, c.name, c.seed)}/rationalized_sft.parquet"
     data = f"results/data/{c.task}/sft_train.parquet"
-    spec = annotation_spec(c.config, c.task)
     return Run(task=c.task, name=c.name, method=c.method, seed=c.seed, engine=c.engine,
                job="annotate_rationales", output=out, inputs={"data": data},
                args=("python", "-m", "pipeline_lib.jobs.engines.verl.rationalization", "--spec", spec.to_json(),

@@ -27,6 +27,7 @@ from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.layouts import Ctx, Job
 from pipeline_lib.plan.settings import (
+    annotation_spec,
     base_spec,
     dpo_spec,
     group_rl_spec,
@@ -36,8 +37,8 @@ from pipeline_lib.plan.settings import (
 )
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry",
-           "Method", "PlanError", "baseline", "before_training", "group_rl", "method", "register", "starting_point",
-           "unregister", "verl_baseline", "verl_estimators"]
+           "Method", "PlanError", "Prelude", "baseline", "before_training", "group_rl", "method", "register",
+           "starting_point", "unregister", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str, str], RunSpec]  # (config, task, method, engine) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -50,6 +51,15 @@ def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 
 @dataclass(frozen=True)
+class Prelude:
+    """A job that makes a run's training data before it: its spec builder ``(config, task) -> RunSpec`` and its
+    layout ``(run's context, spec, study) -> Run``."""
+
+    spec: Callable[[Mapping[str, Any], str], RunSpec]
+    layout: Callable[[Ctx, RunSpec, str], layouts.Run]
+
+
+@dataclass(frozen=True)
 class Entry:
     """How one engine trains a method: the Snakemake rule, the ``python -m`` module (and subcommand), the command's
     layout (:mod:`pipeline_lib.plan.layouts`) and its family's spec builder."""
@@ -59,8 +69,8 @@ class Entry:
     layout: Layout
     spec: SpecBuilder
     verl_kind: str | None = None  # verl's trainer (sft / rl), whose overrides are validated at parse time
-    #: A job making the run's training data first (Rationalization on GPU: :func:`~.layouts.annotation_run`).
-    prelude: Callable[[Ctx, str], layouts.Run] | None = None
+    #: A job making the run's training data first (Rationalization on GPU: the annotation).
+    prelude: Prelude | None = None
     #: A verl baseline's extra overrides: ``module:function`` of the engine (the plan imports no engine), called by
     #: :func:`pipeline_lib.jobs.engines.verl.translate.baseline_overrides`.
     overrides: str | None = None
@@ -140,7 +150,7 @@ _METHODS = (
     baseline("rationalization", "Rationalization",
              _local("rationalization", rationalization_spec, layouts.local_rationalization),
              Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
-                   rationalization_spec, "sft", prelude=layouts.annotation_run),
+                   rationalization_spec, "sft", prelude=Prelude(annotation_spec, layouts.annotation_run)),
              RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", dpo_spec),
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, dpo_spec),

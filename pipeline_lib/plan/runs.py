@@ -211,7 +211,7 @@ def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str,
              "" if registered.starting_point else _data(task, base), engine)
     runs = [_make(c, entry, vary(spec) if vary else spec, study)]
     if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
-        runs.insert(0, entry.prelude(c, study))
+        runs.insert(0, entry.prelude.layout(c, entry.prelude.spec(config, task), study))
     return runs
 
 

@@ -1,6 +1,6 @@
-"""Every field of a registry entry that points elsewhere points at something that exists (a layout function and a
-prelude of the plan, a verl overrides function), and what other stages keep about methods names registered ones (the
-preflight's kinds, the report's paired comparisons)."""
+"""Every field of a registry entry that points elsewhere points at something that exists (a layout function, a
+prelude's layout and spec builder, a verl overrides function), and what other stages keep about methods names
+registered ones (the preflight's kinds, the report's paired comparisons)."""
 
 import importlib
 
@@ -9,7 +9,7 @@ import pytest
 from pipeline_lib.core.config import load_config_file
 from pipeline_lib.jobs.engines.verl.preflight import CHECKS, KINDS
 from pipeline_lib.paper.reproduction import PAIRS
-from pipeline_lib.plan import layouts
+from pipeline_lib.plan import layouts, settings
 from pipeline_lib.plan.registry import (
     METHODS,
     PlanError,
@@ -21,11 +21,16 @@ from pipeline_lib.plan.registry import (
 from tests.conftest import REPO
 
 
-def test_every_entrys_layout_and_prelude_are_functions_of_the_layouts():
+def test_every_entrys_layout_and_prelude_are_functions_of_the_layouts_and_the_spec_builders():
+    preludes = 0
     for name, m in METHODS.items():
         for engine, entry in m.engines.items():
             assert getattr(layouts, entry.layout.__name__) is entry.layout, (name, engine)
-            assert entry.prelude is None or getattr(layouts, entry.prelude.__name__) is entry.prelude, (name, engine)
+            if entry.prelude is not None:
+                preludes += 1
+                assert getattr(layouts, entry.prelude.layout.__name__) is entry.prelude.layout, (name, engine)
+                assert getattr(settings, entry.prelude.spec.__name__) is entry.prelude.spec, (name, engine)
+    assert preludes, "no entry has a prelude: the check above checked none"
 
 
 def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():
