@@ -111,11 +111,11 @@ def local_opd(c: Ctx, spec: RunSpec) -> Job:
 
 
 def local_opd_teacher(c: Ctx, spec: RunSpec) -> Job:
-    from_sft = c.config["train"]["baselines"]["opd"]["teacher"]["init"] == "sft"
-    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER,
-              **({"init": c.init} if from_sft else {})}
+    """OPD's teacher: from the SFT model (``c.init``) or, without one, from scratch."""
+    start = {} if c.init is None else {"init": c.init}
+    inputs = {"data": f"results/data/{c.task}/sft_train.parquet", "tokenizer": TOKENIZER, **start}
     return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--tokenizer",
-                         str(Path(TOKENIZER).parent), *(["--init", final_dir(c.init)] if from_sft else []),
+                         str(Path(TOKENIZER).parent), *(["--init", final_dir(c.init)] if c.init is not None else []),
                          "--kind", "opd_teacher"])
 
 

@@ -38,6 +38,7 @@ from pipeline_lib.plan.settings import (
     check_estimator,
     engine_of,
     imagenet_spec,
+    opd_teacher,
     opd_teacher_spec,
     reference_prompts,
     task_row,
@@ -219,8 +220,9 @@ def _opd_teacher_run(config: Mapping[str, Any], task: str, seed: int) -> Run:
     if engine_of(config, task) != "local":
         raise PlanError(f"the trained OPD teacher exists on the local engine only (task {task!r}); on verl set "
                         f"train.baselines.opd.teacher.hub")
-    # the teacher's start is train.baselines.opd.teacher.init (sft: the SFT model), not train.rl_start
-    c = _Ctx(config, task, "opd_teacher", "opd", seed, _done(task, starting_point(), seed), "", "local")
+    # the teacher starts from the SFT model or from scratch (train.baselines.opd.teacher.init), not by train.rl_start
+    start = _done(task, starting_point(), seed) if opd_teacher(config).init == "sft" else None
+    c = _Ctx(config, task, "opd_teacher", "opd", seed, start, "", "local")
     entry = Entry("train_local", "pipeline_lib.jobs.engines.local.sft", local_opd_teacher, opd_teacher_spec)
     return _make(c, entry, opd_teacher_spec(config, task), "baseline")
 

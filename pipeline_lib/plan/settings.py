@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields, replace
 from typing import Any
 
-from pipeline_lib.core.baselines import BaselineSettings, SettingsError, declared
+from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, OPDTeacher, SettingsError, declared
 from pipeline_lib.core.rl.estimators import check_params, params_from, schema_properties, takes
 from pipeline_lib.core.rl.estimators import estimator as estimator_entry
 from pipeline_lib.core.run_spec import (
@@ -30,8 +30,8 @@ from pipeline_lib.core.run_spec import (
 __all__ = ["IMAGENET_SWEEP_KEYS", "ML_OBJECTIVE", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method",
            "annotation_spec", "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of",
            "engine_settings", "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec",
-           "imagenet_spec", "opd_teacher_spec", "rationalization_spec", "reference_prompts", "rl_baseline_spec",
-           "sft_spec", "task_row", "tiny_task_spec", "verl_tasks"]
+           "imagenet_spec", "opd_teacher", "opd_teacher_spec", "rationalization_spec", "reference_prompts",
+           "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec", "verl_tasks"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -300,19 +300,27 @@ def dpo_spec(config: Mapping[str, Any], task: str, method: str, engine: str) -> 
                    resources={"gpu": own.num_processes})
 
 
+def opd_teacher(config: Mapping[str, Any]) -> OPDTeacher:
+    """OPD's teacher as its typed settings (``train.baselines.opd.teacher``), read by its spec and by the plan (which
+    run it starts from)."""
+    settings = baseline_settings(config, "opd")
+    if not isinstance(settings, OPDSettings):
+        raise PlanError(f"train.baselines.opd reads as {type(settings).__name__}, not OPD's settings")
+    return settings.teacher
+
+
 def opd_teacher_spec(config: Mapping[str, Any], task: str, method: str = "opd_teacher",
                      engine: str = "local") -> RunSpec:
     """The OPD teacher (local engine only): SFT settings with the teacher's steps and lr (a ``scratch`` teacher may
     be larger)."""
-    teacher = config["train"]["baselines"]["opd"]["teacher"]
-    if teacher["init"] == "sft" and teacher.get("model"):
+    teacher = opd_teacher(config)
+    if teacher.init == "sft" and teacher.model:
         raise PlanError("train.baselines.opd.teacher.model overrides need init: scratch (an SFT-initialised teacher "
                         "has the SFT model's shape)")
     sft = engine_settings(config, task, "sft", "local")
-    return RunSpec(method="opd_teacher", task=task, engine="local",
-                   model={**config["train"]["model"], **teacher.get("model", {})},
-                   sft=SFTSettings.from_flat({**sft, "steps": teacher["steps"], "lr": teacher["lr"],
-                                              "warmup_steps": min(sft["warmup_steps"], teacher["steps"] - 1)},
+    return RunSpec(method="opd_teacher", task=task, engine="local", model={**config["train"]["model"], **teacher.model},
+                   sft=SFTSettings.from_flat({**sft, "steps": teacher.steps, "lr": teacher.lr,
+                                              "warmup_steps": min(sft["warmup_steps"], teacher.steps - 1)},
                                              "local", f"train.sft with train.task_settings.{task}.sft and "
                                              "train.baselines.opd.teacher"))
 

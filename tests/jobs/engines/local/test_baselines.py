@@ -444,6 +444,20 @@ def test_opd_teacher_spec_refuses_a_resized_sft_teacher():
     assert opd_teacher_spec(config, "countdown_tiny").model["layers"] == 8
 
 
+@pytest.mark.parametrize("init", ["sft", "scratch"])
+def test_the_opd_teacher_starts_from_sft_only_when_its_settings_say_so(init):
+    """The teacher's start is its typed settings' ``init``, read once by the plan: from SFT it reads the SFT model
+    (an input and ``--init``); from scratch neither, so the SFT run is not a dependency of it."""
+    from pipeline_lib.plan import plan_runs
+
+    config = validated()
+    config["train"]["baselines"]["opd"]["teacher"]["init"] = init
+    teacher = plan_runs(config).get("train_local", "countdown_tiny/opd_teacher/seed0")
+    sft = "results/train/countdown_tiny/sft/seed0/DONE.json"
+    assert (teacher.inputs.get("init") == sft) == (init == "sft"), teacher.inputs
+    assert ("--init" in teacher.args) == (init == "sft"), teacher.args
+
+
 def test_table1_shows_a_dash_where_a_method_did_not_run(tmp_path):
     from pipeline_lib.paper.results import table1
 
