@@ -59,7 +59,7 @@ class Ctx:
     #: spec's own model (a verl RL run from the base model under ``train.rl_start: base``).
     init: str | None
     data: str  # the RL prompts it trains on
-    engine: str  # where its task trains (pipeline_lib.plan.settings.engine_of), so a layout never asks the config
+    engine: str  # where its task trains (pipeline_lib.plan.settings.engine_of): no layout asks the config for it
 
 
 def _contract(c: Ctx, spec: RunSpec) -> list[str]:
