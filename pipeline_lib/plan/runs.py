@@ -164,8 +164,8 @@ def _module(entry_point: str) -> list[str]:
 # --- building runs -------------------------------------------------------------------------------------------------
 
 #: The jobs whose entry points write to the tracking backends: the local engine's trainers, verl's, TRL's Iterative
-#: DPO (and every ImageNet run, which plan_runs tracks with them).
-TRACKED_JOBS = ("train_local", "train_verl", "train_trl")
+#: DPO and the ImageNet study's.
+TRACKED_JOBS = ("train_local", "train_verl", "train_trl", "train_imagenet")
 
 
 def _make(c: _Ctx, entry: Entry, spec: RunSpec, study: str) -> Run:
@@ -346,13 +346,12 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     imagenet = _imagenet_runs(config)
     targets += [run.output for run in imagenet]
     requests["imagenet"] = [RunId("imagenet", run.task, run.name, run.seed, run.output) for run in imagenet]
-    trained = [run for runs in built.values() for run in runs]
-    if "tracking" in config:  # how a run reports, like its resources below: set once every run exists
-        trained = [replace(run, tracking=TrackingSettings.for_run(config, run.key)) if run.job in TRACKED_JOBS else run
-                   for run in trained]
-        imagenet = [replace(run, tracking=TrackingSettings.for_run(config, run.key)) for run in imagenet]
     site = site_settings(config)  # the site's limits: checkpoint intervals, token bounds (plan/estimates.py)
-    return Plan([scratch_args(fit_run(run, site), site) for run in trained] + imagenet, targets, requests)
+    planned = [scratch_args(fit_run(run, site), site) for runs in built.values() for run in runs] + imagenet
+    if "tracking" in config:  # how a run reports, like its resources: set once every run exists
+        planned = [replace(run, tracking=TrackingSettings.for_run(config, run.key)) if run.job in TRACKED_JOBS else run
+                   for run in planned]
+    return Plan(planned, targets, requests)
 
 
 def validate_planned_config(config: MutableMapping[str, Any], schema_path: str | os.PathLike[str],
