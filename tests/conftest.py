@@ -71,6 +71,64 @@ def touched_workflow(tmp_path: Path, full_console: bool = False) -> Callable[...
     return snakemake
 
 
+# --- the README's main job, once -----------------------------------------------------------------------------------
+
+#: The checkout where the README's main job (plain `snakemake`, the tiny default) has run to completion. `.ci/run` runs
+#: the main job first and sets this, so the tests read that one tree instead of running the DAG again.
+MAIN_TREE_ENV = "PIPELINE_MAIN_TREE"
+#: What a copy of a finished tree takes along: the workflow, its outputs and logs, and Snakemake's records of them
+#: (without `.snakemake/metadata` every output would be planned again for "no record of its making").
+TREE_PARTS = (*WORKFLOW_PARTS, "results", "logs", ".snakemake")
+
+
+def _copy_parts(source: Path, target: Path, parts: tuple[str, ...]) -> None:
+    """``parts`` of ``source`` into ``target``, modification times kept (Snakemake compares them)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        path = source / part
+        if path.is_dir():
+            shutil.copytree(path, target / part, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "locks", "incomplete", "shadow"))
+        elif path.is_file():
+            shutil.copy2(path, target / part)
+
+
+@pytest.fixture(scope="session")
+def main_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny default's finished tree (workflow, ``results/``, ``logs/``, ``.snakemake/``): READ ONLY, tests that
+    change anything take :func:`main_tree_copy`.
+
+    CI names the checkout its main job ran in (:data:`MAIN_TREE_ENV`); without it the first test that asks runs the
+    README's `snakemake` once, in a copy of the workflow shared by every xdist worker of the session (one lock, so the
+    workers never both run it). Either way the tree must be up to date: a dry run there plans nothing."""
+    import fcntl
+
+    shared = session_dir(tmp_path_factory)
+    named = os.environ.get(MAIN_TREE_ENV)
+    tree = Path(named).resolve() if named else shared / "main_tree"
+    with open(shared / "main_tree.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        checked = shared / "main_tree.checked"
+        if not checked.exists():
+            if not named and not (tree / "results/paper/tables/table1.csv").is_file():
+                _copy_parts(REPO, tree, WORKFLOW_PARTS)
+                made = snakemake(tree, "--cores", "2", timeout=5400)  # 16-23 min on 2 cores
+                assert made.returncode == 0, f"the main job failed in {tree}:\n{made.stderr[-4000:]}"
+            plan = snakemake(tree, "-n")
+            assert plan.returncode == 0 and "Nothing to be done" in plan.stdout + plan.stderr, (
+                f"{tree} is not the main job's finished tree (set {MAIN_TREE_ENV} only after `snakemake` ran there "
+                f"with this code):\n{plan.stdout[-3000:]}{plan.stderr[-3000:]}")
+            checked.write_text(str(tree))
+    return tree
+
+
+@pytest.fixture
+def main_tree_copy(main_tree: Path, tmp_path: Path) -> Path:
+    """A writable copy of :func:`main_tree` (modification times kept), for tests that edit the config or rerun."""
+    _copy_parts(main_tree, tmp_path / "tree", TREE_PARTS)
+    return tmp_path / "tree"
+
+
 # --- Snakemake in a subprocess --------------------------------------------------------------------------------------
 
 SMALL_THEORY = {"group_size": 4, "taus": [0.1, 1.0], "p_grid_points": 5, "mc_groups": 500,
@@ -82,12 +140,12 @@ def repo_env() -> dict[str, str]:
     return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def snakemake(cwd: Path, *args: str, full_console: bool = False) -> subprocess.CompletedProcess:
+def snakemake(cwd: Path, *args: str, full_console: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
     """``snakemake ARGS`` in ``cwd``; ``full_console``: Snakemake's own job blocks (every output listed), which tests
     that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.core.console)."""
     env = repo_env() | ({"PIPELINE_CONSOLE": "full"} if full_console else {})
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=timeout, env=env)
 
 
 def with_specs(text: str, cwd: Path) -> str:
@@ -214,19 +272,33 @@ def baseline_settings(method: str, **values: Any) -> BaselineSettings:
     return METHODS[method].settings.from_section(section, f"tests: train.baselines.{method}")
 
 
-@pytest.fixture(scope="module")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pytest session's temporary folder that every xdist worker shares (each worker's own is one below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
-    """Tiny countdown data, a tokenizer and an initial model (``data/``, ``tok/``, ``init/``), once per module."""
+    """Tiny countdown data, a tokenizer and an initial model (``data/``, ``tok/``, ``init/``), built once per session
+    for every worker (under a lock) and READ ONLY: a test that writes takes its own copy."""
+    import fcntl
+
     from transformers import AutoTokenizer
 
     from pipeline_lib.core.data.build import build_tiny, build_tokenizer
     from pipeline_lib.core.model import build_model, save_model_atomic
 
-    root = tmp_path_factory.mktemp("engine")
-    build_tiny("countdown_tiny", ENGINE_TINY, 0, None, root / "data")
-    build_tokenizer([root / "data/sft_train.parquet", root / "data/rl_train.parquet"], 400, root / "tok")
-    tokenizer = AutoTokenizer.from_pretrained(root / "tok")
-    save_model_atomic(build_model(tokenizer, MODEL, 0), tokenizer, root / "init")
+    shared = session_dir(tmp_path_factory)
+    root = shared / "engine"
+    with open(shared / "engine.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "init/config.json").is_file():
+            shutil.rmtree(root, ignore_errors=True)  # a worker killed half-way leaves no half-built root behind
+            build_tiny("countdown_tiny", ENGINE_TINY, 0, None, root / "data")
+            build_tokenizer([root / "data/sft_train.parquet", root / "data/rl_train.parquet"], 400, root / "tok")
+            tokenizer = AutoTokenizer.from_pretrained(root / "tok")
+            save_model_atomic(build_model(tokenizer, MODEL, 0), tokenizer, root / "init")
     return root
 
 

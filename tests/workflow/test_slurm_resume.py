@@ -151,6 +151,28 @@ def test_a_verl_job_cut_by_its_time_limit_resumes_from_its_checkpoint(slurm_clus
     check_resumed_run(workflow_copy, output, checkpointed, limit_before,
                       f"upstream {upstream_s:.0f} s, whole test {time.monotonic() - started:.0f} s")
 
+    # the preflight's eval kind on the resumed run's checkpoint, locally: CI's own preflight leaves grpo and eval to
+    # this test (.ci/preflight_shared.yaml), so GRPO's verl start-up is paid once per CI
+    evaluated = subprocess.run([sys.executable, "-m", "snakemake", "results/preflight/eval/metrics.json", "--cores",
+                                "2", "--configfile", "resume.yaml"], cwd=workflow_copy, env=env, capture_output=True,
+                               text=True, timeout=900)
+    eval_log = workflow_copy / "logs/preflight/eval.log"
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:] + (eval_log.read_text()[-3000:]
+                                                                  if eval_log.exists() else "")
+    metrics = json.loads((workflow_copy / "results/preflight/eval/metrics.json").read_text())
+    assert metrics["prompts"] == section["eval"]["max_prompts"] and 0.0 <= metrics["pass@1_greedy"] <= 1.0, metrics
+    assert "preflight_train" not in evaluated.stdout + evaluated.stderr  # the resumed run is what it evaluated
+
+
+def test_ci_preflight_and_this_test_cover_every_preflight_kind():
+    """CI's preflight (.ci/preflight_shared.yaml) leaves grpo and eval to the resume test above; together they must
+    still run every kind of config/preflight.yaml, so a new kind is never left out of CI."""
+    kinds = yaml.safe_load((REPO / "config/preflight.yaml").read_text())["preflight"]["kinds"]
+    shared = yaml.safe_load((REPO / ".ci/preflight_shared.yaml").read_text())["preflight"]["kinds"]
+    by_this_test = {"grpo", "eval"}
+    assert not by_this_test & set(shared) and sorted({*shared, *by_this_test}) == sorted(kinds), (kinds, shared)
+    assert "--configfile config/preflight.yaml .ci/preflight_shared.yaml" in (REPO / ".ci/run").read_text()
+
 
 def check_resumed_run(workflow_copy: Path, output: str, checkpointed: int, limit_before: str, timing: str) -> None:
     """What the cut and resumed run must show (Slurm's record of both jobs, verl's files, the run's outputs)."""

@@ -198,24 +198,19 @@ def test_every_rule_that_runs_a_command_has_a_benchmark():
     assert not missing, f"rules without a benchmark: directive: {missing}"
 
 
-def test_paper_theory_runs_end_to_end(workflow_copy):
-    config = yaml.safe_load((REPO / "config/config.yaml").read_text()) | {"label": "test", "theory": SMALL_THEORY}
-    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(workflow_copy, "paper_theory", "--cores", "2", "--configfile", "small.yaml")
-    assert result.returncode == 0, result.stderr
+def test_paper_theory_ran_end_to_end_in_the_main_job(main_tree):
+    """The theory stage of the README's main job (conftest.main_tree; the fixture's dry run there plans nothing)."""
     for relative in THEORY_OUTPUTS:
-        path = workflow_copy / relative
+        path = main_tree / relative
         assert path.is_file() and path.stat().st_size > 0, relative
         sidecar = json.loads(Path(str(path) + ".prov.json").read_text())
         record = next(o for o in sidecar["outputs"] if o["path"] == relative)
         assert record["sha256"] == sha256_file(path)
-    verification = json.loads((workflow_copy / "results/paper/theory_verification.json").read_text())
+    verification = json.loads((main_tree / "results/paper/theory_verification.json").read_text())
     assert verification["passed"] == verification["total"] > 10
-    table = (workflow_copy / "results/paper/tables/weight_view.md").read_text()
+    table = (main_tree / "results/paper/tables/weight_view.md").read_text()
     assert "SoftmaxGRPO (tau=0.1)" in table and "GRPO" in table
-    assert (workflow_copy / "logs/paper_theory_data.log").is_file()
-    rerun = snakemake(workflow_copy, "paper_theory", "-n", "--configfile", "small.yaml")
-    assert rerun.returncode == 0 and "Nothing to be done" in rerun.stdout + rerun.stderr
+    assert (main_tree / "logs/paper_theory_data.log").is_file()
 
 
 def test_empty_config_gets_every_default():
@@ -225,26 +220,26 @@ def test_empty_config_gets_every_default():
     assert load_schema(SCHEMA)["properties"]["theory"]["default"] == {}  # the schema itself is not mutated
 
 
-def test_imagenet_study_runs_end_to_end(workflow_copy):
+def test_imagenet_study_ran_end_to_end_in_the_main_job_and_a_new_seed_plans_only_its_runs(main_tree, main_tree_copy):
+    """The ImageNet objective study of the README's main job; then, on a copy, a seed added to the config plans only
+    the new seed's runs (and the paper rules), never the existing ones."""
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    config["imagenet"] |= {"group_sizes": [2, 8], "seeds": [0], "epochs": 1, "eval_every": 4,
-                           "dataset": config["imagenet"]["dataset"] | {"n_train": 512, "n_val": 256}}
-    config["theory"] = SMALL_THEORY
-    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(workflow_copy, "paper_imagenet", "--cores", "2", "--configfile", "small.yaml")
-    assert result.returncode == 0, result.stderr
-    table = (workflow_copy / "results/paper/tables/imagenet_objectives.md").read_text()
+    table = (main_tree / "results/paper/tables/imagenet_objectives.md").read_text()
     for name in ("ML (cross-entropy)", "REINFORCE", "GRPO", "SoftmaxGRPO"):
         assert name in table
-    assert (workflow_copy / "results/paper/figures/imagenet_objectives.png").stat().st_size > 10_000
-    done = json.loads((workflow_copy / "results/train/imagenet/softmax/m8/seed0/DONE.json").read_text())
-    assert done["final_step"] == done["total_steps"] == 4
-    # adding a seed schedules only the new runs (and the paper rules), never the existing ones
-    config["imagenet"]["seeds"] = [0, 1]
-    (workflow_copy / "small.yaml").write_text(yaml.safe_dump(config))
-    plan = snakemake(workflow_copy, "paper_imagenet", "-n", "--configfile", "small.yaml")
-    assert plan.returncode == 0
-    assert "seed1/DONE.json" in plan.stdout and "m8/seed0/DONE.json" not in plan.stdout.split("Job stats")[0]
+    assert (main_tree / "results/paper/figures/imagenet_objectives.png").stat().st_size > 10_000
+    largest = max(config["imagenet"]["group_sizes"])
+    for seed in config["imagenet"]["seeds"]:
+        done = json.loads((main_tree / f"results/train/imagenet/softmax/m{largest}/seed{seed}/DONE.json").read_text())
+        assert done["final_step"] == done["total_steps"] > 0
+    new_seed = max(config["imagenet"]["seeds"]) + 1
+    config["imagenet"]["seeds"] = [*config["imagenet"]["seeds"], new_seed]
+    (main_tree_copy / "more_seeds.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    plan = snakemake(main_tree_copy, "paper_imagenet", "-n", "--configfile", "more_seeds.yaml")
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert _planned_rules(plan) == {"train_imagenet_group", "paper_imagenet_data", "paper_imagenet"}
+    trained = re.findall(r"Job \d+: train_imagenet_group imagenet seed (\d+) ", plan.stdout)
+    assert trained == [str(new_seed)], plan.stdout[-3000:]
 
 
 def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_copy):
@@ -271,75 +266,67 @@ def test_data_stage_builds_tiny_and_every_real_dataset_from_fixtures(workflow_co
     assert (workflow_copy / "results/data/countdown/rl_sim_train.parquet").is_file()
 
 
-def test_tiny_language_model_pipeline_end_to_end(workflow_copy):
-    """data -> tokenizer -> SFT -> RL (five methods) -> eval -> Table 1, allocation and adaptive-tau tables, curves."""
-    config = validate_config(yaml.safe_load((REPO / "config/config.yaml").read_text()), SCHEMA)  # every key
-    config["theory"] = SMALL_THEORY
-    config["imagenet"]["enabled"] = False
-    config["data"]["tiny"] |= {"tasks": ["countdown_tiny"], "n_train": 64, "n_test": 8}
-    config["data"]["tokenizer"]["vocab_size"] = 400
-    config["train"] |= {"tasks": ["countdown_tiny"], "seeds": [0]}
-    config["train"]["model"] |= {"hidden_size": 32, "intermediate_size": 64, "layers": 1}
-    config["train"]["sft"] |= {"steps": 4, "batch_size": 8, "checkpoint_every": 2}
-    config["train"]["rl"] |= {"steps": 2, "prompts_per_step": 2, "group_size": 4, "max_response_tokens": 8,
-                              "checkpoint_every": 1}
-    config["eval"] |= {"samples": 1, "pass_k": [], "max_new_tokens": 8, "max_prompts": 4}  # pass@k needs k samples
-    # the baselines, the ablation and the judge stage have their own end-to-end tests (test_baselines,
-    # test_slurm's reduced DAG); this one is the main LM chain
-    config["train"]["baselines"]["tasks"] = []
-    config["train"]["ablation"]["tasks"] = []
-    config["judge"]["tasks"] = []
-    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(workflow_copy, "--cores", "2", "--configfile", "e2e.yaml")
+def _planned_rules(result: subprocess.CompletedProcess) -> set[str]:
+    """The rules of a dry run's job table."""
     assert result.returncode == 0, result.stderr[-3000:]
-    table = pd.read_csv(workflow_copy / "results/paper/tables/table1.csv")
-    assert list(table["Method"]) == ["SFT", "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact",
-                                     "SoftmaxGRPO-ESS"]
-    assert (workflow_copy / "results/paper/figures/adaptive_tau.png").stat().st_size > 10_000
-    allocation = pd.read_csv(workflow_copy / "results/paper/tables/gradient_allocation.csv")
+    lines = result.stdout.splitlines()
+    start = lines.index("Job stats:") + 3  # skip the "job count" header and its rule
+    rows = [line.split()[0] for line in lines[start:start + 100] if line.strip()]
+    return set(rows[: rows.index("total")])
+
+
+def test_the_main_job_ran_the_language_model_chain_end_to_end(main_tree):
+    """data -> tokenizer -> SFT -> RL (five methods) -> eval -> Table 1, allocation and adaptive-tau tables, curves: the
+    README's main job's tree (conftest.main_tree; its dry run there plans nothing), not a second run of the DAG."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    table = pd.read_csv(main_tree / "results/paper/tables/table1.csv")
+    rl_rows = ["GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact", "SoftmaxGRPO-ESS"]
+    assert list(table["Method"])[1] == "SFT" and list(table["Method"])[-5:] == rl_rows
+    for task in config["train"]["tasks"]:  # SFT and every RL method on every task, over every seed
+        for row in table[table["Method"].isin(["SFT", *rl_rows])][task]:
+            assert row.endswith(f"(n={len(config['train']['seeds'])})"), (task, row)
+    assert (main_tree / "results/paper/figures/adaptive_tau.png").stat().st_size > 10_000
+    allocation = pd.read_csv(main_tree / "results/paper/tables/gradient_allocation.csv")
     assert set(allocation["Method"]) == {"GRPO-Exact", "SoftmaxGRPO-Exact"}
-    assert (workflow_copy / "results/paper/figures/training_curves.png").stat().st_size > 10_000
-    for method in ("sft", "grpo_exact", "softmax_sim"):
-        metrics = json.loads((workflow_copy / f"results/eval/countdown_tiny/{method}/seed0/metrics.json").read_text())
-        assert 0.0 <= metrics["pass@1_greedy"] <= 1.0
-    rerun = snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml")
-    assert "Nothing to be done" in rerun.stdout + rerun.stderr
-    assert json.loads((workflow_copy / "results/paper/tables/table1.tex.prov.json").read_text())["config_sha256"]
+    assert (main_tree / "results/paper/figures/training_curves.png").stat().st_size > 10_000
+    for task in config["train"]["tasks"]:
+        for seed in config["train"]["seeds"]:
+            for method in ("sft", "grpo_exact", "softmax_sim"):
+                metrics = json.loads((main_tree / f"results/eval/{task}/{method}/seed{seed}/metrics.json").read_text())
+                assert 0.0 <= metrics["pass@1_greedy"] <= 1.0, (task, method, seed)
+    assert json.loads((main_tree / "results/paper/tables/table1.tex.prov.json").read_text())["config_sha256"]
     audit = subprocess.run([sys.executable, "-m", "pipeline_lib", "audit", "results/paper/tables/table1.tex",
-                            "--no-fail"], cwd=workflow_copy, capture_output=True, text=True, env=repo_env())
+                            "--no-fail"], cwd=main_tree, capture_output=True, text=True, env=repo_env())
     assert "train_rl" in audit.stdout and "train_sft" in audit.stdout and "data_tiny" in audit.stdout
-
-    def planned(result: subprocess.CompletedProcess) -> set[str]:
-        lines = result.stdout.splitlines()
-        start = lines.index("Job stats:") + 3  # skip the "job count" header and its rule
-        rows = [line.split()[0] for line in lines[start:start + 100] if line.strip()]
-        return set(rows[: rows.index("total")])
-
     # every training run wrote its curve to the local tracking store (TensorBoard event files) as it went
     for method in ("sft", "grpo_exact", "softmax_ess"):
-        assert list((workflow_copy / f"results/tracking/countdown_tiny/{method}/seed0").glob("events.out.tfevents.*"))
-    # changing only evaluation settings (or the dashboard) reruns evaluation and the paper rules, never training
-    RL_LR = config["train"]["rl"]["lr"]
-    config["eval"]["samples"] = 2
+        assert list((main_tree / f"results/tracking/countdown_tiny/{method}/seed0").glob("events.out.tfevents.*"))
+
+
+def test_a_changed_setting_reruns_only_what_it_changes_on_the_main_jobs_tree(main_tree_copy):
+    """On a copy of the main job's tree: evaluation settings (or the dashboard) rerun evaluation and the paper rules,
+    never training; the RL settings rerun the RL runs (not SFT), their evaluations and the tables; --forcerun of one
+    rule plans it and what depends on it only."""
+    tree = main_tree_copy
+    # the config's keys in the file's order: the params Snakemake compares are JSON in the config's key order, so a
+    # reordered file would rerun every job (noted in issue 58's terms: a change reruns what it changes)
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["eval"]["samples"] = config["eval"]["samples"] + 1
     config["tracking"] = {"backends": ["console", "tensorboard"]}
-    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
-    jobs = planned(snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml"))
+    (tree / "e2e.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    jobs = _planned_rules(snakemake(tree, "-n", "--configfile", "e2e.yaml"))
     assert "eval_checkpoints_countdown_tiny_seed0" in jobs and "paper_table1" in jobs  # a (task, seed): one job
-    assert not jobs & {"train_local", "train_local_group", "data_tiny", "data_tokenizer"}
-    # changing the RL settings reruns the RL runs (not SFT), their evaluations and the tables
-    config["eval"]["samples"] = 1
-    config["train"]["rl"]["lr"] = 5e-4
-    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
-    result = snakemake(workflow_copy, "-n", "--configfile", "e2e.yaml")
-    assert {"train_local_group", "eval_checkpoints_countdown_tiny_seed0", "paper_table1"} <= planned(result), \
-        planned(result)
-    # the RL runs train in the task's group job (grpo_exact, softmax_exact, softmax_ess...); SFT, a train_local job of
-    # its own, is not planned (the console prints one line per job, naming the group's task and seed)
-    assert "train_local" not in planned(result) and "data_tiny" not in planned(result), planned(result)
+    assert not jobs & {"train_local", "train_local_group", "train_ablation_group", "data_tiny", "data_tokenizer"}, jobs
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config["train"]["rl"]["lr"] = config["train"]["rl"]["lr"] / 2
+    (tree / "e2e.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    result = snakemake(tree, "-n", "--configfile", "e2e.yaml")
+    assert {"train_local_group", "eval_checkpoints_countdown_tiny_seed0", "paper_table1"} <= _planned_rules(result)
+    # the RL runs train in their task's group job (grpo_exact, softmax_exact, softmax_ess...); SFT, a train_local job
+    # of its own, is not planned (the console prints one line per job, naming the group's task and seed)
+    assert "data_tiny" not in _planned_rules(result)
     assert re.search(r"Job \d+: train_local_group countdown_tiny seed 0\b", result.stdout), result.stdout[-3000:]
-    config["train"]["rl"]["lr"] = RL_LR
-    # --forcerun one rule plans it and what depends on it only
-    (workflow_copy / "e2e.yaml").write_text(yaml.safe_dump(config))
-    jobs = planned(snakemake(workflow_copy, "paper_gradient_allocation", "-n", "--forcerun",
-                             "paper_gradient_allocation", "--configfile", "e2e.yaml"))
+    assert not re.search(r"Job \d+: train_local \w+/sft seed", result.stdout), result.stdout[-3000:]
+    jobs = _planned_rules(snakemake(tree, "paper_gradient_allocation", "-n", "--forcerun",
+                                    "paper_gradient_allocation"))
     assert jobs == {"paper_gradient_allocation"}

@@ -6,6 +6,7 @@ the local engine's transformers model, instead of vLLM) and the model is the tin
 
 import copy
 import json
+import shutil
 from dataclasses import replace
 
 import pandas as pd
@@ -76,8 +77,13 @@ def test_trl_iterative_dpo_pairs_expert_over_samples_raises_the_margin_picks_the
     before = params(init)
     assert any(not torch.equal(before[k], a[k]) for k in a)
 
-    # a crash in round 2's training; the rerun redoes nothing finished (no round-1 step, no round-2 sampling)
+    # a crash in round 2's training; the rerun redoes nothing finished (no round-1 step, no round-2 sampling). Round 1
+    # is the uninterrupted run's, copied (the unit of resume is a round: its round.json says it is finished), so only
+    # round 2 runs again here
     killed = tmp_path / "killed"
+    (killed / "rounds").mkdir(parents=True)
+    shutil.copy2(straight / "run.json", killed / "run.json")
+    shutil.copytree(straight / "rounds/round1", killed / "rounds/round1")
     real = trl_dpo._run
 
     def crash_in_round_two(command, label):

@@ -18,6 +18,7 @@ judge environment installs ``vllm`` itself and keeps ``vllm serve``. Without vLL
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import json
 import logging
@@ -25,6 +26,7 @@ import os
 import re
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -161,14 +163,49 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _serve_and_ask(model: Path, log_path: Path, scored: threading.Event) -> int:
+    """A second judge server through the judge's serve code (as a second scoring job on the node would start one):
+    it answers its own client, stays up until the first job has scored, and returns its port."""
+    import urllib.request
+
+    from pipeline_lib.jobs.judge.serve import served_endpoint
+
+    serve = {"command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                         "--port", "{port}", "--served-model-name", "judge", "--max-model-len", str(MAX_MODEL_LEN),
+                         "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "2"],
+             "startup_timeout_s": 600}
+    with served_endpoint({"model": "judge"}, serve, log_path) as endpoint:
+        url = endpoint["base_url"]
+        port = int(url.split(":")[2].split("/")[0])
+        assert url == f"http://127.0.0.1:{port}/v1"
+        body = {"model": "judge", "max_tokens": 4, "temperature": 0.0, "messages": [{"role": "user", "content": "hi"}]}
+        request = urllib.request.Request(f"{url}/chat/completions", method="POST", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+        assert response.status == 200 and answer["model"] == "judge" and answer["choices"][0]["message"]
+        scored.wait(900)
+    return port
+
+
 def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_one(judged, tmp_path, monkeypatch,
                                                                                    caplog):
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the default takes a share of the RAM
+    """The scoring job's own server, and (issue 44: two scoring jobs on one node were both told port 8000) a second
+    server started at the same moment through the same serve code: each listens on its own free port, each answers
+    its own client, and both are stopped afterwards. Two servers, not three: the second is the scoring job's twin."""
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache each: the default takes a share of the RAM
     caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
     cache = tmp_path / "judge.sqlite"
-    started = time.monotonic()
-    summary = _score(_judge(judged["model"]), judged["generations"], judged["data"], cache, tmp_path / "out")
-    wall_s = time.monotonic() - started
+    scored = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        twin = pool.submit(_serve_and_ask, judged["model"], tmp_path / "twin.log", scored)
+        started = time.monotonic()
+        try:
+            summary = _score(_judge(judged["model"]), judged["generations"], judged["data"], cache, tmp_path / "out")
+        finally:
+            scored.set()
+        wall_s = time.monotonic() - started
+        twin_port = twin.result(timeout=900)
     log = (tmp_path / "out" / "server.log").read_text(errors="replace")
 
     # requests reached vLLM: each short item once, each padded item twice (its verdict cut off, then re-asked)
@@ -192,23 +229,34 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
 
     # the server was stopped by its PID: the one the job started is vLLM's API server, and every vLLM process the
     # log names (the API server, its engine core, its worker) is gone
-    healthy = re.search(r"judge server \(pid (\d+)\) healthy at http://127\.0\.0\.1:(\d+)/health after ([\d.]+) s",
-                        caplog.text)
-    stopped = re.search(r"judge server \(pid (\d+)\) stopped in ([\d.]+) s", caplog.text)
-    assert healthy and stopped and healthy[1] == stopped[1], caplog.text[-2000:]
-    assert f"(APIServer pid={healthy[1]})" in log
+    api_server = re.search(r"\(APIServer pid=(\d+)\)", log)
+    assert api_server, log[-2000:]
+    healthy = re.search(rf"judge server \(pid {api_server[1]}\) healthy at http://127\.0\.0\.1:(\d+)/health after "
+                        r"([\d.]+) s", caplog.text)
+    stopped = re.search(rf"judge server \(pid {api_server[1]}\) stopped in ([\d.]+) s", caplog.text)
+    assert healthy and stopped, caplog.text[-2000:]
     pids = {int(pid) for pid in re.findall(r"\((?:APIServer|EngineCore\w*|Worker\w*) pid=(\d+)\)", log)}
     assert len(pids) >= 2, pids  # the API server and its engine process at least
     deadline = time.monotonic() + 60
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not [pid for pid in pids if _alive(pid)], pids
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", int(healthy[2])), timeout=1).close()
+    ports = [int(healthy[1]), twin_port]
+    for port in ports:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+    # the twin started beside it: its own port, its own log serving there (neither died on the other's address)
+    assert len(set(ports)) == 2, ports
+    twin_log = (tmp_path / "twin.log").read_text(errors="replace")
+    assert "Application startup complete" in twin_log and "Address already in use" not in twin_log
+    assert "Address already in use" not in log
+    assert f"healthy at http://127.0.0.1:{twin_port}/health" in caplog.text
+    assert len(re.findall(r"judge server \(pid \d+\) stopped in", caplog.text)) == 2
 
     # the cache holds the parsed answers only (a malformed one is forgotten, so a rerun asks again)
     assert len(ResponseCache(cache)) == short
-    start_s, stop_s = float(healthy[3]), float(stopped[2])
+    start_s, stop_s = float(healthy[2]), float(stopped[1])
     print(f"\nvLLM judge job: {wall_s:.1f} s in all; server healthy after {start_s:.1f} s, {len(posts)} requests "
           f"(concurrency 4) in {wall_s - start_s - stop_s:.1f} s, stopped in {stop_s:.1f} s")
 
@@ -230,48 +278,3 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
     assert marker.exists()
 
 
-def test_two_judge_servers_started_at_once_on_one_node_each_get_their_own_port(judged, tmp_path, monkeypatch,
-                                                                                caplog):
-    """Two scoring jobs on one node (issue 44: both servers were told port 8000): two real vLLM servers started at the
-    same time through the judge's serve code each listen on their own free port, each answers its own client, and
-    both are stopped afterwards."""
-    import concurrent.futures
-    import contextlib
-    import urllib.request
-
-    from pipeline_lib.jobs.judge.serve import served_endpoint
-
-    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache each: the default takes a share of the RAM
-    caplog.set_level(logging.INFO, logger="pipeline_lib.jobs.judge.serve")
-    serve = {"command": [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(judged["model"]),
-                         "--port", "{port}", "--served-model-name", "judge", "--max-model-len", str(MAX_MODEL_LEN),
-                         "--dtype", "float32", "--enforce-eager", "--max-num-seqs", "2"],
-             "startup_timeout_s": 600}
-    stacks, ports = [contextlib.ExitStack() for _ in range(2)], []
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            endpoints = list(pool.map(lambda index: stacks[index].enter_context(served_endpoint(
-                {"model": "judge"}, serve, tmp_path / f"server{index}.log")), range(2)))
-        urls = [endpoint["base_url"] for endpoint in endpoints]
-        ports += [int(url.split(":")[2].split("/")[0]) for url in urls]
-        assert len(set(ports)) == 2
-        assert urls == [f"http://127.0.0.1:{port}/v1" for port in ports]
-        for url in urls:
-            body = {"model": "judge", "max_tokens": 4, "temperature": 0.0,
-                    "messages": [{"role": "user", "content": "hi"}]}
-            request = urllib.request.Request(f"{url}/chat/completions", method="POST", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=120) as response:
-                answer = json.loads(response.read())
-            assert response.status == 200 and answer["model"] == "judge" and answer["choices"][0]["message"]
-        # each server's own log shows it serving, on its own port: neither died on the other's address
-        for index, port in enumerate(ports):
-            log = (tmp_path / f"server{index}.log").read_text(errors="replace")
-            assert "Application startup complete" in log and "Address already in use" not in log
-            assert f"healthy at http://127.0.0.1:{port}/health" in caplog.text
-    finally:
-        for stack in stacks:
-            stack.close()
-    for port in ports:
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
