@@ -426,6 +426,53 @@ def _module_key(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def _changed_files() -> set[str] | None:
+    """Files of the checkout that differ from git HEAD (edited, staged or new), relative to it; None without git."""
+    try:
+        diff = subprocess.run(["git", "diff", "--name-only", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=60, check=True).stdout.split()
+        new = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO, capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {*diff, *new}
+
+
+def _code_of(test_file: Path) -> set[str]:
+    """The checkout files a test module's code depends on: itself, and every pipeline_lib module it imports with their
+    own imports, walked as the workflow's code digests walk an entry point (pipeline_lib.core.provenance)."""
+    import ast
+
+    from pipeline_lib.core.provenance import code_modules
+
+    files = {str(test_file.relative_to(REPO))}
+    for node in ast.walk(ast.parse(test_file.read_bytes())):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+        for name in names:
+            if name.split(".")[0] == "pipeline_lib":
+                try:
+                    files |= set(code_modules(name))
+                except ValueError:  # an attribute imported from a module, not a module: its module is walked too
+                    files |= set(code_modules(name.rsplit(".", 1)[0]))
+    return files
+
+
+def _mark_changed(items: list[pytest.Item]) -> None:
+    """Mark `changed` the tests whose code differs from git HEAD; every test where a shared helper of tests/ (not a
+    test module) changed, or where git cannot tell."""
+    changed = _changed_files()
+    helpers = {path for path in changed or () if path.startswith("tests/")
+               and not Path(path).name.startswith("test_")}
+    by_file: dict[Path, bool] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in by_file:
+            by_file[path] = changed is None or bool(helpers) or bool(_code_of(path) & changed)
+        if by_file[path]:
+            item.add_marker(pytest.mark.changed)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the fast lane's tests `fast` (a test of those modules marked `slow` stays out of it); give each module its
@@ -435,5 +482,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.fast)
         module = _module_key(item)
         item.add_marker(pytest.mark.xdist_group(SHARED_WORKER.get(module, module)))
+    if "changed" in (config.option.markexpr or ""):  # only asked for: it reads git and walks the imports
+        _mark_changed(items)
     rank = {module: position for position, module in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_module_key(item), len(rank)))  # stable: the rest keep their order
