@@ -1,6 +1,8 @@
 """A Hugging Face hub on 127.0.0.1 for the tests: the subset of the hub's HTTP API that huggingface_hub's
 ``repo_info`` / ``snapshot_download`` / ``hf_hub_download`` use (repository info, the recursive tree, ``resolve``
 with the commit and ETag headers), with gated repositories that answer 401 ``GatedRepo`` without an accepted token.
+A :class:`Repo` can also play a hostile hub (issue 60): a stated commit or ETag that is a path, a body longer than
+its stated size (or endless), headers stated on ``HEAD`` only (what ``huggingface_hub.hf_hub_download`` asks).
 
 Point ``HF_ENDPOINT`` (or ``HfApi(endpoint=...)``) at :attr:`HubServer.url`.
 """
@@ -17,8 +19,17 @@ from urllib.parse import unquote, urlsplit
 
 @dataclass
 class Repo:
+    """``commit``: the sha stated instead of the real one (repository info and ``X-Repo-Commit``); ``head``: headers
+    stated on ``HEAD`` of a file only (a commit or ETag for ``hf_hub_download``); ``etags``: the ETag stated per
+    file; ``bodies``: the body served per file instead of its bytes, without ``Content-Length`` (``None``:
+    endless)."""
+
     files: dict[str, bytes]
     gated: bool = False
+    commit: str | None = None
+    head: dict[str, str] = field(default_factory=dict)
+    etags: dict[str, str] = field(default_factory=dict)
+    bodies: dict[str, bytes | None] = field(default_factory=dict)
 
     def tree(self, prefix: str, recursive: bool) -> list[dict]:
         """The hub's tree listing under ``prefix``: every file below it, or (not recursive) its direct children."""
@@ -36,6 +47,8 @@ class Repo:
 
     @property
     def sha(self) -> str:
+        if self.commit is not None:
+            return self.commit
         digest = hashlib.sha1()
         for name in sorted(self.files):
             digest.update(name.encode() + b"\0" + hashlib.sha1(self.files[name]).digest())
@@ -65,6 +78,23 @@ class HubServer:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
+
+            def _stream(self, headers: dict[str, str], body: bytes | None) -> None:
+                """``body`` with no ``Content-Length`` (the connection's end ends it); ``None``: never ends."""
+                self.send_response(200)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                try:
+                    if body is not None:
+                        self.wfile.write(body)
+                        return
+                    while True:  # until the client hangs up
+                        self.wfile.write(b"\0" * 65536)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    self.close_connection = True
 
             def _json(self, payload, status: int = 200) -> None:
                 self._send(status, json.dumps(payload).encode(), {"Content-Type": "application/json"})
@@ -116,8 +146,12 @@ class HubServer:
                     if not self._allowed(repo):
                         return self._denied(repo_id)
                     data = repo.files[name]
-                    return self._send(200, data, {"X-Repo-Commit": repo.sha,
-                                                  "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
+                    headers = {"X-Repo-Commit": repo.sha,
+                               "ETag": repo.etags.get(name, f'"{hashlib.sha1(data).hexdigest()}"')}
+                    headers |= repo.head if self.command == "HEAD" else {}
+                    if name in repo.bodies and self.command == "GET":
+                        return self._stream(headers, repo.bodies[name])
+                    return self._send(200, data, headers)
                 return self._send(404)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

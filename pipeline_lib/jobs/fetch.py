@@ -5,6 +5,10 @@ so what is not in the cache before the run fails on a node after it queued. The 
 :func:`pipeline_lib.plan.hub.hub_repos` (the canary checks the same list). Gated repositories (GPQA, some judges)
 are found up front from the hub's own metadata: without ``HF_TOKEN`` the job stops before downloading anything and
 names every one of them.
+
+The hub's answers are untrusted (``HF_ENDPOINT`` may point anywhere): :mod:`pipeline_lib.jobs.hub_download` checks
+every commit sha and ETag before it becomes a path, keeps every file inside ``HF_HOME`` and caps each body at its
+stated size while it streams; the ``datasets`` step runs under the same confinement.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env, env_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.hub_download import ConfinementError, confined_writes, download_snapshot
 from pipeline_lib.plan.hub import EVERY_CONFIG, HubRepo, load_repos
 
 __all__ = ["FetchError", "fetch", "main", "prepare_dataset"]
@@ -56,8 +61,9 @@ def fetch(repos: Sequence[HubRepo], hf_home: str | os.PathLike[str], token: str 
           endpoint: str | None = None) -> list[dict[str, Any]]:
     """Download each repository's snapshot into ``<hf_home>/hub``; returns one row per repository (id, type, the
     commit it resolved to, files, bytes). Raises :class:`FetchError` before any download when a gated repository
-    has no token, naming all of them."""
-    from huggingface_hub import HfApi, snapshot_download
+    has no token, naming all of them, and for any hub answer that would write outside ``hf_home`` or past a
+    stated size (:mod:`pipeline_lib.jobs.hub_download`)."""
+    from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError
 
     api = HfApi(endpoint=endpoint)
@@ -67,17 +73,20 @@ def fetch(repos: Sequence[HubRepo], hf_home: str | os.PathLike[str], token: str 
             "gated repositories need HF_TOKEN: " + ", ".join(f"{r.repo_id} ({r.why})" for r in gated)
             + ". Accept each one's terms on its page (" + ", ".join(_page(r) for r in gated)
             + "), create a read token at https://huggingface.co/settings/tokens and export HF_TOKEN before `fetch`.")
-    cache = Path(hf_home) / "hub"
+    Path(hf_home, "hub").mkdir(parents=True, exist_ok=True)
     rows = []
     for repo in repos:
         print(f"fetch: {repo.repo_type} {repo.repo_id} ({repo.why})", file=sys.stderr, flush=True)
         try:
-            folder = Path(snapshot_download(repo.repo_id, repo_type=repo.repo_type, revision=repo.revision,
-                                            cache_dir=cache, token=token or False, endpoint=endpoint))
+            with confined_writes(hf_home):
+                folder = download_snapshot(api, repo.repo_type, repo.repo_id, repo.revision, hf_home, token,
+                                           endpoint)
+                configs = prepare_dataset(repo, Path(hf_home), token) if repo.repo_type == "dataset" else []
         except GatedRepoError as error:
             raise FetchError(f"{repo.repo_id}: access denied with this HF_TOKEN; accept its terms at {_page(repo)} "
                              f"with the token's account ({type(error).__name__})") from error
-        configs = prepare_dataset(repo, Path(hf_home), token) if repo.repo_type == "dataset" else []
+        except ConfinementError as error:
+            raise FetchError(f"{repo.repo_id} from {endpoint or 'the default hub'}: {error}") from error
         files = [path for path in folder.rglob("*") if path.is_file()]
         rows.append({"repo_type": repo.repo_type, "repo_id": repo.repo_id, "revision": repo.revision,
                      "commit": folder.name, "files": len(files), "bytes": sum(p.stat().st_size for p in files),

@@ -2,9 +2,18 @@
 
 The expression is parsed with :mod:`ast` and evaluated exactly with
 :class:`fractions.Fraction` by a walker that accepts only integer literals, the
-four operators and parentheses. Nothing is ever ``eval``-ed. Length, nesting
+four operators, unary minus (and plus) and parentheses. Nothing is ever ``eval``-ed. Length, nesting
 depth and intermediate magnitudes are bounded before and during evaluation. A ground truth that is not
 ``{"numbers": [ints], "target": int}`` (within ``MAX_MAGNITUDE``) scores 0 with ``unscorable`` 1, never an error.
+
+Unary minus and leading zeros are read, not refused (issue 60). The task is "use each given number once to reach
+the target": ``03`` is the number 3 written oddly (Python alone refuses the literal), and ``= 03`` states the
+target 3. ``-3 + 10`` uses 3 and 10 and equals ``10 - 3``: with positive numbers and a positive target, a unary
+minus reaches nothing the four operators cannot (push each minus up through ``+ - * /``: ``a + -b = a - b``,
+``-a * b = -(a * b)``, and a negative sub-result ``-v`` is reachable as ``v`` written the other way round), so
+reading it takes no solution away and adds no new one; the reference verifier (TinyZero's Countdown reward, which
+finds the numbers as ``\\d+``) reads it the same way. A minus directly before a literal also writes a negative
+given number: ``-3`` uses a given -3 or negates a given 3, whichever the numbers hold (the value is the same).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ MAX_LENGTH = 256  # characters of the expression
 MAX_DEPTH = 32  # AST nesting
 MAX_MAGNITUDE = 10**12  # bound on |numerator| and denominator of every intermediate
 _ALLOWED_CHARS = re.compile(r"^[0-9+\-*/(). ]*$")
+_LEADING_ZEROS = re.compile(r"(?<![0-9.])0+(?=[0-9])")  # 03 -> 3 (not the 0 of 1.05: floats are refused anyway)
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _LATEX = {"\\times": "*", "\\cdot": "*", "\\div": "/", "\\left": "", "\\right": "", "×": "*", "÷": "/",
           "−": "-", "[": "(", "]": ")", "\\{": "(", "\\}": ")", "{": "(", "}": ")"}
@@ -37,15 +48,21 @@ class _RejectedError(ValueError):
     pass
 
 
-def _walk(node: ast.AST, depth: int, numbers: list[int]) -> Fraction:
+def _walk(node: ast.AST, depth: int, numbers: list[int], negated: list[int]) -> Fraction:
+    """The exact value of ``node``; each literal goes to ``numbers``, or to ``negated`` when a unary minus applies
+    to it directly (``-3``: a given -3, or a given 3 negated)."""
     if depth > MAX_DEPTH:
         raise _RejectedError("too deeply nested")
     if isinstance(node, ast.Constant) and type(node.value) is int:
         numbers.append(node.value)
         return Fraction(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        literal = isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+        value = _walk(node.operand, depth + 1, negated if literal else numbers, negated)
+        return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-        left = _walk(node.left, depth + 1, numbers)
-        right = _walk(node.right, depth + 1, numbers)
+        left = _walk(node.left, depth + 1, numbers, negated)
+        right = _walk(node.right, depth + 1, numbers, negated)
         if isinstance(node.op, ast.Div) and right == 0:
             raise _RejectedError("division by zero")
         value = _OPERATORS[type(node.op)](left, right)
@@ -56,17 +73,36 @@ def _walk(node: ast.AST, depth: int, numbers: list[int]) -> Fraction:
 
 
 def evaluate_expression(expression: str) -> tuple[Fraction, list[int]]:
-    """Exact value and the integer literals used; raises ValueError for anything not allowed."""
+    """Exact value and the integer literals used (a literal under a unary minus as written, ``3`` of ``-3``);
+    raises ValueError for anything not allowed."""
+    value, numbers, negated = _evaluate(expression)
+    return value, numbers + negated
+
+
+def _evaluate(expression: str) -> tuple[Fraction, list[int], list[int]]:
+    """Exact value, the literals used as written and the literals a unary minus applies to directly."""
     if len(expression) > MAX_LENGTH:
         raise _RejectedError(f"expression longer than {MAX_LENGTH} characters")
     if not expression.strip() or not _ALLOWED_CHARS.match(expression):
         raise _RejectedError("only ASCII digits, + - * / ( ) and spaces are allowed")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = ast.parse(_LEADING_ZEROS.sub("", expression.strip()), mode="eval")
     except (SyntaxError, RecursionError, MemoryError) as exc:
         raise _RejectedError(f"unparseable: {type(exc).__name__}") from exc
     numbers: list[int] = []
-    return _walk(tree.body, 0, numbers), numbers
+    negated: list[int] = []
+    return _walk(tree.body, 0, numbers, negated), numbers, negated
+
+
+def _uses_exactly(numbers: list[int], negated: list[int], given: list[int]) -> bool:
+    """Whether the literals use each given number exactly once: a plain literal ``v`` is the given ``v``; a negated
+    one is the given ``v`` or ``-v`` (plain literals are matched first, as they have no choice)."""
+    left = Counter(given)
+    left.subtract(numbers)
+    if any(count < 0 for count in left.values()):
+        return False
+    by_size = Counter(abs(value) for value, count in left.items() for _ in range(count))
+    return by_size == Counter(negated)
 
 
 def _ground_truth(ground_truth: Any) -> tuple[list[int], int]:
@@ -110,17 +146,17 @@ def countdown_score(solution: str | None, ground_truth: Any) -> dict[str, float]
     candidate = _candidate(solution)
     if candidate is None:
         return result
-    if "=" in candidate:  # "expr = target" (the right side must be the target itself)
+    if "=" in candidate:  # "expr = target" (the right side must be the target itself; 03 is 3)
         left, _, right = candidate.rpartition("=")
-        if right.strip() != str(target):
+        if not _INTEGER.fullmatch(right.strip()) or int(right) != target:  # <= 1,024 digits: int() is safe
             return result
         candidate = left.strip()
     try:
-        value, used = evaluate_expression(candidate)
+        value, used, negated = _evaluate(candidate)
     except ValueError:
         return result
     result["valid_expression"] = 1.0
-    result["uses_numbers"] = float(Counter(used) == Counter(numbers))
+    result["uses_numbers"] = float(_uses_exactly(used, negated, numbers))
     correct = result["uses_numbers"] == 1.0 and value == target
     result["score"] = result["acc"] = float(correct)
     return result

@@ -6,6 +6,7 @@ import re
 
 from pipeline_lib.core.rewards.extract import after_think, extract_answer
 from pipeline_lib.core.rewards.mathverify import gold_text
+from pipeline_lib.core.rewards.numbers import reader_numbers
 
 __all__ = ["exact_score", "format_score"]
 
@@ -25,11 +26,13 @@ def format_score(solution: str | None, ground_truth: object = None) -> dict[str,
 
 
 def _normalise(text: str) -> str:
-    return _WHITESPACE.sub(" ", text).strip().rstrip(".").strip().casefold()
+    """Whitespace runs as one space, no final period, case folded; numbers as a reader reads them (``1\\,000``,
+    ``½``: :func:`~pipeline_lib.core.rewards.numbers.reader_numbers`) on both sides."""
+    return _WHITESPACE.sub(" ", reader_numbers(text)).strip().rstrip(".").strip().casefold()
 
 
 def exact_score(solution: str | None, ground_truth: object) -> dict[str, float]:
-    """Binary exact match of the extracted answer (whitespace, case and a final period ignored).
+    """Binary exact match of the extracted answer (whitespace, case, a final period and digit grouping ignored).
 
     GSM8K-style gold (``... #### 42``) is reduced to the text after the last ``####``; no gold is ``unscorable``.
     """

@@ -15,6 +15,11 @@ Plain integers on both sides skip the pool: ASCII digits only, at most ``FAST_PA
 digit strings (never ``int()``: Python refuses over 4,300 digits). That is Math-Verify's verdict on those inputs
 (``tests/core/rewards/test_rewards.py`` checks it on generated cases); every other answer, including other digit scripts
 (``١٢٣``, full-width ``１２３``, which Math-Verify does not equate with 123), goes to Math-Verify.
+
+Both sides are read as a reader reads numbers first (:func:`~pipeline_lib.core.rewards.numbers.reader_numbers`:
+``1\\,000`` is 1000, ``½`` is 1/2). A gold in plain decimal digits is finite however long it is, and one with more
+significant digits than a float holds (``LONG_DECIMAL_DIGITS``) is compared exactly with a plain decimal answer:
+Math-Verify compares through floats and calls two 400-digit decimals that differ in the last digit equal.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from decimal import Decimal, InvalidOperation
 
 from pipeline_lib.core.env import env_number
 from pipeline_lib.core.rewards.extract import after_think, last_answer_tag, last_boxed
+from pipeline_lib.core.rewards.numbers import decimal_equal, is_plain_decimal, reader_numbers
 from pipeline_lib.core.rewards.pool import TimeoutPool
 
 __all__ = ["FAST_PATH_DIGITS", "gold_answer", "gold_text", "is_non_finite_gold", "math_scores", "number_text",
@@ -38,6 +44,8 @@ __all__ = ["FAST_PATH_DIGITS", "gold_answer", "gold_text", "is_non_finite_gold",
 TIMEOUT_SECONDS = env_number("PIPELINE_MATH_TIMEOUT", 5.0)
 PROCESSES = int(env_number("PIPELINE_MATH_PROCESSES", min(2, os.cpu_count() or 1), integer=True))
 FAST_PATH_DIGITS = 1000  # Math-Verify compares integers as integers up to Python's 4,300-digit limit
+LONG_DECIMAL_DIGITS = 15  # a float keeps 15-17 significant digits: a longer decimal gold is compared exactly
+_BOXED = re.compile(r"\\boxed\{(.*)\}", re.DOTALL)
 _INTEGER = re.compile(rf"\\boxed\{{[ ]*([+-]?)([0-9]{{1,{FAST_PATH_DIGITS}}})[ ]*\}}")
 _NON_FINITE = re.compile(r"[+-]?(nan|inf|infinity)", re.IGNORECASE)
 _pool: TimeoutPool | None = None
@@ -131,7 +139,7 @@ def is_non_finite_gold(gold: str) -> bool:
     LaTeX ``\\infty`` of a limit is a legitimate answer and is left to Math-Verify."""
     if _NON_FINITE.fullmatch(gold.strip()):
         return True
-    if re.fullmatch(r"[+-]?[0-9]+", gold.strip()):
+    if is_plain_decimal(gold):  # 400 digits before the point overflow a float, yet the number is finite
         return False
     try:
         return not math.isfinite(float(gold))
@@ -146,6 +154,16 @@ def _fast_integer(text: str) -> str | None:
         return None
     digits = match.group(2).lstrip("0") or "0"
     return digits if digits == "0" or match.group(1) != "-" else "-" + digits
+
+
+def _long_decimal(prediction: str, gold: str) -> bool | None:
+    """Exact equality when the gold is a plain decimal longer than a float holds and the answer a plain decimal;
+    None when this does not apply (Math-Verify decides)."""
+    digits = gold.strip().lstrip("+-").replace(".", "").lstrip("0")
+    boxed = _BOXED.fullmatch(prediction)
+    if len(digits) <= LONG_DECIMAL_DIGITS or not is_plain_decimal(gold) or boxed is None:
+        return None
+    return decimal_equal(boxed.group(1), gold) if is_plain_decimal(boxed.group(1)) else None
 
 
 def verify_pair(prediction: str, gold: str) -> bool | None:
@@ -187,15 +205,19 @@ def math_scores(solutions: Sequence[str | None], ground_truths: Sequence[str]) -
     out = [_result() for _ in solutions]
     for position, (solution, truth) in enumerate(zip(solutions, ground_truths, strict=True)):
         gold = gold_text(truth)
+        gold = reader_numbers(gold) if gold is not None else None
         if gold is None or is_non_finite_gold(gold):
             out[position] = _result(unscorable=1.0)
             continue
         if not isinstance(solution, str) or not solution.strip():
             continue  # no answer: wrong, and scorable
-        prediction = prediction_text(solution)
+        prediction = reader_numbers(prediction_text(solution))
         plain = _fast_integer(prediction), _fast_integer(f"\\boxed{{{gold}}}")
         if plain[0] is not None and plain[1] is not None:  # Math-Verify's verdict here is integer equality
             out[position] = _result(float(plain[0] == plain[1]))
+            continue
+        if (exact := _long_decimal(prediction, gold)) is not None:
+            out[position] = _result(float(exact))
             continue
         items.append((prediction, gold))
         positions.append(position)

@@ -77,3 +77,89 @@ def test_countdown_ground_truth_is_never_truncated_at_scoring(truth):
 
     result = score("countdown", "<answer>1 + 2 + 3</answer>", truth)
     assert (result["score"], result["unscorable"]) == (0.0, 1.0)
+
+
+# --- issue 60, item 5: numbers as a reader reads them --------------------------------------------------------------
+
+@pytest.mark.parametrize(("answer", "gold"), [
+    ("\\boxed{1\\,000}", "1000"), ("\\boxed{1\\ 000}", "1000"), ("The answer is 1\\ 000", "1000"),
+    ("\\boxed{1{,}000{,}000}", "1000000"), ("\\boxed{1\u2009000}", "1000"), ("\\boxed{1\u202f000}", "#### 1,000"),
+    ("\\boxed{3.141\\,59}", "3.14159"), ("\\boxed{½}", "1/2"), ("\\boxed{½}", "0.5"), ("\\boxed{2¾}", "11/4"),
+    ("\\boxed{⅓}", "\\frac{1}{3}"), ("\\boxed{3⁄4}", "0.75"), ("\\boxed{1000}", "1\\,000"), ("\\boxed{0.5}", "½"),
+])
+def test_grouped_digits_and_vulgar_fractions_read_as_numbers(answer, gold):
+    from pipeline_lib.core.rewards import score
+
+    assert score("math", answer, gold)["score"] == 1.0
+
+
+@pytest.mark.parametrize(("answer", "gold"), [
+    ("\\boxed{3{,}14}", "3140"), ("\\boxed{2\\,5}", "25"), ("\\boxed{1 000}", "1000"), ("\\boxed{½}", "1/3"),
+    ("\\boxed{1\\,000\\,00}", "100000"), ("\\boxed{1\\,000}", "1"),
+])
+def test_what_is_not_digit_grouping_is_left_as_written(answer, gold):
+    """Only groups of three are grouping (``3{,}14`` is a decimal comma, ``2\\,5`` a product), an ASCII space never."""
+    from pipeline_lib.core.rewards import score
+
+    assert score("math", answer, gold)["score"] == 0.0
+
+
+def test_every_vulgar_fraction_is_read_and_the_table_is_unicodes():
+    import unicodedata
+    from fractions import Fraction
+
+    from pipeline_lib.core.rewards.numbers import VULGAR_FRACTIONS, _vulgar_fractions, reader_numbers
+
+    assert _vulgar_fractions(0x10FFFF) == VULGAR_FRACTIONS  # none outside the plane the import scans
+    assert {"½", "¾", "⅓", "⅞", "↉"} <= set(VULGAR_FRACTIONS) and "⅟" not in VULGAR_FRACTIONS
+    for char, (numerator, denominator) in VULGAR_FRACTIONS.items():
+        assert reader_numbers(char) == f"\\frac{{{numerator}}}{{{denominator}}}"
+        assert Fraction(numerator, denominator) == Fraction(unicodedata.numeric(char)).limit_denominator(10)
+
+
+def test_reading_numbers_leaves_other_text_untouched_and_is_linear():
+    import time
+
+    from pipeline_lib.core.rewards.numbers import reader_numbers
+
+    text = "no numbers to regroup here, 12 and 3.5 and x\\,y"
+    assert reader_numbers(text) is text
+    hostile = "1\\," * 200_000 + "½" * 100_000
+    start = time.monotonic()
+    reader_numbers(hostile)
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("digits", [400, 5000])
+def test_a_long_decimal_gold_is_scored_exactly(digits):
+    """400 digits before the point overflowed a float (the gold was unscorable); Math-Verify compares through floats
+    (two long decimals differing in the last digit were equal)."""
+    from pipeline_lib.core.rewards import score
+
+    gold = "1" * digits + ".5"
+    assert score("math", f"\\boxed{{{gold}}}", gold)["score"] == 1.0
+    assert score("math", f"\\boxed{{{gold}0}}", gold)["score"] == 1.0  # 0.50 is 0.5
+    assert score("math", f"\\boxed{{{'1' * digits}.6}}", gold)["score"] == 0.0
+    thirds = "0." + "3" * digits
+    assert score("math", f"\\boxed{{{thirds}4}}", thirds + "3")["score"] == 0.0
+    assert score("math", f"\\boxed{{{thirds}}}", thirds)["score"] == 1.0
+    assert score("math", "\\boxed{1e400}", "1e400")["unscorable"] == 1.0  # an exponent beyond a float stays so
+
+
+COUNTDOWN_READ = [
+    ("-3 + 10", [3, 10], 7, 1.0), ("10 - 3 = 07", [3, 10], 7, 1.0), ("(10 - 3) = 7", [3, 10], 7, 1.0),
+    ("01 + 2", [1, 2], 3, 1.0), ("001 + 002 = 003", [1, 2], 3, 1.0), ("-(3 - 10)", [3, 10], 7, 1.0),
+    ("10 + -3", [-3, 10], 7, 1.0), ("-3 - -3 + 7", [3, -3, 7], 7, 1.0), ("+3 + 4", [3, 4], 7, 1.0),
+    ("10 - 3", [-3, 10], 7, 0.0),  # uses 3, not the given -3
+    ("-3 + 10", [3, 10], 13, 0.0), ("--3 + 10", [3, 10], 7, 0.0), ("-3 + 10 = -7", [3, 10], 7, 0.0),
+    ("3 + 4 = 7.0", [3, 4], 7, 0.0), ("3 + 4 + 0.05", [3, 4], 7, 0.0), ("-3 + -3 + 13", [3, 13], 7, 0.0),
+]
+
+
+@pytest.mark.parametrize(("expression", "numbers", "target", "expected"), COUNTDOWN_READ)
+def test_countdown_reads_unary_minus_and_leading_zeros(expression, numbers, target, expected):
+    """``03`` is 3, ``-3`` is 3 negated (or a given -3); each given number is still used exactly once."""
+    from pipeline_lib.core.rewards import score
+
+    assert score("countdown", f"<answer>{expression}</answer>", {"numbers": numbers, "target": target})[
+        "score"] == expected
