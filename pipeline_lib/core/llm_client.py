@@ -5,8 +5,13 @@
   trickling a byte at a time never trips).
 * Retries with exponential backoff and jitter on 408/429/5xx, timeouts, dropped connections and a 200 that is
   not a chat completion (an HTML error page, ``choices: []``); other errors fail the item at once.
-* A persistent SQLite cache (WAL mode, safe for concurrent writers) keyed by
-  sha256(model, messages, sampling params): a rerun or a crash mid-way never repeats a finished request.
+* A persistent SQLite cache (WAL mode, safe for concurrent writers) keyed by sha256 of everything that can change an
+  answer: who answers (the served command for a server the job starts, else the base URL), the model and its
+  ``revision``, the sampling, the messages and the request's ``context`` (a judge's rubric): a rerun or a crash
+  mid-way never repeats a finished request, and a judge repointed to another server under the same ``model`` name is
+  asked again (issue 60). Each stored answer carries ``answered_by`` (:meth:`EndpointConfig.identity`, no secret) and
+  is reused only for that endpoint. A cache from before issue 60 (keys without the endpoint) stays readable: its
+  answers are never matched (their endpoint is unknown), which is logged once, and are asked again.
   A cache that cannot store an answer (disk full) stops the run with :class:`CacheWriteError`: an answer the
   server gave is never silently dropped. A cache file that is not a readable database is renamed aside (logged)
   and a fresh one is started, so it cannot wedge every rerun.
@@ -48,9 +53,9 @@ from typing import Any
 
 from pipeline_lib.core.env import env, env_text
 
-__all__ = ["ACCEPTED_ENCODINGS", "MAX_RETRY_AFTER_S", "STRUCTURED_OUTPUT_MODES", "CacheWriteError", "ChatRequest",
-           "EndpointConfig", "EndpointNotConfiguredError", "EndpointUnavailableError", "MalformedResponseError",
-           "ResponseCache", "ResponseTooLargeError", "run_chat_requests"]
+__all__ = ["ACCEPTED_ENCODINGS", "CACHE_KEY_VERSION", "MAX_RETRY_AFTER_S", "STRUCTURED_OUTPUT_MODES", "CacheWriteError",
+           "ChatRequest", "EndpointConfig", "EndpointNotConfiguredError", "EndpointUnavailableError",
+           "MalformedResponseError", "ResponseCache", "ResponseTooLargeError", "run_chat_requests"]
 
 log = logging.getLogger("pipeline_lib.core.llm_client")
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -101,6 +106,8 @@ class EndpointConfig:
     max_response_bytes: int = 1 << 20
     breaker_failures: int = 10
     structured_output: str = "none"
+    revision: str | None = None  # the model's revision (hub commit, weights digest): part of the cache key
+    served: tuple[str, ...] = ()  # the command of a server the job starts: it, not the per-run port, keys answers
 
     @classmethod
     def from_config(cls, section: dict[str, Any], purpose: str) -> EndpointConfig:
@@ -116,12 +123,33 @@ class EndpointConfig:
                    sampling=dict(section.get("sampling", {})),
                    max_response_bytes=int(section.get("max_response_bytes", 1 << 20)),
                    breaker_failures=int(section.get("breaker_failures", 10)),
-                   structured_output=structured_output_mode(section.get("structured_output", "none"), purpose))
+                   structured_output=structured_output_mode(section.get("structured_output", "none"), purpose),
+                   revision=section.get("revision"))
 
     def describe(self) -> dict[str, Any]:
         """What provenance may record: never the key itself."""
         return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
-                "sampling": self.sampling, "structured_output": self.structured_output}
+                "sampling": self.sampling, "structured_output": self.structured_output, "revision": self.revision,
+                "served": list(self.served)}
+
+    def identity(self) -> dict[str, Any]:
+        """Who answers, as far as it can change an answer: the served command (a started server's port changes every
+        run) or the base URL (credentials in it removed), the model, its revision and the sampling (which holds a
+        structured-output schema). Part of every cache key and stored with every answer (``answered_by``)."""
+        who: dict[str, Any] = ({"served": list(self.served)} if self.served
+                               else {"base_url": _public_url(self.base_url or "")})
+        # as JSON gives it back, so that a stored answer's ``answered_by`` compares equal (tuples become lists)
+        return json.loads(json.dumps({**who, "model": self.model, "revision": self.revision,
+                                      "sampling": self.sampling}, sort_keys=True))
+
+
+def _public_url(url: str) -> str:
+    """The URL without user:password (never stored or shown) and without a trailing slash (one server, one key)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url.strip())
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme.lower(), host.lower(), parts.path.rstrip("/"), parts.query, parts.fragment))
 
 
 def structured_output_mode(value: Any, purpose: str) -> str:
@@ -132,12 +160,21 @@ def structured_output_mode(value: Any, purpose: str) -> str:
     return str(value)
 
 
+#: The cache keys' form: 2 = the endpoint's identity and the request's context in the key (issue 60); a cache file
+#: written before holds keys of model, messages and sampling alone, which no request of this form matches.
+CACHE_KEY_VERSION = 2
+
+
 @dataclass(frozen=True)
 class ChatRequest:
     messages: tuple[dict[str, str], ...]
+    context: dict[str, Any] = field(default_factory=dict)  # what else decides how an answer is read (a rubric)
 
     def cache_key(self, config: EndpointConfig) -> str:
-        payload = {"model": config.model, "messages": list(self.messages), "sampling": config.sampling}
+        """sha256 of everything that can change the answer or its reading: the endpoint's identity (who answers,
+        model, revision, sampling), the messages and the context."""
+        payload = {"version": CACHE_KEY_VERSION, "endpoint": config.identity(), "messages": list(self.messages),
+                   "context": self.context}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -165,6 +202,14 @@ class ResponseCache:
             problems = [row[0] for row in db.execute("PRAGMA quick_check")]
             if problems != ["ok"]:
                 raise sqlite3.DatabaseError(f"integrity check: {'; '.join(problems)[:300]}")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version < CACHE_KEY_VERSION:
+                old = db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+                if old:
+                    log.warning("%s holds %d answers stored before issue 60, keyed without the endpoint that gave "
+                                "them: none is reused (a judge is never taken for another), each is asked again",
+                                self.path, old)
+                db.execute(f"PRAGMA user_version = {CACHE_KEY_VERSION}")
 
     def _set_aside(self) -> str:
         """Rename the unreadable file (and its WAL and shared-memory files) to ``<name>.corrupt-<time>``."""
@@ -186,8 +231,9 @@ class ResponseCache:
             self._local.db.execute("PRAGMA synchronous=NORMAL")
         return self._local.db
 
-    def get(self, key: str) -> dict[str, Any] | None:
-        """The stored response, or None (a miss, so it is asked again) when absent or not a readable JSON object."""
+    def get(self, key: str, answered_by: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """The stored response, or None (a miss, so it is asked again) when absent, not a readable JSON object, or
+        (``answered_by`` given: an endpoint's :meth:`EndpointConfig.identity`) stored for another endpoint."""
         row = self._connect().execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -197,6 +243,10 @@ class ResponseCache:
             response = None
         if not isinstance(response, dict):
             log.warning("%s: unreadable cached response for key %s; asking again", self.path, key[:12])
+            return None
+        if answered_by is not None and response.get("answered_by") != answered_by:
+            log.warning("%s: the cached response for key %s was given by another endpoint (%s); asking again",
+                        self.path, key[:12], str(response.get("answered_by"))[:200])
             return None
         return response
 
@@ -469,7 +519,8 @@ async def _one(client: Any, config: EndpointConfig, request: ChatRequest, semaph
                     model=config.model, messages=list(request.messages), **config.sampling), config.timeout_s)
                 usage = getattr(completion, "usage", None)
                 response = _message_fields(completion) | {
-                    "attempts": attempt + 1, "completion_tokens": getattr(usage, "completion_tokens", None)}
+                    "attempts": attempt + 1, "completion_tokens": getattr(usage, "completion_tokens", None),
+                    "answered_by": config.identity()}
             except Exception as exc:  # classified below: retried, or reported as this item's failure
                 retryable = _retryable(exc)
                 asked = _retry_after(exc)
@@ -498,7 +549,7 @@ async def _run(config: EndpointConfig, requests: Sequence[ChatRequest], cache: R
     todo = []
     for index, request in enumerate(requests):
         key = request.cache_key(config)
-        cached = cache.get(key)
+        cached = cache.get(key, config.identity())
         if cached is not None:
             results[index] = cached | {"cached": True}
         else:

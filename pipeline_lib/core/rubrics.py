@@ -53,6 +53,12 @@ class Rubric:
         text = Path(self.template_path).read_text(encoding="utf-8")
         return re.sub(r"\{([A-Z][A-Z_]*)\}", lambda m: filled.get(m.group(1), m.group(0)), text)
 
+    def identity(self) -> dict[str, Any]:
+        """What of the rubric decides a verdict and its reading: name, keys, scale and the template's digest (a
+        judge's cache key holds it: an edited rubric is asked again)."""
+        template = hashlib.sha256(Path(self.template_path).read_bytes()).hexdigest()
+        return {"name": self.name, "keys": list(self.keys), "scale": list(self.scale), "template_sha256": template}
+
     def json_schema(self) -> dict[str, Any]:
         """The verdict's JSON schema: an object with exactly the rubric's integer keys in range."""
         low, high = self.scale

@@ -25,6 +25,7 @@ import pandas as pd
 
 from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.judge.score import reported_score
 from pipeline_lib.paper.captions import judge_validation_title
 from pipeline_lib.paper.results import run_ids_argument, runs_record
 from pipeline_lib.paper.tables import latex_escape, write_table
@@ -71,16 +72,20 @@ def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str
     """
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
+    refused: dict[str, int] = defaultdict(int)
     per_seed: dict[str, dict[str, dict[int, float]]] = {}  # task -> method -> seed -> score
     summaries = []
     for path, run in summaries_by_run.items():
         summary = json.loads(Path(path).read_text())
         summaries.append(summary)
         failed[run.task] += summary["failed"]
-        if summary["score_100"] is not None:
-            scores[(run.name, run.task)].append(summary["score_100"])
-            per_seed.setdefault(run.task, {}).setdefault(run.name, {})[run.seed] = summary["score_100"]
+        refused[run.task] += summary.get("refused", 0)
+        reported = reported_score(summary, path)  # items without a verdict at the scale's lowest score
+        if reported is not None:
+            scores[(run.name, run.task)].append(reported)
+            per_seed.setdefault(run.task, {}).setdefault(run.name, {})[run.seed] = reported
     tasks = sorted({task for _, task in scores})
+    judged = list(tasks)
     transferred = transfer_scores(transfer or {})
     scores |= transferred
     tasks += sorted({column for _, column in transferred})
@@ -104,12 +109,14 @@ def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str
                 (rf"$\pm${std:.1f}" if spread else "")
         plain.append(row_plain)
         latex.append(row_latex)
-    failures = ", ".join(f"{task}: {failed[task]}" for task in tasks)
+    failures = ", ".join(f"{task}: {refused[task]} refused, {failed[task]} failed" for task in judged)
     caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10); "
                f"transfer columns, when present, are lm-eval accuracy (%) and AlpacaEval 2.0 LC win rate; "
                f"mean ± std over seeds; {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. Judge: "
                f"{_judge_label(summaries, judge_labels)}. "
-               f"Items the judge failed to score (excluded, never counted as 0): {failures}. "
+               f"Items without a verdict (refused: the judged output held the judge's verdict; failed: no usable "
+               f"answer) count at the rubric's lowest score, the conservative end (each summary.json gives the "
+               f"score with them at the highest too): {failures}. "
                f"[{label} run: not comparable in absolute value with the paper's table.]")
     return write_table(pd.DataFrame(plain), stem, caption, "tab:nonverifiable", latex_frame=pd.DataFrame(latex),
                        raw_columns=tasks)

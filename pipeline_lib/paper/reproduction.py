@@ -36,6 +36,7 @@ import pandas as pd
 from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.io import read_csv_frame, write_text
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 from pipeline_lib.core.yaml_files import load_yaml
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
@@ -197,20 +198,37 @@ def load_scores(table1: pd.DataFrame, eval_root: Path) -> dict[tuple[str, str, i
 
 def load_judge_items(summaries: Mapping[str, RunId]) -> dict[tuple[str, str, int], dict[str, pd.Series]]:
     """(task, method, seed) -> per-item primary-judge score in [0, 1] from ``scores.jsonl`` beside each summary
-    (``summaries``: each summary -> its run), indexed by prompt like :func:`prompt_scores`. Items the judge failed to
-    score are left out, as in the non-verifiable table (never counted as 0); :func:`compare` pairs the items every
-    compared run has."""
+    (``summaries``: each summary -> its run), indexed by prompt like :func:`prompt_scores`: ``judge``, the scored
+    items alone (what the judge said: its blind spots, the miniature's planted effects), and ``judge_low`` /
+    ``judge_high``, every item with those without a verdict (refused or failed) at the rubric's lowest / highest
+    score, which the claims read (:func:`compare` with ``conservative``: issue 60, a candidate that gets its low
+    verdicts refused must not have them left out of a comparison)."""
     items = {}
     for name, run in summaries.items():
         summary = Path(name)
+        stated = json.loads(summary.read_text())
+        if stated.get("rubric") not in RUBRICS:
+            raise ValueError(f"{summary}: no rubric of {sorted(RUBRICS)} named ('rubric'), so the scale an item "
+                             "without a verdict counts at is unknown; rerun its judge_score job")
+        rubric = RUBRICS[stated["rubric"]]
+        low, high = (rubric.normalise(dict.fromkeys(rubric.keys, end)) / 100.0 for end in rubric.scale)
         values: dict[int, float] = {}
+        unscored: list[int] = []
         with open(summary.with_name("scores.jsonl"), encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)
                 if record.get("score_100") is not None:
                     values[int(record["prompt_index"])] = float(record["score_100"]) / 100.0
-        items[(run.task, run.name, run.seed)] = {
-            "judge": pd.Series(values, dtype=np.float64).sort_index().rename_axis("prompt_index")}
+                else:
+                    unscored.append(int(record["prompt_index"]))
+
+        def series(fill: float | None, values: dict[int, float] = values, unscored: list[int] = unscored
+                   ) -> pd.Series:
+            filled = values if fill is None else values | dict.fromkeys(unscored, fill)
+            return pd.Series(filled, dtype=np.float64).sort_index().rename_axis("prompt_index")
+
+        items[(run.task, run.name, run.seed)] = {"judge": series(None), "judge_low": series(low),
+                                                 "judge_high": series(high)}
     return items
 
 
@@ -232,14 +250,15 @@ class PairingError(ValueError):
 
 def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str, a: str, b: str,
             metric: str, shared_items: bool = False, *, strict: bool = False,
-            sources: dict[tuple[str, str, int], Path] | None = None) -> Comparison:
+            sources: dict[tuple[str, str, int], Path] | None = None, conservative: bool = False) -> Comparison:
     """a minus b on the seeds both ran, over the same prompts: the one pairing of runs for every paired comparison.
 
     Test prompts must be identical across runs; with ``shared_items`` (judge scores, where an item the judge failed
     on is missing from that run) the pairs are the items every run has. Where pairing is impossible the result is
     None with the reason, or, with ``strict``, a :class:`PairingError` (``strict`` also requires both methods
     on the same seeds); ``sources`` (run -> its file) names the file in that error. A metric no run has (no sampled
-    generations) is None with a note in either mode."""
+    generations) is None with a note in either mode. ``conservative``: a's ``<metric>_low`` against b's
+    ``<metric>_high`` (judge scores: items without a verdict at the end that works against the claim a > b)."""
     seeds = {m: sorted(s for (t, mm, s) in scores if t == task and mm == m) for m in (a, b)}
     if strict and seeds[a] != seeds[b]:
         raise PairingError(f"task {task}: {a} has seeds {seeds[a]} but {b} has {seeds[b]}; a paired comparison needs "
@@ -250,7 +269,8 @@ def compare(scores: dict[tuple[str, str, int], dict[str, pd.Series]], task: str,
             raise PairingError(f"task {task}: {a} and {b} share no seed")
         return Comparison(task, a, b, metric, None, "not run on shared seeds")
     keys = [(task, m, s) for m in (a, b) for s in shared]
-    rows = [scores[key].get(metric) for key in keys]
+    sides = {a: f"{metric}_low", b: f"{metric}_high"} if conservative else {a: metric, b: metric}
+    rows = [scores[key].get(sides[key[1]]) for key in keys]
     if all(r is None for r in rows):
         return Comparison(task, a, b, metric, None, f"no {metric}")
     try:
@@ -475,7 +495,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
     if judge_items:
         for task in sorted({t for t, _, _ in judge_items}):
             for a, b in NONVERIFIABLE_PAIRS:
-                comparison = compare(judge_items, task, a, b, "judge", shared_items=True)
+                comparison = compare(judge_items, task, a, b, "judge", shared_items=True, conservative=True)
                 if comparison.result is not None:
                     nonverifiable.append(comparison)
     sections: dict[str, list[str]] = {}  # our table -> the paper's sections it stands for (one ablation table: two)
@@ -490,8 +510,9 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                 parts += [made[table].read_text().strip(), ""]
             if table == "nonverifiable" and nonverifiable:
                 parts += ["Paired differences of the primary judge's score (points of 100; 95% t-interval, seed as "
-                          "the unit, over seeds and judged items):", "", comparisons_section(nonverifiable,
-                                                                                               "judge score"), ""]
+                          "the unit, over seeds and judged items; an item without a verdict counts at the rubric's "
+                          "lowest score for the first method and at its highest for the second):", "",
+                          comparisons_section(nonverifiable, "judge score"), ""]
             if table == "nonverifiable" and blind:
                 parts += [*(a for a in artefacts if a.startswith("The judge of")), ""]
         else:

@@ -160,8 +160,9 @@ def test_after_the_circuit_opens_a_rerun_resumes_from_the_cache(tmp_path):
         with pytest.raises(EndpointUnavailableError, match="the 5 answered are cached"):
             judge_with_llm(MEETING, items, config(server.base_url, concurrency=1), cache)
         assert len(server.requests) == 15  # 5 answered, then 10 failures in a row
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     assert len(ResponseCache(cache)) == 5
-    with ChatServer(content=meetingbank_verdict) as server:
+    with ChatServer(content=meetingbank_verdict, port=port) as server:  # healthy again at the same address
         results = judge_with_llm(MEETING, items, config(server.base_url, concurrency=4), cache)
         asked = [request["messages"][-1]["content"] for request in server.requests]
     assert len(asked) == 15 and all("scores" in result for result in results)

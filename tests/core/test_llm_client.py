@@ -44,8 +44,10 @@ def test_rerun_hits_the_cache_and_failed_items_are_retried(tmp_path):
     cache = ResponseCache(tmp_path / "cache.sqlite")
     with ChatServer(failures=[400]) as server:
         first = run_chat_requests(config(server.base_url, concurrency=1), requests(5), cache)
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     assert sum("error" in r for r in first) == 1 and len(cache) == 4
-    with ChatServer() as server:  # "after a crash": a new server, the same cache file
+    # "after a crash": a new server at the same address (the address is part of the key: issue 60), the same cache
+    with ChatServer(port=port) as server:
         second = run_chat_requests(config(server.base_url), requests(5), ResponseCache(tmp_path / "cache.sqlite"))
     assert len(server.requests) == 1  # only the failed item is asked again
     assert all("error" not in r for r in second)

@@ -86,7 +86,7 @@ def test_judge_items_from_score_files_pair_by_item_and_reach_the_report(tmp_path
         records.append({"prompt_index": 6 if method == "sft" else 5, "failed": True, "reason": "unparseable"})
         records = [r for r in records if r.get("failed") or r["prompt_index"] != (6 if method == "sft" else 5)]
         (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-        (run / "summary.json").write_text("{}")
+        (run / "summary.json").write_text('{"rubric": "meetingbank"}')  # its scale: where unscored items count
         summaries.append(run / "summary.json")
     items = load_judge_items(runs_written(summaries))
     sft = items[("meeting_tiny", "sft", 0)]["judge"]

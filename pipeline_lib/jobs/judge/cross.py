@@ -1,7 +1,8 @@
 """Cross-judge agreement for one task (the ``judge_cross`` rule).
 
 Method-level means under the primary and the second judge (each method's score is the
-mean over its seeds of the mean 0-100 item score), the Spearman rank correlation of the
+mean over its seeds of the reported 0-100 score: :func:`pipeline_lib.jobs.judge.score.reported_score`, items without
+a verdict at the scale's lowest score), the Spearman rank correlation of the
 two orderings (the paper's "cross-judge rank correlation"), and the score offset
 (primary minus second, averaged over methods). Item-level Spearman over every item both
 judges scored is reported beside it. ``--primary`` and ``--second`` map each judge's ``summary.json`` to its run
@@ -23,6 +24,7 @@ from scipy import stats
 from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.judge.score import reported_score
 from pipeline_lib.plan.runs import RunId
 from pipeline_lib.plan.targets import run_ids_argument
 
@@ -49,9 +51,10 @@ def _load(summaries: Mapping[str, RunId]
         summary = json.loads(path.read_text())
         judge = summary["judge"]
         method, seed = run.name, run.seed
-        if summary["score_100"] is None:
+        reported = reported_score(summary, path)  # unscored items at the scale's lowest score
+        if reported is None:
             raise ValueError(f"{path}: no item was scored ({summary['failed']} failed); rerun the judge")
-        by_method[method].append(summary["score_100"])
+        by_method[method].append(reported)
         with open(path.with_name("scores.jsonl"), encoding="utf-8") as handle:
             for line in handle:
                 record = json.loads(line)

@@ -10,8 +10,13 @@ reason and is never re-asked under a "Re-evaluation" prompt. The cache is read f
 item whose stored answer for any attempt parses is not asked again, so a job whose items are all cached needs no
 server at all. A verdict is read from the judge alone (:func:`parse_verdict`): the answer must have finished, its
 final object is the verdict (the whole answer under the endpoint's ``structured_output``), and an object that the
-item's inputs contain is never one. An endpoint whose circuit opened (:class:`EndpointUnavailableError`) stops the
-scoring at once: answers given so far stay cached.
+item's inputs contain is never one: such an item is *refused* (``{"failed": "refused verdict: ...", "refused": true}``),
+which the scoring job counts at both ends of the scale rather than as a judge failure. An endpoint whose circuit
+opened (:class:`EndpointUnavailableError`) stops the scoring at once: answers given so far stay cached.
+
+A request's cache key holds the judge's identity (:meth:`EndpointConfig.identity`: served command or base URL, model,
+revision, sampling) and the rubric's (:meth:`Rubric.identity`: keys, scale, template digest); every scored result
+says whether its answer came from the cache and which endpoint gave it (``answered_by``).
 """
 
 from __future__ import annotations
@@ -22,16 +27,19 @@ from typing import Any
 
 from pipeline_lib.core.llm_client import ChatRequest, EndpointConfig, ResponseCache, run_chat_requests
 from pipeline_lib.core.rubrics import Rubric
-from pipeline_lib.jobs.judge.parse import VerdictParseError, parse_verdict
+from pipeline_lib.jobs.judge.parse import QuotedVerdictError, VerdictParseError, parse_verdict
 
-__all__ = ["cached_results", "judge_with_llm"]
+__all__ = ["REFUSED", "cached_results", "judge_with_llm"]
+
+#: How a refused verdict's reason starts: the judged text holds the verdict (the candidate wrote it).
+REFUSED = "refused verdict"
 
 
-def _request(prompt: str, attempt: int) -> ChatRequest:
+def _request(rubric: Rubric, prompt: str, attempt: int) -> ChatRequest:
     messages = [{"role": "user", "content": prompt}]
     if attempt:  # a distinct request (and cache key) for a re-ask after an unparseable verdict
         messages.insert(0, {"role": "system", "content": f"Re-evaluation {attempt}: end with the JSON scores."})
-    return ChatRequest(tuple(messages))
+    return ChatRequest(tuple(messages), context={"rubric": rubric.identity()})
 
 
 def _verdict(rubric: Rubric, response: dict[str, Any], item: dict[str, str], endpoint: EndpointConfig
@@ -43,12 +51,19 @@ def _verdict(rubric: Rubric, response: dict[str, Any], item: dict[str, str], end
         return parse_verdict(response.get("content"), rubric.keys, rubric.scale, response.get("reasoning"),
                              finish_reason=response.get("finish_reason"), quoted=[item[f] for f in rubric.fields],
                              whole=endpoint.structured_output != "none")
+    except QuotedVerdictError as exc:
+        return f"{REFUSED}: {exc}"
     except VerdictParseError as exc:
         return f"unparseable verdict: {exc}"
 
 
-def _scored(rubric: Rubric, verdict: dict[str, int], attempt: int) -> dict[str, Any]:
-    return {"scores": verdict, "score_100": rubric.normalise(verdict), "attempts": attempt + 1}
+def _failed(reason: str) -> dict[str, Any]:
+    return {"failed": reason, "refused": True} if reason.startswith(REFUSED) else {"failed": reason}
+
+
+def _scored(rubric: Rubric, verdict: dict[str, int], attempt: int, response: dict[str, Any]) -> dict[str, Any]:
+    return {"scores": verdict, "score_100": rubric.normalise(verdict), "attempts": attempt + 1,
+            "cached": bool(response.get("cached")), "answered_by": response.get("answered_by")}
 
 
 def cached_results(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: EndpointConfig, cache_path: Path,
@@ -56,19 +71,20 @@ def cached_results(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
     """Each item's result from the cache alone, or None where the server must be asked; reads, never asks.
 
     The first attempt whose stored answer parses wins: an item whose first answer was unparseable (and so
-    forgotten) and whose re-ask parsed is answered by the stored re-ask, as in the run that stored it. Only the
-    endpoint's model and sampling enter a cache key, so ``endpoint`` need not point at a live server.
-    """
+    forgotten) and whose re-ask parsed is answered by the stored re-ask, as in the run that stored it. A served
+    judge's key holds its command, not its address, so ``endpoint`` need not point at a live server; an answer
+    stored for another endpoint is never taken (:meth:`ResponseCache.get` with the endpoint's identity)."""
     cache = ResponseCache(cache_path)
+    identity = endpoint.identity()
     results: list[dict[str, Any] | None] = []
     for item in items:
         prompt = rubric.render(**item)
         found = None
         for attempt in range(parse_retries + 1):
-            response = cache.get(_request(prompt, attempt).cache_key(endpoint))
+            response = cache.get(_request(rubric, prompt, attempt).cache_key(endpoint), identity)
             verdict = _verdict(rubric, response, item, endpoint) if response is not None else None
             if isinstance(verdict, dict):
-                found = _scored(rubric, verdict, attempt)
+                found = _scored(rubric, verdict, attempt, {**response, "cached": True})  # type: ignore[dict-item]
                 break
         results.append(found)
     return results
@@ -76,7 +92,8 @@ def cached_results(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
 
 def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: EndpointConfig, cache_path: Path,
                    parse_retries: int = 2, on_done: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
-    """One result per item: ``{"scores": {...}, "score_100": x}`` or ``{"failed": reason}``."""
+    """One result per item: ``{"scores": {...}, "score_100": x, ...}`` or ``{"failed": reason}`` (with
+    ``"refused": True`` where the judged text holds the verdict)."""
     prompts = [rubric.render(**item) for item in items]
     cache = ResponseCache(cache_path)
     results = cached_results(rubric, items, endpoint, cache_path, parse_retries)
@@ -87,7 +104,7 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
     for attempt in range(parse_retries + 1):
         if not pending:
             break
-        requests = {index: _request(prompts[index], attempt) for index in pending}
+        requests = {index: _request(rubric, prompts[index], attempt) for index in pending}
         responses = dict(zip(pending, run_chat_requests(endpoint, list(requests.values()), cache,
                                                         on_done=on_done if attempt == 0 else None), strict=True))
         verdicts = {index: _verdict(rubric, response, items[index], endpoint) for index, response in responses.items()}
@@ -111,8 +128,8 @@ def judge_with_llm(rubric: Rubric, items: Sequence[dict[str, str]], endpoint: En
                 reasons[index] = verdict
                 still.append(index)
             else:
-                results[index] = _scored(rubric, verdict, attempt)
+                results[index] = _scored(rubric, verdict, attempt, responses[index])
         pending = still
     for index in pending:
-        results[index] = {"failed": reasons[index]}
+        results[index] = _failed(reasons[index])
     return [r for r in results if r is not None]

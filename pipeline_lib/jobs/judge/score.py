@@ -2,20 +2,26 @@
 
 ``python -m pipeline_lib.jobs.judge.score --judge JSON --rubric meetingbank --generations G --data D --out DIR``
 
-Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension
-scores and the 0-100 score, or ``failed`` with the reason) and ``summary.json`` (mean
-0-100 score over scored items, per-dimension means, failure count, the judge's
-description). A failed item is never counted as a score, and a job whose share of failed items is over the judge's
-``max_failed_fraction`` (default 0: any item that exhausted its retries) exits 1 naming them, writing no outputs,
-so Snakemake reruns it (answers already given stay in the cache and are not asked again). An endpoint whose circuit
-opened (refused, failing, or asking to wait past the cap) ends the job the same way, in one logged sentence. A
-generations file that holds one prompt's judged response twice is an error naming both lines (it would be asked and
-counted twice).
+Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension scores and the 0-100 score, or
+``failed`` with the reason, ``refused`` where the judged text held the verdict) and ``summary.json``
+(:func:`summarise`). An item without a verdict is never left out of the score (issue 60: a candidate that wrote its
+judge's verdict into its own text had its low verdicts refused, hence dropped): the summary counts refused and
+failed items and gives the 0-100 score with every such item at the scale's lowest and at its highest score
+(``score_100_bounds``); ``score_100``, what every table and claim reads (:func:`reported_score`), is the lowest, the
+conservative end. A refused item is the candidate's doing, not the judge's, so it never fails the job; a job whose
+share of failed items is over the judge's ``max_failed_fraction`` (default 0: any item that exhausted its retries)
+exits 1 naming them, writing no outputs, so Snakemake reruns it (answers already given stay in the cache and are not
+asked again). The summary also states which endpoint gave the scored verdicts and how many came from the cache
+(``verdicts_by``; a cached answer is reused only for the endpoint that gave it:
+:mod:`pipeline_lib.core.llm_client`). An endpoint whose circuit opened (refused, failing, or asking to wait past the
+cap) ends the job the same way, in one logged sentence. A generations file that holds one prompt's judged response
+twice is an error naming both lines (it would be asked and counted twice).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import statistics
@@ -35,8 +41,8 @@ from pipeline_lib.jobs.judge.llm import cached_results, judge_with_llm
 from pipeline_lib.jobs.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
 from pipeline_lib.jobs.judge.serve import served_endpoint
 
-__all__ = ["JudgeFailedError", "check_failures", "describe_judge", "judge_items", "load_items", "prompt_row",
-           "summarise"]
+__all__ = ["JudgeFailedError", "check_failures", "describe_judge", "judge_id", "judge_items", "load_items",
+           "prompt_row", "reported_score", "summarise"]
 
 log = logging.getLogger("pipeline_lib.jobs.judge.score")
 
@@ -110,11 +116,15 @@ def _programmatic(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[st
 
 
 def _endpoint(judge: dict[str, Any], rubric: Rubric, section: dict[str, Any]) -> EndpointConfig:
-    """The judge's endpoint, asking for the rubric's JSON schema in the form its ``structured_output`` names."""
+    """The judge's endpoint, asking for the rubric's JSON schema in the form its ``structured_output`` names; a
+    served judge is known by its ``serve.command`` (its address is a port chosen per run)."""
     endpoint = EndpointConfig.from_config(section, f"judge {judge.get('label')!r}")
     structured = rubric.structured_sampling(endpoint.structured_output)
     if structured:
         endpoint = dataclasses.replace(endpoint, sampling={**endpoint.sampling, **structured})
+    command = (judge.get("serve") or {}).get("command") or []
+    if command:
+        endpoint = dataclasses.replace(endpoint, served=tuple(str(part) for part in command))
     return endpoint
 
 
@@ -127,8 +137,9 @@ def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]],
     fields = [_rubric_fields(rubric, item) for item in items]
     retries = judge.get("parse_retries", 2)
     section = judge.get("endpoint", {})
-    # a cache key holds the model, the messages and the sampling, not the address: a served judge has none yet
-    keys = _endpoint(judge, rubric, {**section, "base_url": section.get("base_url") or "http://unserved.invalid/v1"})
+    # a served judge's cache keys hold its command, not its address (it has none until started)
+    served = bool((judge.get("serve") or {}).get("command"))
+    keys = _endpoint(judge, rubric, {**section, "base_url": "http://unserved.invalid/v1"} if served else section)
     cached = cached_results(rubric, fields, keys, cache, retries)
     missing = sum(result is None for result in cached)
     if not missing:
@@ -160,22 +171,59 @@ def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
             description["weighting"] = judge.get("weighting", "strict")
     else:
         endpoint = judge.get("endpoint", {})
-        description |= {"model": endpoint.get("model"), "sampling": endpoint.get("sampling", {}),
+        description |= {"model": endpoint.get("model"), "revision": endpoint.get("revision"),
+                        "sampling": endpoint.get("sampling", {}),
                         "structured_output": endpoint.get("structured_output", "none"),
                         "served": bool(judge.get("serve", {}).get("command"))}
     return description
 
 
+def judge_id(identity: dict[str, Any]) -> str:
+    """A short name for an endpoint's identity (``answered_by``), as ``scores.jsonl`` and ``verdicts_by`` give it."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str, Any]) -> dict[str, Any]:
+    """Counts (scored, refused, failed), the 0-100 score with every unscored item at the scale's lowest and highest
+    score (``score_100_bounds``), ``score_100`` = the lowest (None when no item was scored or refused: the judge gave
+    nothing), the mean over scored items alone and its per-dimension means (what the judge said, not a claim), and
+    ``verdicts_by``: each endpoint that gave scored verdicts, with how many and how many from the cache."""
     scored = [r for r in results if "score_100" in r]
+    refused = sum(1 for r in results if r.get("refused"))
     summary: dict[str, Any] = {"judge": describe_judge(judge), "rubric": rubric.name, "items": len(results),
-                               "scored": len(scored), "failed": len(results) - len(scored)}
-    if scored:
-        summary["score_100"] = statistics.fmean(r["score_100"] for r in scored)
-        summary["dimensions"] = {k: statistics.fmean(r["scores"][k] for r in scored) for k in rubric.keys}
+                               "scored": len(scored), "refused": refused,
+                               "failed": len(results) - len(scored) - refused}
+    ends = [rubric.normalise(dict.fromkeys(rubric.keys, end)) for end in rubric.scale]
+    summary["scale_100"] = ends
+    if scored or refused:
+        total, unscored = sum(r["score_100"] for r in scored), len(results) - len(scored)
+        low, high = ((total + unscored * end) / len(results) for end in ends)
+        summary |= {"score_100": low, "score_100_bounds": {"low": low, "high": high}}
     else:
-        summary["score_100"] = None
+        summary |= {"score_100": None, "score_100_bounds": None}
+    summary["score_100_scored"] = statistics.fmean(r["score_100"] for r in scored) if scored else None
+    if scored:
+        summary["dimensions"] = {k: statistics.fmean(r["scores"][k] for r in scored) for k in rubric.keys}
+    by: dict[str, dict[str, Any]] = {}
+    for result in scored:
+        if result.get("answered_by") is not None:
+            entry = by.setdefault(judge_id(result["answered_by"]),
+                                  {"endpoint": result["answered_by"], "verdicts": 0, "cached": 0})
+            entry["verdicts"] += 1
+            entry["cached"] += bool(result.get("cached"))
+    if by:
+        summary["verdicts_by"] = by
     return summary
+
+
+def reported_score(summary: dict[str, Any], where: Path | str) -> float | None:
+    """The score a table or claim reports: ``score_100``, unscored items at the scale's lowest score. A summary
+    written before issue 60 left its unscored items out of ``score_100``: with any, it is an error naming the file
+    (rerun its ``judge_score``), never read as the conservative score."""
+    if "score_100_bounds" not in summary and summary.get("failed"):
+        raise ValueError(f"{where}: a judge summary from before issue 60, whose score leaves its {summary['failed']} "
+                         "unscored item(s) out; rerun its judge_score job (cached answers are not asked again)")
+    return summary["score_100"]
 
 
 def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], results: Sequence[dict[str, Any]],
@@ -183,7 +231,7 @@ def check_failures(judge: dict[str, Any], items: Sequence[dict[str, Any]], resul
     """:class:`JudgeFailedError` naming the failed items when their share is over ``max_failed_fraction``."""
     bound = float(judge.get("max_failed_fraction", 0.0))
     failed = [(item["prompt_index"], result["failed"]) for item, result in zip(items, results, strict=True)
-              if "failed" in result]
+              if "failed" in result and not result.get("refused")]  # refused: the candidate's doing, counted low
     if failed and len(failed) / len(items) > bound:
         shown = "; ".join(f"prompt_index {index}: {reason}"[:300] for index, reason in failed[:5])
         raise JudgeFailedError(f"{where}: {len(failed)} of {len(items)} items failed to score, over the judge's "
@@ -216,17 +264,23 @@ def main(argv: list[str] | None = None) -> int:
     except JudgeFailedError as exc:
         log.error("%s", exc)
         return 1
-    lines = [json.dumps({"prompt_index": item["prompt_index"], "response": item["response"], **result}) + "\n"
-             for item, result in zip(items, results, strict=True)]
+    lines = [json.dumps({"prompt_index": item["prompt_index"], "response": item["response"], **result}
+                        | ({"answered_by": judge_id(result["answered_by"])} if result.get("answered_by") else {}))
+             + "\n" for item, result in zip(items, results, strict=True)]
     summary = summarise(rubric, results, judge)
     if summary["failed"]:  # within max_failed_fraction
         log.warning("%d of %d items failed to score (see scores.jsonl 'failed')", summary["failed"], len(items))
+    if summary["refused"]:
+        log.warning("%d of %d items refused: the judged text held the judge's verdict; counted at the scale's "
+                    "lowest and highest score (score_100_bounds)", summary["refused"], len(items))
     write_text(args.out / "scores.jsonl", "".join(lines))
     write_json(args.out / "summary.json", summary)
     write_provenance([args.out / "scores.jsonl", args.out / "summary.json"], step="judge_score",
                      inputs=[args.generations, args.data], params={"judge": describe_judge(judge),
                                                                    "rubric": rubric.name, "mode": args.mode})
-    log.info("%s: mean %.1f over %d scored items", args.out, summary["score_100"] or float("nan"), summary["scored"])
+    bounds = summary["score_100_bounds"] or {"low": float("nan"), "high": float("nan")}
+    log.info("%s: score %.1f (%.1f with unscored items at the top) over %d items, %d scored, %d refused", args.out,
+             bounds["low"], bounds["high"], len(items), summary["scored"], summary["refused"])
     return 0
 
 

@@ -78,7 +78,12 @@ def test_llm_judge_retries_bad_verdicts_and_caches(tmp_path):
     # a rerun answers the scored items from the cache, the broken poem by its stored re-ask (its first answer was
     # not kept); the hopeless poem's unparseable answers were not kept either, so its three asks are made again,
     # and it still fails the same way
-    assert len(server.requests) == asked + 3 and again == results
+    assert len(server.requests) == asked + 3 and _uncached(again) == _uncached(results)
+
+
+def _uncached(results: list[dict]) -> list[dict]:
+    """Results without their ``cached`` flag (a rerun's verdicts are the same, now read from the cache)."""
+    return [{k: v for k, v in r.items() if k != "cached"} for r in results]
 
 
 def test_programmatic_meeting_judge_rewards_facts_and_punishes_contradictions():
@@ -261,12 +266,14 @@ def test_unparseable_answers_stored_by_an_earlier_run_are_asked_again_at_once(tm
         cache = ResponseCache(tmp_path / "cache.sqlite")
         for item in items:
             for attempt in range(3):
-                key = _request(RUBRICS["poetry"].render(**item), attempt).cache_key(endpoint)
-                cache.put(key, {"content": "I cannot rate this.", "reasoning": None})
+                key = _request(RUBRICS["poetry"], RUBRICS["poetry"].render(**item), attempt).cache_key(endpoint)
+                cache.put(key, {"content": "I cannot rate this.", "reasoning": None,
+                                "answered_by": endpoint.identity()})
         results = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
         assert [r.get("scores", {}).get("G") for r in results] == [8, 8, 8] and len(fixed.requests) == 3
         again = judge_with_llm(RUBRICS["poetry"], items, endpoint, tmp_path / "cache.sqlite")
-        assert again == results and len(fixed.requests) == 3  # the good answers are now the cached ones
+        assert [r["cached"] for r in results] == [False] * 3 and [r["cached"] for r in again] == [True] * 3
+        assert _uncached(again) == _uncached(results) and len(fixed.requests) == 3  # good answers now cached
 
 
 # --- hostile endpoints (issue 35, class 6) ------------------------------------------------------------------------

@@ -105,17 +105,30 @@ def test_llm_judge_served_for_the_job_then_stopped(tmp_path, meeting_data, caplo
     port = int(re.search(r"healthy at http://127\.0\.0\.1:(\d+)/health", caplog.text).group(1))
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()  # the server was stopped
-    # external endpoint (no serve command) against a server we control: the cache answers everything
+    assert list(summary["verdicts_by"].values()) == [{"endpoint": {"served": judge["serve"]["command"],
+                                                                   "model": "judge", "revision": None,
+                                                                   "sampling": {}}, "verdicts": 12, "cached": 0}]
+    # the same served judge again (another free port): every verdict from the cache, and the summary says whose
+    rerun = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "good", "good").read_text())
+    assert [(v["verdicts"], v["cached"]) for v in rerun["verdicts_by"].values()] == [(12, 12)]
+    # the same model name at an external endpoint is another judge (issue 60): asked again, never the served one's
     with ChatServer(content=meetingbank_verdict) as server:
         judge = judge | {"serve": {}, "endpoint": judge["endpoint"] | {"base_url": server.base_url}}
         again = json.loads(run_score(tmp_path, meeting_data, judge, "primary", "good", "good").read_text())
-        assert server.requests == []
+        assert len(server.requests) == 12
     assert again["score_100"] == summary["score_100"]
+    ((by, stated),) = again["verdicts_by"].items()
+    assert stated["endpoint"]["base_url"] == server.base_url.rstrip("/") and stated["cached"] == 0
+    lines = [json.loads(x) for x in (tmp_path / "judge/primary/meeting_tiny/good/seed0/scores.jsonl").read_text()
+             .splitlines()]
+    assert {line["answered_by"] for line in lines} == {by}
 
 
-def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeting_data):
-    """The cache is read before `serve.command` runs: a rerun with every answer cached succeeds with a server
-    command that fails if started, and starts nothing; a job with an uncached item starts it (and fails here)."""
+def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeting_data, monkeypatch):
+    """The cache is read before `serve.command` runs: a rerun with every answer cached succeeds without starting the
+    server (the command is the same: it is part of the cache key, issue 60), and starts nothing; a job with an
+    uncached item starts it. (Before issue 60 the rerun's command was one that fails if started; another command is
+    now another judge, asked again.)"""
     from pipeline_lib.jobs.judge.serve import ServerStartError
 
     served = {"kind": "llm", "label": "served", "parse_retries": 1,
@@ -123,15 +136,24 @@ def test_a_judge_job_whose_items_are_all_cached_starts_no_server(tmp_path, meeti
               "serve": {"command": [sys.executable, str(REPO / "tests" / "chat_server.py"), "--port", "{port}"],
                         "startup_timeout_s": 60}}
     first = json.loads(run_score(tmp_path, meeting_data, served, "primary", "good", "good").read_text())
-    marker = tmp_path / "server_was_started"
-    never = served | {"serve": {"command": [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1])"
-                                            ".touch(); sys.exit(9)", str(marker)],
-                                "startup_timeout_s": 60}}
-    again = json.loads(run_score(tmp_path, meeting_data, never, "primary", "good", "good").read_text())
-    assert not marker.exists() and again == first and again["scored"] == 12
+    started = []
+
+    def never(*args, **kwargs):
+        started.append(args)
+        raise ServerStartError("judge server exited with status 9 before becoming healthy")
+
+    monkeypatch.setattr(score, "served_endpoint", never)
+    again = json.loads(run_score(tmp_path, meeting_data, served, "primary", "good", "good").read_text())
+    assert not started and again["scored"] == 12 and again["score_100"] == first["score_100"]
+    assert [(v["verdicts"], v["cached"]) for v in again["verdicts_by"].values()] == [(12, 12)]
     with pytest.raises(ServerStartError, match="exited with status 9"):  # other responses: not cached
-        run_score(tmp_path, meeting_data, never, "primary", "cut", "cut")
-    assert marker.exists()
+        run_score(tmp_path, meeting_data, served, "primary", "cut", "cut")
+    assert started
+    other = served | {"serve": {**served["serve"], "command": [*served["serve"]["command"], "--latency", "0"]}}
+    started.clear()
+    with pytest.raises(ServerStartError):  # another served command is another judge: asked, never the cached
+        run_score(tmp_path, meeting_data, other, "primary", "good", "good")
+    assert started
 
 
 def test_served_judge_that_dies_is_a_clear_error(tmp_path, meeting_data):

@@ -63,7 +63,7 @@ def vllm_available() -> None:
 
 def _prompt_tokens(tokenizer, fields: dict[str, str], attempt: int = 0) -> int:
     """Tokens of the judge's request as vLLM renders it (the model directory's chat template)."""
-    messages = list(_request(MEETING.render(**fields), attempt).messages)
+    messages = list(_request(MEETING, MEETING.render(**fields), attempt).messages)
     return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
 
 
@@ -260,21 +260,28 @@ def test_judge_scores_through_a_real_vllm_server_then_reuses_its_cache_without_o
     print(f"\nvLLM judge job: {wall_s:.1f} s in all; server healthy after {start_s:.1f} s, {len(posts)} requests "
           f"(concurrency 4) in {wall_s - start_s - stop_s:.1f} s, stopped in {stop_s:.1f} s")
 
-    # a rerun of the scored items: all cached, so no server starts (this command would fail if run)
-    marker = tmp_path / "server_was_started"
-    never = [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1]).touch(); sys.exit(9)", str(marker)]
+    # a rerun of the scored items by the same judge (its serve.command is part of the cache key, issue 60): all
+    # cached, so no server starts (starting one fails here)
+    started = []
+
+    def never(*args, **kwargs):
+        started.append(args)
+        raise ServerStartError("judge server exited with status 9 before becoming healthy")
+
+    monkeypatch.setattr(score, "served_endpoint", never)
     subset = tmp_path / "scored.jsonl"
     subset.write_text("".join(json.dumps(line) + "\n" for line in judged["lines"] if line["prompt_index"] % 2 == 0))
-    again = _score(_judge(judged["model"], never), subset, judged["data"], cache, tmp_path / "rerun")
-    assert not marker.exists() and not (tmp_path / "rerun" / "server.log").exists()
+    again = _score(_judge(judged["model"]), subset, judged["data"], cache, tmp_path / "rerun")
+    assert not started and not (tmp_path / "rerun" / "server.log").exists()
     rerun_rows = [json.loads(line) for line in (tmp_path / "rerun" / "scores.jsonl").read_text().splitlines()]
-    assert rerun_rows == [row for row in rows if row["prompt_index"] % 2 == 0]
+    assert [{k: v for k, v in row.items() if k != "cached"} for row in rerun_rows] == \
+        [{k: v for k, v in row.items() if k != "cached"} for row in rows if row["prompt_index"] % 2 == 0]
+    assert all(row["cached"] for row in rerun_rows)
     assert (again["scored"], again["failed"]) == (short, 0)
 
     # all items again: the padded ones are not cached, so the job needs its server (and says it cannot start it)
     with pytest.raises(ServerStartError, match="exited with status 9"):
-        _score(_judge(judged["model"], never), judged["generations"], judged["data"], cache,
-               tmp_path / "all")
-    assert marker.exists()
+        _score(_judge(judged["model"]), judged["generations"], judged["data"], cache, tmp_path / "all")
+    assert started
 
 
