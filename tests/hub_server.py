@@ -30,6 +30,10 @@ class Repo:
     head: dict[str, str] = field(default_factory=dict)
     etags: dict[str, str] = field(default_factory=dict)
     bodies: dict[str, bytes | None] = field(default_factory=dict)
+    #: files served as the real hub serves LFS/Xet files: ``resolve`` answers 302 with the hub's ``X-Linked-Etag``
+    #: (the content's sha256), ``X-Linked-Size`` and ``X-Repo-Commit``, and the bytes come from a CDN path whose own
+    #: ``ETag`` is the storage's (an MD5, as S3's) and which states no commit
+    lfs: set[str] = field(default_factory=set)
 
     def tree(self, prefix: str, recursive: bool) -> list[dict]:
         """The hub's tree listing under ``prefix``: every file below it, or (not recursive) its direct children."""
@@ -62,6 +66,7 @@ class HubServer:
     repos: dict[tuple[str, str], Repo]
     tokens: set[str] = field(default_factory=set)
     requests: list[str] = field(default_factory=list)
+    cdn: dict[str, bytes] = field(default_factory=dict)
 
     def __enter__(self) -> HubServer:
         hub = self
@@ -136,6 +141,9 @@ class HubServer:
                         recursive = "recursive=true" in urlsplit(self.path).query.lower()
                         return self._json(repo.tree("/".join(rest[2:]), recursive))
                     return self._send(404)
+                if parts[0] == "cdn" and len(parts) == 2 and parts[1] in hub.cdn:  # an LFS file's storage
+                    data = hub.cdn[parts[1]]
+                    return self._send(200, data, {"ETag": f'"{hashlib.md5(data).hexdigest()}"'})
                 repo_type = "dataset" if parts[0] == "datasets" else "model"
                 parts = parts[1:] if repo_type == "dataset" else parts
                 if len(parts) >= 5 and parts[2] == "resolve":
@@ -146,6 +154,13 @@ class HubServer:
                     if not self._allowed(repo):
                         return self._denied(repo_id)
                     data = repo.files[name]
+                    if name in repo.lfs:
+                        sha256 = hashlib.sha256(data).hexdigest()
+                        hub.cdn[sha256] = data
+                        return self._send(302, b"", {"X-Repo-Commit": repo.sha, "X-Linked-Size": str(len(data)),
+                                                     "X-Linked-Etag": repo.etags.get(name, f'"{sha256}"'),
+                                                     "ETag": f'"{hashlib.sha1(data).hexdigest()}"',
+                                                     "Location": f"{hub.url}/cdn/{sha256}"})
                     headers = {"X-Repo-Commit": repo.sha,
                                "ETag": repo.etags.get(name, f'"{hashlib.sha1(data).hexdigest()}"')}
                     headers |= repo.head if self.command == "HEAD" else {}

@@ -164,13 +164,17 @@ def download_snapshot(api: Any, repo_type: str, repo_id: str, revision: str | No
             if response.status_code >= 400:
                 response.read()
                 hf_raise_for_status(response)
-            if response.headers.get("X-Repo-Commit") is not None:
-                stated = check_commit(response.headers["X-Repo-Commit"], f"{where} file {name!r}")
+            # the hub's own answer is the first of the chain: an LFS/Xet file's resolve is a redirect carrying its
+            # commit, X-Linked-Etag and X-Linked-Size, and the storage it points to states its own ETag (an MD5)
+            hub = response.history[0] if response.history else response
+            if hub.headers.get("X-Repo-Commit") is not None:
+                stated = check_commit(hub.headers["X-Repo-Commit"], f"{where} file {name!r}")
                 if stated != commit:
                     raise ConfinementError(f"{where} file {name!r}: served from commit {stated}, asked {commit}")
-            etag = check_etag(response.headers.get("X-Linked-Etag") or response.headers.get("ETag"),
-                              f"{where} file {name!r}")
-            _stated_size(response, size, f"{where} file {name!r}")
+            etag = check_etag(hub.headers.get("X-Linked-Etag") or hub.headers.get("ETag"), f"{where} file {name!r}")
+            _stated_size(hub, size, f"{where} file {name!r}")
+            if hub is not response:
+                _stated_size(response, size, f"{where} file {name!r} (its storage)")
             blob = _require_inside(storage / "blobs" / etag, root, f"{where} file {name!r}")
             blob.parent.mkdir(parents=True, exist_ok=True)
             _stream_to(response, blob, size, f"{where} file {name!r}")

@@ -40,6 +40,28 @@ def _fetch(tmp_path: Path, repo: Repo, wanted: HubRepo = MODEL) -> list[dict]:
         return fetch([wanted], _home(tmp_path), token=None, endpoint=hub.url)
 
 
+def test_an_lfs_file_behind_a_redirect_is_named_by_the_hubs_linked_etag(tmp_path, monkeypatch):
+    """The real hub serves weights (LFS/Xet) as a 302 to its storage: the blob is named by the hub's X-Linked-Etag
+    (the sha256), never the storage's own ETag, and huggingface_hub reads it offline."""
+    weights = FILES["model.safetensors"]
+    rows = _fetch(tmp_path, Repo(dict(FILES), lfs={"model.safetensors"}))
+    hf_home = _home(tmp_path)
+    assert rows[0]["files"] == 2
+    storage = hf_home / "hub" / "models--org--tiny-model"
+    assert (storage / "blobs" / hashlib.sha256(weights).hexdigest()).read_bytes() == weights
+    from huggingface_hub import hf_hub_download
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    path = hf_hub_download("org/tiny-model", "model.safetensors", cache_dir=hf_home / "hub", local_files_only=True)
+    assert Path(path).read_bytes() == weights and not _outside(tmp_path, hf_home)
+
+
+def test_an_lfs_redirect_whose_linked_etag_is_a_path_is_refused(tmp_path):
+    with pytest.raises(FetchError, match="ETag"):
+        _fetch(tmp_path, Repo(dict(FILES), lfs={"model.safetensors"}, etags={"model.safetensors": f'"{UP}"'}))
+    assert not _outside(tmp_path, _home(tmp_path))
+
+
 def test_an_honest_hub_fills_the_cache_in_huggingface_hubs_layout(tmp_path, monkeypatch):
     rows = _fetch(tmp_path, Repo(dict(FILES)))
     hf_home = _home(tmp_path)
