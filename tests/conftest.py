@@ -410,8 +410,9 @@ FAST_MODULES = {"test_advantages", "test_losses", "test_stats", "test_rewards", 
 
 #: Test modules that share one pytest-xdist worker, one after the other (``--dist loadgroup``; every other module is
 #: its own group, as ``loadfile`` would make it). The two Slurm modules run on the local 2-node cluster and each keeps
-#: both cores busy (the main job's judge and paper stages through sbatch, a verl run under Slurm): run side by side on 2 cores they took 773 s
-#: and 1,288 s (fresh-clone CI, 2026-11-28), each slowed by the other.
+#: both cores busy (the main job's judge and paper stages through sbatch, a verl run under Slurm): run side by side
+#: on 2 cores the tiny DAG and the verl run took 773 s and 1,288 s (fresh-clone CI, 2026-11-28), each slowed by the
+#: other.
 SHARED_WORKER = {"tests/workflow/test_slurm.py": "slurm", "tests/workflow/test_slurm_resume.py": "slurm"}
 #: The longest modules first, longest-first (CI's junit times, 2026-11-28): xdist hands work out in collection order
 #: (``--no-loadscope-reorder``), so the long ones overlap the rest instead of ending the run alone.
