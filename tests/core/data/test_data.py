@@ -178,11 +178,14 @@ def test_poetry_synthesis_is_cached_across_a_crash(tmp_path):
         spec = real_spec("poetry", synthesis={"base_url": server.base_url, "model": "m", "concurrency": 1,
                                               "backoff_s": 0.01})
         build_real("poetry", spec, tmp_path, None)
+        port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
     first = json.loads((tmp_path / "manifest.json").read_text())
     failed = "instruction synthesis failed (rerun to retry; finished items are cached)"
     assert first["filters"][failed] == 2
     assert first["row_counts"]["rl_train"] + first["row_counts"]["rl_test"] == poems - 2
-    with ChatServer() as server:  # the rerun after the "crash" asks only for the two failures
+    # the rerun after the "crash" asks only for the two failures: the same endpoint again (its URL is part of the
+    # cache key, issue 60: another server is another model and is asked again)
+    with ChatServer(port=port) as server:
         spec["synthesis"]["base_url"] = server.base_url
         build_real("poetry", spec, tmp_path, None)
     assert len(server.requests) == 2
