@@ -2,13 +2,14 @@
 what more than one test module uses (the tiny engine setup, dataset specs on the fixtures, reference oracles).
 Heavy libraries are imported inside the helpers, so collecting the fast lane stays cheap."""
 
+import contextlib
 import os
 import re
 import shutil
 import string
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +35,28 @@ def runs_written(paths: list[Path]) -> dict[str, RunId]:
                           str(p.parent / "DONE.json")) for p in map(Path, paths)}
 
 
+def _copy_parts(source: Path, target: Path, parts: tuple[str, ...]) -> None:
+    """``parts`` of ``source`` into ``target``, modification times kept (Snakemake compares them)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        path = source / part
+        if path.is_dir():  # Snakemake's locks and half-made records, and bytecode, never travel
+            shutil.copytree(path, target / part, symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "locks", "incomplete", "shadow"))
+        elif path.is_file():
+            shutil.copy2(path, target / part)
+
+
 @pytest.fixture
 def workflow_copy(tmp_path: Path) -> Path:
-    for part in WORKFLOW_PARTS:
-        source = REPO / part
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / part)
-        else:
-            shutil.copy2(source, tmp_path / part)
+    _copy_parts(REPO, tmp_path, WORKFLOW_PARTS)
     return tmp_path
 
 
 def touched_workflow(tmp_path: Path, full_console: bool = False) -> Callable[..., subprocess.CompletedProcess]:
     """A copy of the workflow and the package in ``tmp_path`` whose every output is a placeholder Snakemake recorded
     as made (``--touch``, no real run); returns a runner of ``snakemake ARGS`` there, for dry runs after an edit."""
-    for part in (*WORKFLOW_PARTS, "pipeline_lib"):
-        if (REPO / part).is_dir():
-            shutil.copytree(REPO / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / part, tmp_path / part)
+    _copy_parts(REPO, tmp_path, (*WORKFLOW_PARTS, "pipeline_lib"))
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
            "OMP_NUM_THREADS": "1", "HOME": str(tmp_path), **({"PIPELINE_CONSOLE": "full"} if full_console else {})}
 
@@ -81,16 +85,22 @@ MAIN_TREE_ENV = "PIPELINE_MAIN_TREE"
 TREE_PARTS = (*WORKFLOW_PARTS, "results", "logs", ".snakemake")
 
 
-def _copy_parts(source: Path, target: Path, parts: tuple[str, ...]) -> None:
-    """``parts`` of ``source`` into ``target``, modification times kept (Snakemake compares them)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for part in parts:
-        path = source / part
-        if path.is_dir():
-            shutil.copytree(path, target / part, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "locks", "incomplete", "shadow"))
-        elif path.is_file():
-            shutil.copy2(path, target / part)
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pytest session's temporary folder that every xdist worker shares (each worker's own is one below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def session_lock(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Path]:
+    """The session folder (:func:`session_dir`), held exclusively by this worker under ``<name>.lock`` for the
+    block: what one worker builds there, the others wait for and reuse."""
+    import fcntl
+
+    shared = session_dir(tmp_path_factory)
+    with open(shared / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield shared
 
 
 @pytest.fixture(scope="session")
@@ -101,13 +111,9 @@ def main_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     CI names the checkout its main job ran in (:data:`MAIN_TREE_ENV`); without it the first test that asks runs the
     README's `snakemake` once, in a copy of the workflow shared by every xdist worker of the session (one lock, so the
     workers never both run it). Either way the tree must be up to date: a dry run there plans nothing."""
-    import fcntl
-
-    shared = session_dir(tmp_path_factory)
     named = os.environ.get(MAIN_TREE_ENV)
-    tree = Path(named).resolve() if named else shared / "main_tree"
-    with open(shared / "main_tree.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with session_lock(tmp_path_factory, "main_tree") as shared:
+        tree = Path(named).resolve() if named else shared / "main_tree"
         checked = shared / "main_tree.checked"
         if not checked.exists():
             if not named and not (tree / "results/paper/tables/table1.csv").is_file():
@@ -272,27 +278,19 @@ def baseline_settings(method: str, **values: Any) -> BaselineSettings:
     return METHODS[method].settings.from_section(section, f"tests: train.baselines.{method}")
 
 
-def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The pytest session's temporary folder that every xdist worker shares (each worker's own is one below it)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """Tiny countdown data, a tokenizer and an initial model (``data/``, ``tok/``, ``init/``), built once per session
     for every worker (under a lock) and READ ONLY: a test that writes takes its own copy."""
-    import fcntl
-
     from transformers import AutoTokenizer
 
     from pipeline_lib.core.data.build import build_tiny, build_tokenizer
     from pipeline_lib.core.model import build_model, save_model_atomic
 
-    shared = session_dir(tmp_path_factory)
-    root = shared / "engine"
-    with open(shared / "engine.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with session_lock(tmp_path_factory, "engine") as shared:
+        root = shared / "engine"
         if not (root / "init/config.json").is_file():
             shutil.rmtree(root, ignore_errors=True)  # a worker killed half-way leaves no half-built root behind
             build_tiny("countdown_tiny", ENGINE_TINY, 0, None, root / "data")
