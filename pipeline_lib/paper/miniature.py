@@ -26,7 +26,8 @@ from pipeline_lib.paper.results import METHOD_LABELS
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.plan.registry import METHODS
 
-__all__ = ["CLAIMS_IT_CANNOT_TEST", "CLAIMS_IT_CAN_TEST", "Planted", "load_planted", "miniature_section"]
+__all__ = ["CLAIMS_IT_CANNOT_TEST", "CLAIMS_IT_CAN_TEST", "Planted", "load_planted", "miniature_section",
+           "planted_limits"]
 
 #: What a miniature run can speak to, and why (shown in the report as written).
 CLAIMS_IT_CAN_TEST = (
@@ -34,19 +35,28 @@ CLAIMS_IT_CAN_TEST = (
     "already avoids, on held-out prompts: a controlled version of the paper's RL − SFT rows, with the error known",
     "whether SoftmaxGRPO and GRPO differ when everything else is paired (same SFT start, seeds, data order and test "
     "prompts): the paper's SoftmaxGRPO − GRPO rows, at this scale",
-    "how the softmax weights move the gradient budget across pass-rate bins on real rollouts (the gradient-allocation "
-    "table), and the paper's theory (Fig. 1a, the weight view): neither depends on model size",
+    "how the softmax weights move the gradient budget across pass-rate bins on this run's own rollouts (the "
+    "gradient-allocation table), at this model size, and the paper's theory (Fig. 1a, the weight view)",
 )
-#: What it cannot speak to, and why.
+#: What a run with planted tasks cannot speak to because the tasks are planted; what it cannot say for want of a model
+#: size, a benchmark, a judge or human ratings is derived from the run's contents
+#: (:func:`pipeline_lib.paper.contents.cannot_say`), never listed here.
 CLAIMS_IT_CANNOT_TEST = (
-    "the paper's absolute accuracies: a model of under a million parameters trained from scratch on synthetic "
-    "prompts, not a pretrained 1.5B model on GSM8K, Countdown or DeepMath",
+    "the paper's absolute accuracies: these tasks are synthetic prompts with a planted error, not GSM8K, Countdown "
+    "or DeepMath",
     "whether the paper's gains come from the same mechanism: here the room RL improves in was planted (the blind "
     "spot the report's section on the planted design describes); a pretrained model has no planted error, and "
     "nothing here says how large its room is",
-    "scale (one model size), transfer (no MMLU, GPQA or AlpacaEval 2.0), and the LLM judge's agreement with humans "
-    "(programmatic judges, no human ratings)",
 )
+
+
+def planted_limits(planted: Mapping[str, Any]) -> list[str]:
+    """What the run cannot say because of its planted tasks (``planted``: :func:`load_planted`'s), naming them; empty
+    for a run without planted tasks (the paper plan's)."""
+    if not planted:
+        return []
+    tasks = ", ".join(f"`{task}`" for task in sorted(planted))
+    return [f"{claim} ({tasks})" for claim in CLAIMS_IT_CANNOT_TEST]
 
 
 @dataclass(frozen=True)
@@ -158,5 +168,6 @@ def miniature_section(planted: Mapping[str, Planted], scores: Mapping[tuple[str,
         rows.append(row)
     parts += [to_markdown(pd.DataFrame(rows)) if rows else "No comparison with the SFT start on these tasks.", "",
               "What this miniature can test:", "", *(f"- {claim}." for claim in CLAIMS_IT_CAN_TEST), "",
-              "What it cannot test:", "", *(f"- {claim}." for claim in CLAIMS_IT_CANNOT_TEST), ""]
+              "What it cannot test because its tasks are planted (the Summary lists what else this run cannot "
+              "say, from what it holds):", "", *(f"- {claim}." for claim in CLAIMS_IT_CANNOT_TEST), ""]
     return parts

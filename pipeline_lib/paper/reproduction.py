@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,8 +42,9 @@ from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_in
 from pipeline_lib.core.yaml_files import load_yaml
 from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
+from pipeline_lib.paper.contents import PAPER_TRANSFER, RunContents, cannot_say, run_contents
 from pipeline_lib.paper.machines import machines_section, run_machines
-from pipeline_lib.paper.miniature import CLAIMS_IT_CANNOT_TEST, load_planted, miniature_section
+from pipeline_lib.paper.miniature import load_planted, miniature_section, planted_limits
 from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, run_ids_argument, runs_record
 from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
@@ -346,8 +348,18 @@ class Claim:
     result: PairedDifference | None
 
 
+def _hard_shares(reference: Mapping[str, Any]) -> str:
+    """``; paper: 46.7% vs 32.4% countdown``: the paper's Table 3 share below p = 0.5, SoftmaxGRPO vs GRPO, per task."""
+    rows = reference.get("rows", {})
+    tasks = dict.fromkeys(key.split("/", 1)[0] for key in rows)
+    shares = [f"{sum(rows[f'{t}/softmax_exact'][i] for i in HARD_BINS):.1f}% vs "
+              f"{sum(rows[f'{t}/grpo_exact'][i] for i in HARD_BINS):.1f}% {t}"
+              for t in tasks if f"{t}/softmax_exact" in rows and f"{t}/grpo_exact" in rows]
+    return f"; paper: {', '.join(shares)}" if shares else ""
+
+
 def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                  table1_reference: dict) -> list[Claim]:
+                  table1_reference: dict, allocation_reference: Mapping[str, Any] | None = None) -> list[Claim]:
     """The claims a run's paired results speak to, in the table's order (the Holm family of
     :func:`pipeline_lib.paper.verdicts.verdicts` is the rows with enough seeds)."""
     claims: list[Claim] = []
@@ -366,7 +378,8 @@ def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiabl
                                 "points" if c.result else c.note, c.result))
     for shift in shifts:
         r = shift["result"]
-        claims.append(Claim("SoftmaxGRPO moves gradient budget to prompts with pass rate < 0.5 (gradient allocation)",
+        claims.append(Claim("SoftmaxGRPO-Exact assigns more of its gradient budget than GRPO-Exact to prompts with "
+                            f"pass rate p < 0.5 (Gradient allocation{_hard_shares(allocation_reference or {})})",
                             shift["task"], f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
                             f"{r.format(scale=100, with_method=True)}" if r else "–", r))
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
@@ -376,37 +389,90 @@ def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiabl
     return claims
 
 
+def _paper_differences(rows: Mapping[str, list], columns: list[str], a: str, b: str) -> str:
+    """``+2.1 gsm8k, +9.5 countdown``: the paper's row ``a`` minus row ``b`` per column."""
+    return ", ".join(f"{x - y:+.1f} {column}" for column, x, y in zip(columns, rows[a], rows[b], strict=True)
+                     if x is not None and y is not None)
+
+
+def appendix_claims(contents: RunContents, made: Mapping[str, Path], reference: Mapping[str, Any]
+                    ) -> list[tuple[str, str | None, str]]:
+    """The paper's claims read off a table rather than a paired interval (scale, transfer, the judge's agreement with
+    humans, the tau x M sweep), worded as the paper states them: ``(claim, evidence, reason)``, the evidence where
+    this run holds what the claim rests on (:class:`~pipeline_lib.paper.contents.RunContents`), else None and the
+    reason, from the same contents."""
+    out: list[tuple[str, str | None, str]] = []
+    scale = reference.get("scale") or {}
+    sizes = sorted({key.split("/", 1)[0] for key in scale.get("rows", {})})
+    larger = [size for size in sizes if f"{size}/softmax_exact" in scale["rows"]][-1:] if sizes else []
+    gaps = (_paper_differences(scale["rows"], scale["columns"], f"{larger[0]}/softmax_exact",
+                               f"{larger[0]}/grpo_exact") if larger else "")
+    claim = ("The SoftmaxGRPO advantage over GRPO persists at 3B (App. B.2" + (f", paper: {gaps}" if gaps else "")
+             + "; two model sizes, not read as a scaling law)")
+    if len(contents.models) >= 2 and "scale" in made:
+        out.append((claim, f"{len(contents.models)} model sizes in this run ({', '.join(contents.models)}): "
+                           f"`{made['scale']}`", ""))
+    else:
+        out.append((claim, None, f"one base model ({contents.models[0]}) in this run" if contents.models
+                    else "no model-scale study in this run"))
+    claim = "SoftmaxGRPO-Sim leads on AlpacaEval 2.0, MMLU and GPQA (Table nonverifiable)"
+    missing = [name for name in PAPER_TRANSFER if name not in contents.transfer]
+    if contents.transfer and "nonverifiable" in made:
+        out.append((claim, f"{', '.join(contents.transfer)} in `{made['nonverifiable']}`"
+                           + (f"; no {', '.join(missing)} results" if missing else ""), ""))
+    else:
+        out.append((claim, None, "no transfer benchmark results in this run"))
+    judge = reference.get("judge_validation") or {}
+    human = judge.get("rows", {}).get("human_judge_correlation")
+    paper = (", paper Pearson " + ", ".join(f"{v:.2f} {c}" for c, v in zip(judge["columns"], human, strict=True))
+             if human else "")
+    claim = f"The primary LLM judge agrees with a blind human rater (App. B, LLM-judge validation{paper})"
+    rated = {task: n for task, n in contents.human_rated.items() if n}
+    judges = ", ".join(f"{label or 'unnamed'} ({kind})" for label, kind in contents.judges)
+    if not contents.judges:
+        out.append((claim, None, "no judged task in this run"))
+    elif not contents.llm_judged:
+        out.append((claim, None, f"judged by {judges}, not an LLM"
+                    + ("" if rated else "; no human ratings in this run")))
+    elif rated and "judge_validation" in made:
+        out.append((claim, f"{sum(rated.values())} rated items compared on {', '.join(sorted(rated))}: "
+                           f"`{made['judge_validation']}`", ""))
+    else:
+        out.append((claim, None, f"no human ratings in this run (judged by {judges})"))
+    claim = "tau <= 0.3 gives the best observed accuracy-stability trade-off in the tau x M sweep (Ablations)"
+    out.append((claim, f"`{made['ablation']}`", "") if "ablation" in made
+               else (claim, None, "no tau x M sweep in this run"))
+    return out
+
+
 def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS) -> str:
+                 made: dict[str, Path], label: str, table1_reference: dict, min_seeds: int = MIN_SEEDS,
+                 contents: RunContents | None = None, reference: Mapping[str, Any] | None = None) -> str:
     """One row per claim of the paper this run speaks to, with the evidence and a verdict, whichever way it falls
     (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
-    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml)."""
-    claims = paired_claims(verifiable, shifts, nonverifiable, table1_reference)
+    paper's own differences come from ``table1_reference`` (config/paper_reference.yaml), the claims read off a table
+    from ``reference`` (all of it) and what this run holds (``contents``, :func:`appendix_claims`)."""
+    claims = paired_claims(verifiable, shifts, nonverifiable, table1_reference,
+                           (reference or {}).get("gradient_allocation"))
     rows = [{"Claim": c.claim, "Task": c.task, "Evidence": c.evidence,
              "Seeds": str(c.result.n_seeds) if c.result else "–"} for c in claims]
     results = [c.result for c in claims]
     judged = verdicts(results, min_seeds)
     for row, verdict in zip(rows, judged, strict=True):
         row |= {"Holm-adjusted p": verdict.format_p(), "Verdict": verdict.text}
-    scale_note = "made" if "scale" in made else "not run in this configuration"
-    for claim, reason in (
-            ("Gains grow with model scale (1.5B -> 3B)", f"one model size here ({scale_note})"),
-            ("Transfer: MMLU, GPQA, AlpacaEval 2.0 hold or improve", "no transfer benchmarks in a miniature run"),
-            ("The LLM judge agrees with humans", "programmatic judges and no human ratings in this run"),
-            ("Small tau (0.1-0.5) beats large tau in the tau x M sweep",
-             "one seed per cell in this run" if "ablation" in made else "ablation not run")):
-        testable = label == "paper" and "not" not in reason
-        rows.append({"Claim": claim, "Task": "–", "Evidence": reason, "Seeds": "–", "Holm-adjusted p": "–",
-                     "Verdict": "no verdict: compare in its table (no paired interval)" if testable
-                     else "cannot test"})
+    for claim, evidence, reason in appendix_claims(contents or RunContents(), made, reference or {}):
+        rows.append({"Claim": claim, "Task": "–", "Evidence": evidence or reason, "Seeds": "–",
+                     "Holm-adjusted p": "–",
+                     "Verdict": "no verdict: compare in its table (no paired interval)" if evidence else "cannot test"})
     table = to_markdown(pd.DataFrame(rows))
     # intervals but none tested: every row is below min_seeds (the Holm family, and so every adjusted p, is empty)
     if any(r is not None and r.has_interval for r in results) and all(np.isnan(v.adjusted_p) for v in judged):
         table = (f"No claim here has the {min_seeds} seeds a verdict needs (`report.min_seeds`): the table gives "
                  "estimates with their intervals and no verdicts. How often verdicts at a given number of seeds "
                  "hold again on fresh seeds is measured by `benchmarks/verdict_stability.py` over runs on more "
-                 "seeds; CHANGELOG.md records it for the tiny tasks, and docs/miniature.md says why the tiny "
-                 f"configuration asks for {min_seeds}.\n\n" + table)
+                 "seeds" + ("." if label == "paper" else "; CHANGELOG.md records it for the tiny tasks, and "
+                            f"docs/miniature.md says why the tiny configuration asks for {min_seeds}.") + "\n\n"
+                 + table)
     return table
 
 
@@ -415,7 +481,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
                  made: dict[str, Path] | None = None, planted: dict | None = None,
                  machines: pd.DataFrame | None = None, base_runs: dict | None = None, min_seeds: int = MIN_SEEDS,
                  rollouts: Mapping[str, RunId] | None = None, demonstrations: Mapping[str, RunId] | None = None,
-                 slips: dict | None = None) -> str:
+                 slips: dict | None = None, contents: RunContents | None = None) -> str:
     """The report's markdown; ``scores``/``judge_items`` are per-prompt scores (see :func:`load_scores`),
     ``made`` the other tables this run made (name -> its markdown file), ``planted`` the tiny tasks' planted design
     (:func:`pipeline_lib.paper.miniature.load_planted`), ``machines`` the machines behind the runs
@@ -424,8 +490,12 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
     ``rollouts`` the paired RL runs' ``rollouts.jsonl`` by file -> run (they split the allocation shift),
     ``demonstrations`` the demonstrations a method generated for itself by file -> run
     (:func:`pipeline_lib.paper.summary.demonstration_quality`), ``slips`` whether each judged
-    output carries the planted slip (:func:`pipeline_lib.paper.summary.load_slips`)."""
+    output carries the planted slip (:func:`pipeline_lib.paper.summary.load_slips`), ``contents`` what the run holds
+    (:func:`pipeline_lib.paper.contents.run_contents`: models, transfer benchmarks, judges, human ratings), from which
+    every "cannot say" line and untestable claim is derived. A miniature's notice (the run label's paragraph) comes
+    before the Summary, so no reader meets a verdict before learning what kind of run made it."""
     comparable = label == "paper"
+    contents = contents if contents is not None else RunContents()
     made = made or {}
     tasks = sorted(table1["task"].unique()) if table1 is not None and not table1.empty else []
     quality = demonstration_quality(demonstrations, tasks)
@@ -518,15 +588,21 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
         else:
             parts += ["Not reproduced in this run (not part of this configuration).", ""]
     parts += ["## Claims", "", rules(min_seeds), "",
-              claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds), ""]
+              claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds,
+                           contents, reference), ""]
     parts += machines_section(machines if machines is not None else pd.DataFrame())
-    claims = paired_claims(verifiable, shifts, nonverifiable, reference["table1"])
+    claims = paired_claims(verifiable, shifts, nonverifiable, reference["table1"],
+                           reference.get("gradient_allocation"))
     judged = verdicts([c.result for c in claims], min_seeds)
-    cannot = [] if comparable else [f"{c[0].upper()}{c[1:]}." for c in CLAIMS_IT_CANNOT_TEST]
+    cannot = ([] if comparable or planted else
+              [f"the paper's absolute accuracies: this run is labelled `{label}`, not `paper`, so its numbers are not "
+               "compared with the paper's"])
+    cannot += planted_limits(planted or {}) + cannot_say(contents, bool(judge_items))
     summary = summary_section(label, table1, judge_items,
                               [(c.claim, c.task, c.evidence, v.text) for c, v in zip(claims, judged, strict=True)],
-                              cannot, artefacts)
-    return "\n".join([*parts[:2], *summary, *parts[2:]])
+                              [f"{c[0].upper()}{c[1:]}." for c in cannot], artefacts)
+    head = 4  # the title and the run label's paragraph (a miniature's notice) come before the Summary
+    return "\n".join([*parts[:head], *summary, *parts[head:]])
 
 
 def _pct(value: float | None) -> str:
@@ -572,6 +648,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-data", type=_test_splits, default={},
                         help="JSON (or its file): each tiny task -> its results/data/<task>/rl_test.parquet (their "
                              "planted blind spot; manifest.json beside each: the data spec)")
+    parser.add_argument("--scale-data", type=Path, default=None,
+                        help="results/paper/data/scale.csv when the run makes the scale table: its base models")
+    parser.add_argument("--transfer", type=run_ids_argument, default={},
+                        help="JSON (or its file): each transfer result (lm_eval.json / alpaca_eval.json) -> its run")
+    parser.add_argument("--agreement", type=Path, nargs="*", default=[],
+                        help="each judged task's results/judge/calibration/<task>/agreement.json (human ratings)")
     parser.add_argument("--min-seeds", type=int, default=MIN_SEEDS,
                         help=f"seeds a verdict needs (config report.min_seeds, >= {MIN_SEEDS})")
     parser.add_argument("--out", type=Path, required=True)
@@ -589,9 +671,12 @@ def main(argv: list[str] | None = None) -> int:
                                       planted=load_planted(args.test_data), machines=run_machines(evaluations),
                                       base_runs=base_done_records(evaluations), min_seeds=args.min_seeds,
                                       rollouts=args.rollouts, demonstrations=args.demonstrations,
-                                      slips=load_slips(args.judge_summaries, args.test_data)))
+                                      slips=load_slips(args.judge_summaries, args.test_data),
+                                      contents=run_contents(args.scale_data, args.transfer, args.judge_summaries,
+                                                            args.agreement)))
     inputs = [p for p in (args.reference, args.table1, args.allocation) if p] + list(args.test_data.values())
-    inputs += [*args.judge_summaries, *made.values()]
+    inputs += [*args.judge_summaries, *made.values(), *args.transfer, *args.agreement]
+    inputs += [args.scale_data] if args.scale_data else []
     if table1 is not None:  # the demonstrations the summary's well-formed share reads
         inputs += [Path(p) for task in sorted(table1["task"].unique())
                    for p, run in sorted(args.demonstrations.items()) if run.task == task and Path(p).is_file()]

@@ -199,23 +199,33 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
                       for r in evaluated.values() if METHODS[r.name].generated_demonstrations}
     # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
     judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
+    # what the run holds beyond Table 1, read by the report's "cannot say" lines: base models, transfer, human ratings
+    made_names = {pair.split("=", 1)[0] for pair in report["made"]}
+    scale_data = [f"{data}/scale.csv"] if "scale" in made_names else []
+    agreements = ([f"results/judge/calibration/{task}/agreement.json" for task in judge_tasks(plan)]
+                  if "judge_validation" in made_names else [])
+    transfer = transfer_runs(config, plan)
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
              " --allocation {input.allocation} --eval-root results/eval --rollouts {params.rollouts_file}"
              " --demonstrations {params.demonstrations_file}"
              " --judge-summaries {params.summaries_file} --made {params.made} --min-seeds {params.min_seeds}"
-             " --test-data {params.test_data_file} --out {output.report}",
+             " --test-data {params.test_data_file} --transfer {params.transfer_file}"
+             " --agreement {params.agreement}{params.scale_option} --out {output.report}",
              {"report": "results/paper/reproduction_report.md"},
              {"reference": "config/paper_reference.yaml", "table1": f"{data}/table1.csv",
               "allocation": f"{data}/gradient_allocation.csv", "generations": report["generations"],
               "summaries": report["summaries"], "made": [pair.split("=", 1)[1] for pair in report["made"]],
-              "test_data": report["test_data"]},
+              "test_data": report["test_data"], "scale_data": scale_data, "transfer": list(transfer),
+              "agreement": agreements},
              {"label": label, "made": report["made"], "min_seeds": config["report"]["min_seeds"],
               "summaries": run_ids_json(judged), "test_data": json.dumps(test_splits(config)),
-              "rollouts": run_ids_json(rollouts), "demonstrations": run_ids_json(demonstrations)},
+              "rollouts": run_ids_json(rollouts), "demonstrations": run_ids_json(demonstrations),
+              "transfer": run_ids_json(transfer), "agreement": agreements,
+              "scale_option": "".join(f" --scale-data {path}" for path in scale_data)},
              {"report": ("reproduction_report.rst", "Reproduction")},
-             files=("summaries", "test_data", "rollouts", "demonstrations")),
+             files=("summaries", "test_data", "rollouts", "demonstrations", "transfer")),
         Step("paper_audit", "pipeline_lib", "audit {input.table} --out {output.audit} --no-fail",
              {"audit": "results/paper/audit_table1.txt"}, {"table": f"{tables}/table1.tex"},
              reports={"audit": ("audit.rst", "Provenance")}, code="pipeline_lib.__main__"),
