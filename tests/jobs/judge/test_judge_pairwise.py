@@ -127,3 +127,68 @@ def test_pairwise_mode_refuses_an_isolated_rubric_and_a_programmatic_judge(tmp_p
     with pytest.raises(ValueError, match="needs kind: llm"):
         score.judge_pairwise({"kind": "programmatic"}, PAIRWISE, score.load_items(generations, poetry_data),
                              tmp_path / "c.sqlite", tmp_path / "log")
+
+
+def test_the_plan_judges_poetry_pairwise_and_leaves_the_tiny_judge_stage_as_it_was():
+    import copy
+
+    import yaml
+
+    from pipeline_lib.core.config import validate_config
+    from pipeline_lib.plan.judges import validate_judges
+    from pipeline_lib.plan.targets import stage_targets
+
+    repo = Path(__file__).resolve().parents[3]
+    schema = repo / "workflow/schemas/config.schema.yaml"
+    paper = validate_config(yaml.safe_load((repo / "config/paper.yaml").read_text()), schema)
+    targets = stage_targets(paper)
+    assert {"results/judge/primary/poetry/softmax_sim/seed0/pairwise/summary.json",
+            "results/judge/second/poetry/softmax_sim/seed0/pairwise/summary.json",
+            "results/judge/cross/pairwise/poetry.json"} <= set(targets["judge"])
+    assert not any("meetingbank" in t and "pairwise" in t for t in targets["judge"])  # judged in isolation only
+    tiny = validate_config(yaml.safe_load((repo / "config/config.yaml").read_text()), schema)
+    assert not any("pairwise" in t for t in stage_targets(tiny)["all"])
+    # a programmatic judge cannot judge a poem against its reference: refused at parse time, naming the key
+    mixed = copy.deepcopy(tiny)
+    mixed["judge"]["tasks"] = ["meeting_tiny", "poetry"]
+    mixed["judge"]["rubrics"]["poetry"] = "poetry"
+    with pytest.raises(ValueError, match=r"judge.primary: \['poetry'\] are judged pairwise"):
+        validate_judges(mixed)
+
+
+def test_table_4_and_the_validation_table_show_the_pairwise_score_beside_the_isolated_one(tmp_path, poetry_data):
+    from pipeline_lib.paper.judging import nonverifiable_table, pairwise_column, validation_table
+
+    isolated = {}
+    for method, value in (("grpo_sim", 6), ("softmax_sim", 7)):
+        path = tmp_path / f"judge/primary/poetry/{method}/seed0/summary.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"judge": {"kind": "llm", "label": "qwen"}, "failed": 0, "refused": 0,
+                                    "score_100": 10.0 * value, "score_100_bounds": {"low": 10.0 * value,
+                                                                                    "high": 10.0 * value}}))
+        path.with_name("scores.jsonl").write_text(json.dumps({"prompt_index": 0, "score_100": 10.0 * value}) + "\n")
+        isolated[str(path)] = RunId("judge", "poetry", method, 0, f"results/train/poetry/{method}/seed0/DONE.json")
+    pairwise = {}
+    with ChatServer(content=poetry_pairwise_verdict) as server:
+        for method, text in (("grpo_sim", "sea"), ("softmax_sim", REFERENCE + "\nand the gulls rise again")):
+            _score(tmp_path, poetry_data, _judge(server), method, [text] * 4)
+            path = tmp_path / f"judge/primary/poetry/{method}/seed0/pairwise/summary.json"
+            pairwise[str(path)] = RunId("judge", "poetry", method, 0, f"results/train/poetry/{method}/seed0/DONE.json")
+    nonverifiable_table(isolated, ["grpo_sim", "softmax_sim"], "paper", tmp_path / "nv", pairwise=pairwise)
+    frame = pd.read_csv(tmp_path / "nv.csv")
+    assert list(frame.columns) == ["Method", "poetry", pairwise_column("poetry")]
+    assert frame[pairwise_column("poetry")].str.startswith(("0.0", "100.0")).all()
+    assert "both orders" in (tmp_path / "nv.md").read_text()
+    cross_path = tmp_path / "cross/pairwise/poetry.json"
+    cross_path.parent.mkdir(parents=True)
+    cross_path.write_text(json.dumps(cross.cross_judge(pairwise, pairwise, ["grpo_sim", "softmax_sim"])))
+    isolated_cross = tmp_path / "cross/poetry.json"
+    isolated_cross.write_text(json.dumps(cross.cross_judge(isolated, isolated, ["grpo_sim", "softmax_sim"])))
+    agreement = tmp_path / "agreement.json"
+    agreement.write_text(json.dumps({"status": "no ratings", "items_in_sample": 30,
+                                     "pairwise": {"status": "no ratings", "items_in_sample": 30}}))
+    validation_table([isolated_cross], [agreement], "softmax_sim", "paper", tmp_path / "val",
+                     pairwise_cross=[cross_path])
+    cells = dict(pd.read_csv(tmp_path / "val.csv")[["Evaluation", "poetry"]].itertuples(index=False))
+    assert cells["Pairwise vs reference: primary judge win %"] == "100.0"
+    assert cells["Pairwise vs reference: human-judge correlation (Spearman)"] == "no ratings yet"
