@@ -140,6 +140,18 @@ def meetingbank_verdict(request: dict[str, Any]) -> str:
     return "Let me check the facts first.\n```json\n" + json.dumps(dict.fromkeys(keys, base)) + "\n```"
 
 
+def poetry_pairwise_verdict(request: dict[str, Any], first_bias: int = 0) -> str:
+    """A pairwise Poetry answer: each poem's seven scores grow with its word count (so a longer poem wins), the first
+    poem's raised by ``first_bias`` (a judge that favours a position), then the JSON of both."""
+    prompt = request["messages"][-1]["content"]
+    scores = {}
+    for side, field in ((1, "FIRST_POEM_TEXT"), (2, "SECOND_POEM_TEXT")):
+        words = len(delimited(prompt, field).split())
+        value = max(1, min(10, 1 + words // 4 + (first_bias if side == 1 else 0)))
+        scores |= {f"{key}{side}": value for key in "ABCDEFG"}
+    return "Poem 1 against poem 2, line by line.\n" + json.dumps(scores)
+
+
 if __name__ == "__main__":  # a stand-in `vllm serve` for the judge-serving tests
     import argparse
 

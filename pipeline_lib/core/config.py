@@ -324,7 +324,7 @@ def _semantic_problems(config: Mapping[str, Any], untrained: Sequence[str] = _UN
         if unknown:
             problems.append(f"key '{'.'.join(keys)}': unknown task(s) {unknown}; a task is a tiny task or a "
                             f"data.datasets entry: {sorted(tasks)}")
-    for keys in (("train", "task_settings"), ("judge", "rubrics")):
+    for keys in (("train", "task_settings"), ("judge", "rubrics"), ("judge", "pairwise")):
         unknown = [t for t in _section(config, *keys) if t not in tasks]
         if unknown:
             problems.append(f"key '{'.'.join(keys)}': entries for unknown task(s) {unknown}; known: {sorted(tasks)}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RUBRICS", "Rubric"]
+__all__ = ["PAIRWISE_SOURCE", "RUBRICS", "Rubric", "pairwise_rubric"]
 
 # named as one "config/..." string so the code digest of every module importing this one covers the prompts
 PROMPTS = Path(__file__).resolve().parents[2] / "config/prompts"
@@ -31,6 +31,9 @@ class Rubric:
     keys: tuple[str, ...]
     fields: tuple[str, ...]
     scale: tuple[int, int] = (1, 10)
+    #: A pairwise rubric's sides: per poem (field), the keys that score it, in ``fields`` order; () for a rubric
+    #: that scores one text in isolation.
+    sides: tuple[tuple[str, ...], ...] = ()
 
     def nonce(self, values: dict[str, str]) -> str:
         """The delimiters' tag suffix: a digest of this request's inputs (unguessable by them, stable on a rerun)."""
@@ -86,10 +89,32 @@ class Rubric:
         return 10.0 * sum(scores[k] for k in self.keys) / len(self.keys)
 
 
+#: Where the pairwise Poetry prompt comes from: the paper scores poems "both in isolation and via pairwise comparison
+#: to the expert reference with the rubric prompt shown in Figure fig:poetry_prompts" (App. B, Poetry Writing). The
+#: figure shows the isolated prompt only; ``poetry_pairwise.txt`` is that figure's text (role, guidelines, the seven
+#: dimensions A-G, output instructions) with two poems as inputs and both poems' seven scores as the JSON verdict
+#: (A1-G1 the first poem's, A2-G2 the second's). The wording of the two-poem inputs and output is ours.
+PAIRWISE_SOURCE = ("paper App. B 'Poetry Writing' and Figure fig:poetry_prompts (Poetry Evaluation Prompt), adapted "
+                   "to two poems; the two-poem wording is this pipeline's")
+
+_POETRY = tuple("ABCDEFG")
 RUBRICS = {
-    "poetry": Rubric("poetry", PROMPTS / "poetry.txt", tuple("ABCDEFG"), ("POEM_TEXT",)),
+    "poetry": Rubric("poetry", PROMPTS / "poetry.txt", _POETRY, ("POEM_TEXT",)),
+    "poetry_pairwise": Rubric("poetry_pairwise", PROMPTS / "poetry_pairwise.txt",
+                              tuple(f"{k}{side}" for side in (1, 2) for k in _POETRY),
+                              ("FIRST_POEM_TEXT", "SECOND_POEM_TEXT"),
+                              sides=tuple(tuple(f"{k}{side}" for k in _POETRY) for side in (1, 2))),
     # the paper's pipeline stores conciseness under the "redundancy" key
     "meetingbank": Rubric("meetingbank", PROMPTS / "meetingbank.txt",
                           ("informativeness", "factuality", "fluency", "coherence", "redundancy"),
                           ("MEETING_TITLE", "TRANSCRIPT_TEXT", "SUMMARY_TEXT")),
 }
+
+
+def pairwise_rubric(name: str) -> Rubric:
+    """A pairwise rubric by name; an isolated one is an error naming the pairwise ones."""
+    rubric = RUBRICS.get(name)
+    if rubric is None or not rubric.sides:
+        raise ValueError(f"{name!r} is not a pairwise rubric; pairwise rubrics: "
+                         f"{sorted(n for n, r in RUBRICS.items() if r.sides)}")
+    return rubric

@@ -33,7 +33,7 @@ from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS
 from pipeline_lib.plan.runs import RunId
 
-__all__ = ["nonverifiable_table", "validation_table"]
+__all__ = ["nonverifiable_table", "pairwise_column", "validation_table"]
 
 NONVERIFIABLE_LABELS = METHOD_LABELS  # the registry's row labels
 
@@ -61,29 +61,38 @@ def transfer_scores(results: Mapping[str, RunId]) -> dict[tuple[str, str], list[
     return scores
 
 
-def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str], label: str, stem: Path,
-                        transfer: Mapping[str, RunId] | None = None, judge_labels: Mapping[str, str] | None = None
-                        ) -> list[Path]:
-    """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; bold only where supported.
-    ``summaries_by_run`` and ``transfer``: each primary-judge summary / transfer result -> its run.
+def pairwise_column(task: str) -> str:
+    """The column of a task's score against its expert reference (beside the task's isolated score)."""
+    return f"{task} (pairwise vs reference, win %)"
 
-    Judged columns are the primary judge's 0-100 score; transfer columns are lm-eval accuracy (%) and
-    AlpacaEval 2.0's length-controlled win rate.
+
+def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str], label: str, stem: Path,
+                        transfer: Mapping[str, RunId] | None = None, judge_labels: Mapping[str, str] | None = None,
+                        pairwise: Mapping[str, RunId] | None = None) -> list[Path]:
+    """Methods x judged tasks (+ transfer benchmarks): mean ± std over seeds; bold only where supported.
+    ``summaries_by_run``, ``pairwise`` and ``transfer``: each primary-judge summary (isolated, against the expert
+    reference) / transfer result -> its run.
+
+    Judged columns are the primary judge's 0-100 score and, for a task judged pairwise (the paper's Poetry), beside
+    it its win rate against the expert reference (both orders judged; a tie counts half); transfer columns are
+    lm-eval accuracy (%) and AlpacaEval 2.0's length-controlled win rate.
     """
     scores: dict[tuple[str, str], list[float]] = defaultdict(list)
     failed: dict[str, int] = defaultdict(int)
     refused: dict[str, int] = defaultdict(int)
-    per_seed: dict[str, dict[str, dict[int, float]]] = {}  # task -> method -> seed -> score
+    per_seed: dict[str, dict[str, dict[int, float]]] = {}  # column -> method -> seed -> score
     summaries = []
-    for path, run in summaries_by_run.items():
-        summary = json.loads(Path(path).read_text())
-        summaries.append(summary)
-        failed[run.task] += summary["failed"]
-        refused[run.task] += summary.get("refused", 0)
-        reported = reported_score(summary, path)  # items without a verdict at the scale's lowest score
-        if reported is not None:
-            scores[(run.name, run.task)].append(reported)
-            per_seed.setdefault(run.task, {}).setdefault(run.name, {})[run.seed] = reported
+    for compared, files in ((False, summaries_by_run), (True, pairwise or {})):
+        for path, run in files.items():
+            summary = json.loads(Path(path).read_text())
+            column = pairwise_column(run.task) if compared else run.task
+            summaries.append(summary)
+            failed[column] += summary["failed"]
+            refused[column] += summary.get("refused", 0)
+            reported = reported_score(summary, path)  # items without a verdict at the scale's lowest score
+            if reported is not None:
+                scores[(run.name, column)].append(reported)
+                per_seed.setdefault(column, {}).setdefault(run.name, {})[run.seed] = reported
     tasks = sorted({task for _, task in scores})
     judged = list(tasks)
     transferred = transfer_scores(transfer or {})
@@ -110,7 +119,11 @@ def nonverifiable_table(summaries_by_run: Mapping[str, RunId], methods: list[str
         plain.append(row_plain)
         latex.append(row_latex)
     failures = ", ".join(f"{task}: {refused[task]} refused, {failed[task]} failed" for task in judged)
-    caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10); "
+    pairwise_note = ("; a 'pairwise vs reference' column is the same judge's win rate (%) of the output against the "
+                     "task's expert reference with the paper's rubric for two poems, each item judged in both orders "
+                     "(a tie counts half; an item without a verdict counts as a loss)") if pairwise else ""
+    caption = (f"Non-verifiable task results: judge score on the paper's 0-100 scale (mean rubric score x 10)"
+               f"{pairwise_note}; "
                f"transfer columns, when present, are lm-eval accuracy (%) and AlpacaEval 2.0 LC win rate; "
                f"mean ± std over seeds; {BOLD_RULE.format(min_seeds=MIN_SEEDS)}. Judge: "
                f"{_judge_label(summaries, judge_labels)}. "
@@ -128,9 +141,31 @@ def _fmt(value: float | None, digits: int, note: str | None = None) -> str:
     return f"{value:.{digits}f}"
 
 
+def _pairwise_rows(cross: dict[str, Any] | None, agreement: dict[str, Any], ours: str, where: Path
+                   ) -> dict[str, str]:
+    """A task's validation rows of its scores against the expert reference ("--" for a task judged in isolation)."""
+    names = ("Pairwise vs reference: primary judge win %", "Pairwise vs reference: second judge win %",
+             "Pairwise vs reference: cross-judge rank correlation (Spearman, method means)",
+             "Pairwise vs reference: human-judge correlation (Spearman)")
+    if cross is None:
+        return dict.fromkeys(names, "--")
+    row = next((r for r in cross["methods"] if r["method"] == ours), None)
+    if row is None:
+        raise ValueError(f"{where}: method {ours!r} was not judged pairwise")
+    rated = agreement.get("pairwise", {})
+    human = (_fmt(rated.get("spearman"), 2, rated.get("note")) if rated.get("status") == "rated"
+             else "no ratings yet")
+    return dict(zip(names, (f"{row['primary']:.1f}", f"{row['second']:.1f}",
+                            _fmt(cross["spearman_methods"], 3, cross["spearman_methods_note"]), human), strict=True))
+
+
 def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours: str, label: str, stem: Path,
-                     judge_labels: Mapping[str, str] | None = None) -> list[Path]:
-    """The paper's judge-validation rows per task, computed from the cross-judge and calibration outputs."""
+                     judge_labels: Mapping[str, str] | None = None, pairwise_cross: list[Path] | None = None
+                     ) -> list[Path]:
+    """The paper's judge-validation rows per task, computed from the cross-judge and calibration outputs; for a task
+    also judged against its expert reference (``pairwise_cross``: its cross-judge file, named by the task), the same
+    rows of those scores."""
+    pairwise = {path.stem: json.loads(path.read_text()) for path in pairwise_cross or []}
     columns: dict[str, dict[str, str]] = {}
     judges, kinds = set(), set()
     for cross_path, agreement_path in zip(cross_paths, agreement_paths, strict=True):
@@ -161,11 +196,15 @@ def validation_table(cross_paths: list[Path], agreement_paths: list[Path], ours:
             "Human-judge correlation (Spearman)": human_spearman,
             "Blind items rated": rated,
         }
+        if pairwise:
+            columns[task] |= _pairwise_rows(pairwise.get(task), agreement, ours, cross_path)
     evaluations = list(next(iter(columns.values())))
     frame = pd.DataFrame([{"Evaluation": e, **{task: columns[task][e] for task in columns}} for e in evaluations])
     caption = (f"{judge_validation_title(kinds)} on the 0-100 scale: {'; '.join(sorted(judges))}. Rank correlation "
                "compares method-level orderings across the two judges; human-judge correlation compares blind human "
-               f"ratings with the primary judge. [{label} run.]")
+               "ratings with the primary judge"
+               + ("; the pairwise rows are the same for the win rate against the expert reference (the human rates "
+                  "each output in isolation)" if pairwise else "") + f". [{label} run.]")
     return write_table(frame, stem, caption, "tab:judge_validation")
 
 
@@ -178,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     table.add_argument("--methods", nargs="+", required=True)
     table.add_argument("--transfer", type=run_ids_argument, default={},
                        help="JSON (or its file): each lm_eval.json / alpaca_eval.json -> its run")
+    table.add_argument("--pairwise", type=run_ids_argument, default={},
+                       help="JSON (or its file): each primary-judge pairwise summary.json (against the expert "
+                            "reference) -> its run")
     table.add_argument("--label", required=True)
     table.add_argument("--judge-labels", type=json_value, default=None,
                        help='JSON file or inline JSON: {"primary": ..., "second": ...}')
@@ -185,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     validation = sub.add_parser("validation")
     validation.add_argument("--cross", type=Path, nargs="+", required=True)
     validation.add_argument("--agreement", type=Path, nargs="+", required=True)
+    validation.add_argument("--cross-pairwise", type=Path, nargs="*", default=[],
+                            help="cross-judge files of the pairwise scores (results/judge/cross/pairwise/<task>.json)")
     validation.add_argument("--ours", required=True)
     validation.add_argument("--label", required=True)
     validation.add_argument("--judge-labels", type=json_value, default=None,
@@ -193,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "nonverifiable":
         outputs = nonverifiable_table(args.summaries, args.methods, args.label, args.stem, args.transfer,
-                                      args.judge_labels)
-        write_provenance(outputs, step="paper_nonverifiable", inputs=[*args.summaries, *args.transfer],
+                                      args.judge_labels, args.pairwise)
+        write_provenance(outputs, step="paper_nonverifiable", inputs=[*args.summaries, *args.pairwise, *args.transfer],
                          params={"methods": args.methods, "label": args.label,
-                                 "runs": runs_record({**args.summaries, **args.transfer})})
+                                 "runs": runs_record({**args.summaries, **args.pairwise, **args.transfer})})
     else:
-        outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem, args.judge_labels)
-        write_provenance(outputs, step="paper_judge_validation", inputs=[*args.cross, *args.agreement],
+        outputs = validation_table(args.cross, args.agreement, args.ours, args.label, args.stem, args.judge_labels,
+                                   args.cross_pairwise)
+        write_provenance(outputs, step="paper_judge_validation",
+                         inputs=[*args.cross, *args.cross_pairwise, *args.agreement],
                          params={"ours": args.ours, "label": args.label})
     print("\n".join(map(str, outputs)))
     return 0

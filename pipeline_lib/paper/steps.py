@@ -23,12 +23,13 @@ from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
-from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec
+from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec, pairwise_tasks
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
     ablation_cells,
     adaptive_comparison,
+    cross_judge_file,
     judge_methods,
     judge_ours,
     judge_score_runs,
@@ -45,7 +46,8 @@ from pipeline_lib.plan.targets import (
     transfer_runs,
 )
 
-__all__ = ["Step", "data_params", "dataset_pattern", "eval_params", "judge_inputs", "judge_params", "paper_steps"]
+__all__ = ["Step", "calibration_pairwise_inputs", "data_params", "dataset_pattern", "eval_params", "judge_inputs",
+           "judge_params", "paper_steps"]
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,9 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     agreements = ([f"results/judge/calibration/{task}/agreement.json" for task in judge_tasks(plan)]
                   if "judge_validation" in made_names else [])
     transfer = transfer_runs(config, plan)
+    # and, for the tasks judged against their expert reference (judge.pairwise), its pairwise summaries
+    pairwise = {path: run for task in judge_tasks(plan) if task in pairwise_tasks(config)
+                for path, run in judged_runs(plan, "primary", task, pairwise=True).items()}
     steps += [
         Step("paper_reproduction_report", "pipeline_lib.paper.reproduction",
              "--reference {input.reference} --label {params.label} --table1 {input.table1}"
@@ -237,17 +242,22 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     steps += [
         _table_step("paper_nonverifiable", judging,
                     "nonverifiable --summaries {params.summaries_file} --methods {params.methods}"
-                    " --transfer {params.transfer_file}"
+                    " --transfer {params.transfer_file} --pairwise {params.pairwise_file}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "nonverifiable",
-                    {"summaries": list(judged), "transfer": list(transfer_runs(config, plan))},
+                    {"summaries": list(judged), "pairwise": list(pairwise),
+                     "transfer": list(transfer_runs(config, plan))},
                     {"methods": judge_methods(plan), "label": label,
                      "judge_labels": json.dumps({"primary": judge_spec(config, "primary")["label"]}),
-                     "summaries": run_ids_json(judged), "transfer": run_ids_json(transfer_runs(config, plan))},
-                    files=("judge_labels", "summaries", "transfer")),
+                     "summaries": run_ids_json(judged), "pairwise": run_ids_json(pairwise),
+                     "transfer": run_ids_json(transfer_runs(config, plan))},
+                    files=("judge_labels", "summaries", "pairwise", "transfer")),
         _table_step("paper_judge_validation", judging,
-                    "validation --cross {input.cross} --agreement {input.agreement} --ours {params.ours}"
+                    "validation --cross {input.cross} --cross-pairwise {input.cross_pairwise}"
+                    " --agreement {input.agreement} --ours {params.ours}"
                     " --label {params.label} --judge-labels {params.judge_labels_file}", "judge_validation",
-                    {"cross": [f"results/judge/cross/{task}.json" for task in tasks],
+                    {"cross": [cross_judge_file(task) for task in tasks],
+                     "cross_pairwise": [cross_judge_file(task, True) for task in tasks
+                                        if task in pairwise_tasks(config)],
                      "agreement": [f"results/judge/calibration/{task}/agreement.json" for task in tasks]},
                     {"ours": judge_ours(plan) if tasks else "", "label": label, "judge_labels": judge_labels},
                     files=("judge_labels",)),
@@ -349,18 +359,30 @@ def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
 def judge_inputs(plan: Plan, family: str) -> dict[str, Callable[[Any], list[str]]]:
     """Input functions of a judge rule of one task (``cross``, ``calibration``): the judged runs' files, read off the
     plan's judge study."""
-    if family == "cross":
-        return {judge: lambda wildcards, judge=judge: list(judged_runs(plan, judge, wildcards.task))
+    if family in ("cross", "cross_pairwise"):
+        pairwise = family == "cross_pairwise"
+        return {judge: lambda wildcards, judge=judge: list(judged_runs(plan, judge, wildcards.task, pairwise))
                 for judge in JUDGES}
     if family == "calibration":
         return {"scores": lambda wildcards: list(judge_score_runs(plan, wildcards.task))}
     raise ValueError(f"unknown judge rule family {family!r}")
 
 
+def calibration_pairwise_inputs(config: Mapping[str, Any], plan: Plan) -> Callable[[Any], list[str]]:
+    """The calibration import's pairwise inputs: the primary judge's scores against the expert reference, for a
+    task judged pairwise (``judge.pairwise``), else nothing (a task judged in isolation only reads as before)."""
+    pairwise = pairwise_tasks(config)
+    return lambda wildcards: list(judge_score_runs(plan, wildcards.task, True)) if wildcards.task in pairwise else []
+
+
 def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str, Any]:
-    """Parameters of a judge rule (``score``, ``cross``, ``export``, ``import``), per wildcard where they vary."""
+    """Parameters of a judge rule (``score``, ``pairwise``, ``cross``, ``cross_pairwise``, ``export``, ``import``),
+    per wildcard where they vary."""
     rubric: Callable[[Any], str] = lambda wildcards: judge_rubric(config, wildcards.task)  # noqa: E731
     calibration = config["judge"]["calibration"]
+    if family == "pairwise":  # the same judge, cache and mode; the task's pairwise rubric against its reference
+        return {**judge_params(config, plan, "score"),
+                "rubric": lambda wildcards: pairwise_tasks(config)[wildcards.task]}
     if family == "score":
         # a judge's label is a display name: the command gets it (derived from the output, so not compared), the
         # rule's identity does not, so relabelling a judge rescores nothing (the tables draw the labels: judge_labels)
@@ -372,16 +394,20 @@ def judge_params(config: Mapping[str, Any], plan: Plan, family: str) -> dict[str
                 "out_dir": lambda wildcards, output: os.path.dirname(output.summary)}
     # the judged runs' files of one task, each with its run (the entry points read a run's identity from there)
     scores = {"scores": lambda wildcards: run_ids_json(judge_score_runs(plan, wildcards.task))}
-    if family == "cross":
+    if family in ("cross", "cross_pairwise"):
+        pairwise = family == "cross_pairwise"
         return {"methods": judge_methods(plan),
-                **{judge: lambda wildcards, judge=judge: run_ids_json(judged_runs(plan, judge, wildcards.task))
+                **{judge: lambda wildcards, judge=judge: run_ids_json(judged_runs(plan, judge, wildcards.task,
+                                                                                  pairwise))
                    for judge in JUDGES}}
     if family == "export":
         return {"rubric": rubric, "size": calibration["items_per_task"], "seed": calibration["seed"],
                 "out_dir": lambda wildcards, output: os.path.dirname(output.sheet), **scores}
     if family == "import":
+        pairwise = pairwise_tasks(config)
         return {"rubric": rubric, "ratings": lambda wildcards: calibration["ratings"].get(wildcards.task) or "",
-                **scores}
+                **scores, "pairwise_scores": lambda wildcards: run_ids_json(
+                    judge_score_runs(plan, wildcards.task, True) if wildcards.task in pairwise else {})}
     raise ValueError(f"unknown judge rule family {family!r}")
 
 

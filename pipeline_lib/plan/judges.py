@@ -11,7 +11,7 @@ from pipeline_lib.core.env import env
 from pipeline_lib.core.rubrics import RUBRICS
 
 __all__ = ["JUDGES", "calibration_ratings", "judge_concurrency", "judge_rubric", "judge_rubric_prompt", "judge_spec",
-           "validate_judges"]
+           "pairwise_rubric_prompt", "pairwise_tasks", "validate_judges"]
 
 JUDGES = ("primary", "second")
 
@@ -36,6 +36,18 @@ def judge_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
     return f"config/prompts/{RUBRICS[judge_rubric(config, task)].template_path.name}"
 
 
+def pairwise_tasks(config: Mapping[str, Any]) -> dict[str, str]:
+    """Judged tasks also scored against their expert reference -> the pairwise rubric (``judge.pairwise``)."""
+    pairwise = config["judge"].get("pairwise") or {}
+    return {task: pairwise[task] for task in config["judge"]["tasks"] if task in pairwise}
+
+
+def pairwise_rubric_prompt(config: Mapping[str, Any], task: str) -> str:
+    """The pairwise rubric's template of a task (:func:`judge_rubric_prompt`'s pairwise twin): an input of its
+    pairwise judge jobs."""
+    return f"config/prompts/{RUBRICS[pairwise_tasks(config)[task]].template_path.name}"
+
+
 def validate_judges(config: Mapping[str, Any]) -> None:
     """Fail at parse time (``snakemake -n``) on a judge that could not score, naming the key."""
     problems = []
@@ -49,6 +61,9 @@ def validate_judges(config: Mapping[str, Any]) -> None:
         if spec["kind"] == "programmatic" and rubrics - {"meetingbank"}:
             problems.append(f"{where}: a programmatic judge scores only the MeetingBank rubric of synthetic tasks, "
                             f"not {sorted(rubrics - {'meetingbank'})}; use kind: llm")
+        if spec["kind"] == "programmatic" and pairwise_tasks(config):
+            problems.append(f"{where}: {sorted(pairwise_tasks(config))} are judged pairwise against the reference "
+                            "(judge.pairwise), which a programmatic judge cannot do; use kind: llm")
         if spec["kind"] == "llm":
             if not spec["endpoint"].get("model"):
                 problems.append(f"{where}.endpoint.model: an LLM judge needs the served model name")

@@ -15,15 +15,16 @@ from typing import Any
 from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
-from pipeline_lib.plan.judges import JUDGES
+from pipeline_lib.plan.judges import JUDGES, pairwise_tasks
 from pipeline_lib.plan.runs import TOKENIZER
 
-__all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "SCALE_OUTPUTS", "STAGES",
-           "THEORY_OUTPUTS", "ablation_cells", "adaptive_comparison", "data_targets", "eval_targets", "evaluated_runs",
-           "judge_methods", "judge_ours", "judge_score_runs", "judge_targets", "judge_tasks", "judged_runs",
-           "paired_requests", "read_run_ids", "reads_tokenizer", "report_inputs", "requests_of", "rl_requests",
-           "run_ids_argument", "run_ids_json", "runs_of", "scale_cells", "stage_targets", "study_evaluations",
-           "table1_evaluations", "table1_tasks", "test_splits", "tokenizer_inputs", "transfer_runs"]
+__all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "PAIRWISE_DIR", "SCALE_OUTPUTS",
+           "STAGES", "THEORY_OUTPUTS", "ablation_cells", "adaptive_comparison", "cross_judge_file", "data_targets",
+           "eval_targets", "evaluated_runs", "judge_methods", "judge_ours", "judge_score_runs", "judge_targets",
+           "judge_tasks", "judged_runs", "paired_requests", "read_run_ids", "reads_tokenizer", "report_inputs",
+           "requests_of", "rl_requests", "run_ids_argument", "run_ids_json", "runs_of", "scale_cells", "stage_targets",
+           "study_evaluations", "table1_evaluations", "table1_tasks", "test_splits", "tokenizer_inputs",
+           "transfer_runs"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -192,9 +193,16 @@ def judge_methods(plan: Plan) -> list[str]:
     return list(dict.fromkeys(r.name for r in requests_of(plan, "judge")))
 
 
-def judged_runs(plan: Plan, judge: str, task: str) -> dict[str, RunId]:
-    """Every judged run's summary of ``task`` under one judge -> the run, in table order (method, then seed)."""
-    return {f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/summary.json": r
+#: Where a judged run's pairwise scores (against the expert reference: ``judge.pairwise``) lie, beside its isolated
+#: ones.
+PAIRWISE_DIR = "pairwise"
+
+
+def judged_runs(plan: Plan, judge: str, task: str, pairwise: bool = False) -> dict[str, RunId]:
+    """Every judged run's summary of ``task`` under one judge -> the run, in table order (method, then seed);
+    ``pairwise``: its score against the expert reference (``.../seed<k>/pairwise/summary.json``)."""
+    sub = f"{PAIRWISE_DIR}/" if pairwise else ""
+    return {f"results/judge/{judge}/{r.task}/{r.name}/seed{r.seed}/{sub}summary.json": r
             for r in requests_of(plan, "judge") if r.task == task}
 
 
@@ -212,19 +220,29 @@ def transfer_runs(config: Mapping[str, Any], plan: Plan) -> dict[str, RunId]:
             for benchmark in benchmarks for r in requests_of(plan, "transfer")}
 
 
-def judge_score_runs(plan: Plan, task: str) -> dict[str, RunId]:
-    """The primary judge's per-item scores of every judged run (what calibration samples and correlates) -> the run."""
-    summaries = judged_runs(plan, "primary", task)
+def judge_score_runs(plan: Plan, task: str, pairwise: bool = False) -> dict[str, RunId]:
+    """The primary judge's per-item scores of every judged run (what calibration samples and correlates) -> the run;
+    ``pairwise``: those against the expert reference."""
+    summaries = judged_runs(plan, "primary", task, pairwise)
     return {path.replace("summary.json", "scores.jsonl"): run for path, run in summaries.items()}
 
 
-def judge_targets(plan: Plan) -> list[str]:
+def cross_judge_file(task: str, pairwise: bool = False) -> str:
+    """The cross-judge agreement of a task's isolated scores, or of its pairwise ones."""
+    return f"results/judge/cross/{PAIRWISE_DIR}/{task}.json" if pairwise else f"results/judge/cross/{task}.json"
+
+
+def judge_targets(plan: Plan, pairwise: Collection[str] = ()) -> list[str]:
+    """Every judge output: each judge's scores of every judged run, the cross-judge agreement and the calibration;
+    the same scores against the expert reference and their agreement for the tasks in ``pairwise``."""
     targets = []
     for task in judge_tasks(plan):
         for judge in JUDGES:
             targets += list(judged_runs(plan, judge, task))
-        targets += [f"results/judge/cross/{task}.json", f"results/judge/calibration/{task}/rate.html",
-                    f"results/judge/calibration/{task}/agreement.json"]
+            if task in pairwise:
+                targets += list(judged_runs(plan, judge, task, pairwise=True))
+        targets += [cross_judge_file(task), *([cross_judge_file(task, True)] if task in pairwise else []),
+                    f"results/judge/calibration/{task}/rate.html", f"results/judge/calibration/{task}/agreement.json"]
     return targets
 
 
@@ -277,7 +295,7 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
         targets["paper"] += SCALE_OUTPUTS
     if plan.requests.get("judge"):
         targets["eval"] += study_evaluations(plan, "judge")
-        targets["judge"] += judge_targets(plan)
+        targets["judge"] += judge_targets(plan, pairwise_tasks(config))
         targets["paper"] += JUDGE_TABLES
     targets["eval"] += list(transfer_runs(config, plan))
     if plan.requests.get("imagenet"):

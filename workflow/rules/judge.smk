@@ -6,7 +6,9 @@
 # (common.smk); cross and calibration get each file's run from the plan (a runs file), never from its path.
 
 from pipeline_lib.core.cli import with_files
-from pipeline_lib.plan.judges import JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt, validate_judges
+from pipeline_lib.paper.steps import calibration_pairwise_inputs
+from pipeline_lib.plan.judges import (JUDGES, calibration_ratings, judge_concurrency, judge_rubric_prompt,
+                                      pairwise_rubric_prompt, validate_judges)
 
 if PLAN.requests.get("judge"):
     validate_judges(config)
@@ -40,6 +42,36 @@ rule judge_score:
         " --out {params.out_dir} > {log} 2>&1"
 
 
+# The same judge against the task's expert reference (judge.pairwise: Poetry in the paper), each item in both orders;
+# its summary's score_100 is the win rate. Beside the isolated scores, in a pairwise/ folder.
+rule judge_score_pairwise:
+    input:
+        generations="results/eval/{task}/{method}/seed{seed}/generations.jsonl",
+        data="results/data/{task}/rl_test.parquet",
+        rubric_prompt=lambda wildcards: pairwise_rubric_prompt(config, wildcards.task),
+        canary=after_canary("judge_score_pairwise"),
+    output:
+        scores="results/judge/{judge}/{task}/{method}/seed{seed}/pairwise/scores.jsonl",
+        summary="results/judge/{judge}/{task}/{method}/seed{seed}/pairwise/summary.json",
+    params:
+        code=code_digest("pipeline_lib.jobs.judge.score"),
+        **with_files(judge_params(config, PLAN, "pairwise"), "judge"),
+    wildcard_constraints:
+        judge=pattern(JUDGES),
+    resources:
+        judge_requests=lambda wildcards: judge_concurrency(config, wildcards.judge),
+    log:
+        "logs/judge_score_pairwise/{judge}_{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/judge_score_pairwise/{judge}_{task}_{method}_seed{seed}.tsv"
+    conda:
+        "../../envs/judge.yaml"
+    shell:
+        "python -m pipeline_lib.jobs.judge.score --judge {params.judge_file} --rubric {params.rubric} --pairwise"
+        " --generations {input.generations} --data {input.data} --mode {params.mode} --cache {params.cache}"
+        " --out {params.out_dir} > {log} 2>&1"
+
+
 rule judge_cross:
     input:
         **judge_inputs(PLAN, "cross"),
@@ -52,6 +84,26 @@ rule judge_cross:
         "logs/judge_cross/{task}.log",
     benchmark:
         "results/benchmarks/judge_cross/{task}.tsv"
+    conda:
+        "../../envs/cpu-steps.yaml"
+    shell:
+        "python -m pipeline_lib.jobs.judge.cross --primary {params.primary_file} --second {params.second_file}"
+        " --methods {params.methods} --out {output} > {log} 2>&1"
+
+
+# The two judges' agreement on the scores against the expert reference (judge.pairwise tasks).
+rule judge_cross_pairwise:
+    input:
+        **judge_inputs(PLAN, "cross_pairwise"),
+    output:
+        "results/judge/cross/pairwise/{task}.json",
+    params:
+        code=code_digest("pipeline_lib.jobs.judge.cross"),
+        **with_files(judge_params(config, PLAN, "cross_pairwise"), *JUDGES),
+    log:
+        "logs/judge_cross_pairwise/{task}.log",
+    benchmark:
+        "results/benchmarks/judge_cross_pairwise/{task}.tsv"
     conda:
         "../../envs/cpu-steps.yaml"
     shell:
@@ -87,11 +139,12 @@ rule judge_calibration_import:
         key=rules.judge_calibration_export.output.key,
         **judge_inputs(PLAN, "calibration"),
         ratings=lambda wildcards: calibration_ratings(config, wildcards.task),
+        pairwise=calibration_pairwise_inputs(config, PLAN),
     output:
         "results/judge/calibration/{task}/agreement.json",
     params:
         code=code_digest("pipeline_lib.jobs.judge.calibration"),
-        **with_files(judge_params(config, PLAN, "import"), "scores"),
+        **with_files(judge_params(config, PLAN, "import"), "scores", "pairwise_scores"),
     log:
         "logs/judge_calibration_import/{task}.log",
     benchmark:
@@ -100,4 +153,5 @@ rule judge_calibration_import:
         "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.jobs.judge.calibration import --rubric {params.rubric} --key {input.key}"
-        " --scores {params.scores_file} --ratings={params.ratings:q} --out {output} > {log} 2>&1"
+        " --scores {params.scores_file} --pairwise-scores {params.pairwise_scores_file} --ratings={params.ratings:q}"
+        " --out {output} > {log} 2>&1"

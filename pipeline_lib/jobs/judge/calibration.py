@@ -11,8 +11,9 @@ text can end or comment out a script) and shows them with ``textContent`` only; 
 as formulas are neutralised (:func:`pipeline_lib.core.io.spreadsheet_cell`) and read back as written.
 
 ``import``: a completed ratings CSV + the key + the primary judge's item scores ->
-human-judge Pearson and Spearman over the rated items. Without a ratings file the result
-says so (``status: no ratings``); no number is ever invented.
+human-judge Pearson and Spearman over the rated items; for a task also judged against its expert reference
+(``--pairwise-scores``), the same ratings against those pairwise scores too (``pairwise``). Without a ratings file
+the result says so (``status: no ratings``); no number is ever invented.
 
 ``--scores`` maps each primary-judge ``scores.jsonl`` to its run (:class:`pipeline_lib.plan.runs.RunId`, written by
 the plan): a run's method and seed are read from there (the key's ``seed`` column keeps its ``seed<k>`` form).
@@ -298,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--key", type=Path, required=True)
     imp.add_argument("--scores", type=run_ids_argument, required=True,
                      help="JSON (or its file): each primary judge scores.jsonl -> its run")
+    imp.add_argument("--pairwise-scores", type=run_ids_argument, default={},
+                     help="JSON (or its file): each primary judge pairwise scores.jsonl (against the expert "
+                          "reference) -> its run; the same ratings are compared with them under 'pairwise'")
     imp.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     rubric = RUBRICS[args.rubric]
@@ -309,8 +313,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ratings = Path(args.ratings) if args.ratings else None
         result = agreement(ratings, args.key, args.scores, rubric)
+        if args.pairwise_scores:  # the same blind ratings against the judge's win rate over the expert reference
+            result["pairwise"] = agreement(ratings, args.key, args.pairwise_scores, rubric) | {
+                "compared_with": "the primary judge's pairwise score against the expert reference (per item: 100 x "
+                                 "its mean outcome over both orders); the human rates each output in isolation"}
         write_json(args.out, result)
-        inputs = [args.key, *map(Path, args.scores)] + ([ratings] if ratings and ratings.exists() else [])
+        inputs = [args.key, *map(Path, args.scores), *map(Path, args.pairwise_scores)] + \
+            ([ratings] if ratings and ratings.exists() else [])
         write_provenance([args.out], step="judge_calibration_import", inputs=inputs)
         print(json.dumps(result))
     return 0

@@ -1,6 +1,9 @@
 """Score one run's held-out generations with one judge (the ``judge_score`` rule).
 
 ``python -m pipeline_lib.jobs.judge.score --judge JSON --rubric meetingbank --generations G --data D --out DIR``
+``python -m pipeline_lib.jobs.judge.score --judge JSON --rubric poetry_pairwise --pairwise ...`` (against the
+expert reference: each item judged in both orders, :data:`PAIRWISE_ORDERS`; its ``score_100`` is 100 x its mean
+outcome, win 1, tie 0.5, loss 0, so the summary's ``score_100`` is the win rate, an unscored item a loss)
 
 Writes ``scores.jsonl`` (one line per judged prompt: the judged text, per-dimension scores and the 0-100 score, or
 ``failed`` with the reason, ``refused`` where the judged text held the verdict) and ``summary.json``
@@ -41,8 +44,9 @@ from pipeline_lib.jobs.judge.llm import cached_results, judge_with_llm
 from pipeline_lib.jobs.judge.programmatic import judge_meeting_by_overlap, judge_meeting_summary
 from pipeline_lib.jobs.judge.serve import served_endpoint
 
-__all__ = ["JudgeFailedError", "check_failures", "describe_judge", "judge_id", "judge_items", "load_items",
-           "prompt_row", "reported_score", "summarise"]
+__all__ = ["PAIRWISE_ORDERS", "JudgeFailedError", "check_failures", "describe_judge", "judge_id", "judge_items",
+           "judge_pairwise", "load_items", "pairwise_fields", "pairwise_outcome", "prompt_row", "reported_score",
+           "summarise"]
 
 log = logging.getLogger("pipeline_lib.jobs.judge.score")
 
@@ -128,13 +132,14 @@ def _endpoint(judge: dict[str, Any], rubric: Rubric, section: dict[str, Any]) ->
     return endpoint
 
 
-def _llm(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path, server_log: Path
+def _llm(judge: dict[str, Any], rubric: Rubric, fields: Sequence[dict[str, str]], cache: Path, server_log: Path
          ) -> list[dict[str, Any]]:
-    """Answers from the cache first; the judge server (``serve.command``) is started only if some item is not
-    cached, so a rerun whose answers are all stored never waits for (or holds GPUs for) a server it would not ask."""
+    """Answers from the cache first; the judge server (``serve.command``) is started only if some request is not
+    cached, so a rerun whose answers are all stored never waits for (or holds GPUs for) a server it would not ask.
+    ``fields``: each request's rubric fields."""
     from tqdm import tqdm
 
-    fields = [_rubric_fields(rubric, item) for item in items]
+    items = fields
     retries = judge.get("parse_retries", 2)
     section = judge.get("endpoint", {})
     # a served judge's cache keys hold its command, not its address (it has none until started)
@@ -158,8 +163,67 @@ def judge_items(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str,
     if kind == "programmatic":
         return _programmatic(judge, rubric, items)
     if kind == "llm":
-        return _llm(judge, rubric, items, cache, server_log)
+        return _llm(judge, rubric, [_rubric_fields(rubric, item) for item in items], cache, server_log)
     raise ValueError(f"unknown judge kind {kind!r} (programmatic, llm)")
+
+
+#: The two orders every pairwise item is judged in: the candidate as the first poem, then as the second (order
+#: debiasing by judging both orders, not a random one: a judge preferring a position favours neither text).
+PAIRWISE_ORDERS = ("candidate_first", "reference_first")
+
+
+def pairwise_fields(rubric: Rubric, item: dict[str, Any]) -> list[dict[str, str]]:
+    """The item's two requests (:data:`PAIRWISE_ORDERS`): the judged text and the task's expert reference, in both
+    orders."""
+    first, second = rubric.fields
+    candidate, reference = item["response"], str(item["reference"])
+    return [{first: candidate, second: reference}, {first: reference, second: candidate}]
+
+
+def _side_100(scores: dict[str, int], keys: Sequence[str]) -> float:
+    return 10.0 * sum(scores[k] for k in keys) / len(keys)
+
+
+def pairwise_outcome(rubric: Rubric, orders: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One item's result from its two orders' results (:data:`PAIRWISE_ORDERS`): ``score_100`` = 100 x the
+    candidate's mean outcome against the reference over both orders (1 when its seven-dimension mean is higher, 0.5
+    on a tie, 0 when lower), with each side's 0-100 rubric score; an order refused (the judged text held the verdict)
+    refuses the item, an order failed fails it."""
+    refused = [r for r in orders if r.get("refused")]
+    if refused:
+        return {"failed": refused[0]["failed"], "refused": True}
+    failed = [r for r in orders if "score_100" not in r]
+    if failed:
+        return {"failed": failed[0]["failed"]}
+    detail, outcomes, candidate, reference = [], [], [], []
+    for position, result in enumerate(orders):  # the candidate is side 0 in the first order, side 1 in the second
+        own = _side_100(result["scores"], rubric.sides[position])
+        other = _side_100(result["scores"], rubric.sides[1 - position])
+        outcome = 1.0 if own > other else 0.5 if own == other else 0.0
+        outcomes.append(outcome)
+        candidate.append(own)
+        reference.append(other)
+        detail.append({"order": PAIRWISE_ORDERS[position], "scores": result["scores"], "candidate_100": own,
+                       "reference_100": other, "outcome": outcome, "attempts": result.get("attempts"),
+                       "cached": result.get("cached")})
+    return {"score_100": 100.0 * statistics.fmean(outcomes), "candidate_100": statistics.fmean(candidate),
+            "reference_100": statistics.fmean(reference), "orders": detail,
+            "cached": all(r.get("cached") for r in orders), "answered_by": orders[0].get("answered_by")}
+
+
+def judge_pairwise(judge: dict[str, Any], rubric: Rubric, items: Sequence[dict[str, Any]], cache: Path,
+                   server_log: Path) -> list[dict[str, Any]]:
+    """Each item against its expert reference in both orders (one request each, through the same cached client and
+    verdict parser as the isolated score: neither poem's text can be the verdict), combined by
+    :func:`pairwise_outcome`. An LLM judge only: the programmatic judges score MeetingBank summaries in isolation."""
+    if not rubric.sides:
+        raise ValueError(f"rubric {rubric.name!r} scores one text; a pairwise judgement needs a pairwise rubric")
+    if judge.get("kind", "programmatic") != "llm":
+        raise ValueError(f"judge {judge.get('label')!r}: pairwise judging against the reference needs kind: llm")
+    fields = [order for item in items for order in pairwise_fields(rubric, item)]
+    results = _llm(judge, rubric, fields, cache, server_log)
+    width = len(PAIRWISE_ORDERS)
+    return [pairwise_outcome(rubric, results[i * width:(i + 1) * width]) for i in range(len(items))]
 
 
 def describe_judge(judge: dict[str, Any]) -> dict[str, Any]:
@@ -193,8 +257,13 @@ def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str
     summary: dict[str, Any] = {"judge": describe_judge(judge), "rubric": rubric.name, "items": len(results),
                                "scored": len(scored), "refused": refused,
                                "failed": len(results) - len(scored) - refused}
-    ends = [rubric.normalise(dict.fromkeys(rubric.keys, end)) for end in rubric.scale]
+    # a pairwise score is a win rate against the reference: an unscored item counts as a loss, then as a win
+    ends = [0.0, 100.0] if rubric.sides else [rubric.normalise(dict.fromkeys(rubric.keys, end))
+                                              for end in rubric.scale]
     summary["scale_100"] = ends
+    if rubric.sides:
+        summary["comparison"] = {"against": "the task's expert reference", "orders": list(PAIRWISE_ORDERS),
+                                 "score_100": "100 x mean outcome over both orders (win 1, tie 0.5, loss 0)"}
     if scored or refused:
         total, unscored = sum(r["score_100"] for r in scored), len(results) - len(scored)
         low, high = ((total + unscored * end) / len(results) for end in ends)
@@ -202,7 +271,9 @@ def summarise(rubric: Rubric, results: Sequence[dict[str, Any]], judge: dict[str
     else:
         summary |= {"score_100": None, "score_100_bounds": None}
     summary["score_100_scored"] = statistics.fmean(r["score_100"] for r in scored) if scored else None
-    if scored:
+    if scored and rubric.sides:  # each side's mean 0-100 rubric score over the scored items, both orders
+        summary |= {side: statistics.fmean(r[side] for r in scored) for side in ("candidate_100", "reference_100")}
+    elif scored:
         summary["dimensions"] = {k: statistics.fmean(r["scores"][k] for r in scored) for k in rubric.keys}
     by: dict[str, dict[str, Any]] = {}
     for result in scored:
@@ -247,15 +318,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generations", type=Path, required=True)
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--mode", default="greedy", choices=["greedy", "sample"])
+    parser.add_argument("--pairwise", action="store_true",
+                        help="judge each text against the task's expert reference in both orders (--rubric: a "
+                             "pairwise rubric); score_100 is the win rate")
     parser.add_argument("--cache", type=Path, required=True, help="SQLite response cache shared by this judge's jobs")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     setup_logging()
     judge = json.loads(args.judge)
     rubric = RUBRICS[args.rubric]
+    if args.pairwise != bool(rubric.sides):
+        parser.error(f"--rubric {args.rubric} is {'a pairwise' if rubric.sides else 'an isolated'} rubric: "
+                     f"{'pass' if rubric.sides else 'drop'} --pairwise")
     items = load_items(args.generations, args.data, args.mode)
     try:
-        results = judge_items(judge, rubric, items, args.cache, args.out / "server.log")
+        judged = judge_pairwise if args.pairwise else judge_items
+        results = judged(judge, rubric, items, args.cache, args.out / "server.log")
     except EndpointUnavailableError as exc:  # one sentence, no traceback: the answers given so far are cached
         log.error("judge %r: %s", judge.get("label"), exc)
         return 1
@@ -277,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out / "summary.json", summary)
     write_provenance([args.out / "scores.jsonl", args.out / "summary.json"], step="judge_score",
                      inputs=[args.generations, args.data], params={"judge": describe_judge(judge),
-                                                                   "rubric": rubric.name, "mode": args.mode})
+                                                                   "rubric": rubric.name, "mode": args.mode,
+                                                                   **({"pairwise": True} if args.pairwise else {})})
     bounds = summary["score_100_bounds"] or {"low": float("nan"), "high": float("nan")}
     log.info("%s: score %.1f (%.1f with unscored items at the top) over %d items, %d scored, %d refused", args.out,
              bounds["low"], bounds["high"], len(items), summary["scored"], summary["refused"])
