@@ -35,6 +35,7 @@ from pipeline_lib.core.data.schema import (
 )
 from pipeline_lib.core.data.sources import _READERS, LINE, SourceSpec, load_split, where
 from pipeline_lib.core.io import sha256_file
+from pipeline_lib.core.rewards.extract import final_text
 
 __all__ = ["BUILDERS", "build_dataset", "source_files", "sources_digest"]
 
@@ -319,8 +320,11 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                 writer.count_filter("no non-empty r1 solution", 1)
                 continue
             shortest = min(solutions, key=len)
+            # r_sim's reference is the solution with the shortest final text (the authors' prepare_data.py takes
+            # min(final_text(solution)) by length); the SFT demonstration stays the shortest whole solution
+            reference = min(solutions, key=lambda solution: len(final_text(solution)))
             prompt = _math_prompt(question)
-            extra = {"index": len(rl), "split": split, "reference": shortest, "gold": gold,
+            extra = {"index": len(rl), "split": split, "reference": reference, "gold": gold,
                      "topic": _optional_text(row.get("topic"), writer.name, at, "topic"),
                      "difficulty": _difficulty(row.get("difficulty"), writer.name, at)}
             rl.append(rl_row(prompt=prompt, data_source=source.hub, ability="math", ground_truth=gold,
