@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeline_lib.core.data.schema import (
     MATH_SUFFIX,
+    OPENTHOUGHTS_SYSTEM,
     POETRY_SYSTEM,
     DataError,
     DatasetWriter,
@@ -422,14 +423,18 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
                       _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
-    table = table.assign(**{GOLD: table["response"]},
-                         **_keys(lambda q: [{"role": "user", "content": q}], list(table["question"])))
+    table = table.assign(**{GOLD: table["response"]}, **_keys(_openthoughts_prompt, list(table["question"])))
     splits = _split_holdout(table, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
-        items = [([{"role": "user", "content": q}], r, {"domain": d})
+        items = [(_openthoughts_prompt(q), r, {"domain": d})
                  for q, r, d in zip(part["question"], part["response"], part["domain"], strict=True)]
         _chat_dataset(writer, split, items, source.hub, "reasoning")
+
+
+def _openthoughts_prompt(question: str) -> list[dict[str, str]]:
+    """The authors' OpenThoughts prompt: their system message (:data:`OPENTHOUGHTS_SYSTEM`), then the question."""
+    return [{"role": "system", "content": OPENTHOUGHTS_SYSTEM}, {"role": "user", "content": question}]
 
 
 BUILDERS: dict[str, tuple[Callable[..., None], str]] = {

@@ -239,3 +239,16 @@ def test_deepmath_similarity_reference_has_the_shortest_final_text(tmp_path):
     assert set(rl["extra_info"].map(lambda extra: extra["reference"])) == {long_trace}
     sft = pd.read_parquet(out / "sft_train.parquet")
     assert {messages[-1]["content"] for messages in sft["messages"]} == {short_whole}
+
+
+def test_openthoughts_prompts_carry_the_authors_system_message(tmp_path):
+    """Word for word the authors' prepare_data.py OpenThoughts prompt: their system message plus the think-tag
+    instruction, then the question; the SFT rows see the same prompt."""
+    build_real("openthoughts", real_spec("openthoughts"), tmp_path, None)
+    system = ("You are a helpful assistant. Think through the problem before providing the answer. Put your reasoning "
+              "in <think> </think> tags, followed by your final answer.")
+    for kind in ("rl_train", "rl_test"):
+        for prompt in pd.read_parquet(tmp_path / f"{kind}.parquet")["prompt"]:
+            assert [m["role"] for m in prompt] == ["system", "user"] and prompt[0]["content"] == system
+    for messages in pd.read_parquet(tmp_path / "sft_train.parquet")["messages"]:
+        assert messages[0]["content"] == system and messages[-1]["role"] == "assistant"
