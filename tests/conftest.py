@@ -397,6 +397,17 @@ def official_squad_f1(prediction: str, ground_truth: str) -> float:
     return (2 * precision * recall) / (precision + recall)
 
 
+def lcs_length(a: list[str], b: list[str]) -> int:
+    """The textbook dynamic programme for the longest common subsequence (one row at a time)."""
+    previous = [0] * (len(b) + 1)
+    for x in a:
+        current = [0]
+        for j, y in enumerate(b):
+            current.append(previous[j] + 1 if x == y else max(previous[j + 1], current[j]))
+        previous = current
+    return previous[-1]
+
+
 #: Modules of the fast lane (`python -m pytest -m fast`, under 5 minutes on 2 cores): the estimators, the loss,
 #: the statistics, the rewards, the theory, the data and provenance contracts. End-to-end training, workflow,
 #: Slurm, verl and browser tests stay in the full suite (`.ci/run`).

@@ -357,6 +357,12 @@ def _semantic_problems(config: Mapping[str, Any], untrained: Sequence[str] = _UN
     if too_large:
         problems.append(f"key 'eval.pass_k': {too_large} exceed eval.samples = {samples} (pass@k needs k samples per "
                         "prompt)")
+    lm_eval = _section(evaluation, "transfer", "lm_eval")
+    stray = sorted(set(_section(lm_eval, "num_fewshot")) - set(_names(lm_eval.get("tasks"))))
+    if stray:
+        problems.append(f"key 'eval.transfer.lm_eval.num_fewshot': task(s) {stray} are not in "
+                        f"eval.transfer.lm_eval.tasks {_names(lm_eval.get('tasks'))} (a misspelt task would run at "
+                        "its default)")
     model = _section(train, "model")
     problems += _model_problems("train.model", model)
     overrides = [(f"train.scale.models.{name}.model", _section(entry, "model"))

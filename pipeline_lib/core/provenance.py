@@ -53,7 +53,7 @@ __all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "con
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
     "pipeline_lib", "torch", "numpy", "scipy", "pandas", "matplotlib", "snakemake",
-    "transformers", "verl", "vllm", "math-verify", "rouge-score", "openai",
+    "transformers", "verl", "vllm", "math-verify", "openai",
 )
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _PACKAGE = "pipeline_lib"

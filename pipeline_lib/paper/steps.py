@@ -348,7 +348,7 @@ def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
     """Parameters of an evaluation rule of one checkpoint (``checkpoint``, ``lm_eval``, ``alpaca_eval``)."""
     model = {"model": lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final")}
     if family == "checkpoint":
-        return {"spec": json.dumps(eval_spec(config)), **model,
+        return {"spec": lambda wildcards: json.dumps(eval_spec(config, wildcards.task)), **model,
                 "out_dir": lambda wildcards, output: os.path.dirname(output.metrics)}
     if family in ("lm_eval", "alpaca_eval"):
         spec = {"spec": json.dumps(config["eval"]["transfer"][family])}

@@ -168,7 +168,7 @@ def eval_batches(plan: Plan, evaluations: Iterable[str]) -> list[EvalBatch]:
 
 def eval_batch_command(config: Mapping[str, Any], batch: EvalBatch, threads: int) -> str:
     """``pipeline_lib.jobs.eval.evaluate`` once per member, with the arguments its own job would get."""
-    spec = json.dumps(eval_spec(config))
+    spec = json.dumps(eval_spec(config, batch.task))
     return batch_command([
         ("pipeline_lib.jobs.eval.evaluate",
          ["--model", f"results/train/{batch.task}/{method}/seed{batch.seed}/final",

@@ -29,9 +29,10 @@ from pipeline_lib.core.run_spec import (
 
 __all__ = ["IMAGENET_SWEEP_KEYS", "ML_OBJECTIVE", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method",
            "annotation_spec", "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of",
-           "engine_settings", "estimator_params", "eval_spec", "generation_spec", "group_rl_spec", "imagenet_run_spec",
-           "imagenet_spec", "opd_teacher", "opd_teacher_spec", "rationalization_spec", "reference_prompts",
-           "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec", "verl_tasks"]
+           "engine_settings", "estimator_params", "eval_max_new_tokens", "eval_spec", "generation_spec",
+           "group_rl_spec", "imagenet_run_spec", "imagenet_spec", "opd_teacher", "opd_teacher_spec",
+           "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
+           "verl_tasks"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -78,9 +79,36 @@ def reference_prompts(task: str) -> str:
     return f"results/data/{task}/{kind}.parquet"
 
 
-def eval_spec(config: Mapping[str, Any]) -> dict[str, Any]:
-    """How a checkpoint is evaluated, without the transfer-benchmark keys (changing those reruns no evaluation)."""
-    return {key: value for key, value in config["eval"].items() if key != "transfer"}
+#: Keys of the ``eval`` section that are not one evaluation's settings: the transfer benchmarks (changing them reruns
+#: no evaluation) and the per-task length caps (resolved into ``max_new_tokens`` by :func:`eval_spec`).
+_NOT_EVAL_SPEC = ("transfer", "task_max_new_tokens")
+
+
+def eval_max_new_tokens(config: Mapping[str, Any], task: str) -> int:
+    """The response length cap of ``task``'s evaluations: ``eval.task_max_new_tokens.<task>``, else a number in
+    ``eval.max_new_tokens``, else (null, the default) the task's training cap, ``max_response_tokens`` of its RL
+    settings (:func:`engine_settings`: the task row over ``train.rl``), so evaluation runs where the authors
+    validate (App. B: 256 GSM8K and Countdown, 1,024 DeepMath and Poetry, 4,096 MeetingBank, 6,144 OpenThoughts)."""
+    section = config["eval"]
+    own = (section.get("task_max_new_tokens") or {}).get(task)
+    if own is not None:
+        return int(own)
+    if section.get("max_new_tokens") is not None:
+        return int(section["max_new_tokens"])
+    cap = engine_settings(config, task, "rl", engine_of(config, task)).get("max_response_tokens")
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise PlanError(f"eval.max_new_tokens is null (each task's training cap), but task {task!r} has no "
+                        f"max_response_tokens in train.rl or train.task_settings.{task}.rl (got {cap!r})")
+    return cap
+
+
+def eval_spec(config: Mapping[str, Any], task: str | None = None) -> dict[str, Any]:
+    """How a checkpoint of ``task`` is evaluated, ``max_new_tokens`` resolved (:func:`eval_max_new_tokens`); without a
+    task, the keys as configured (a caller that sets its own length: baselines' generation, the preflight)."""
+    spec = {key: value for key, value in config["eval"].items() if key not in _NOT_EVAL_SPEC}
+    if task is not None:
+        spec["max_new_tokens"] = eval_max_new_tokens(config, task)
+    return spec
 
 
 def generation_spec(config: Mapping[str, Any], method: str, batch_key: str = "batch_size") -> dict[str, Any]:

@@ -45,6 +45,8 @@ SEMANTIC_MISTAKES = {  # name: (config, key the error names, what it says)
     "max_prompts_negative": (_tiny(eval={"max_prompts": -5}), "eval.max_prompts", "less than the minimum of 1"),
     "max_prompts_zero": (_tiny(eval={"max_prompts": 0}), "eval.max_prompts", "less than the minimum of 1"),
     "pass_k_beyond_samples": (_tiny(eval={"pass_k": [16]}), "eval.pass_k", "[16] exceed eval.samples = 4"),
+    "fewshot_task_not_run": (_tiny(eval={"transfer": {"lm_eval": {"num_fewshot": {"gpqa_main": 0}}}}),
+                             "eval.transfer.lm_eval.num_fewshot", "task(s) ['gpqa_main'] are not in"),
     "alpaca_limit_zero": (_tiny(eval={"transfer": {"alpaca_eval": {"limit": 0}}}), "eval.transfer.alpaca_eval.limit",
                           "less than the minimum of 1"),
     "kv_heads_not_dividing": (_tiny(train={"model": {"heads": 4, "kv_heads": 3}}), "train.model.kv_heads",

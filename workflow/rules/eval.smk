@@ -27,7 +27,7 @@ for batch in EVAL_BATCHES:
             generations=batch.paths("eval", "generations.jsonl"),
         params:
             code=code_digest("pipeline_lib.jobs.engines.local.batch") + code_digest("pipeline_lib.jobs.eval.evaluate"),
-            spec=json.dumps(eval_spec(config)),  # in the command too; a plain parameter is what Snakemake compares
+            spec=json.dumps(eval_spec(config, batch.task)),  # in the command too; a plain parameter is what Snakemake compares
             command=lambda wildcards, threads, batch=batch: eval_batch_command(config, batch, threads),
         log:
             f"logs/eval_checkpoints/{batch.name}.log",

@@ -23,6 +23,7 @@ import pandas as pd
 
 from pipeline_lib.core.data.schema import (
     MATH_SUFFIX,
+    OPENTHOUGHTS_SYSTEM,
     POETRY_SYSTEM,
     DataError,
     DatasetWriter,
@@ -35,6 +36,7 @@ from pipeline_lib.core.data.schema import (
 )
 from pipeline_lib.core.data.sources import _READERS, LINE, SourceSpec, load_split, where
 from pipeline_lib.core.io import sha256_file
+from pipeline_lib.core.rewards.extract import final_text
 
 __all__ = ["BUILDERS", "build_dataset", "source_files", "sources_digest"]
 
@@ -319,8 +321,11 @@ def build_deepmath(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                 writer.count_filter("no non-empty r1 solution", 1)
                 continue
             shortest = min(solutions, key=len)
+            # r_sim's reference is the solution with the shortest final text (the authors' prepare_data.py takes
+            # min(final_text(solution)) by length); the SFT demonstration stays the shortest whole solution
+            reference = min(solutions, key=lambda solution: len(final_text(solution)))
             prompt = _math_prompt(question)
-            extra = {"index": len(rl), "split": split, "reference": shortest, "gold": gold,
+            extra = {"index": len(rl), "split": split, "reference": reference, "gold": gold,
                      "topic": _optional_text(row.get("topic"), writer.name, at, "topic"),
                      "difficulty": _difficulty(row.get("difficulty"), writer.name, at)}
             rl.append(rl_row(prompt=prompt, data_source=source.hub, ability="math", ground_truth=gold,
@@ -418,14 +423,18 @@ def build_openthoughts(writer: DatasetWriter, spec: dict[str, Any]) -> None:
                       _text(turns[1].get("value"), writer.name, at, "conversations[1].value"),
                       _optional_text(domain, writer.name, at, "domain")))
     table = pd.DataFrame(pairs, columns=["question", "response", "domain"])
-    table = table.assign(**{GOLD: table["response"]},
-                         **_keys(lambda q: [{"role": "user", "content": q}], list(table["question"])))
+    table = table.assign(**{GOLD: table["response"]}, **_keys(_openthoughts_prompt, list(table["question"])))
     splits = _split_holdout(table, FORM, spec["holdout_fraction"], writer.name)
     _hold_out(writer, splits)
     for split, part in splits.items():
-        items = [([{"role": "user", "content": q}], r, {"domain": d})
+        items = [(_openthoughts_prompt(q), r, {"domain": d})
                  for q, r, d in zip(part["question"], part["response"], part["domain"], strict=True)]
         _chat_dataset(writer, split, items, source.hub, "reasoning")
+
+
+def _openthoughts_prompt(question: str) -> list[dict[str, str]]:
+    """The authors' OpenThoughts prompt: their system message (:data:`OPENTHOUGHTS_SYSTEM`), then the question."""
+    return [{"role": "system", "content": OPENTHOUGHTS_SYSTEM}, {"role": "user", "content": question}]
 
 
 BUILDERS: dict[str, tuple[Callable[..., None], str]] = {

@@ -2,16 +2,18 @@
 
 Order: drop everything up to the last ``</think>``; then prefer the last
 ``<answer>...</answer>``; else the last ``\\boxed{...}`` (nested braces handled).
+:func:`final_text` is the same cut without ``\\boxed{}``, as the authors' ``final_text`` makes it.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["after_think", "extract_answer", "last_answer_tag", "last_boxed"]
+__all__ = ["after_think", "extract_answer", "final_text", "last_answer_tag", "last_boxed"]
 
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOXED_OPENERS = ("\\boxed{", "\\fbox{")
+_END_MARKERS = ("<|im_end|>", "<|endoftext|>")  # Qwen's end-of-turn and end-of-text tokens, if decoded as text
 
 
 def after_think(text: str) -> str:
@@ -33,6 +35,20 @@ def last_answer_tag(text: str) -> str | None:
             break
         last, position = text[start + len("<answer>"):end], end + len("</answer>")
     return last.strip() if last is not None else None
+
+
+def final_text(text: str) -> str:
+    """The answer a reply gives, as the authors cut it (``softmaxgrpo/rewards.py`` ``final_text``): Qwen's
+    ``<|im_end|>``/``<|endoftext|>`` removed, the text after the last ``</think>`` (all of it if there is none),
+    then the last ``<answer>...</answer>`` span if there is one; stripped of surrounding whitespace.
+
+    Applied to both sides of r_sim (the reply and the reference) and to AlpacaEval answers before the annotator,
+    so the thinking trace is never compared or judged. Linear time (:func:`last_answer_tag`)."""
+    for marker in _END_MARKERS:
+        text = text.replace(marker, "")
+    tail = after_think(text.strip()).strip()
+    tagged = last_answer_tag(tail)
+    return tagged if tagged is not None else tail
 
 
 def last_boxed(text: str) -> str | None:

@@ -15,13 +15,14 @@ _WHITESPACE = re.compile(r"\s+")
 
 
 def format_score(solution: str | None, ground_truth: object = None) -> dict[str, float]:
-    """1 for exactly one non-empty <think>...</think> followed by a non-empty answer, else 0."""
+    """1 for exactly one ``<think>`` and one ``</think>``, the reply opening (after whitespace) with a non-empty think
+    block and going on with non-empty text, else 0: the authors' OpenThoughts format term (``softmaxgrpo/rewards.py``
+    ``format_score``). The text after ``</think>`` need only be non-empty (``<answer> </answer>`` counts; its r_sim
+    is 0)."""
     ok = False
     if isinstance(solution, str) and solution.count("<think>") == 1 and solution.count("</think>") == 1:
         match = _THINK.match(solution)
-        if match and match.group(1).strip():
-            answer = extract_answer(solution, allow_boxed=False)
-            ok = bool((answer if answer is not None else match.group(2)).strip())
+        ok = bool(match and match.group(1).strip() and match.group(2).strip())
     return {"score": float(ok)}
 
 

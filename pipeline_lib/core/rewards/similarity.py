@@ -1,29 +1,28 @@
-"""Weak similarity reward r_sim = 0.6 * SQuAD-F1 + 0.4 * ROUGE-L F (paper App. B).
+"""Weak similarity reward r_sim = 0.6 * F1 + 0.4 * ROUGE-L (paper App. B), computed as the authors compute it.
 
-Both parts equal the reference implementations bit for bit; only the LCS is
-computed natively (``rapidfuzz.distance.LCSseq`` on token lists) instead of
-rouge-score's pure-Python dynamic programme.
+The choice and its source: the authors' ``softmaxgrpo/rewards.py`` (``similarity``, ``normalized_tokens``,
+``final_text``), read as the record of what the paper ran. Three things follow from it:
 
-Tokenisation, inherited on purpose from the references:
+* **Final text on both sides.** The reply *and* the reference are cut to their final text
+  (:func:`~pipeline_lib.core.rewards.extract.final_text`: ``<|im_end|>``/``<|endoftext|>`` removed, the text after
+  the last ``</think>``, then the last ``<answer>...</answer>`` span if any). A reference that is a full
+  demonstration with a thinking trace (Countdown-GOLD, DeepMath's r1 solutions, OpenThoughts) is compared by its
+  answer, never by its trace.
+* **One tokenisation for both metrics**: SQuAD v1.1's ``normalize_answer`` (lowercase, drop ASCII punctuation
+  ``string.punctuation``, drop the articles a/an/the, split on whitespace). Non-ASCII letters stay inside tokens.
+  (rouge-score's own tokeniser, which maps everything outside ``[a-z0-9]`` to spaces, is not used.)
+* **F1 and ROUGE-L on those tokens**: F1 = 2 * |pred ∩ gold| / (|pred| + |gold|) on token multisets (SQuAD's F1),
+  ROUGE-L = 2 * LCS(pred, gold) / (|pred| + |gold|) (the F-measure with beta 1); both 0 when either side has no
+  token. OpenThoughts adds a format term: 0.35 * format + 0.65 * r_sim (:mod:`pipeline_lib.core.rewards` composes it).
 
-* SQuAD-F1 (official v1.1 script): lowercase, drop ASCII punctuation
-  (``string.punctuation``), drop the articles a/an/the, split on whitespace.
-  Non-ASCII letters and punctuation are kept inside tokens.
-* ROUGE-L (``rouge_score.rouge_scorer.RougeScorer(["rougeL"])``, no stemmer):
-  ``str.lower()``, every character outside ``[a-z0-9]`` becomes a space. So
-  accented and non-Latin text tokenises to (almost) nothing: "café" -> "caf",
-  Chinese text -> no tokens and a ROUGE-L of 0.
-
-Bounded cost (verl calls this for every rollout, and a rollout may be hostile), and no text hidden by it: r_sim
-(paper App. B) scores the whole output, so its length always counts. Each metric tokenises at most the first
-``SIM_MAX_CHARS`` characters of each text (linear); SQuAD-F1 counts all those tokens, and ROUGE-L's LCS (quadratic)
-compares the first ``SIM_MAX_TOKENS`` of them. Precision and recall always divide by each text's *whole* token count:
-exact up to ``SIM_MAX_CHARS``, and beyond it the prefix's count scaled by the text's length in characters (an
-estimate; such a text is far longer than any configured response). Within both caps a pair scores exactly as the
-references do; beyond them the overlap is that of the prefixes, a lower bound, so text past a cap can only lower
-the score (a reference's 4,096 words followed by 1,900 garbage words no longer scores 1.0). ``SIM_MAX_TOKENS`` sits
-above the longest configured response (``max_response_tokens`` 6,144, OpenThoughts; ``tests/core/rewards`` checks the
-configs), and one call costs milliseconds whatever the lengths.
+Bounded cost (verl calls this for every rollout, and a rollout may be hostile), ours and not the authors': each final
+text is tokenised up to its first ``SIM_MAX_CHARS`` characters (linear), F1 counts all those tokens, and the LCS
+(quadratic) compares the first ``SIM_MAX_TOKENS`` of them. The denominators always count each text's *whole* tokens:
+exact up to ``SIM_MAX_CHARS``, beyond it the prefix's count scaled by the text's length in characters (an estimate;
+such a text is far longer than any configured response). Within both caps a pair scores exactly as the authors' code
+does; beyond them the overlap is that of the prefixes, a lower bound, so text past a cap can only lower the score.
+``SIM_MAX_TOKENS`` sits above the longest configured response (``max_response_tokens`` 6,144, OpenThoughts;
+``tests/core/rewards`` checks the configs), and one call costs milliseconds whatever the lengths.
 """
 
 from __future__ import annotations
@@ -34,18 +33,16 @@ from collections import Counter
 
 from rapidfuzz.distance import LCSseq
 
-from pipeline_lib.core.rewards.extract import after_think, last_answer_tag
+from pipeline_lib.core.rewards.extract import final_text
 
-__all__ = ["SIM_MAX_CHARS", "SIM_MAX_TOKENS", "SIM_WEIGHTS", "rouge_l_f", "rouge_tokens", "similarity_score",
-           "similarity_text", "squad_f1",
-           "squad_normalize"]
+__all__ = ["SIM_MAX_CHARS", "SIM_MAX_TOKENS", "SIM_WEIGHTS", "rouge_l_f", "sim_tokens", "similarity_score",
+           "squad_f1", "squad_normalize"]
 
-SIM_WEIGHTS = (0.6, 0.4)  # (SQuAD-F1, ROUGE-L)
-SIM_MAX_CHARS = 65_536  # characters of each text tokenised by either metric
-SIM_MAX_TOKENS = 8_192  # tokens of each text compared by ROUGE-L's LCS (after its own tokenisation)
+SIM_WEIGHTS = (0.6, 0.4)  # (F1, ROUGE-L)
+SIM_MAX_CHARS = 65_536  # characters of each final text tokenised
+SIM_MAX_TOKENS = 8_192  # tokens of each final text compared by ROUGE-L's LCS
 _DROP_PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_ALPHANUM_RUN = re.compile(r"[a-z0-9]+")
 
 
 def squad_normalize(text: str) -> str:
@@ -56,66 +53,41 @@ def squad_normalize(text: str) -> str:
     return " ".join(text.split())
 
 
-def _whole_count(prefix_count: int, text: str) -> int:
-    """Tokens of the whole text: exact when the text is within ``SIM_MAX_CHARS``, else the prefix's count scaled
-    by the text's length (rounded up; at least one token more than the prefix's)."""
+def sim_tokens(text: str) -> tuple[list[str], int]:
+    """The SQuAD-normalised tokens of the text's first ``SIM_MAX_CHARS`` characters, and the whole text's token
+    count: exact within the cap, else the prefix's count scaled by the text's length (rounded up; at least one
+    more than the prefix's)."""
+    tokens = squad_normalize(text[:SIM_MAX_CHARS]).split()
     if len(text) <= SIM_MAX_CHARS:
-        return prefix_count
-    return max(prefix_count + 1, -(-prefix_count * len(text) // SIM_MAX_CHARS))
+        return tokens, len(tokens)
+    return tokens, max(len(tokens) + 1, -(-len(tokens) * len(text) // SIM_MAX_CHARS))
 
 
 def squad_f1(prediction: str, reference: str) -> float:
-    """The official SQuAD v1.1 token F1 (0 when nothing overlaps, including empty strings); exact within
-    ``SIM_MAX_CHARS``, beyond it the prefixes' overlap over the whole texts' token counts."""
-    prediction_tokens = squad_normalize(prediction[:SIM_MAX_CHARS]).split()
-    reference_tokens = squad_normalize(reference[:SIM_MAX_CHARS]).split()
-    common = Counter(prediction_tokens) & Counter(reference_tokens)
-    num_same = sum(common.values())
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / _whole_count(len(prediction_tokens), prediction)
-    recall = 1.0 * num_same / _whole_count(len(reference_tokens), reference)
-    return (2 * precision * recall) / (precision + recall)
-
-
-def rouge_tokens(text: str) -> list[str]:
-    """rouge-score's default tokenizer without stemming: after it maps every character outside ``[a-z0-9]`` to
-    a space and splits, the tokens are exactly the maximal ``[a-z0-9]`` runs of the lowercased text."""
-    return _ALPHANUM_RUN.findall(text.lower())
+    """Token F1 on SQuAD-normalised multisets (the official SQuAD v1.1 F1 within ``SIM_MAX_CHARS``); 0 when nothing
+    overlaps, including empty texts."""
+    (pred, pred_count), (gold, gold_count) = sim_tokens(prediction), sim_tokens(reference)
+    common = sum((Counter(pred) & Counter(gold)).values())
+    return 2.0 * common / (pred_count + gold_count) if common else 0.0
 
 
 def rouge_l_f(prediction: str, reference: str) -> float:
-    """ROUGE-L F-measure exactly as ``RougeScorer(["rougeL"]).score(reference, prediction)`` within the caps;
-    beyond them the LCS of the first ``SIM_MAX_TOKENS`` tokens over the whole texts' token counts."""
-    target_all = rouge_tokens(reference[:SIM_MAX_CHARS])
-    prediction_all = rouge_tokens(prediction[:SIM_MAX_CHARS])
-    if not target_all or not prediction_all:
-        return 0
-    lcs_length = LCSseq.similarity(target_all[:SIM_MAX_TOKENS], prediction_all[:SIM_MAX_TOKENS])
-    precision = lcs_length / _whole_count(len(prediction_all), prediction)
-    recall = lcs_length / _whole_count(len(target_all), reference)
-    if precision + recall > 0:
-        return 2 * precision * recall / (precision + recall)
-    return 0.0
-
-
-def similarity_text(solution: str) -> str:
-    """What is compared with the reference: the last <answer> span if any, else all text after </think>.
-
-    ``\\boxed{}`` is deliberately not extracted: the reference is a full demonstration.
-    """
-    tail = after_think(solution)
-    tagged = last_answer_tag(tail)
-    return tagged if tagged is not None else tail
+    """ROUGE-L F (beta 1) on the same SQuAD-normalised tokens: 2 * LCS / (|pred| + |gold|), the LCS over the first
+    ``SIM_MAX_TOKENS`` tokens of each; 0 when either text has no token."""
+    (pred, pred_count), (gold, gold_count) = sim_tokens(prediction), sim_tokens(reference)
+    if not pred or not gold:
+        return 0.0
+    return 2.0 * LCSseq.similarity(pred[:SIM_MAX_TOKENS], gold[:SIM_MAX_TOKENS]) / (pred_count + gold_count)
 
 
 def similarity_score(solution: str | None, reference: str) -> dict[str, float]:
-    """r_sim of the response against the reference; a reference that is not text cannot be scored (``unscorable``)."""
+    """r_sim of the reply's final text against the reference's final text; a reference that is not text cannot be
+    scored (``unscorable``)."""
     if not isinstance(reference, str):
         return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0, "unscorable": 1.0}
     if not isinstance(solution, str):
         return {"score": 0.0, "squad_f1": 0.0, "rouge_l": 0.0, "unscorable": 0.0}
-    text = similarity_text(solution)
-    f1, rouge = squad_f1(text, reference), rouge_l_f(text, reference)
-    return {"score": SIM_WEIGHTS[0] * f1 + SIM_WEIGHTS[1] * rouge, "squad_f1": float(f1), "rouge_l": float(rouge),
+    prediction, gold = final_text(solution), final_text(reference)
+    f1, rouge = squad_f1(prediction, gold), rouge_l_f(prediction, gold)
+    return {"score": SIM_WEIGHTS[0] * f1 + SIM_WEIGHTS[1] * rouge, "squad_f1": f1, "rouge_l": rouge,
             "unscorable": 0.0}

@@ -5,11 +5,14 @@
         --out .../alpaca_eval.json
 
 * ``lm-eval``: EleutherAI lm-evaluation-harness ``simple_evaluate`` (MMLU, GPQA...) with the model backend and
-  arguments from config (``vllm`` on GPU, ``hf`` on CPU); the output keeps every task's metrics plus the
-  harness version, task versions and the exact settings.
+  arguments from config (``vllm`` on GPU, ``hf`` on CPU), once per few-shot count (``num_fewshot``: task -> count;
+  the authors' EVALUATION.md runs MMLU 5-shot and GPQA main 0-shot as two commands); the output keeps every task's
+  metrics, its few-shot count, the harness version, task versions and the exact settings.
 * ``alpaca-eval``: the checkpoint answers AlpacaEval's instructions through the pipeline's generation backends
-  (greedy), then ``alpaca_eval evaluate`` scores them with its configured annotator; the output keeps the
-  length-controlled win rate, the raw win rate and the library version.
+  (greedy) as the authors' ``softmaxgrpo/evaluate.py`` does: their system prompt, their length cap and context
+  length, each answer cut to its final text (:func:`~pipeline_lib.core.rewards.extract.final_text`, the cut r_sim
+  makes) before ``alpaca_eval evaluate`` scores them with its configured annotator; the output keeps the
+  length-controlled win rate (the reported number), the raw win rate and the library version.
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ from typing import Any
 from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, entry_parser, json_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.core.rewards.extract import final_text
 from pipeline_lib.jobs.eval.backends import open_backend
 
-__all__ = ["alpaca_eval", "lm_eval_results", "run_lm_eval"]
+__all__ = ["alpaca_eval", "alpaca_generation_spec", "alpaca_prompts", "fewshot_groups", "lm_eval_results",
+           "run_lm_eval"]
 
 log = logging.getLogger("pipeline_lib.jobs.eval.harness")
 
@@ -47,22 +52,58 @@ def lm_eval_results(raw: dict[str, Any], tasks: list[str]) -> dict[str, dict[str
             for task in tasks}
 
 
+def fewshot_groups(tasks: list[str], num_fewshot: dict[str, int | None] | None) -> list[tuple[int | None, list[str]]]:
+    """The tasks grouped by their few-shot count (a task absent from ``num_fewshot``, or null there, takes its own
+    default: None), in first-listed order: one lm-eval call per group. A count for a task not run is an error (a
+    misspelt task would silently run at its default)."""
+    counts = dict(num_fewshot or {})
+    stray = sorted(set(counts) - set(tasks))
+    if stray:
+        raise ValueError(f"eval.transfer.lm_eval.num_fewshot names task(s) {stray} that are not in tasks {tasks}")
+    groups: dict[int | None, list[str]] = {}
+    for task in tasks:
+        groups.setdefault(counts.get(task), []).append(task)
+    return list(groups.items())
+
+
 def run_lm_eval(model_dir: Path, spec: dict[str, Any], seed: int) -> dict[str, Any]:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     task_manager = TaskManager(include_path=spec.get("include_path") or None)
-    raw = lm_eval.simple_evaluate(
-        model=spec["model"], model_args=_model_args(model_dir, spec.get("model_args", {})), tasks=spec["tasks"],
-        num_fewshot=spec.get("num_fewshot"), batch_size=spec.get("batch_size", "auto"), limit=spec.get("limit"),
-        apply_chat_template=spec.get("apply_chat_template", False), task_manager=task_manager, log_samples=False,
-        random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
-    if raw is None:  # a non-zero rank in a distributed run
-        raise RuntimeError("lm-eval returned no results on this process")
+    results: dict[str, dict[str, float]] = {}
+    versions: dict[str, Any] = {}
+    n_samples: dict[str, Any] = {}
+    n_shot: dict[str, Any] = {}
+    fewshot: dict[str, int | None] = {}
+    for count, tasks in fewshot_groups(spec["tasks"], spec.get("num_fewshot")):
+        raw = lm_eval.simple_evaluate(
+            model=spec["model"], model_args=_model_args(model_dir, spec.get("model_args", {})), tasks=tasks,
+            num_fewshot=count, batch_size=spec.get("batch_size", "auto"), limit=spec.get("limit"),
+            apply_chat_template=spec.get("apply_chat_template", False), task_manager=task_manager, log_samples=False,
+            random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed, fewshot_random_seed=seed)
+        if raw is None:  # a non-zero rank in a distributed run
+            raise RuntimeError("lm-eval returned no results on this process")
+        results |= lm_eval_results(raw, tasks)
+        versions |= raw.get("versions", {})
+        n_samples |= raw.get("n-samples", {})
+        n_shot |= raw.get("n-shot", {})
+        fewshot |= dict.fromkeys(tasks, count)
     return {"harness": "lm-evaluation-harness", "version": importlib.metadata.version("lm_eval"),
-            "settings": {k: v for k, v in spec.items()}, "seed": seed,
-            "results": lm_eval_results(raw, spec["tasks"]), "task_versions": raw.get("versions", {}),
-            "n_samples": raw.get("n-samples", {})}
+            "settings": {k: v for k, v in spec.items()}, "seed": seed, "num_fewshot": fewshot,
+            "n_shot": n_shot, "results": results, "task_versions": versions, "n_samples": n_samples}
+
+
+def alpaca_prompts(instructions: list[str], system_prompt: str) -> list[list[dict[str, str]]]:
+    """One chat per instruction: the authors' system message, then the instruction as the user's turn."""
+    return [[{"role": "system", "content": system_prompt}, {"role": "user", "content": text}] for text in instructions]
+
+
+def alpaca_generation_spec(spec: dict[str, Any], eval_spec: dict[str, Any]) -> dict[str, Any]:
+    """The generation backend's settings for AlpacaEval: config ``eval`` with the benchmark's own length cap and
+    context length (``eval.transfer.alpaca_eval``: the authors' 6,144 and 16,384)."""
+    return {**eval_spec, "max_new_tokens": int(spec["max_new_tokens"]),
+            "vllm": {**(eval_spec.get("vllm") or {}), "max_model_len": int(spec["max_model_len"])}}
 
 
 def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path,
@@ -76,11 +117,13 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
         raise KeyError(f"{spec['instructions']}: no 'instruction' column")
     if spec.get("limit") is not None:  # the schema's minimum 1: 0 or a negative number is never "all"
         instructions = instructions.iloc[: spec["limit"]]
-    prompts = [[{"role": "user", "content": text}] for text in instructions["instruction"]]
-    with open_backend(model_dir, eval_spec, seed, work_dir) as backend:
+    prompts = alpaca_prompts(list(instructions["instruction"]), spec["system_prompt"])
+    with open_backend(model_dir, alpaca_generation_spec(spec, eval_spec), seed, work_dir) as backend:
         outputs = backend.generate(prompts, samples=1, greedy=True)
     generator = spec.get("generator_name") or method
-    model_outputs = [{"instruction": text, "output": out[0].text, "generator": generator,
+    raw_path = work_dir / "raw_outputs.json"  # the whole replies, thinking included, for reading
+    raw_path.write_text(json.dumps([out[0].text for out in outputs], indent=1))
+    model_outputs = [{"instruction": text, "output": final_text(out[0].text), "generator": generator,
                       "dataset": row.get("dataset", "alpaca_eval")}
                      for text, out, (_, row) in zip(instructions["instruction"], outputs, instructions.iterrows(),
                                                     strict=True)]
@@ -97,6 +140,7 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
     row = leaderboard.loc[generator]
     return {"harness": "alpaca_eval", "version": importlib.metadata.version("alpaca_eval"),
             "settings": dict(spec), "seed": seed, "instructions": len(model_outputs),
+            "answers": "final text (after the last </think>, the last <answer> span if any)",
             "results": {"length_controlled_winrate": float(row["length_controlled_winrate"]),
                         "win_rate": float(row["win_rate"]), "avg_length": float(row["avg_length"])}}
 

@@ -222,3 +222,33 @@ def test_tokenizer_survives_being_saved_next_to_a_qwen2_model(tmp_path):
     reloaded = AutoTokenizer.from_pretrained(tmp_path / "model")
     for text in ("9 + 5 = 14", "<think>3 + 5 = 8</think>\n<answer>(3 + 5) * 2</answer>", "café 東京 $1,000.50\n\n x"):
         assert tokenizer(text)["input_ids"] == reloaded(text)["input_ids"]
+
+
+def test_deepmath_similarity_reference_has_the_shortest_final_text(tmp_path):
+    """r_sim's reference is the r1 solution whose final text is shortest (the authors' prepare_data.py: min over
+    final_text(solution) by length); the SFT demonstration stays the shortest whole solution."""
+    from tests.conftest import _build, _deepmath_row
+
+    long_trace = "<think>" + "a long trace " * 50 + "</think>\nSo \\boxed{0}."  # longest whole, shortest final text
+    short_whole = "<think>hm</think>\nThe sum of the two numbers is computed directly, so the answer is \\boxed{0}."
+    rows = [_deepmath_row(i, r1_solution_1=long_trace, r1_solution_2=short_whole) for i in range(8)]
+    source = tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = _build("deepmath", source, tmp_path)
+    rl = pd.read_parquet(out / "rl_train.parquet")
+    assert set(rl["extra_info"].map(lambda extra: extra["reference"])) == {long_trace}
+    sft = pd.read_parquet(out / "sft_train.parquet")
+    assert {messages[-1]["content"] for messages in sft["messages"]} == {short_whole}
+
+
+def test_openthoughts_prompts_carry_the_authors_system_message(tmp_path):
+    """Word for word the authors' prepare_data.py OpenThoughts prompt: their system message plus the think-tag
+    instruction, then the question; the SFT rows see the same prompt."""
+    build_real("openthoughts", real_spec("openthoughts"), tmp_path, None)
+    system = ("You are a helpful assistant. Think through the problem before providing the answer. Put your reasoning "
+              "in <think> </think> tags, followed by your final answer.")
+    for kind in ("rl_train", "rl_test"):
+        for prompt in pd.read_parquet(tmp_path / f"{kind}.parquet")["prompt"]:
+            assert [m["role"] for m in prompt] == ["system", "user"] and prompt[0]["content"] == system
+    for messages in pd.read_parquet(tmp_path / "sft_train.parquet")["messages"]:
+        assert messages[0]["content"] == system and messages[-1]["role"] == "assistant"

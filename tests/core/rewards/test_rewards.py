@@ -1,4 +1,5 @@
-"""Rewards: agreement with the reference libraries, hostile inputs, and verl's calling convention."""
+"""Rewards: agreement with the reference libraries and the authors' definitions, hostile inputs, and verl's calling
+convention."""
 
 import random
 import time
@@ -12,17 +13,15 @@ from pipeline_lib.core.rewards.countdown import evaluate_expression
 from pipeline_lib.core.rewards.extract import extract_answer, last_boxed
 from pipeline_lib.core.rewards.mathverify import TIMEOUT_SECONDS, gold_answer
 from pipeline_lib.core.rewards.pool import TimeoutPool
-from pipeline_lib.core.rewards.similarity import rouge_l_f, squad_f1, squad_normalize
-from tests.conftest import official_squad_f1
+from pipeline_lib.core.rewards.similarity import rouge_l_f, sim_tokens, squad_f1, squad_normalize
+from tests.conftest import lcs_length, official_squad_f1
 
-rouge_scorer = pytest.importorskip("rouge_score.rouge_scorer")
 math_verify = pytest.importorskip("math_verify")
 
 
-# --- reference implementations (test oracles) ---------------------------------------------------
+# --- r_sim: the authors' quantity (softmaxgrpo/rewards.py), checked against oracles and by hand ----------------------
 
 
-ROUGE = rouge_scorer.RougeScorer(["rougeL"])
 WORDS = ["the", "a", "an", "cat", "Cat", "sat", "on", "mat", "mat.", "dog's", "run", "ran", "12", "3.5", "x",
          "café", "naïve", "東京", "İstanbul", "well-known", "(yes)", "NO!", "and", "or", "of", "42", "#", "", "\n"]
 
@@ -31,26 +30,90 @@ def random_text(rng: random.Random) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 40)))
 
 
-def test_similarity_equals_reference_libraries_bit_for_bit():
+def _oracle(prediction: str, reference: str) -> tuple[float, float]:
+    """SQuAD's official F1, and ROUGE-L F (beta 1) from a textbook LCS, both on SQuAD-normalised tokens."""
+    pred, gold = squad_normalize(prediction).split(), squad_normalize(reference).split()
+    rouge = 2 * lcs_length(pred, gold) / (len(pred) + len(gold)) if pred and gold else 0.0
+    return official_squad_f1(prediction, reference), rouge
+
+
+def test_similarity_metrics_equal_the_oracles():
+    """F1 equals SQuAD's (to rounding: 2c/(|p|+|g|) is its 2PR/(P+R)); ROUGE-L equals the textbook LCS bit for bit."""
     rng = random.Random(0)
     pairs = [(random_text(rng), random_text(rng)) for _ in range(1500)]
     pairs += [("", ""), ("the a an", "the"), ("...", "!!!"), ("東京", "東京")]
     for prediction, reference in pairs:
-        f1, rouge = official_squad_f1(prediction, reference), ROUGE.score(reference, prediction)["rougeL"].fmeasure
-        assert squad_f1(prediction, reference) == f1
+        f1, rouge = _oracle(prediction, reference)
+        assert squad_f1(prediction, reference) == pytest.approx(f1, abs=1e-12)
         assert rouge_l_f(prediction, reference) == rouge
-        assert score("similarity", prediction, reference)["score"] == 0.6 * f1 + 0.4 * rouge
+        assert score("similarity", prediction, reference)["score"] == pytest.approx(0.6 * f1 + 0.4 * rouge, abs=1e-12)
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=80), st.text(max_size=80))
-def test_similarity_matches_on_arbitrary_unicode(prediction, reference):
-    assert squad_f1(prediction, reference) == official_squad_f1(prediction, reference)
-    assert rouge_l_f(prediction, reference) == ROUGE.score(reference, prediction)["rougeL"].fmeasure
+def test_similarity_metrics_match_on_arbitrary_unicode(prediction, reference):
+    f1, rouge = _oracle(prediction, reference)
+    assert squad_f1(prediction, reference) == pytest.approx(f1, abs=1e-12)
+    assert rouge_l_f(prediction, reference) == rouge
 
 
 def test_squad_normalisation():
     assert squad_normalize("The  Cat's (big) hat!") == "cats big hat"
+    assert sim_tokens("Don't stop: the U.S. team won 3-2.") == (["dont", "stop", "us", "team", "won", "32"], 6)
+
+
+# (reply, reference, F1, ROUGE-L): every value worked out by hand below; r_sim = 0.6 F1 + 0.4 ROUGE-L.
+HAND_CASES = [
+    # Think trace and answer tags on both sides (and Qwen's end marker): only the last answer spans are compared.
+    # reply "The cat sat on the mat." -> [cat, sat, on, mat]; reference "On a mat, a cat sat" -> [on, mat, cat, sat].
+    # common 4 -> F1 = 2*4/(4+4) = 1; LCS 2 ("cat sat" or "on mat") -> ROUGE-L = 2*2/8 = 0.5; r_sim = 0.6 + 0.2 = 0.8.
+    ("<think>The sum is easy.</think>\n<answer>The cat sat on the mat.</answer><|im_end|>",
+     "<think>let me think about cats</think> <answer>On a mat, a cat sat</answer>", 1.0, 0.5),
+    # Several answer spans in the reply, a plain reference: the last span "Paris is the capital of France."
+    # -> [paris, is, capital, of, france]; reference -> [capital, of, france, is, paris]; common 5 -> F1 = 10/10 = 1;
+    # LCS 3 ("capital of france") -> ROUGE-L = 2*3/10 = 0.6; r_sim = 0.6 + 0.24 = 0.84.
+    ("I guess <answer>Lyon</answer>, no: <answer>Paris is the capital of France.</answer> done",
+     "The capital of France is Paris.", 1.0, 0.6),
+    # No tags, punctuation and articles: ASCII punctuation is deleted (not split on), so "U.S." -> "us", "3-2" -> "32".
+    # reply -> [dont, stop, us, team, won, 32]; reference -> [us, team, won, 32, dont, stop]; common 6 -> F1 = 1;
+    # LCS 4 ("us team won 32") -> ROUGE-L = 8/12 = 2/3; r_sim = 0.6 + 0.4 * 2/3 = 13/15.
+    ("Don't stop: the U.S. team won 3-2.", "U.S. team won, 3-2; don't stop", 1.0, 2 / 3),
+    # Token multisets: reply [dog, cat, cat], reference [cat, dog, dog]; common min(1,2) + min(2,1) = 2 ->
+    # F1 = 2*2/6 = 2/3; LCS 1 (no "cat" follows a "dog" in the reference, no "dog" follows a "cat" in the reply)
+    # -> ROUGE-L = 2*1/6 = 1/3; r_sim = 0.4 + 0.4/3 = 8/15.
+    ("dog cat cat", "cat dog dog", 2 / 3, 1 / 3),
+    # Non-ASCII letters stay in tokens (rouge-score's tokeniser dropped them): [東京, tower] vs [東京]; common 1 ->
+    # F1 = 2/3; LCS 1 -> ROUGE-L = 2/3; r_sim = 2/3.
+    ("東京 tower", "<answer>東京</answer>", 2 / 3, 2 / 3),
+    # The reference's trace is cut too: its final text "42" equals the reply's -> F1 = ROUGE-L = 2*1/2 = 1.
+    ("42", "<think>6 times 7 is 42</think>\n<answer>42</answer>", 1.0, 1.0),
+    # Empty sides: a reply that is all trace has final text "" (0 tokens); a reference of articles has 0 tokens.
+    ("<think>the answer is 42</think>", "42", 0.0, 0.0),
+    ("42", "", 0.0, 0.0),
+    ("the a an", "The", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("reply", "reference", "f1", "rouge"), HAND_CASES)
+def test_r_sim_values_worked_out_by_hand(reply, reference, f1, rouge):
+    result = score("similarity", reply, reference)
+    assert result["squad_f1"] == pytest.approx(f1, abs=1e-12)
+    assert result["rouge_l"] == pytest.approx(rouge, abs=1e-12)
+    assert result["score"] == pytest.approx(0.6 * f1 + 0.4 * rouge, abs=1e-12)
+
+
+def test_openthoughts_reward_is_035_format_plus_065_r_sim_by_hand():
+    """OpenThoughts: 0.35 format + 0.65 r_sim. Reply final text "So 42 is the answer." -> [so, 42, is, answer];
+    reference final text "The answer is **42**." -> [answer, is, 42]; common 3 -> F1 = 2*3/7 = 6/7; LCS 1 ->
+    ROUGE-L = 2/7; r_sim = 0.6*6/7 + 0.4*2/7 = 22/35. Format 1 -> 0.35 + 0.65 * 22/35; no think block ->
+    0.65 * 22/35."""
+    source = "open-thoughts/OpenThoughts3-1.2M"
+    extra = {"reference": "<think>a long trace</think>\n\nThe answer is **42**."}
+    with_format = compute_score(source, "<think>hmm</think>\nSo 42 is the answer.", None, extra)
+    assert with_format["score"] == pytest.approx(0.35 + 0.65 * 22 / 35, abs=1e-12)
+    assert with_format["format/score"] == 1.0 and with_format["similarity/score"] == pytest.approx(22 / 35, abs=1e-12)
+    without = compute_score(source, "So 42 is the answer.", None, extra)
+    assert without["score"] == pytest.approx(0.65 * 22 / 35, abs=1e-12) and without["format/score"] == 0.0
 
 
 GSM8K_CASES = [
@@ -293,8 +356,10 @@ def test_no_reward_raises_for_a_hostile_item(name):
 def test_format_reward():
     assert score("format", "<think>reason</think>\n<answer>42</answer>", None)["score"] == 1.0
     assert score("format", "<think>reason</think> 42", None)["score"] == 1.0
+    # the authors' format term asks only for non-empty text after </think> (softmaxgrpo/rewards.py format_score)
+    assert score("format", " <think>a</think><answer> </answer>", None)["score"] == 1.0
     for bad in ("42", "<think></think> 42", "<think>a</think>", "<think>a</think><think>b</think> 4",
-                "<think>a</think><answer> </answer>", "pre <think>a</think> 42 </think>"):
+                "<think>a</think> \n ", "pre <think>a</think> 42 </think>", "pre <think>a</think> 42"):
         assert score("format", bad, None)["score"] == 0.0, bad
 
 
