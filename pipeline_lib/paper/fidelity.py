@@ -101,10 +101,13 @@ def _ours(how: Mapping[str, Any], spec: RunSpec, config: Mapping[str, Any], task
     if "config" in how:
         key = how["config"].format(task=task)
         return _path(config, key, where), f"config `{key}`"
+    if "function" in how:  # a plan function of (config, task): a value the plan derives, e.g. a per-task default
+        module, _, name = how["function"].partition(":")
+        return getattr(importlib.import_module(module), name)(config, task), f"`{module}.{name}(config, task)`"
     if "code" in how:
         module, _, name = how["code"].partition(":")
         return getattr(importlib.import_module(module), name), f"`{module}.{name}`"
-    raise ValueError(f"{REFERENCE}: {where}: 'ours' names none of spec, override, config, code")
+    raise ValueError(f"{REFERENCE}: {where}: 'ours' names none of spec, override, config, function, code")
 
 
 def _stated(entry: Mapping[str, Any] | None, task: str) -> Any:
