@@ -220,7 +220,7 @@ def _golds(out):
     import pandas as pd
 
     frames = [pd.read_parquet(out / f"rl_{split}.parquet") for split in ("train", "test")]
-    return {row["prompt"][0]["content"].split("?")[0] + "?": row["reward_model"]["ground_truth"]
+    return {row["prompt"][-1]["content"].split("?")[0] + "?": row["reward_model"]["ground_truth"]
             for frame in frames for row in frame.to_dict("records")}
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline_lib.core.data.schema import (
+    AUTHORS_SYSTEM,
     MATH_SUFFIX,
     OPENTHOUGHTS_SYSTEM,
     POETRY_SYSTEM,
@@ -40,10 +41,12 @@ from pipeline_lib.core.rewards.extract import final_text
 
 __all__ = ["BUILDERS", "build_dataset", "source_files", "sources_digest"]
 
+#: The authors' Countdown prompt, word for word (``softmaxgrpo/prepare_data.py``; the paper gives none), for the exact
+#: and the similarity-reward runs alike, so the two differ in their reward only.
 COUNTDOWN_PROMPT = (
-    "Using the numbers {numbers}, create an equation that equals {target}. You can use basic arithmetic operations "
-    "(+, -, *, /) and each number can only be used once. Show your work in <think> </think> tags and return the "
-    "final equation in <answer> </answer> tags, for example <answer> (1 + 2) / 3 </answer>."
+    "Using the numbers {numbers}, create an equation that equals {target}. "
+    "Use only +, -, *, / and parentheses, and use each number exactly once. "
+    "Show your work in <think> </think> tags and return the final expression in <answer> </answer> tags."
 )
 MEETING_PROMPT = "Summarize the following city council meeting transcript.\n\n{transcript}"
 
@@ -164,7 +167,15 @@ def _drop_train_duplicates(writer: DatasetWriter, splits: dict[str, pd.DataFrame
 
 
 def _math_prompt(question: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": f"{question} {MATH_SUFFIX}"}]
+    """The authors' math prompt (``softmaxgrpo/prepare_data.py``): their system message, then the question and
+    :data:`MATH_SUFFIX` on its own line."""
+    return [{"role": "system", "content": AUTHORS_SYSTEM}, {"role": "user", "content": f"{question}\n{MATH_SUFFIX}"}]
+
+
+def _countdown_prompt(numbers: Any, target: Any) -> list[dict[str, str]]:
+    """The authors' Countdown prompt with their system message; ``numbers`` printed as a Python list of ints."""
+    content = COUNTDOWN_PROMPT.format(numbers=[int(n) for n in numbers], target=int(target))
+    return [{"role": "system", "content": AUTHORS_SYSTEM}, {"role": "user", "content": content}]
 
 
 def build_gsm8k(writer: DatasetWriter, spec: dict[str, Any]) -> None:
@@ -250,8 +261,7 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
     for split, part in splits.items():
         rows = []
         for numbers, target in zip(part["nums"], part["target"], strict=True):
-            content = COUNTDOWN_PROMPT.format(numbers=numbers, target=target)
-            rows.append(rl_row(prompt=[{"role": "user", "content": content}], data_source=main.hub,
+            rows.append(rl_row(prompt=_countdown_prompt(numbers, target), data_source=main.hub,
                                ability="math", ground_truth={"numbers": numbers, "target": target},
                                extra_info={"index": len(rows), "split": split, "numbers": numbers,
                                            "target": target}))
@@ -275,9 +285,11 @@ def build_countdown(writer: DatasetWriter, spec: dict[str, Any]) -> None:
             _text(message.get("content"), writer.name, at, f"messages[{message.get('role')}].content")
         extra = {"index": len(sim), "split": "train", "numbers": numbers, "target": target,
                  "reference": messages[-1]["content"]}
-        sim.append(rl_row(prompt=messages[:-1], data_source=gold.hub, ability="math",
+        # GOLD's own system and user turns are replaced by the prompt every Countdown run sees (the authors' too)
+        prompt = _countdown_prompt(numbers, target)
+        sim.append(rl_row(prompt=prompt, data_source=gold.hub, ability="math",
                           ground_truth={"numbers": numbers, "target": target}, extra_info=extra))
-        sft.append(sft_row(messages, extra))
+        sft.append(sft_row([*prompt, messages[-1]], extra))
     writer.write("sft", "train", sft)
     writer.write("rl_sim", "train", sim)
 

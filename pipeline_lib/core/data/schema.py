@@ -38,11 +38,13 @@ __all__ = [
 
 MATH_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 POETRY_SYSTEM = "You are a helpful assistant that writes poetry."
+#: The system message of every GSM8K, DeepMath and Countdown prompt, word for word the authors'
+#: (``softmaxgrpo/prepare_data.py`` ``SYSTEM``; the paper gives no prompt for these tasks).
+AUTHORS_SYSTEM = "You are a helpful assistant. Think through the problem before providing the answer."
 #: The system message of every OpenThoughts prompt, word for word the authors' (``softmaxgrpo/prepare_data.py``: their
 #: shared system message plus the think-tag instruction they add for OpenThoughts); AlpacaEval's answers are generated
 #: under it without its middle sentence (``eval.transfer.alpaca_eval.system_prompt``, their ``evaluate.py``).
-OPENTHOUGHTS_SYSTEM = ("You are a helpful assistant. Think through the problem before providing the answer. "
-                       "Put your reasoning in <think> </think> tags, followed by your final answer.")
+OPENTHOUGHTS_SYSTEM = AUTHORS_SYSTEM + " Put your reasoning in <think> </think> tags, followed by your final answer."
 
 
 class DataError(ValueError):

@@ -137,10 +137,37 @@ def test_real_builders_account_for_every_row(name, tmp_path):
         assert filters["no non-empty r1 solution"] == 1
 
 
-def test_gsm8k_prompt_has_the_math_suffix(tmp_path):
+def test_gsm8k_prompt_is_the_authors(tmp_path):
+    """Word for word the authors' prepare_data.py math prompt: their system message, then the question and the
+    math suffix on its own line; the SFT rows see the same prompt."""
     build_real("gsm8k", real_spec("gsm8k"), tmp_path, None)
-    prompt = pd.read_parquet(tmp_path / "rl_test.parquet")["prompt"][0][0]["content"]
-    assert prompt.endswith("Please reason step by step, and put your final answer within \\boxed{}.")
+    system = "You are a helpful assistant. Think through the problem before providing the answer."
+    for prompt in pd.read_parquet(tmp_path / "rl_test.parquet")["prompt"]:
+        assert [m["role"] for m in prompt] == ["system", "user"] and prompt[0]["content"] == system
+        question, _, suffix = prompt[1]["content"].rpartition("\n")
+        assert question and suffix == "Please reason step by step, and put your final answer within \\boxed{}."
+    for messages in pd.read_parquet(tmp_path / "sft_train.parquet")["messages"]:
+        assert messages[0]["content"] == system and messages[-1]["role"] == "assistant"
+
+
+def test_countdown_exact_and_sim_prompts_are_the_authors(tmp_path):
+    """The authors' Countdown prompt for the exact (Countdown-Tasks-3to4) and the similarity (GOLD) rows alike:
+    GOLD's own system and user turns are replaced, its assistant turn is the reference and the demonstration."""
+    build_real("countdown", real_spec("countdown"), tmp_path, None)
+    system = "You are a helpful assistant. Think through the problem before providing the answer."
+    for kind in ("rl_train", "rl_test", "rl_sim_train"):
+        frame = pd.read_parquet(tmp_path / f"{kind}.parquet")
+        for prompt, truth in zip(frame["prompt"], frame["reward_model"], strict=True):
+            gold = json.loads(truth["ground_truth"])
+            assert [m["role"] for m in prompt] == ["system", "user"] and prompt[0]["content"] == system
+            assert prompt[1]["content"] == (
+                f"Using the numbers {list(gold['numbers'])}, create an equation that equals {gold['target']}. "
+                "Use only +, -, *, / and parentheses, and use each number exactly once. Show your work in "
+                "<think> </think> tags and return the final expression in <answer> </answer> tags.")
+    sim = pd.read_parquet(tmp_path / "rl_sim_train.parquet")
+    sft = pd.read_parquet(tmp_path / "sft_train.parquet")
+    for prompt, messages, info in zip(sim["prompt"], sft["messages"], sim["extra_info"], strict=True):
+        assert list(messages[:2]) == list(prompt) and messages[-1]["content"] == info["reference"]
 
 
 def test_missing_column_names_dataset_and_file(tmp_path):

@@ -130,7 +130,7 @@ def test_a_duplicate_question_with_another_gold_is_removed_and_counted(tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["filters"][CONFLICTING_GOLDS] == 2
     assert "removed from every split" in manifest["held_out"]["conflicting_golds"]
-    questions = [row["prompt"][0]["content"] for split in ("train", "test")
+    questions = [row["prompt"][-1]["content"] for split in ("train", "test")
                  for row in pd.read_parquet(out / f"rl_{split}.parquet").to_dict("records")]
     assert not any(q.startswith("What is 5 + 5?") for q in questions)
     assert sum(q.startswith("What is 7 + 7?") for q in questions) == 1
