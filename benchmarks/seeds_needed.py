@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     allocation = args.results / "paper" / "data" / "gradient_allocation.csv"
     if allocation.is_file():
         shifts = allocation_shift(pd.read_csv(allocation))
-        parts = [(s["task"], "allocation shift (share < 0.5)", s["result"]) for s in shifts]
+        parts = [(s["task"], f"allocation: {s['claim'].name}", s["result"]) for s in shifts]
         if (args.results / "train").is_dir():  # the report's split of the shift, for scale
             split = allocation_split(args.results / "train", [s["task"] for s in shifts])
             parts += [(r.task, f"allocation: {r.part}", r.result) for r in split.itertuples()]

@@ -182,10 +182,15 @@ class RLSettings(_TrainerSettings):
     ppo_epochs: int
     grad_clip: float
     checkpoint_every: int
+    #: Distinct training prompts the run draws from (None: all); a smaller pool makes the run revisit its prompts.
+    prompt_pool: int | None
     knobs: LocalRLKnobs | VerlRLKnobs
 
     def __post_init__(self) -> None:
         """A value the engine cannot compute is an error naming the key (on verl at parse time, before a GPU)."""
+        if self.prompt_pool is not None and self.prompt_pool < self.prompts_per_step:
+            raise PlanError(f"prompt_pool {self.prompt_pool} is smaller than prompts_per_step {self.prompts_per_step}: "
+                            "a step would draw one prompt twice")
         engine = next((name for name, knobs in RL_KNOBS.items() if isinstance(self.knobs, knobs)), None)
         if engine is None:
             raise PlanError(f"group-RL knobs must be one of {[k.__name__ for k in RL_KNOBS.values()]}")

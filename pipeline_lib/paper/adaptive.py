@@ -8,7 +8,7 @@
 
 ``compare`` writes two tables: ``<stem>`` (paired differences ours - baseline of held-out pass@1, greedy and
 sampled, with 95% intervals from :func:`pipeline_lib.core.stats.paired_interval`, the seed as the unit) and
-``<stem>_allocation`` (each method's share of the gradient budget sum_i T_i |A_i| by the group's pass-rate bin,
+``<stem>_allocation`` (each method's share of the gradient budget sum_i T_i |A_i| by its prompt's pass-rate bin,
 and ours - baseline per bin with t-intervals over seeds). ``tau-data``/``tau-figure`` show the per-group
 temperature softmax_ess chose over training: read from the ``tau`` the local engine logs per rollout, or, for
 runs without it (verl), recomputed from the logged rewards with the same estimator.
@@ -39,7 +39,9 @@ from pipeline_lib.paper.reproduction import compare, prompt_scores
 from pipeline_lib.paper.results import (
     METHOD_LABELS,
     PASS_RATE_BINS,
+    PASS_RATE_MEASURE,
     allocation_data,
+    bin_names,
     run_columns,
     run_ids_argument,
     runs_record,
@@ -110,23 +112,27 @@ def comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
 
 
 def allocation_comparison(rollouts: Mapping[str, RunId], ours: str, baselines: list[str]) -> pd.DataFrame:
-    """Per task: each method's mean share of sum T|A| by pass-rate bin, and ours - baseline with seed intervals
-    (``rollouts``: each run's ``rollouts.jsonl`` -> the run)."""
+    """Per task: each method's mean share of its binned sum T|A| by pass-rate bin (p over each prompt's other visits:
+    :func:`pipeline_lib.paper.results.allocation_bins`), and ours - baseline with seed intervals (``rollouts``: each
+    run's ``rollouts.jsonl`` -> the run)."""
     data = allocation_data(rollouts)
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     totals = data[bins].sum(axis=1)
     if (totals <= 0).any():  # a share of nothing is undefined: such runs are left out and their seeds unpaired
         empty = data.loc[totals <= 0, ["task", "method", "seed"]].to_dict("records")
-        log.warning("runs with no gradient signal at all (every group all-equal), left out: %s", empty)
+        log.warning("runs with no binned gradient (every group all-equal, or no prompt visited twice), left out: %s",
+                    empty)
     kept, kept_totals = data[totals > 0], totals[totals > 0]
-    shares = kept.assign(**{b: kept[b] / kept_totals for b in bins})
+    shares = kept.assign(**{b: kept[b] / kept_totals for b in bins},
+                         unbinned=kept["unbinned"] / (kept_totals + kept["unbinned"]))
     runs = {(r.task, r.method, int(r.seed)): r for r in shares.itertuples()}
     rows = []
     for task in sorted(data["task"].unique()):
         for method in [ours, *baselines]:
             part = shares[(shares["task"] == task) & (shares["method"] == method)]
             rows.append({"task": task, "row": method, "kind": "share", "n_seeds": len(part),
-                         **{f"{b}_mean": float(part[b].mean()) for b in bins}})
+                         **{f"{b}_mean": float(part[b].mean()) for b in bins},
+                         "unbinned_mean": float(part["unbinned"].mean())})
         for baseline in baselines:
             seeds = sorted({s for t, m, s in runs if t == task and m == ours}
                            & {s for t, m, s in runs if t == task and m == baseline})
@@ -143,26 +149,28 @@ def allocation_comparison(rollouts: Mapping[str, RunId], ours: str, baselines: l
 
 
 def allocation_comparison_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
-    names = [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
-             for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
+    names = bin_names()
     rows = []
     for r in frame.to_dict("records"):
         if r["n_seeds"] == 0:
             name = _label(r["row"]) if r["kind"] == "share" else \
                 " - ".join(_label(m) for m in r["row"].split("-", 1)) + " (pp)"
-            cells = {n: "–" for n in names}  # no run of this row had any gradient signal
+            cells = {n: "–" for n in [*names, "Unbinned"]}  # no run of this row had any binned gradient
         elif r["kind"] == "share":
             name = _label(r["row"])
-            cells = {n: f"{100 * r[f'bin{i}_mean']:.1f}%" for i, n in enumerate(names)}
+            cells = {**{n: f"{100 * r[f'bin{i}_mean']:.1f}%" for i, n in enumerate(names)},
+                     "Unbinned": f"{100 * r['unbinned_mean']:.1f}%"}
         else:
             ours, baseline = r["row"].split("-", 1)
             name = f"{_label(ours)} - {_label(baseline)} (pp)"
-            cells = {n: _interval(r[f"bin{i}_mean"], r[f"bin{i}_low"], r[f"bin{i}_high"]) for i, n in enumerate(names)}
+            cells = {**{n: _interval(r[f"bin{i}_mean"], r[f"bin{i}_low"], r[f"bin{i}_high"])
+                        for i, n in enumerate(names)}, "Unbinned": "–"}
         rows.append({"Task": r["task"], "Row": name, **cells, "Seeds": int(r["n_seeds"])})
     caption = (f"Gradient allocation of SoftmaxGRPO-ESS [{label} run]: share of the token-level gradient budget "
-               "sum_i T_i |A_i| spent on groups binned by their measured pass rate (mean over seeds of each run's "
-               "share over all steps), and the paired difference to each baseline in percentage points with 95% "
-               "t-intervals over the per-seed differences (seeds - 1 degrees of freedom; one seed: no interval).")
+               "sum_i T_i |A_i| spent on prompts binned by their measured pass rate p (mean over seeds of each run's "
+               "share of its binned budget over all steps; Unbinned: the mean share of the whole budget not binned), "
+               "and the paired difference to each baseline in percentage points with 95% t-intervals over the "
+               "per-seed differences (seeds - 1 degrees of freedom; one seed: no interval). " + PASS_RATE_MEASURE)
     return write_table(pd.DataFrame(rows), stem, caption, "tab:adaptive_tau_allocation")
 
 

@@ -1,11 +1,13 @@
-"""What the gradient-allocation comparison can say: which bins a configuration can fill, and how much of the shift
-is the estimator's arithmetic rather than a change in what training visits.
+"""The paper's statements on the gradient-allocation table (Sec. 5.3), and how much of a shift is the estimator's
+arithmetic rather than a change in what training visits.
 
-SoftmaxGRPO-Exact's share of sum_i T_i |A_i| on hard groups (pass rate < 0.5) minus GRPO-Exact's splits exactly into
+Each statement (:data:`ALLOCATION_CLAIMS`) says SoftmaxGRPO-Exact puts more (or less) of its budget sum_i T_i |A_i|
+than GRPO-Exact on prompts whose pass rate p lies in a range; p is measured over the prompt's other visits
+(:func:`pipeline_lib.paper.results.allocation_bins`). SoftmaxGRPO-Exact's share minus GRPO-Exact's splits exactly into
 
 * **the estimator's arithmetic**: GRPO-Exact's own rollouts re-weighted with the softmax run's estimator (the
   advantage registry, :func:`pipeline_lib.core.rl.advantages.group_advantages`, on the logged rewards) minus GRPO's
-  weights on them -- the shift with the visited groups held fixed;
+  weights on them -- the shift with the visited groups (and their p) held fixed;
 * **what training visits**: the softmax run's own rollouts minus GRPO-Exact's rollouts, both weighted by the
   softmax estimator -- the shift that comes from training reaching different groups.
 
@@ -15,7 +17,8 @@ Each part is paired by seed with :func:`pipeline_lib.core.stats.paired_interval`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,40 +26,56 @@ import pandas as pd
 
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX
 from pipeline_lib.core.stats import PairedDifference, paired_interval
-from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, allocation_bins
+from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, allocation_bins, bin_names
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.plan.runs import RunId
 
-__all__ = ["HARD_BINS", "allocation_split", "bin_names", "run_advantage", "unfillable_bins"]
-
-#: Gradient-allocation bins counted as "hard" (group pass rate below 0.5).
-HARD_BINS = [i for i, (_, high) in enumerate(PASS_RATE_BINS) if high <= 0.5]
+__all__ = ["ALLOCATION_CLAIMS", "AllocationClaim", "allocation_split", "bin_names", "claim_share", "run_advantage"]
 
 
-def bin_names() -> list[str]:
-    return [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
-            for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
+@dataclass(frozen=True)
+class AllocationClaim:
+    """One statement of the paper on its Table 3: on its ``column`` (a paper task), SoftmaxGRPO puts more
+    (``more``) or less of its gradient budget than GRPO on prompts with ``low <= p < high`` (``high`` 1 includes 1)."""
+
+    column: str
+    low: float
+    high: float
+    more: bool
+
+    @property
+    def bins(self) -> list[int]:
+        """The :data:`PASS_RATE_BINS` the range covers (its edges are bin edges)."""
+        inside = [i for i, (lo, hi) in enumerate(PASS_RATE_BINS) if lo >= self.low and hi <= self.high]
+        if not inside or PASS_RATE_BINS[inside[0]][0] != self.low or PASS_RATE_BINS[inside[-1]][1] != self.high:
+            raise ValueError(f"allocation claim range [{self.low:g}, {self.high:g}) is not a union of pass-rate bins")
+        return inside
+
+    @property
+    def name(self) -> str:
+        if self.high == PASS_RATE_BINS[-1][1]:
+            return f"p >= {self.low:g}"
+        return f"p < {self.high:g}" if self.low == 0 else f"{self.low:g} <= p < {self.high:g}"
+
+    def statement(self, a: str = "softmax_exact", b: str = "grpo_exact") -> str:
+        word = "more" if self.more else "less"
+        return (f"{METHOD_LABELS.get(a, a)} puts {word} of its gradient budget than {METHOD_LABELS.get(b, b)} on "
+                f"prompts with {self.name} (Table 3)")
 
 
-def unfillable_bins(group_size: int, binary_reward: bool) -> dict[int, str]:
-    """Bins no group can put gradient in, with the reason: with 0/1 rewards equal to correctness, a group's
-    advantages are 0 unless 0 < k < M of its M rollouts are correct, so a bin holding no such k/M stays empty
-    whatever training does. Nothing is unfillable when rewards are graded or the group size varies (0)."""
-    if not binary_reward or group_size < 2:
-        return {}
-    names = bin_names()
-    out = {}
-    for i, (low, high) in enumerate(PASS_RATE_BINS):
-        last = i == len(PASS_RATE_BINS) - 1
-        inside = [k for k in range(group_size + 1) if low <= k / group_size < high or (last and k == group_size)]
-        if not any(0 < k < group_size for k in inside):
-            held = {0: "all wrong", group_size: "all correct"}
-            what = " or ".join(f"{held[k]} ({k}/{group_size})" for k in inside) or "no group at all"
-            out[i] = (f"with M = {group_size} and 0/1 rewards, a pass rate in {names[i]} means {what}; such groups "
-                      "have advantage 0 under every estimator, so this bin cannot hold gradient: a property of M and "
-                      f"the reward, not of this run or its scale (every run with M = {group_size} and 0/1 rewards "
-                      "leaves it empty, the paper plan's runs with that M included)")
-    return out
+#: The paper's statements (abstract, Sec. 5.3, conclusion): GSM8K, p >= 0.9 (10.0% vs 36.4%) and [0.2, 0.9) (82.7% vs
+#: 58.9%); Countdown, p < 0.5 (46.7% vs 32.4%) and p >= 0.9 (5.1% vs 9.6%). Their numbers are read from
+#: config/paper_reference.yaml's table, never typed here.
+ALLOCATION_CLAIMS = (AllocationClaim("gsm8k", 0.9, 1.0, more=False), AllocationClaim("gsm8k", 0.2, 0.9, more=True),
+                     AllocationClaim("countdown", 0.0, 0.5, more=True),
+                     AllocationClaim("countdown", 0.9, 1.0, more=False))
+
+
+def claim_share(values: Sequence[float], claim: AllocationClaim) -> float:
+    """The share of the binned budget (``values``: one total per bin) in the claim's range; NaN when nothing is
+    binned."""
+    values = np.asarray(values, dtype=float)
+    return float(values[claim.bins].sum() / values.sum()) if values.sum() > 0 else float("nan")
 
 
 def run_advantage(run_dir: Path) -> tuple[str, dict]:
@@ -74,34 +93,34 @@ def run_advantage(run_dir: Path) -> tuple[str, dict]:
     return name, dict(estimator["params"])
 
 
-def _hard_share(bins: dict[str, float]) -> float:
-    values = np.array([bins[f"bin{i}"] for i in range(len(PASS_RATE_BINS))])
-    return float(values[HARD_BINS].sum() / values.sum()) if values.sum() > 0 else float("nan")
+def _share(bins: dict[str, float], claim: AllocationClaim) -> float:
+    return claim_share([bins[f"bin{i}"] for i in range(len(PASS_RATE_BINS))], claim)
 
 
-def allocation_split(rollouts: Mapping[str, RunId], tasks: list[str], a: str = "softmax_exact",
-                     b: str = "grpo_exact") -> pd.DataFrame:
-    """Per task and part (``arithmetic``, ``visits``; they add up to the total shift): the hard-share difference
-    paired by seed, over the seeds where both runs have rollouts and gradient signal (``rollouts``: each run's
-    ``rollouts.jsonl`` -> the run, handed over by the plan; runs pair by their task and seed fields)."""
+def allocation_split(rollouts: Mapping[str, RunId], claims: Sequence[tuple[str, AllocationClaim]],
+                     a: str = "softmax_exact", b: str = "grpo_exact") -> pd.DataFrame:
+    """Per (task, claim) of ``claims`` and part (``arithmetic``, ``visits``; they add up to the total shift): the
+    difference in the claim's share, a minus b, paired by seed, over the seeds where both runs have rollouts and
+    binned gradient (``rollouts``: each run's ``rollouts.jsonl`` -> the run, handed over by the plan; runs pair by
+    their task and seed fields)."""
     written = {(run.task, run.name, run.seed): Path(path) for path, run in rollouts.items() if Path(path).is_file()}
     rows = []
-    for task in tasks:
+    for task, claim in claims:
         shares: dict[str, list[float]] = {"aa": [], "ab": [], "bb": []}
         for (_, _, seed_k), run_a in sorted(((k, p) for k, p in written.items() if k[:2] == (task, a)),
                                             key=lambda item: item[1]):
             run_b = written.get((task, b, seed_k))
             if run_b is None:
                 continue
-            seed = {"aa": _hard_share(allocation_bins(run_a)),
-                    "ab": _hard_share(allocation_bins(run_b, run_advantage(run_a.parent))),
-                    "bb": _hard_share(allocation_bins(run_b))}
+            seed = {"aa": _share(allocation_bins(run_a), claim),
+                    "ab": _share(allocation_bins(run_b, run_advantage(run_a.parent)), claim),
+                    "bb": _share(allocation_bins(run_b), claim)}
             if all(np.isfinite(v) for v in seed.values()):
                 for key, value in seed.items():
                     shares[key].append(value)
         for part, (x, y) in {"arithmetic": ("ab", "bb"), "visits": ("aa", "ab")}.items():
             result = paired_interval(shares[x], shares[y]) if shares[x] else None
-            rows.append({"task": task, "part": part, "result": result,
+            rows.append({"task": task, "claim": claim.name, "part": part, "result": result,
                          "share_before": float(np.mean(shares[y])) if shares[y] else None,
                          "share_after": float(np.mean(shares[x])) if shares[x] else None})
     return pd.DataFrame(rows)
@@ -115,8 +134,8 @@ def split_section(split: pd.DataFrame, a: str = "softmax_exact", b: str = "grpo_
     rows = []
     for r in split.itertuples():
         result: PairedDifference | None = r.result
-        rows.append({"Task": r.task, "Part": meaning[r.part],
-                     "Hard share before -> after": f"{100 * r.share_before:.1f}% -> {100 * r.share_after:.1f}%"
+        rows.append({"Task": r.task, "Range": r.claim, "Part": meaning[r.part],
+                     "Share before -> after": f"{100 * r.share_before:.1f}% -> {100 * r.share_after:.1f}%"
                      if result else "–",
                      "Shift [95% CI] (points)": result.format(scale=100, with_method=True) if result else "–"})
     return to_markdown(pd.DataFrame(rows))

@@ -40,12 +40,18 @@ from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rubrics import RUBRICS
 from pipeline_lib.core.stats import INTERVAL_METHOD, PairedDifference, paired_interval
 from pipeline_lib.core.yaml_files import load_yaml
-from pipeline_lib.paper.allocation_split import HARD_BINS, allocation_split, split_section, unfillable_bins
+from pipeline_lib.paper.allocation_split import ALLOCATION_CLAIMS, allocation_split, claim_share, split_section
 from pipeline_lib.paper.captions import base_done_records, base_note, paper_gaps
 from pipeline_lib.paper.contents import PAPER_TRANSFER, RunContents, cannot_say, run_contents
 from pipeline_lib.paper.machines import machines_section, run_machines
 from pipeline_lib.paper.miniature import load_planted, miniature_section, planted_limits
-from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, run_ids_argument, runs_record
+from pipeline_lib.paper.results import (
+    METHOD_LABELS,
+    PASS_RATE_BINS,
+    PASS_RATE_MEASURE,
+    run_ids_argument,
+    runs_record,
+)
 from pipeline_lib.paper.summary import artefact_notes, blind_judges, demonstration_quality, load_slips, summary_section
 from pipeline_lib.paper.tables import to_markdown
 from pipeline_lib.paper.verdicts import MIN_SEEDS, rules, verdicts
@@ -108,33 +114,27 @@ def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric
 
 
 def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
-    """Ours / paper per bin; a bin this configuration cannot fill (see
-    :func:`pipeline_lib.paper.allocation_split.unfillable_bins`) says so with a note instead of a 0 beside the
-    paper's number."""
+    """Ours / paper per bin (each bin's share of the binned budget, p measured over the prompt's other visits:
+    :data:`pipeline_lib.paper.results.PASS_RATE_MEASURE`), and the unbinned share of ours beside them."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
-    summed = ours.groupby(["task", "method"])[bins].sum()
-    rows, notes = [], {}
+    extra = [c for c in ("unbinned", "groups", "groups_unbinned") if c in ours.columns]
+    summed = ours.groupby(["task", "method"])[[*bins, *extra]].sum()
+    rows = []
     for (task, method), values in summed.iterrows():
-        total = values.sum()
-        key = f"{TASK_TO_PAPER.get(task, task)}/{method}"
-        paper = reference["rows"].get(key)
-        runs = ours[(ours["task"] == task) & (ours["method"] == method)]
-        sizes = set(runs["group_size"]) if "group_size" in runs.columns else set()
-        unfillable = unfillable_bins(int(sizes.pop()) if len(sizes) == 1 else 0,
-                                     bool(runs["binary_reward"].all()) if "binary_reward" in runs.columns else False)
+        total = values[bins].sum()
+        paper = reference["rows"].get(f"{TASK_TO_PAPER.get(task, task)}/{method}")
         row = {"Run": f"{task} {_label(method)}"}
         for i, name in enumerate(reference["columns"]):
-            theirs = _fmt(paper[i]) if paper else "–"
-            if i in unfillable:
-                mark = notes.setdefault(unfillable[i], f"({chr(ord('a') + len(notes))})")
-                row[name] = f"not comparable {mark} / {theirs}"
-                continue
             mine = 100 * values[bins[i]] / total if total else None
-            row[name] = f"{_fmt(mine)} / {theirs}"
+            row[name] = f"{_fmt(mine)} / {_fmt(paper[i]) if paper else '–'}"
+        if "unbinned" in extra:
+            whole = total + values["unbinned"]
+            row["Unbinned (ours)"] = (f"{_fmt(100 * values['unbinned'] / whole if whole else None)}%"
+                                      + (f" ({int(values['groups_unbinned'])}/{int(values['groups'])} groups)"
+                                         if "groups" in extra and "groups_unbinned" in extra else ""))
         rows.append(row)
-    lines = [to_markdown(pd.DataFrame(rows))]
-    lines += ["", *(f"{mark} Not comparable: {reason}." for reason, mark in notes.items())] if notes else []
-    return "\n".join(lines)
+    return "\n".join([to_markdown(pd.DataFrame(rows)).rstrip("\n"), "", "Each bin is a share of the binned budget "
+                      "(a row's bins sum to 100%). " + PASS_RATE_MEASURE])
 
 
 def reward_health_section(table1: pd.DataFrame | None) -> list[str]:
@@ -321,20 +321,31 @@ def _interval_word(result: PairedDifference | None) -> str:
     return "excludes 0" if result.excludes_zero else "includes 0"
 
 
-def allocation_shift(allocation: pd.DataFrame, a: str = "softmax_exact", b: str = "grpo_exact") -> list[dict]:
-    """Per task: share of the gradient budget on groups with pass rate < 0.5, ``a`` minus ``b``, paired by seed."""
+def allocation_shift(allocation: pd.DataFrame, reference: dict | None = None, a: str = "softmax_exact",
+                     b: str = "grpo_exact") -> list[dict]:
+    """Per task and each of the paper's statements on its column
+    (:data:`pipeline_lib.paper.allocation_split.ALLOCATION_CLAIMS`, the task's column by :data:`TASK_TO_PAPER`):
+    the share of the binned budget in the statement's range for ``a`` and ``b``, and their difference paired by seed,
+    oriented so that a positive difference is what the paper states (``a - b`` for "more", ``b - a`` for "less").
+    ``reference`` (config/paper_reference.yaml's ``gradient_allocation``) adds the paper's own shares."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
-    frame = allocation.copy()
-    total = frame[bins].sum(axis=1)
-    frame["hard"] = frame[[bins[i] for i in HARD_BINS]].sum(axis=1) / total.where(total > 0)
     out = []
-    for task in sorted(frame["task"].unique()):
-        per = frame[frame["task"] == task].set_index(["method", "seed"])["hard"].dropna()
-        seeds = sorted(s for (m, s) in per.index if m == a and (b, s) in per.index)
-        result = paired_interval([per[(a, s)] for s in seeds], [per[(b, s)] for s in seeds]) if seeds else None
-        out.append({"task": task, "a": a, "b": b, "result": result,
-                    "a_share": float(np.mean([per[(a, s)] for s in seeds])) if seeds else None,
-                    "b_share": float(np.mean([per[(b, s)] for s in seeds])) if seeds else None})
+    for task in sorted(allocation["task"].unique()):
+        column = TASK_TO_PAPER.get(task, task)
+        runs = allocation[allocation["task"] == task].set_index(["method", "seed"])
+        for claim in (c for c in ALLOCATION_CLAIMS if c.column == column):
+            share = {key: claim_share(row[bins].to_numpy(dtype=float), claim) for key, row in runs.iterrows()}
+            share = {key: value for key, value in share.items() if np.isfinite(value)}
+            seeds = sorted(s for (m, s) in share if m == a and (b, s) in share)
+            first, second = (a, b) if claim.more else (b, a)
+            result = paired_interval([share[(first, s)] for s in seeds],
+                                     [share[(second, s)] for s in seeds]) if seeds else None
+            paper = {m: (reference or {}).get("rows", {}).get(f"{column}/{m}") for m in (a, b)}
+            out.append({"task": task, "claim": claim, "a": a, "b": b, "result": result,
+                        "a_share": float(np.mean([share[(a, s)] for s in seeds])) if seeds else None,
+                        "b_share": float(np.mean([share[(b, s)] for s in seeds])) if seeds else None,
+                        **{f"paper_{k}": (float(np.sum([paper[m][i] for i in claim.bins])) / 100 if paper[m]
+                                          else None) for k, m in (("a", a), ("b", b))}})
     return out
 
 
@@ -348,18 +359,8 @@ class Claim:
     result: PairedDifference | None
 
 
-def _hard_shares(reference: Mapping[str, Any]) -> str:
-    """``; paper: 46.7% vs 32.4% countdown``: the paper's Table 3 share below p = 0.5, SoftmaxGRPO vs GRPO, per task."""
-    rows = reference.get("rows", {})
-    tasks = dict.fromkeys(key.split("/", 1)[0] for key in rows)
-    shares = [f"{sum(rows[f'{t}/softmax_exact'][i] for i in HARD_BINS):.1f}% vs "
-              f"{sum(rows[f'{t}/grpo_exact'][i] for i in HARD_BINS):.1f}% {t}"
-              for t in tasks if f"{t}/softmax_exact" in rows and f"{t}/grpo_exact" in rows]
-    return f"; paper: {', '.join(shares)}" if shares else ""
-
-
 def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiable: list[Comparison],
-                  table1_reference: dict, allocation_reference: Mapping[str, Any] | None = None) -> list[Claim]:
+                  table1_reference: dict) -> list[Claim]:
     """The claims a run's paired results speak to, in the table's order (the Holm family of
     :func:`pipeline_lib.paper.verdicts.verdicts` is the rows with enough seeds)."""
     claims: list[Claim] = []
@@ -377,11 +378,13 @@ def paired_claims(verifiable: list[Comparison], shifts: list[dict], nonverifiabl
             claims.append(Claim(claim, c.task, f"greedy pass@1 {c.result.format(scale=100, with_method=True)} "
                                 "points" if c.result else c.note, c.result))
     for shift in shifts:
-        r = shift["result"]
-        claims.append(Claim("SoftmaxGRPO-Exact assigns more of its gradient budget than GRPO-Exact to prompts with "
-                            f"pass rate p < 0.5 (Gradient allocation{_hard_shares(allocation_reference or {})})",
-                            shift["task"], f"share {100 * shift['b_share']:.1f}% -> {100 * shift['a_share']:.1f}%: "
-                            f"{r.format(scale=100, with_method=True)}" if r else "–", r))
+        r, claim = shift["result"], shift["claim"]
+        paper = (f"; paper {_pct(shift.get('paper_b'))} -> {_pct(shift.get('paper_a'))}"
+                 if shift.get("paper_a") is not None and shift.get("paper_b") is not None else "")
+        first, second = (shift["a"], shift["b"]) if claim.more else (shift["b"], shift["a"])
+        claims.append(Claim(claim.statement(shift["a"], shift["b"]) + paper, shift["task"],
+                            f"share {_pct(shift['b_share'])} -> {_pct(shift['a_share'])}; {_label(first)} − "
+                            f"{_label(second)} {r.format(scale=100, with_method=True)} points" if r else "–", r))
     for c in pick(nonverifiable, "softmax_sim", "grpo_sim", "judge"):
         claims.append(Claim("SoftmaxGRPO-Sim > GRPO-Sim on judged non-verifiable tasks", c.task,
                             f"judge score {c.result.format(scale=100, with_method=True)}" if c.result else c.note,
@@ -452,8 +455,7 @@ def claim_ledger(verifiable: list[Comparison], shifts: list[dict], nonverifiable
     (the rules of :mod:`pipeline_lib.paper.verdicts`, Holm-adjusted over the rows with paired intervals); the
     paper's own differences come from ``table1_reference`` (config/paper_reference.yaml), the claims read off a table
     from ``reference`` (all of it) and what this run holds (``contents``, :func:`appendix_claims`)."""
-    claims = paired_claims(verifiable, shifts, nonverifiable, table1_reference,
-                           (reference or {}).get("gradient_allocation"))
+    claims = paired_claims(verifiable, shifts, nonverifiable, table1_reference)
     rows = [{"Claim": c.claim, "Task": c.task, "Evidence": c.evidence,
              "Seeds": str(c.result.n_seeds) if c.result else "–"} for c in claims]
     results = [c.result for c in claims]
@@ -546,15 +548,17 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
         parts += ["## Gradient allocation (% of sum T_i |A_i|, ours / paper)", "",
                   allocation_section(allocation, reference["gradient_allocation"]), ""]
         if "seed" in allocation.columns:
-            shifts = allocation_shift(allocation)
-            rows = [{"Task": s["task"], "GRPO-Exact share (pass rate < 0.5)": _pct(s["b_share"]),
-                     "SoftmaxGRPO-Exact share": _pct(s["a_share"]),
-                     "Shift [95% CI] (points)": s["result"].format(scale=100, with_method=True)
+            shifts = allocation_shift(allocation, reference["gradient_allocation"])
+            rows = [{"Task": s["task"], "Range": s["claim"].name, "Paper states": "SoftmaxGRPO-Exact "
+                     + ("more" if s["claim"].more else "less"),
+                     "GRPO-Exact share": _pct(s["b_share"]), "SoftmaxGRPO-Exact share": _pct(s["a_share"]),
+                     "Difference as stated [95% CI] (points)": s["result"].format(scale=100, with_method=True)
                      if s["result"] else "–"}
                     for s in shifts]
-            parts += ["### Gradient-allocation shift, paired by seed", "", to_markdown(pd.DataFrame(rows)), ""]
-            if rollouts is not None:
-                split = allocation_split(rollouts, [s["task"] for s in shifts])
+            parts += ["### Gradient-allocation shift, paired by seed (the paper's statements)", "",
+                      to_markdown(pd.DataFrame(rows)) if rows else "No task here has a statement in the paper.", ""]
+            if rollouts is not None and shifts:
+                split = allocation_split(rollouts, [(s["task"], s["claim"]) for s in shifts])
                 parts += ["### Where the shift comes from", "",
                           "The shift above adds up from two parts, each paired by seed: the estimator's arithmetic "
                           "(GRPO-Exact's own rollouts re-weighted with the softmax run's estimator through the "
@@ -591,8 +595,7 @@ def build_report(label: str, reference: dict, table1: pd.DataFrame | None, alloc
               claim_ledger(verifiable, shifts, nonverifiable, made, label, reference["table1"], min_seeds,
                            contents, reference), ""]
     parts += machines_section(machines if machines is not None else pd.DataFrame())
-    claims = paired_claims(verifiable, shifts, nonverifiable, reference["table1"],
-                           reference.get("gradient_allocation"))
+    claims = paired_claims(verifiable, shifts, nonverifiable, reference["table1"])
     judged = verdicts([c.result for c in claims], min_seeds)
     cannot = ([] if comparable or planted else
               [f"the paper's absolute accuracies: this run is labelled `{label}`, not `paper`, so its numbers are not "

@@ -101,59 +101,125 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
                        raw_columns=tasks)
 
 
+#: The ``rollouts.jsonl`` field naming the prompt each rollout answers, by engine: the local engine's training row
+#: (``prompt_index``), verl's hash of the decoded prompt text (``prompt_key``: its dumps carry no row index).
+PROMPT_FIELDS = ("prompt_index", "prompt_key")
+#: What the allocation table says of how a group's pass rate p is measured (its caption and the report's).
+PASS_RATE_MEASURE = (
+    "A group's p is its prompt's verifier pass rate over the prompt's other visits in the same run (every rollout of "
+    "that prompt in its other groups, at other steps; this group left out), so p is measured apart from the group "
+    "whose gradient is counted: binned by its own k/M, the [0.9, 1] bin would hold only all-correct groups, whose "
+    "advantage is 0 under every estimator. A group whose prompt has no other visit has no such p and is not binned; "
+    "'Unbinned' is those groups' share of the whole budget (groups: unbinned / all), never dropped silently.")
+
+
 def allocation_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
-    """Per run (``runs``: each run's ``rollouts.jsonl`` -> its run): sum_i T_i |A_i| spent on groups in each pass-rate
-    bin, with the run's group size (0 when it varies) and whether its rewards are its 0/1 correctness (then an
-    all-correct or all-wrong group has no gradient)."""
+    """Per run (``runs``: each run's ``rollouts.jsonl`` -> its run): :func:`allocation_bins`'s totals by pass-rate
+    bin, the unbinned budget and the group counts."""
     return pd.DataFrame([{**run_columns(run), **allocation_bins(Path(path))} for path, run in runs.items()])
 
 
+def _prompt_keys(record: Mapping[str, Any], path: Path, number: int) -> np.ndarray:
+    for field in PROMPT_FIELDS:
+        if field in record:
+            return np.asarray([str(value) for value in record[field]], dtype=object)
+    raise ValueError(f"{path} line {number}: no {' or '.join(PROMPT_FIELDS)} field, so the prompt each rollout "
+                     "answers is unknown and its pass rate over its other visits cannot be measured (a verl run's "
+                     "rollouts.jsonl written before prompt_key existed: rebuild it from the run's rollout_dump)")
+
+
 def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> dict[str, float]:
-    """One run's ``bin<i>`` totals of sum_i T_i |A_i|, ``group_size`` and ``binary_reward``; with ``advantage``
-    (registry name, parameters) the logged advantages are replaced by that estimator's on the same rewards (the
-    same rollouts, re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`)."""
+    """One run's gradient budget sum_i T_i |A_i| by the pass rate p of each group's prompt, p measured over the
+    prompt's other visits in the run (leave this group out: :data:`PASS_RATE_MEASURE`), binned by
+    :func:`pipeline_lib.core.rl.group_metrics.pass_rate_bin`.
+
+    Returns ``bin<i>`` totals, ``unbinned`` (the budget of groups whose prompt has no other visit), ``groups``,
+    ``groups_unbinned``, ``prompts`` and ``group_size`` (0 when it varies). With ``advantage`` (registry name,
+    parameters) the logged advantages are replaced by that estimator's on the same rewards (the same rollouts,
+    re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`); p does not depend on the weights."""
     import torch
 
-    totals = np.zeros(len(PASS_RATE_BINS))
-    sizes: set[int] = set()
-    binary = True
-    for line in path.read_text().splitlines():
+    from pipeline_lib.core.rl.group_metrics import pass_rate_bin
+
+    keys, visits, correct_sums, budgets = [], [], [], []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
         record = json.loads(line)
-        group = np.asarray(record["group"])
-        correct = np.asarray(record["correct"], dtype=float)
-        reward = np.asarray(record["reward"], dtype=float)
+        try:
+            group = np.asarray(record["group"], dtype=np.int64)
+            correct = np.asarray(record["correct"], dtype=float)
+            reward = np.asarray(record["reward"], dtype=float)
+            length = np.asarray(record["length"], dtype=float)
+            logged = None if advantage is not None else np.asarray(record["advantage"], dtype=float)
+        except KeyError as error:
+            raise ValueError(f"{path} line {number}: no {error.args[0]!r} field") from None
+        prompts = _prompt_keys(record, path, number)
+        if not len(group) == len(correct) == len(reward) == len(length) == len(prompts):
+            raise ValueError(f"{path} line {number}: per-rollout fields of different lengths")
         if advantage is None:
-            advantages = np.asarray(record["advantage"], dtype=float)
+            advantages = logged
         else:
             advantages = group_advantages(advantage[0], torch.from_numpy(reward), torch.from_numpy(group),
                                           **advantage[1]).numpy()
-        weight = np.asarray(record["length"]) * np.abs(advantages)
-        n_groups = group.max() + 1
+        n_groups = int(group.max()) + 1
         counts = np.bincount(group, minlength=n_groups)
-        pass_rate = np.bincount(group, correct, n_groups) / counts
-        per_group = np.bincount(group, weight, n_groups)
-        bins = np.digitize(pass_rate, [b[1] for b in PASS_RATE_BINS[:-1]])
-        totals += np.bincount(bins, per_group, len(PASS_RATE_BINS))
-        sizes.update(int(c) for c in counts if c)
-        binary = binary and bool(np.array_equal(reward, correct))
-    return {**{f"bin{i}": t for i, t in enumerate(totals)}, "group_size": sizes.pop() if len(sizes) == 1 else 0,
-            "binary_reward": binary}
+        present = counts > 0
+        first = np.zeros(n_groups, dtype=np.int64)
+        ids, firsts = np.unique(group, return_index=True)
+        first[ids] = firsts  # each group's first rollout
+        group_prompt = prompts[first]
+        mixed = np.flatnonzero(prompts != group_prompt[group])
+        if len(mixed):
+            raise ValueError(f"{path} line {number}: group {int(group[mixed[0]])} holds rollouts of more than one "
+                             f"prompt ({group_prompt[group[mixed[0]]]!r} and {prompts[mixed[0]]!r})")
+        keys.append(group_prompt[present])
+        visits.append(counts[present])
+        correct_sums.append(np.bincount(group, correct, n_groups)[present])
+        budgets.append(np.bincount(group, length * np.abs(advantages), n_groups)[present])
+    if not keys:
+        raise ValueError(f"{path}: no rollouts")
+    key, n, k, budget = (np.concatenate(parts) for parts in (keys, visits, correct_sums, budgets))
+    names, prompt = np.unique(key, return_inverse=True)
+    other_n = np.bincount(prompt, n)[prompt] - n
+    other_k = np.bincount(prompt, k)[prompt] - k
+    binned = other_n > 0
+    bins = pass_rate_bin(torch.from_numpy(other_k[binned] / other_n[binned])).numpy()
+    totals = np.bincount(bins, budget[binned], len(PASS_RATE_BINS))
+    sizes = set(n.tolist())
+    return {**{f"bin{i}": float(t) for i, t in enumerate(totals)}, "unbinned": float(budget[~binned].sum()),
+            "groups": len(n), "groups_unbinned": int((~binned).sum()), "prompts": len(names),
+            "group_size": int(sizes.pop()) if len(sizes) == 1 else 0}
+
+
+def bin_names() -> list[str]:
+    """Column names of :data:`PASS_RATE_BINS`, as the paper prints them."""
+    return [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
+            for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
 
 
 def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
+    """Table 3: per task and method, summed over seeds, each bin's share of the binned budget (a row's five bins sum
+    to 100%) and the unbinned share of the whole budget beside them."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
-    names = [f"[{lo:g},{hi:g})" if i < len(PASS_RATE_BINS) - 1 else f"[{lo:g},{hi:g}]"
-             for i, (lo, hi) in enumerate(PASS_RATE_BINS)]
-    summed = frame.groupby(["task", "method"])[bins].sum()
+    missing = sorted({*bins, "unbinned", "groups", "groups_unbinned"} - set(frame.columns))
+    if missing:
+        raise ValueError(f"allocation data lacks columns {missing} (made before p was measured over other visits: "
+                         "rerun paper_gradient_allocation_data)")
+    summed = frame.groupby(["task", "method"])[[*bins, "unbinned", "groups", "groups_unbinned"]].sum()
     rows = []
     for (task, method), values in summed.iterrows():
-        total = values.sum()
+        total = values[bins].sum()
+        whole = total + values["unbinned"]
         cells = {name: (f"{100 * values[b] / total:.1f}%" if total > 0 else "no signal")
-                 for name, b in zip(names, bins, strict=True)}
-        rows.append({"Task": task, "Method": METHOD_LABELS.get(method, method), **cells})
+                 for name, b in zip(bin_names(), bins, strict=True)}
+        rows.append({"Task": task, "Method": METHOD_LABELS.get(method, method), **cells,
+                     "Unbinned": (f"{100 * values['unbinned'] / whole:.1f}%" if whole > 0 else "no signal")
+                     + f" ({int(values['groups_unbinned'])}/{int(values['groups'])} groups)"})
     caption = (f"Gradient allocation across prompt difficulty [{label} run]: fraction of the total token-level "
-               "gradient budget sum_i T_i |A_i| spent on prompts binned by their group's measured pass rate, summed "
-               "over all training steps and seeds; each row sums to 100%.")
+               "gradient budget sum_i T_i |A_i| spent on prompts binned by their measured pass rate p, summed over "
+               "all training steps and seeds; the five bins of each row sum to 100% of the binned budget. "
+               + PASS_RATE_MEASURE)
     return write_table(pd.DataFrame(rows), stem, caption, "tab:gradient_allocation")
 
 

@@ -4,7 +4,8 @@ Everything here is computed from the run's own files, never typed in: the claims
 the claims table's machinery (:mod:`pipeline_lib.paper.verdicts`), the share of Rationalization's generated
 demonstrations that are well-formed from the demonstrations the run wrote (``rationalized_sft.parquet``, scored
 with the format reward every run uses), a judge's blindness to the planted slip from its per-item scores of outputs with
-and without the slip, and the allocation bins no run can fill from the group size and reward the runs logged.
+and without the slip, and the gradient budget the allocation table leaves unbinned (groups whose prompt the run
+visited only once: no pass rate measured apart from them).
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from pipeline_lib.core.rewards.format_reward import format_score
-from pipeline_lib.paper.allocation_split import bin_names, unfillable_bins
-from pipeline_lib.paper.results import METHOD_LABELS, _method_sort_key
+from pipeline_lib.paper.results import METHOD_LABELS, PASS_RATE_BINS, _method_sort_key
 from pipeline_lib.plan.runs import RunId
 
 __all__ = ["SLIP_DETECTORS", "SlipGap", "artefact_notes", "blind_judges", "demonstration_quality", "load_slips",
@@ -202,14 +202,25 @@ def _blind_note(task: str, gap: SlipGap) -> str:
             f"{measured} {rule}. The judged table cannot show a method unlearning the slip.")
 
 
-def _unfillable(allocation: pd.DataFrame | None) -> list[str]:
-    if allocation is None or allocation.empty or not {"group_size", "binary_reward"} <= set(allocation.columns):
+def _unbinned(allocation: pd.DataFrame | None) -> list[str]:
+    """One sentence per allocation row (task, method) whose budget is partly unbinned: groups whose prompt has no
+    other visit in the run have no pass rate measured apart from them
+    (:func:`pipeline_lib.paper.results.allocation_bins`)."""
+    bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
+    if allocation is None or allocation.empty or not {*bins, "unbinned", "groups", "groups_unbinned"} <= set(
+            allocation.columns):
         return []
-    reasons = []
-    for (size, binary), _ in allocation.groupby(["group_size", "binary_reward"]):
-        for i, reason in unfillable_bins(int(size), bool(binary)).items():
-            reasons.append(f"The gradient-allocation bin {bin_names()[i]} is empty by construction: {reason}.")
-    return list(dict.fromkeys(reasons))
+    notes = []
+    summed = allocation.groupby(["task", "method"])[[*bins, "unbinned", "groups", "groups_unbinned"]].sum()
+    for (task, method), row in summed.iterrows():
+        whole = row[bins].sum() + row["unbinned"]
+        if row["groups_unbinned"] > 0:
+            share = f"{100 * row['unbinned'] / whole:.1f}%" if whole > 0 else "none"
+            notes.append(f"Gradient allocation of `{task}` {METHOD_LABELS.get(method, method)}: "
+                         f"{int(row['groups_unbinned']):,} of its {int(row['groups']):,} groups ({share} of the "
+                         "budget) answer a prompt the run visited only once, so they have no pass rate measured "
+                         "apart from them and are not binned (the table's Unbinned column).")
+    return notes
 
 
 def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, SlipGap], allocation: pd.DataFrame | None) -> list[str]:
@@ -224,7 +235,7 @@ def artefact_notes(quality: pd.DataFrame, blind: Mapping[str, SlipGap], allocati
                      f"({100 * share:.1f}%) are well-formed (one non-empty `<think>` block, then an answer: the format "
                      f"check of `pipeline_lib/core/rewards/format_reward.py`).{verdict}")
     notes += [_blind_note(task, gap) for task, gap in blind.items()]
-    return notes + _unfillable(allocation)
+    return notes + _unbinned(allocation)
 
 
 def _runs_line(label: str, table1: pd.DataFrame | None,

@@ -54,7 +54,7 @@ def write_rollouts(root: Path, method: str, seed: int) -> Path:
         pass_rate = torch.rand(GROUPS, 1, generator=gen, dtype=torch.float64)
         rewards = (torch.rand(GROUPS, M, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
         group = torch.arange(GROUPS).repeat_interleave(M)
-        record = {"step": step, "group": group.tolist(), "reward": rewards.tolist(),
+        record = {"step": step, "group": group.tolist(), "prompt_index": group.tolist(), "reward": rewards.tolist(),
                   "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
                   "length": torch.randint(1, 20, (GROUPS * M,), generator=gen).tolist(),
                   "correct": rewards.int().tolist(), **advantage_diagnostics(advantage, rewards, group, **params)}
@@ -109,16 +109,18 @@ def test_unpaired_seeds_and_prompts_are_errors(tmp_path):
 
 
 def test_allocation_shares_by_hand(tmp_path):
-    """One step, two groups of 4, unit lengths: k = 1 (pass rate 0.25) and k = 3 (0.75)."""
+    """Two equal steps, each two groups of 4 with unit lengths: prompt 0 at k = 1 and prompt 1 at k = 3, so each
+    group's prompt has pass rate 0.25 (0.75) over its other visit."""
     rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 0], dtype=torch.float64)
     group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     for method, (advantage, params) in METHODS.items():
         for seed in (0, 1):
             path = tmp_path / "results/train" / TASK / method / f"seed{seed}" / "rollouts.jsonl"
             path.parent.mkdir(parents=True)
-            path.write_text(json.dumps({"step": 1, "group": group.tolist(), "reward": rewards.tolist(),
-                                        "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
-                                        "length": [1] * 8, "correct": rewards.int().tolist()}) + "\n")
+            path.write_text("".join(json.dumps(
+                {"step": step, "group": group.tolist(), "prompt_index": group.tolist(), "reward": rewards.tolist(),
+                 "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
+                 "length": [1] * 8, "correct": rewards.int().tolist()}) + "\n" for step in (1, 2)))
     frame = adaptive.allocation_comparison(runs_written(sorted(tmp_path.rglob("rollouts.jsonl"))), "softmax_ess",
                                            ["grpo_exact"])
     # softmax_ess, f = 0.5: k = 1 solves ESS = 2 with c from App. A, sum |A| = 2 (4c / (c + 3) - 1);
@@ -171,6 +173,7 @@ def test_command_line_writes_tables_figure_and_provenance(runs):
     assert "SoftmaxGRPO-ESS - GRPO-Exact" in table and "SoftmaxGRPO-ESS - SoftmaxGRPO-Exact" in table
     allocation = (stem.parent / "adaptive_tau_allocation.md").read_text()
     assert "[0,0.2)" in allocation and "SoftmaxGRPO-ESS - GRPO-Exact (pp)" in allocation
+    assert "| Unbinned |" in allocation and "other visits" in allocation
     assert Path(str(stem.with_suffix(".csv")) + ".prov.json").is_file()
     data = root / "results/paper/data/adaptive_tau.csv"
     data.parent.mkdir(parents=True)
@@ -190,9 +193,10 @@ def test_runs_without_gradient_signal_are_left_out_not_fatal(tmp_path):
             rewards = torch.tensor([1.0, 0, 0, 0] if seed == 0 else [0.0, 0, 0, 0], dtype=torch.float64)
             path = tmp_path / "results/train" / TASK / method / f"seed{seed}" / "rollouts.jsonl"
             path.parent.mkdir(parents=True)
-            path.write_text(json.dumps({"step": 1, "group": group.tolist(), "reward": rewards.tolist(),
-                                        "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
-                                        "length": [1] * 4, "correct": rewards.int().tolist()}) + "\n")
+            path.write_text("".join(json.dumps(  # one prompt, visited twice
+                {"step": step, "group": group.tolist(), "prompt_index": [0] * 4, "reward": rewards.tolist(),
+                 "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
+                 "length": [1] * 4, "correct": rewards.int().tolist()}) + "\n" for step in (1, 2)))
     paths = sorted(tmp_path.rglob("rollouts.jsonl"))
     frame = adaptive.allocation_comparison(runs_written(paths), "softmax_ess", ["grpo_exact"])
     assert set(frame["n_seeds"]) == {1}  # seed 1 left out everywhere, seed 0 kept and paired

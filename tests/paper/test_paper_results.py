@@ -3,8 +3,16 @@
 import json
 
 import pandas as pd
+import pytest
 
-from pipeline_lib.paper.results import allocation_data, allocation_table, table1, table1_data
+from pipeline_lib.paper.results import (
+    allocation_bins,
+    allocation_data,
+    allocation_table,
+    bin_names,
+    table1,
+    table1_data,
+)
 from pipeline_lib.plan import METHODS, RunId
 from pipeline_lib.plan.settings import group_rl_spec, reference_prompts
 from tests.conftest import runs_written
@@ -39,21 +47,100 @@ def test_table1_means_spread_bold_and_missing_cells(tmp_path):
     assert "tiny run: not comparable" in md.read_text()
 
 
-def test_gradient_allocation_fractions(tmp_path):
-    path = tmp_path / "results/train/t/grpo_exact/seed0/rollouts.jsonl"
-    path.parent.mkdir(parents=True)
-    # group 0: pass rate 0.5, weights 2*1 + 2*1 = 4; group 1: pass rate 1.0 -> advantages 0 in GRPO
-    # group 2: pass rate 0.25 with weights 1*3 + 3*1 = 6
-    record = {"step": 1, "group": [0, 0, 1, 1, 2, 2, 2, 2], "reward": [1, 0, 1, 1, 1, 0, 0, 0],
-              "advantage": [1, -1, 0, 0, 3, -1, -1, -1], "length": [2, 2, 5, 5, 1, 1, 1, 1],
-              "correct": [1, 0, 1, 1, 1, 0, 0, 0], "prompt_index": [0] * 8}
-    path.write_text(json.dumps(record) + "\n")
+def _step(step: int, prompts: list, correct: list[list[int]], lengths: list[int], field: str = "prompt_index",
+          advantage: str = "grpo", params: dict | None = None) -> dict:
+    """One step's rollouts.jsonl line: group g answers prompts[g], with its rollouts' 0/1 correctness (the reward)
+    and one response length per group; the logged advantage is the registry's ``advantage`` on those rewards."""
+    import torch
+
+    from pipeline_lib.core.rl.advantages import group_advantages
+
+    group = [g for g, c in enumerate(correct) for _ in c]
+    reward = [float(x) for c in correct for x in c]
+    adv = group_advantages(advantage, torch.tensor(reward, dtype=torch.float64), torch.tensor(group), **(params or {}))
+    record = {"step": step, "group": group, "reward": reward, "correct": [x for c in correct for x in c],
+              "advantage": adv.tolist(), "length": [lengths[g] for g in group], field: [prompts[g] for g in group]}
+    if field == "prompt_key":
+        record["prompt_uid"] = [f"visit-{step}-{g}" for g in group]  # verl's per-visit uid, beside the prompt key
+    return record
+
+
+#: Prompt A near-solved on its other visits (8/8, 8/8), then a 7/8 visit; B visited once; C at 2/8 and 6/8.
+NEAR_SOLVED = [(["A", "B"], [[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0]]), (["A", "C"], [[1] * 8, [1, 1, 0, 0, 0, 0, 0, 0]]),
+               (["A", "C"], [[1] * 7 + [0], [1] * 6 + [0, 0]])]
+
+
+def _write_near_solved(path, field: str, advantage: str = "grpo", params: dict | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = {"prompt_index": {"A": 3, "B": 7, "C": 11}, "prompt_key": {"A": "9f2c", "B": "04aa", "C": "77b1"}}[field]
+    path.write_text("".join(json.dumps(_step(s + 1, [keys[k] for k in prompts], correct, [2, 3], field, advantage,
+                                             params)) + "\n"
+                            for s, (prompts, correct) in enumerate(NEAR_SOLVED)))
+
+
+@pytest.mark.parametrize("field", ["prompt_index", "prompt_key"])  # the local engine's and verl's rollouts.jsonl
+def test_gradient_allocation_bins_by_the_prompts_pass_rate_over_its_other_visits(tmp_path, field):
+    """A 7/8 group whose prompt was solved on its other visits spends its gradient in [0.9, 1] (its own k/M = 0.875
+    would put it in [0.7, 0.9)); a prompt visited once is unbinned and counted; C's two visits bin each other."""
+    import torch
+
+    from pipeline_lib.core.rl.advantages import group_advantages
+
+    path = tmp_path / "rollouts.jsonl"
+    _write_near_solved(path, field)
+    bins = allocation_bins(path)
+
+    def budget(correct: list[int], length: int) -> float:
+        rewards = torch.tensor(correct, dtype=torch.float64)
+        return float(length * group_advantages("grpo", rewards, torch.zeros(len(correct), dtype=torch.long)).abs()
+                     .sum())
+
+    near, once = budget(NEAR_SOLVED[2][1][0], 2), budget(NEAR_SOLVED[0][1][1], 3)
+    c_low, c_high = budget(NEAR_SOLVED[1][1][1], 3), budget(NEAR_SOLVED[2][1][1], 3)
+    assert near > 0 and bins["bin4"] == pytest.approx(near)  # A's other visits: 16/16 -> p = 1
+    assert bins["bin3"] == pytest.approx(c_low)  # C at 2/8, its other visit 6/8 -> p = 0.75
+    assert bins["bin1"] == pytest.approx(c_high)  # C at 6/8, its other visit 2/8 -> p = 0.25
+    assert bins["bin0"] == bins["bin2"] == 0.0
+    assert bins["unbinned"] == pytest.approx(once) and bins["groups_unbinned"] == 1 and bins["groups"] == 6
+    assert bins["prompts"] == 3 and bins["group_size"] == 8
     run = RunId("main", "t", "grpo_exact", 0, "results/train/t/grpo_exact/seed0/DONE.json")
     frame = allocation_data({str(path): run})
-    assert frame.loc[0, "bin1"] == 6 and frame.loc[0, "bin2"] == 4 and frame.loc[0, "bin4"] == 0
-    csv, _, _ = allocation_table(frame, "tiny", tmp_path / "alloc")
+    csv, md, _ = allocation_table(frame, "tiny", tmp_path / "alloc")
     row = pd.read_csv(csv).iloc[0]
-    assert row["[0.2,0.5)"] == "60.0%" and row["[0.5,0.7)"] == "40.0%" and row["[0.9,1]"] == "0.0%"
+    total = near + c_low + c_high
+    assert row["[0.9,1]"] == f"{100 * near / total:.1f}%" and row["[0,0.2)"] == "0.0%"
+    assert sum(float(row[c].rstrip("%")) for c in bin_names()) == pytest.approx(100, abs=0.2)
+    assert row["Unbinned"] == f"{100 * once / (total + once):.1f}% (1/6 groups)"
+    assert "other visits" in md.read_text() and "this group left out" in md.read_text()
+
+
+def test_softmax_and_grpo_put_different_shares_on_near_solved_prompts(tmp_path):
+    """The same rollouts re-weighted by each estimator: SoftmaxGRPO (tau 0.1) gives the near-solved 7/8 group less of
+    the budget than GRPO does (binned by other visits, the bins an estimator cannot change)."""
+    path = tmp_path / "rollouts.jsonl"
+    _write_near_solved(path, "prompt_index")
+    grpo, softmax = allocation_bins(path, ("grpo", {})), allocation_bins(path, ("softmax", {"tau": 0.1}))
+    share = {name: b["bin4"] / sum(b[f"bin{i}"] for i in range(5)) for name, b in (("grpo", grpo),
+                                                                                   ("softmax", softmax))}
+    assert share["softmax"] < share["grpo"] - 0.01
+    assert grpo["groups_unbinned"] == softmax["groups_unbinned"] == 1
+
+
+def test_gradient_allocation_names_the_file_when_a_prompt_is_unknown(tmp_path):
+    """A rollouts.jsonl without the prompt of each rollout (an old verl one: only the per-visit prompt_uid) cannot be
+    binned by other visits: an error naming the file and line, never a silent per-group binning."""
+    path = tmp_path / "old" / "rollouts.jsonl"
+    _write_near_solved(path, "prompt_key")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for line in lines:
+        del line["prompt_key"]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(ValueError, match=r"old/rollouts\.jsonl line 1: no prompt_index or prompt_key"):
+        allocation_bins(path)
+    mixed = lines[0] | {"prompt_index": [0] * 7 + [1] + [2] * 8}
+    path.write_text(json.dumps(mixed) + "\n")
+    with pytest.raises(ValueError, match=r"line 1: group 0 holds rollouts of more than one prompt"):
+        allocation_bins(path)
 
 
 def test_paired_methods_differ_only_in_advantage_and_reward():

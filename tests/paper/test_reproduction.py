@@ -11,7 +11,7 @@ import yaml
 
 from pipeline_lib.core.rl.advantages import group_advantages
 from pipeline_lib.core.stats import paired_interval
-from pipeline_lib.paper.allocation_split import allocation_split, unfillable_bins
+from pipeline_lib.paper.allocation_split import ALLOCATION_CLAIMS, allocation_split
 from pipeline_lib.paper.reproduction import allocation_shift, build_report, compare, load_judge_items, load_scores
 from pipeline_lib.paper.results import allocation_data
 from pipeline_lib.paper.verdicts import verdicts
@@ -61,8 +61,14 @@ def test_allocation_shift_is_paired_by_seed_and_made_tables_are_recognised(tmp_p
     frame = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": hard, "bin1": 0.0, "bin2": 0.0,
                            "bin3": 0.0, "bin4": 1.0 - hard}
                           for s in range(3) for m, hard in (("grpo_exact", 0.1 + 0.01 * s), ("softmax_exact", 0.4))])
-    shift = allocation_shift(frame)[0]
-    assert abs(shift["result"].mean - (0.4 - 0.11)) < 1e-9 and shift["result"].excludes_zero
+    near, moderate = allocation_shift(frame)  # arith_tiny stands in for GSM8K: the paper's two statements there
+    assert near["claim"].name == "p >= 0.9" and not near["claim"].more
+    # "less on p >= 0.9" is oriented GRPO - SoftmaxGRPO: a positive difference is what the paper states
+    assert abs(near["result"].mean - (0.89 - 0.6)) < 1e-9 and near["result"].excludes_zero
+    assert near["b_share"] == pytest.approx(0.89) and near["a_share"] == pytest.approx(0.6)
+    assert moderate["claim"].name == "0.2 <= p < 0.9" and moderate["result"].mean == 0.0
+    with_paper = allocation_shift(frame, REFERENCE["gradient_allocation"])
+    assert with_paper[0]["paper_b"] == pytest.approx(0.364) and with_paper[1]["paper_a"] == pytest.approx(0.827)
     table = tmp_path / "nonverifiable.md"
     table.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 50.0 |")
     ablation = tmp_path / "ablation.md"
@@ -147,33 +153,36 @@ def test_verdict_rules():
         verdicts([up], min_seeds=2)
 
 
-def test_bins_a_configuration_cannot_fill_are_named_not_printed_as_zero():
-    """Binary rewards: only 0 < k < M correct gives a group gradient, so with M = 8 the [0.9, 1] bin (8/8 only) and
-    with M = 4 also [0, 0.2) (0/4 only) stay empty whatever training does; graded rewards fill every bin."""
-    assert list(unfillable_bins(8, True)) == [4] and "all correct (8/8)" in unfillable_bins(8, True)[4]
-    assert list(unfillable_bins(4, True)) == [0, 4] and "all wrong (0/4)" in unfillable_bins(4, True)[0]
-    assert unfillable_bins(8, False) == {} and unfillable_bins(0, True) == {}
+def test_the_allocation_section_shows_every_bin_and_the_unbinned_budget():
+    """Every bin beside the paper's (the [0.9, 1] bin too: p is measured over other visits, so it can hold gradient),
+    the budget no other visit could bin beside them, and how p is measured; the paper's four statements reach the
+    claims table with the paper's own shares, summed from its table."""
     frame = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": 1.0, "bin1": 2.0, "bin2": 3.0,
-                           "bin3": 4.0, "bin4": 0.0, "group_size": 8, "binary_reward": True}
+                           "bin3": 4.0, "bin4": 10.0 if m == "grpo_exact" else 2.0 + 0.1 * s, "unbinned": 5.0,
+                           "groups": 40, "groups_unbinned": 4}
                           for s in range(3) for m in ("grpo_exact", "softmax_exact")])
-    section = build_report("tiny", REFERENCE, None, frame).split("## Gradient allocation")[1].split("###")[0]
-    assert "0.0 / 36.4" not in section and "not comparable (a) / 36.4" in section  # gsm8k/grpo_exact's [0.9, 1]
-    assert "(a) Not comparable: with M = 8 and 0/1 rewards, a pass rate in [0.9,1] means all correct (8/8)" in section
-    # a property of M and the reward, which holds at any scale (the paper plan's M = 8 runs too), not of "this run"
-    assert "a property of M and the reward, not of this run or its scale" in section
-    assert "this configuration" not in section
-    graded = frame.assign(binary_reward=False)
-    assert "0.0 / 36.4" in build_report("tiny", REFERENCE, None, graded)
+    report = build_report("tiny", REFERENCE, None, frame)
+    section = report.split("## Gradient allocation")[1].split("###")[0]
+    assert "| 50.0 / 36.4 |" in section  # 3 seeds x 10 of 3 x 20 binned, beside the paper's GRPO [0.9, 1]
+    assert "| 20.0% (12/120 groups) |" in section and "other visits" in section
+    claims = report.split("## Claims")[1]
+    assert "GRPO-Exact on prompts with p >= 0.9 (Table 3); paper 36.4% -> 10.0%" in claims
+    assert "GRPO-Exact on prompts with 0.2 <= p < 0.9 (Table 3); paper 58.9% -> 82.7%" in claims
+    assert [c.name for c in ALLOCATION_CLAIMS] == ["p >= 0.9", "0.2 <= p < 0.9", "p < 0.5", "p >= 0.9"]
 
 
 def _write_rl_run(root: Path, method: str, seed: int, rewards: torch.Tensor, advantage: str, params: dict) -> None:
+    """``rewards`` [steps, prompts * 8]: each step visits every prompt once (group g answers prompt g)."""
     run = root / "arith_tiny" / method / f"seed{seed}"
     run.mkdir(parents=True)
-    group = torch.arange(len(rewards) // 8).repeat_interleave(8)
-    record = {"step": 1, "group": group.tolist(), "reward": rewards.tolist(), "correct": rewards.int().tolist(),
-              "advantage": group_advantages(advantage, rewards, group, **params).tolist(),
-              "length": (torch.arange(len(rewards)) % 5 + 1).tolist()}
-    (run / "rollouts.jsonl").write_text(json.dumps(record) + "\n")
+    lines = []
+    for step, step_rewards in enumerate(rewards, start=1):
+        group = torch.arange(len(step_rewards) // 8).repeat_interleave(8)
+        lines.append(json.dumps({"step": step, "group": group.tolist(), "prompt_index": group.tolist(),
+                                 "reward": step_rewards.tolist(), "correct": step_rewards.int().tolist(),
+                                 "advantage": group_advantages(advantage, step_rewards, group, **params).tolist(),
+                                 "length": (torch.arange(len(step_rewards)) % 5 + 1).tolist()}) + "\n")
+    (run / "rollouts.jsonl").write_text("".join(lines))
     spec = {"advantage": advantage, "advantage_params": params}
     (run / "DONE.json.prov.json").write_text(json.dumps({"params": {"spec": spec}}))
 
@@ -184,27 +193,32 @@ def test_allocation_split_adds_up_and_holds_visits_fixed(tmp_path):
     gen = torch.Generator().manual_seed(0)
     rollouts: dict[str, RunId] = {}
     for seed in range(3):
-        pass_rate = torch.rand(6, 1, generator=gen, dtype=torch.float64)
-        grpo = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten()
-        softmax = (torch.rand(6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten()
+        pass_rate = torch.rand(1, 6, 1, generator=gen, dtype=torch.float64)
+        grpo = (torch.rand(4, 6, 8, generator=gen, dtype=torch.float64) < pass_rate).double().flatten(1)
+        softmax = (torch.rand(4, 6, 8, generator=gen, dtype=torch.float64) < pass_rate * 0.8).double().flatten(1)
         _write_rl_run(tmp_path, "grpo_exact", seed, grpo, "grpo", {})
         _write_rl_run(tmp_path, "softmax_exact", seed, softmax, "softmax", {"tau": 0.1})
         rollouts |= {str(tmp_path / "arith_tiny" / m / f"seed{seed}" / "rollouts.jsonl"):
                      RunId("main", "arith_tiny", m, seed, f"arith_tiny/{m}/seed{seed}/DONE.json")
                      for m in ("grpo_exact", "softmax_exact")}
-    split = allocation_split(rollouts, ["arith_tiny"]).set_index("part")["result"]
-    shift = allocation_shift(allocation_data(rollouts))[0]["result"]
-    assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(shift.mean)
-    assert split["arithmetic"].n_seeds == 3 and split["arithmetic"].method == "t, seeds"
-    assert split["arithmetic"].mean > 0  # the softmax weights favour the hard groups of the same rollouts
+    shifts = allocation_shift(allocation_data(rollouts))
+    assert [s["claim"].name for s in shifts] == ["p >= 0.9", "0.2 <= p < 0.9"]  # arith_tiny stands in for GSM8K
+    for shift in shifts:  # the split is SoftmaxGRPO - GRPO; the shift is oriented as the paper states it
+        split = allocation_split(rollouts, [("arith_tiny", shift["claim"])]).set_index("part")["result"]
+        sign = 1 if shift["claim"].more else -1
+        assert split["arithmetic"].mean + split["visits"].mean == pytest.approx(sign * shift["result"].mean)
+        assert split["arithmetic"].n_seeds == 3 and split["arithmetic"].method == "t, seeds"
+    claim = shifts[1]["claim"]
+    split = allocation_split(rollouts, [("arith_tiny", claim)]).set_index("part")["result"]
+    assert split["arithmetic"].mean != 0  # the softmax weights move budget across bins of the same rollouts
     same = tmp_path / "same"
     for seed in range(3):
-        rewards = json.loads((tmp_path / "arith_tiny/grpo_exact" / f"seed{seed}" / "rollouts.jsonl").read_text())
-        rewards = torch.tensor(rewards["reward"], dtype=torch.float64)
+        lines = (tmp_path / "arith_tiny/grpo_exact" / f"seed{seed}" / "rollouts.jsonl").read_text().splitlines()
+        rewards = torch.tensor([json.loads(line)["reward"] for line in lines], dtype=torch.float64)
         _write_rl_run(same, "grpo_exact", seed, rewards, "grpo", {})
         _write_rl_run(same, "softmax_exact", seed, rewards, "softmax", {"tau": 0.1})
     held = allocation_split({str(same / Path(path).relative_to(tmp_path)): run for path, run in rollouts.items()},
-                            ["arith_tiny"]).set_index("part")["result"]
+                            [("arith_tiny", claim)]).set_index("part")["result"]
     assert held["visits"].mean == 0.0 and held["arithmetic"].mean == pytest.approx(split["arithmetic"].mean)
     report = build_report("tiny", REFERENCE, None, allocation_data(rollouts), rollouts=rollouts)
     assert "estimator's arithmetic: GRPO-Exact's own rollouts" in report.split("### Where the shift comes from")[1]
@@ -261,7 +275,7 @@ def _write_tiny_run(root: Path, seeds: list[int], rng: np.random.Generator) -> P
             rows.append({"task": "countdown_tiny", "method": method, "seed": seed, "pass@1_greedy": np.mean(greedy)})
         for method, hard in (("grpo_exact", 0.5), ("softmax_exact", 0.7 + 0.01 * rng.standard_normal())):
             allocation.append({"task": "countdown_tiny", "method": method, "seed": seed, "bin0": hard,
-                               "bin1": 0.0, "bin2": 1.0 - hard, "bin3": 0.0, "bin4": 0.0})
+                               "bin1": 0.0, "bin2": 0.9 - hard, "bin3": 0.0, "bin4": 0.1})
     (root / "paper/data").mkdir(parents=True)
     pd.DataFrame(rows).to_csv(root / "paper/data/table1.csv", index=False)
     pd.DataFrame(allocation).to_csv(root / "paper/data/gradient_allocation.csv", index=False)
@@ -304,8 +318,8 @@ def test_verdict_stability_counts_verdicts_over_seed_subsets_and_their_replicati
 
 def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_path):
     """The report's first section says what was run, what holds (the claims table's own verdicts) and what a
-    miniature cannot say; Rationalization's malformed demonstrations, a judge blind to the planted slip and the bin
-    that M and 0/1 rewards leave empty are stated from the run's files, each where its row is."""
+    miniature cannot say; Rationalization's malformed demonstrations, a judge blind to the planted slip and the
+    gradient budget no other visit could bin are stated from the run's files, each where its row is."""
     from pipeline_lib.paper.miniature import Planted
 
     table1, scores = _runs(tmp_path / "eval", 3, 0.5)
@@ -327,7 +341,7 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
                                                                  index=blind.index)}
              for method, level in (("sft", 0.5), ("grpo_sim", 0.6), ("softmax_sim", 0.7)) for seed in range(3)}
     allocation = pd.DataFrame([{"task": "arith_tiny", "method": m, "seed": s, "bin0": 1.0, "bin1": 2.0, "bin2": 3.0,
-                                "bin3": 4.0, "bin4": 0.0, "group_size": 8, "binary_reward": True}
+                                "bin3": 4.0, "bin4": 1.0, "unbinned": 1.0, "groups": 30, "groups_unbinned": 3}
                                for s in range(3) for m in ("grpo_exact", "softmax_exact")])
     nonverifiable = tmp_path / "nonverifiable.md"
     nonverifiable.write_text("| Method | meeting_tiny |\n|---|---|\n| SFT | 60.0 |")
@@ -344,7 +358,8 @@ def test_report_opens_with_a_summary_and_names_the_rows_that_are_artefacts(tmp_p
     assert "3 of its 40 generated demonstrations (7.5%) are well-formed" in summary
     assert "The judge of `meeting_tiny` is not shown to see the planted slip: of its 36 judged outputs, 0 with the " \
         "slip, 0 stating the vote count right, 36 not stating it" in summary and "cannot be measured" in summary
-    assert "a property of M and the reward" in summary and "The paper's absolute accuracies" in summary
+    assert "9 of its 90 groups (8.3% of the budget) answer a prompt the run visited only once" in summary
+    assert "The paper's absolute accuracies" in summary
     table = report.split("## Table 1")[1].split("\n## ")[0]
     assert "| Rationalization † |" in table and "† Rationalization on `arith_tiny`: 3 of" in table
     assert "not shown to see the planted slip" in report.split("## nonverifiable")[1].split("\n## ")[0]

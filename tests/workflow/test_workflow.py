@@ -285,6 +285,11 @@ def test_the_main_job_ran_the_language_model_chain_end_to_end(main_tree):
     assert (main_tree / "results/paper/figures/adaptive_tau.png").stat().st_size > 10_000
     allocation = pd.read_csv(main_tree / "results/paper/tables/gradient_allocation.csv")
     assert set(allocation["Method"]) == {"GRPO-Exact", "SoftmaxGRPO-Exact"}
+    # train.rl.prompt_pool: 20 steps x 16 prompts over 80 visit every prompt 4 times, so every group is binned by its
+    # prompt's other visits (none left in the Unbinned column)
+    rl = config["train"]["rl"]
+    visits = len(config["train"]["seeds"]) * rl["steps"] * rl["prompts_per_step"]
+    assert set(allocation["Unbinned"]) == {f"0.0% (0/{visits} groups)"}
     assert (main_tree / "results/paper/figures/training_curves.png").stat().st_size > 10_000
     for task in config["train"]["tasks"]:
         for seed in config["train"]["seeds"]:

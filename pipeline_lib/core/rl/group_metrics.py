@@ -11,10 +11,17 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-__all__ = ["PASS_RATE_BINS", "allocation_key", "group_step_metrics", "tau_summary"]
+__all__ = ["PASS_RATE_BINS", "allocation_key", "group_step_metrics", "pass_rate_bin", "tau_summary"]
 
 #: Pass-rate bins of the paper's gradient-allocation table ([low, high); the last one includes 1).
 PASS_RATE_BINS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.7), (0.7, 0.9), (0.9, 1.0))
+
+
+def pass_rate_bin(pass_rate: torch.Tensor) -> torch.Tensor:
+    """Each pass rate's bin index in :data:`PASS_RATE_BINS` ([low, high), the last bin holding 1): the one binning
+    rule of the per-step curves and the paper's allocation table (``pipeline_lib.paper.results.allocation_bins``)."""
+    edges = torch.tensor([high for _, high in PASS_RATE_BINS[:-1]], dtype=torch.float64)
+    return torch.bucketize(pass_rate.double(), edges, right=True)
 
 
 def allocation_key(low: float, high: float) -> str:
@@ -37,8 +44,12 @@ def group_step_metrics(correct: torch.Tensor, abs_advantage: torch.Tensor, lengt
                        ) -> dict[str, float]:
     """The step's pass rate, its share of groups with no GRPO signal, the mean |advantage|, the estimator's choices
     (:func:`tau_summary`) and the gradient allocation: the share of sum_i T_i |A_i| (response tokens x mean |A| over
-    them) spent on groups in each pass-rate bin, the per-step form of the paper's allocation table
-    (``pipeline_lib.paper.results.allocation_bins``; omitted when every advantage is zero).
+    them) spent on groups in each pass-rate bin, omitted when every advantage is zero.
+
+    The step's allocation bins a group by its own pass rate k/M, the only one a step knows: a live monitor, not the
+    paper's Table 3. With 0/1 rewards its [0.9, 1] bin holds only k = M groups, whose advantage is 0, so it is empty
+    by construction; Table 3 (``pipeline_lib.paper.results.allocation_bins``) bins by the prompt's pass rate over its
+    other visits in the run instead, measured apart from the group whose gradient is counted.
 
     ``correct`` (0/1), ``abs_advantage``, ``lengths`` and ``group_ids`` (contiguous integer ids) are per rollout.
     """
@@ -59,8 +70,7 @@ def group_step_metrics(correct: torch.Tensor, abs_advantage: torch.Tensor, lengt
     per_group = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, groups, weight)[present]
     total = float(per_group.sum())
     if total > 0:
-        edges = torch.tensor([high for _, high in PASS_RATE_BINS[:-1]], dtype=torch.float64)
-        bins = torch.bucketize(pass_rate.double(), edges, right=True)  # np.digitize's rule, as allocation_bins
+        bins = pass_rate_bin(pass_rate)
         shares = torch.zeros(len(PASS_RATE_BINS), dtype=torch.float64).index_add_(0, bins, per_group) / total
         metrics.update({allocation_key(low, high): float(share)
                         for (low, high), share in zip(PASS_RATE_BINS, shares.tolist(), strict=True)})

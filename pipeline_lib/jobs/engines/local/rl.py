@@ -54,7 +54,7 @@ from pipeline_lib.jobs.engines.local.common import (
 )
 from pipeline_lib.jobs.eval.evaluate import add_eval_arguments, eval_after_training, verifier_info
 
-__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "rollout_rewards", "train_rl"]
+__all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "prompt_pool", "rollout_rewards", "train_rl"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.local.rl")
 
@@ -174,6 +174,15 @@ class GroupRLMethod:
         pass
 
 
+def prompt_pool(n_rows: int, size: int | None, seed: int) -> list[int]:
+    """The training rows a run draws its prompts from: all ``n_rows`` (``size`` None, as the paper), else ``size`` of
+    them drawn with the run's seed (``train.rl.prompt_pool``), in row order. A small pool makes the run revisit its
+    prompts, which the gradient-allocation table needs (a prompt's pass rate over its other visits)."""
+    if size is None or size >= n_rows:
+        return list(range(n_rows))
+    return sorted(torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed)).tolist()[:size])
+
+
 def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, progress: bool = True,
              method: GroupRLMethod | None = None, step_name: str = "train_rl",
              extra_inputs: tuple[Path, ...] = (), tracking: TrackingSettings | None = None) -> Path:
@@ -218,12 +227,13 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
     started = time.time()
     bar = tqdm(total=rl.steps, initial=step, desc=f"{method.kind} {estimator.name} {data.parent.name} "
                f"seed={seed}", file=sys.stderr, disable=not progress)
-    n = len(frame)
+    pool = prompt_pool(len(frame), rl.prompt_pool, seed)
+    n = len(pool)
     while step < rl.steps:
         t0, health = time.perf_counter(), reward_health()
         epoch, offset = divmod(step * batch_prompts, n)
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 7919 + epoch)).tolist()
-        rows = [order[(offset + i) % n] for i in range(batch_prompts)]
+        rows = [pool[order[(offset + i) % n]] for i in range(batch_prompts)]
         ctx.step = step
         batch = method.collect(ctx, rows)
         rewards, correct, group_ids = batch.rewards, batch.correct, batch.group_ids

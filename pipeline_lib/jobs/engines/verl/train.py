@@ -25,6 +25,7 @@ names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import logging
@@ -67,7 +68,7 @@ from pipeline_lib.plan.estimates import site_defaults
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
 __all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "logged_resume_point", "main",
-           "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run", "verl_run_identity"]
+           "prompt_keys", "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run", "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")
 
@@ -278,6 +279,16 @@ def rollout_groups(rows: Sequence[Mapping[str, Any]], path: Path, group_size: in
     return keys
 
 
+def prompt_keys(rows: Sequence[Mapping[str, Any]], path: Path) -> list[str]:
+    """Each dumped rollout's prompt, the same on every visit of that prompt: the first 16 hex digits of the sha256 of
+    the decoded prompt text (``input``), since verl 0.9.1's dumps carry no dataset row index and their ``uid`` is
+    drawn anew per visit (``ray_trainer.py`` ``uuid.uuid4()``)."""
+    missing = [number for number, row in enumerate(rows, start=1) if not isinstance(row.get("input"), str)]
+    if missing:
+        raise VerlRunError(f"{path}: rows {missing[:10]} have no `input` text; cannot tell which prompt they answer")
+    return [hashlib.sha256(row["input"].encode("utf-8")).hexdigest()[:16] for row in rows]
+
+
 def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_source: str,
                      total_steps: int) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
@@ -286,7 +297,9 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
     recomputed from the scores with the same registry
     (:func:`pipeline_lib.core.rl.advantages.group_advantages`; verl's GRPO/RLOO equal ours, see the tests),
     the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
-    -Sim runs the training reward is not the verifier).
+    -Sim runs the training reward is not the verifier). ``prompt_uid`` names the visit (one group of one step);
+    ``prompt_key`` names the prompt across the run's steps (:func:`prompt_keys`), which the gradient-allocation
+    table needs to measure a prompt's pass rate over its other visits.
     """
     import torch
     from transformers import AutoTokenizer
@@ -317,6 +330,7 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
         verifier = compute_scores([data_source] * len(rows), outputs, [row["gts"] for row in rows],
                                   [None] * len(rows))
         lines.append(json.dumps({"step": step, "group": groups.tolist(), "prompt_uid": uids.tolist(),
+                                 "prompt_key": prompt_keys(rows, path),
                                  "reward": rewards.tolist(), "advantage": advantages.tolist(), "length": lengths,
                                  "correct": [float(v["score"]) for v in verifier]}))
     target = run_dir / "rollouts.jsonl"

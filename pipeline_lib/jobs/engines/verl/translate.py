@@ -404,6 +404,8 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "data.filter_overlong_prompts": True,
         "data.truncation": "error",
         "data.seed": seed,
+        # the run's prompt pool (train.rl.prompt_pool; -1: every prompt): verl draws it with data.seed
+        "data.train_max_samples": -1 if rl.prompt_pool is None else int(rl.prompt_pool),
         "actor_rollout_ref.model.path": start,
         "actor_rollout_ref.model.use_remove_padding": True,
         "+actor_rollout_ref.model.override_config.attn_implementation": ATTENTION,

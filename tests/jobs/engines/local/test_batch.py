@@ -209,3 +209,14 @@ def test_job_priorities_start_what_unlocks_the_most_work_first():
     assert imagenet.seeds  # the tiny default runs the study
     tables = min(job_priority("paper_table1"), job_priority("judge_score"), job_priority("paper_reproduction_report"))
     assert evaluation > job_priority("train_imagenet_group") > tables > job_priority("paper_theory_data")
+
+
+def test_a_prompt_pool_is_a_seeded_subset_and_null_is_every_prompt():
+    """train.rl.prompt_pool: the rows a local RL run draws from, drawn with the run's seed; None keeps every row (the
+    paper, and the order of every run before the key existed)."""
+    from pipeline_lib.jobs.engines.local.rl import prompt_pool
+
+    assert prompt_pool(50, None, 3) == list(range(50)) and prompt_pool(50, 60, 3) == list(range(50))
+    pool = prompt_pool(2000, 80, 0)
+    assert len(set(pool)) == 80 and pool == sorted(pool) and max(pool) < 2000
+    assert prompt_pool(2000, 80, 0) == pool and prompt_pool(2000, 80, 1) != pool

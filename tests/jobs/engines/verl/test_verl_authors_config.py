@@ -29,6 +29,7 @@ VERL_DEFAULTS = Path(__import__("verl").__file__).parent / "trainer/config/_gene
 _BASE = {
     "algorithm.use_kl_in_reward": False,
     "data.filter_overlong_prompts": True, "data.truncation": "error", "data.seed": 42,
+    "data.train_max_samples": -1,  # every training prompt (verl's default; ours: train.rl.prompt_pool null)
     "actor_rollout_ref.model.use_remove_padding": True, "actor_rollout_ref.model.enable_gradient_checkpointing": True,
     "actor_rollout_ref.actor.strategy": "fsdp", "actor_rollout_ref.actor.ppo_epochs": 1,
     "actor_rollout_ref.actor.clip_ratio_low": 0.2, "actor_rollout_ref.actor.clip_ratio_high": 0.28,
@@ -121,3 +122,22 @@ def test_one_run_per_task_is_pinned(task):
     if os.environ.get("PIN_VERL_OVERRIDES"):
         pinned.write_text("\n".join(overrides) + "\n")
     assert pinned.read_text().splitlines() == overrides, f"{pinned.name} drifted (PIN_VERL_OVERRIDES=1 to re-pin)"
+
+
+def test_a_prompt_pool_reaches_verl_as_its_train_max_samples():
+    """train.rl.prompt_pool (null in the paper plan: every prompt) is verl's data.train_max_samples, which verl's
+    config accepts; a pool smaller than one step's prompts is an error naming both keys."""
+    from dataclasses import replace
+
+    from pipeline_lib.jobs.engines.verl.validate import validate_rl
+    from pipeline_lib.plan import PlanError
+    from pipeline_lib.plan.settings import group_rl_spec
+
+    spec = group_rl_spec(paper_config(), "gsm8k", "softmax_exact", "verl")
+    assert spec.rl.prompt_pool is None
+    pooled = replace(spec, rl=replace(spec.rl, prompt_pool=800))
+    overrides = rl_overrides(pooled, TrainPaths("RUN", "DATA/train.parquet", "DATA/val.parquet", "SFT_MODEL"), 0)
+    assert "data.train_max_samples=800" in overrides
+    assert validate_rl(overrides).data.train_max_samples == 800
+    with pytest.raises(PlanError, match="prompt_pool 32 is smaller than prompts_per_step 64"):
+        replace(spec.rl, prompt_pool=32)

@@ -293,7 +293,8 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
         outputs = ["<think>a</think><answer>1+2</answer>" if (step + i) % 3 else "<answer>9</answer>" for i in range(8)]
         gts = [rows[int(k[3])]["reward_model"]["ground_truth"] for k in keys]
         scores = [compute_score("tiny/countdown", o, g)["score"] for o, g in zip(outputs, gts, strict=True)]
-        RayPPOTrainer._write_generations(["q"] * 8, outputs, gts, scores, {"uid": keys},
+        inputs = [f"question {k[3]}" for k in keys]  # the decoded prompt, the same on each visit of a prompt
+        RayPPOTrainer._write_generations(inputs, outputs, gts, scores, {"uid": keys},
                                           str(run_dir / "rollout_dump"), step)
     spec = RunSpec(method="softmax_exact", task="countdown_tiny", engine="verl",
                    estimator=Estimator("softmax", {"tau": 0.1}))
@@ -306,9 +307,12 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
                                     torch.tensor(record["group"]), tau=0.1)
         assert record["advantage"] == expected.tolist()
         assert record["correct"] == record["reward"]  # exact runs: the training reward is the verifier
+    # the prompt, stable across visits (verl's uid is drawn anew per visit): the allocation table's other visits
+    keys = [r["prompt_key"] for r in records]
+    assert keys[0] == keys[1] and len(set(keys[0][:4])) == 1 and keys[0][0] != keys[0][4]
     run = RunId("main", "countdown_tiny", "softmax_exact", 0, str(run_dir / "DONE.json"))
     frame = allocation_data({str(path): run})
-    assert len(frame) == 1
+    assert len(frame) == 1 and frame.loc[0, "groups"] == 4 and frame.loc[0, "groups_unbinned"] == 0
     with pytest.raises(Exception, match="missing for steps"):
         collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=3)
 
