@@ -248,6 +248,21 @@ def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     return ", ".join([*(p.removesuffix("_sha256") for p in parts), *(f"input {name}" for name in changed)])
 
 
+def _set_aside_item(item: Path, stale: Path) -> Path:
+    """Move ``item`` into ``stale``; a symbolic link (a checkpoint folder on scratch storage) stays where it is and
+    what it points to is moved aside beside its target (same filesystem), ``stale`` holding a link to that."""
+    if not item.is_symlink():
+        return item.rename(stale / item.name)
+    real = Path(os.path.realpath(item))
+    if real.exists():
+        aside, attempt = real.with_name(f"{real.name}.stale-{stale.name}"), 1
+        while aside.exists():
+            aside, attempt = real.with_name(f"{real.name}.stale-{stale.name}.{attempt}"), attempt + 1
+        os.replace(real, aside)
+        (stale / item.name).symlink_to(aside)
+    return stale / item.name
+
+
 def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], engine: str,
                   state: Iterable[str] | None = RESUME_STATE, logs: Iterable[str] = STEP_LOGS) -> list[Path]:
     """Make ``run_dir`` the run ``identity`` (:func:`run_identity`) before reading any resume state; returns what was
@@ -276,7 +291,7 @@ def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], 
         while target.exists():  # the same old run set aside twice (A -> B -> A -> B): keep both
             target, attempt = base.with_name(f"{base.name}.{attempt}"), attempt + 1
         target.mkdir(parents=True)
-        moved = [item.rename(target / item.name) for item in present]
+        moved = [_set_aside_item(item, target) for item in present]
         why = _differences(previous.get("identity") or {}, identity) if previous else "no run recorded"
         log.warning("%s: its resume state belongs to run %s, this is run %s (changed: %s); set aside %s in %s "
                     "(not resumed, not deleted), starting clean", run_dir, previous.get("run_sha256") or "(unrecorded)",

@@ -50,7 +50,7 @@ class ConfigError(ValueError):
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     """One config file: a mapping of keys at the top level (an empty file is ``{}``)."""
-    content = load_yaml(path, "config file", ConfigError)
+    content = load_yaml(path, "config file", ConfigError, aliases=False)
     if content is None:
         return {}
     if not isinstance(content, dict):

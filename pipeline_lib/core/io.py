@@ -21,8 +21,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "from_spreadsheet_cell", "read_csv_frame", "save_figure", "sha256_file", "spreadsheet_cell",
-           "write_csv_frame", "write_csv_rows", "write_json", "write_text"]
+__all__ = ["atomic_path", "from_spreadsheet_cell", "output_set", "read_csv_frame", "save_figure", "sha256_file",
+           "spreadsheet_cell", "write_csv_frame", "write_csv_rows", "write_json", "write_text"]
 
 
 _UMASK = os.umask(0)
@@ -48,6 +48,21 @@ def atomic_path(target: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def output_set(*targets: str | os.PathLike[str]) -> Iterator[None]:
+    """A job's outputs as one set: each file is still written atomically (:func:`atomic_path`), and when anything
+    inside fails (a full disk mid-write, an error between two files) every target and its provenance sidecar is
+    removed, the ones written before the failure and any older copy, so no partial or mixed set is left behind."""
+    try:
+        yield
+    except BaseException:
+        for target in targets:
+            for path in (Path(target), Path(f"{target}.prov.json")):  # provenance.SIDECAR_SUFFIX
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        raise
 
 
 def write_text(target: str | os.PathLike[str], text: str) -> None:

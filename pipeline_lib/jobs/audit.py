@@ -64,6 +64,8 @@ def _read_json_object(path: Path, what: str) -> tuple[dict[str, Any] | None, str
         content = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as exc:  # truncated, not UTF-8, unreadable
         return None, f"{path}: unreadable {what} ({type(exc).__name__}: {str(exc)[:200]})"
+    except RecursionError:  # nested deeper than the parser's stack: a hostile or broken file, not a crash
+        return None, f"{path}: unreadable {what} (nested too deeply to read)"
     if not isinstance(content, dict):
         kind = "null" if content is None else type(content).__name__
         return None, f"{path}: {what} holds {kind}, not a JSON object"
@@ -166,7 +168,7 @@ def _snakemake_job(path: Path) -> tuple[str, ...] | None:
     record_path = SNAKEMAKE_METADATA / base64.urlsafe_b64encode(str(path).encode()).decode()
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("rule"), str):
         return None

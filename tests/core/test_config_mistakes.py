@@ -155,7 +155,7 @@ def test_yaml_merge_keys_still_load_and_may_be_overridden(tmp_path):
     (None, "config file {path} does not exist"),
     ("- label: tiny\n- seed: 0\n", "must hold a mapping of keys (label:, data:, train: ...) at its top level, "
                                    "not a list"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "is not UTF-8 text (byte 0 is b'\\x89')"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "line 1: not UTF-8 text (byte 0 is b'\\x89')"),
     (b"seed: 0\x00\x00", "holds NUL bytes"),
     ("seed: [0, 1\n", "line 2, column 1: expected ',' or ']'"),
     ("dup: 1\ndup: 2\n", "duplicate key 'dup'"),

@@ -68,7 +68,8 @@ def test_dirty_or_mixed_code_versions_are_caught(chain, monkeypatch):
     (lambda text: "null", "provenance sidecar holds null, not a JSON object"),
     (lambda text: '{"outputs": 7}', "'outputs' is int, not a list of files"),
     (lambda text: '{"outputs": [{"path": 1}], "inputs": [null]}', "1 of its 'outputs' entries lack a path or sha256"),
-], ids=["truncated", "list", "null", "outputs_not_a_list", "entries_without_path"])
+    (lambda text: "[" * 200_000 + "]" * 200_000, "unreadable provenance sidecar (nested too deeply"),  # issue 60
+], ids=["truncated", "list", "null", "outputs_not_a_list", "entries_without_path", "nested_200000_deep"])
 def test_a_damaged_sidecar_is_named_by_the_audit_command_not_a_traceback(chain, damage, says, capsys):
     from pipeline_lib.jobs.audit import main
 

@@ -112,6 +112,7 @@ def _split_holdout(frame: pd.DataFrame, key: str, fraction: float, salt: str) ->
 PROMPT, GOLD = "_prompt", "_gold"  # the prompt's key (schema.prompt_key) and the gold of each source row
 VERBATIM = "_verbatim"  # the model-visible prompt as written (schema.model_prompt), to count near-duplicates merged
 FORM = "_form"  # the prompt's one varying text in its normal form (schema.question_form): what the split hashes
+TEXT = "_text"  # the prompt's one varying text as written: what the manifest's merge kinds compare
 
 
 def _keys(render: Callable[[str], list[dict[str, str]]], texts: list[str]) -> dict[str, list[str]]:
@@ -120,7 +121,7 @@ def _keys(render: Callable[[str], list[dict[str, str]]], texts: list[str]) -> di
     follows it) and normalises the whole prompt (:func:`prompt_key`)."""
     forms = [question_form(t) for t in texts]
     return {PROMPT: [prompt_key(render(f)) for f in forms], VERBATIM: [model_prompt(render(t)) for t in texts],
-            FORM: forms}
+            FORM: forms, TEXT: list(texts)}
 
 CONFLICTING_GOLDS = "prompt with conflicting golds (every copy removed)"
 CONFLICTING_GOLDS_RULE = ("a prompt whose rows disagree on the gold (answer or reference) is removed from every split, "
@@ -140,7 +141,7 @@ def _hold_out(writer: DatasetWriter, splits: dict[str, pd.DataFrame], key: str =
     """
     every = pd.concat(list(splits.values()))
     if VERBATIM in every.columns:
-        writer.count_near_duplicates(every[VERBATIM], every[key])
+        writer.count_near_duplicates(every[VERBATIM], every[key], every[TEXT] if TEXT in every.columns else None)
     if gold is not None:
         every = pd.concat(list(splits.values()))
         golds = every.groupby(key)[gold].nunique()

@@ -12,8 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from pipeline_lib.core.data.question_form import merge_kinds, question_form
 from pipeline_lib.core.io import atomic_path, sha256_file, write_json
 
 __all__ = [
@@ -73,22 +72,6 @@ def model_prompt(messages: Iterable[Mapping[str, Any]]) -> str:
     return json.dumps([[str(m["role"]), str(m["content"])] for m in messages], ensure_ascii=False)
 
 
-_SPACE_BEFORE_PUNCTUATION = re.compile(r" +(?=[.,;:!?])")
-_TRAILING_PUNCTUATION = re.compile(r"[\s.,;:!?]+$")
-
-
-def question_form(text: str) -> str:
-    """The one normal form of "the same question" (issue 45): Unicode NFKC (full-width digits and letters become
-    ASCII), format characters (category Cf: zero-width space, BOM, soft hyphen) removed, every run of whitespace (NBSP,
-    CRLF, tabs) one space, casefolded, no space before ``. , ; : ! ?`` and no trailing punctuation. Two texts a reader
-    would call the same question have equal forms; it is a key, never shown to the model."""
-    text = unicodedata.normalize("NFKC", text)
-    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
-    text = " ".join(text.split()).casefold()
-    text = _SPACE_BEFORE_PUNCTUATION.sub("", text)
-    return _TRAILING_PUNCTUATION.sub("", text)
-
-
 def prompt_key(messages: Iterable[Mapping[str, Any]]) -> str:
     """:func:`model_prompt` with every message's content in :func:`question_form`: equal for two prompts that differ
     only by invisible or cosmetic characters. The de-duplication, the train/test split and the overlap check all
@@ -124,11 +107,38 @@ class DatasetWriter:
     counts: dict[str, int] = field(default_factory=dict)
     prompts: dict[str, set[str]] = field(default_factory=dict)  # output -> its prompt keys (prompt_key)
     near_duplicates: int = 0  # verbatim-distinct prompts merged with another only by the normal form
+    near_duplicate_kinds: dict[str, int] = field(default_factory=dict)  # form step -> merged prompts that needed it
 
-    def count_near_duplicates(self, verbatim: Iterable[str], keys: Iterable[str]) -> None:
+    def count_near_duplicates(self, verbatim: Iterable[str], keys: Iterable[str],
+                              texts: Iterable[str] | None = None) -> None:
         """Count the prompts the normal form merged: distinct verbatim prompts minus distinct keys, over one pool of
-        rows (every split of a source before its filters), reported as ``near_duplicates_merged``."""
+        rows (every split of a source before its filters), reported as ``near_duplicates_merged``. With ``texts``
+        (each row's varying text, the one the form normalises) each merged prompt is also counted under the kinds of
+        difference it needed (:func:`merge_kinds`), reported as ``near_duplicates_by_kind``."""
+        verbatim, keys = list(verbatim), list(keys)
         self.near_duplicates += len(set(verbatim)) - len(set(keys))
+        if texts is None:
+            return
+        groups: dict[str, list[str]] = {}
+        for text, key in zip(texts, keys, strict=True):
+            groups.setdefault(key, []).append(text)
+        self.count_merges(groups.values())
+
+    def count_merges(self, groups: Iterable[Iterable[str]]) -> None:
+        """Count the merged texts of each group (texts sharing one key) under the kinds of difference they needed
+        (:func:`merge_kinds`); a group whose texts' own forms differ (merged by their template) counts under
+        ``prompt_template``."""
+        for group in groups:
+            texts = list(dict.fromkeys(group))
+            if len(texts) < 2:
+                continue
+            if len({question_form(t) for t in texts}) > 1:
+                kinds = [("prompt_template",)] * (len(texts) - 1)
+            else:
+                kinds = merge_kinds(texts)
+            for needed in kinds:
+                for kind in needed:
+                    self.near_duplicate_kinds[kind] = self.near_duplicate_kinds.get(kind, 0) + 1
 
     def count_filter(self, reason: str, removed: int) -> None:
         self.filters[reason] = self.filters.get(reason, 0) + int(removed)
@@ -162,6 +172,7 @@ class DatasetWriter:
         manifest = {
             "dataset": self.name, "source": self.source, "licence": self.licence, "split_policy": self.split_policy,
             "row_counts": self.counts, "filters": self.filters, "near_duplicates_merged": self.near_duplicates,
+            "near_duplicates_by_kind": dict(sorted(self.near_duplicate_kinds.items())),
             "outputs": {key: {"path": str(path), "sha256": sha256_file(path)} for key, path in self.outputs.items()},
             **dict(extra or {}),
         }

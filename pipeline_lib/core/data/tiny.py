@@ -231,7 +231,8 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
     rng = random.Random(f"{task}:{seed}")
     seen: dict[str, str] = {}  # normal form -> the prompt kept
     out: dict[str, list[dict[str, Any]]] = {"rl_train": [], "rl_val": [], "rl_test": [], "sft_train": []}
-    duplicates = near_duplicates = 0
+    duplicates = 0
+    near_duplicates: list[tuple[str, str]] = []  # (prompt kept, prompt merged with it by the normal form)
     asked = spec["n_test"] + spec.get("n_val", 0) + spec["n_train"]
     for split, size in (("test", spec["n_test"]), ("val", spec.get("n_val", 0)), ("train", spec["n_train"])):
         index = misses = 0
@@ -241,7 +242,8 @@ def generate_task(task: str, spec: dict[str, Any], seed: int) -> dict[str, list[
             key = question_form(example.prompt)  # the normal form the split and the overlap check compare
             if key in seen:
                 duplicates += 1
-                near_duplicates += seen[key] != example.prompt
+                if seen[key] != example.prompt:
+                    near_duplicates.append((seen[key], example.prompt))
                 misses += 1
                 if misses >= _EXHAUSTED_AFTER:
                     raise ValueError(

@@ -24,8 +24,10 @@ from __future__ import annotations
 import csv
 import hashlib
 import html
+import io
 import json
 import random
+import re
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
@@ -217,31 +219,46 @@ def export_calibration(task: str, rubric: Rubric, score_files: Mapping[str, RunI
     return [out_dir / "items.csv", out_dir / "rate.html", out_dir / "key" / "key.csv"]
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: int() also takes "1_0" (10) and other scripts' digits
+
+
 def read_ratings(path: Path, rubric: Rubric, item_ids: set[str]) -> dict[str, float]:
-    """Item id -> the rater's 0-100 score (mean dimension x 10), checking every cell."""
+    """Item id -> the rater's 0-100 score (mean dimension x 10), checking every cell. Read as a spreadsheet saves
+    it: a byte-order mark (Excel's "CSV UTF-8") and CRLF rows are accepted, spaces around a header or a cell are
+    not part of it; a cell is a plain integer (``1_0``, ``1e1``, ``١٠`` are refused, never read as 10)."""
     low, high = rubric.scale
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [k for k in ("item_id", *rubric.keys) if k not in (reader.fieldnames or [])]
-        if missing:
-            raise RatingsError(f"{path}: missing column(s) {missing}; expected item_id,{','.join(rubric.keys)}")
-        ratings: dict[str, float] = {}
-        for line_no, raw in enumerate(reader, 2):
-            row = {name: from_spreadsheet_cell(cell) for name, cell in raw.items()}
-            item = row["item_id"]
-            if item not in item_ids:
-                raise RatingsError(f"{path}:{line_no}: unknown item_id {item!r} (not in this task's key)")
-            if item in ratings:
-                raise RatingsError(f"{path}:{line_no}: item_id {item!r} rated twice")
-            values = {}
-            for key in rubric.keys:
-                try:
-                    values[key] = int(row[key])
-                except (TypeError, ValueError):
-                    raise RatingsError(f"{path}:{line_no}: {key}={row[key]!r} is not an integer") from None
-                if not low <= values[key] <= high:
-                    raise RatingsError(f"{path}:{line_no}: {key}={values[key]} outside {low}-{high}")
-            ratings[item] = rubric.normalise(values)
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise RatingsError(f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the sheet as "
+                           "\"CSV UTF-8\"") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    fields = [(name or "").strip() for name in (reader.fieldnames or [])]
+    reader.fieldnames = fields
+    missing = [k for k in ("item_id", *rubric.keys) if k not in fields]
+    if missing:
+        raise RatingsError(f"{path}:1: missing column(s) {missing}; expected item_id,{','.join(rubric.keys)} "
+                           f"(found {fields})")
+    ratings: dict[str, float] = {}
+    for raw in reader:
+        line_no = reader.line_num
+        row = {name: from_spreadsheet_cell(cell.strip() if isinstance(cell, str) else cell)
+               for name, cell in raw.items()}
+        item = row["item_id"]
+        if item not in item_ids:
+            raise RatingsError(f"{path}:{line_no}: unknown item_id {item!r} (not in this task's key)")
+        if item in ratings:
+            raise RatingsError(f"{path}:{line_no}: item_id {item!r} rated twice")
+        values = {}
+        for key in rubric.keys:
+            cell = row[key]
+            if not isinstance(cell, str) or not _INTEGER.fullmatch(cell):
+                raise RatingsError(f"{path}:{line_no}: {key}={cell!r} is not an integer") from None
+            values[key] = int(cell)
+            if not low <= values[key] <= high:
+                raise RatingsError(f"{path}:{line_no}: {key}={values[key]} outside {low}-{high}")
+        ratings[item] = rubric.normalise(values)
     return ratings
 
 

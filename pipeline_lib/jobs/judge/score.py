@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline_lib.core.cli import entry_parser, json_text, setup_logging
-from pipeline_lib.core.io import write_json, write_text
+from pipeline_lib.core.io import output_set, write_json, write_text
 from pipeline_lib.core.llm_client import EndpointConfig, EndpointUnavailableError
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rewards.extract import after_think
@@ -351,12 +351,13 @@ def main(argv: list[str] | None = None) -> int:
     if summary["refused"]:
         log.warning("%d of %d items refused: the judged text held the judge's verdict; counted at the scale's "
                     "lowest and highest score (score_100_bounds)", summary["refused"], len(items))
-    write_text(args.out / "scores.jsonl", "".join(lines))
-    write_json(args.out / "summary.json", summary)
-    write_provenance([args.out / "scores.jsonl", args.out / "summary.json"], step="judge_score",
-                     inputs=[args.generations, args.data], params={"judge": describe_judge(judge),
-                                                                   "rubric": rubric.name, "mode": args.mode,
-                                                                   **({"pairwise": True} if args.pairwise else {})})
+    outputs = (args.out / "scores.jsonl", args.out / "summary.json")
+    with output_set(*outputs):  # a full disk mid-write leaves neither file (nor an older copy beside a new one)
+        write_text(outputs[0], "".join(lines))
+        write_json(outputs[1], summary)
+        write_provenance(list(outputs), step="judge_score", inputs=[args.generations, args.data],
+                         params={"judge": describe_judge(judge), "rubric": rubric.name, "mode": args.mode,
+                                 **({"pairwise": True} if args.pairwise else {})})
     bounds = summary["score_100_bounds"] or {"low": float("nan"), "high": float("nan")}
     log.info("%s: score %.1f (%.1f with unscored items at the top) over %d items, %d scored, %d refused", args.out,
              bounds["low"], bounds["high"], len(items), summary["scored"], summary["refused"])

@@ -91,41 +91,53 @@ def _unreadable_weights(directory: Path) -> str | None:
 
 
 class TrainingCheckpoint:
-    """``run_dir/checkpoint/``: an HF model directory plus ``trainer_state.pt``, replaced as one unit."""
+    """``run_dir/checkpoint/``: an HF model directory plus ``trainer_state.pt``, replaced as one unit.
+
+    ``checkpoint`` may be a symbolic link (to scratch storage): the checkpoint is then written where the link points,
+    replaced there as one unit (its temporary and old copies beside the target, on the same filesystem, so the
+    renames stay atomic), and the link is kept; a link to a folder not made yet is followed too."""
 
     def __init__(self, run_dir: Path, config_sha256: str) -> None:
         self.dir = run_dir / "checkpoint"
         self.config_sha256 = config_sha256
 
+    @property
+    def location(self) -> Path:
+        """Where the checkpoint's files are: ``dir``, or the folder its link resolves to."""
+        return Path(os.path.realpath(self.dir)) if self.dir.is_symlink() else self.dir
+
     def save(self, model: torch.nn.Module, tokenizer: Any, state: dict[str, Any]) -> None:
-        tmp = self.dir.with_name(".checkpoint.tmp")
+        where = self.location
+        where.parent.mkdir(parents=True, exist_ok=True)
+        tmp = where.with_name(f".{where.name}.tmp")
         if tmp.exists():
             shutil.rmtree(tmp)
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         torch.save(state | {"config_sha256": self.config_sha256}, tmp / "trainer_state.pt")
-        old = self.dir.with_name(".checkpoint.old")
+        old = where.with_name(f".{where.name}.old")
         if old.exists():
             shutil.rmtree(old)
-        if self.dir.exists():
-            os.replace(self.dir, old)
-        os.replace(tmp, self.dir)
+        if where.exists():
+            os.replace(where, old)
+        os.replace(tmp, where)
         if old.exists():
             shutil.rmtree(old)
 
     def load(self) -> dict[str, Any] | None:
         """The trainer state to resume from, or None (start clean). A damaged checkpoint (trainer state unreadable
         or holding code, model weights truncated or missing) is set aside whole, so no rerun fails on it again."""
-        path = self.dir / "trainer_state.pt"
+        where = self.location  # a damaged checkpoint behind a link is set aside there; the link stays
+        path = where / "trainer_state.pt"
         if not path.is_file():
             return None
-        problem = _unreadable_weights(self.dir)
+        problem = _unreadable_weights(where)
         if problem is not None:
-            set_aside(self.dir, problem)
+            set_aside(where, problem)
             return None
         state = load_torch_state(path)  # an unreadable one is set aside: the run starts over
         if state is None:
-            set_aside(self.dir, "its trainer_state.pt was set aside, so its model is not resumed either")
+            set_aside(where, "its trainer_state.pt was set aside, so its model is not resumed either")
             return None
         if state.get("config_sha256") != self.config_sha256:
             raise ConfigMismatchError(f"{self.dir} belongs to config {state.get('config_sha256')}, this run has "
