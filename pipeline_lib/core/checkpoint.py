@@ -210,6 +210,8 @@ def discard_resume_state(run_dir: str | os.PathLike[str]) -> None:
 
 #: The run directory's owner: the identity (config, code, input digests) of the run whose resume state it holds.
 RUN_IDENTITY = "run.json"
+#: Each attempt's end (:mod:`pipeline_lib.core.attempts`): the job's, not any run's state, so never set aside.
+ATTEMPTS_NAME = "attempts.json"
 #: Where another run's state goes, one folder per run digest (``DIR/stale/<digest>/``); never deleted.
 STALE_DIR = "stale"
 #: Per-step logs that belong with the checkpoint they were written beside (set aside with it).
@@ -265,7 +267,8 @@ def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], 
     previous = previous if isinstance(previous, dict) else {}
     if previous.get("run_sha256") == digest:
         return []
-    names = sorted(p.name for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR)) if state is None \
+    names = sorted(p.name for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR, ATTEMPTS_NAME)) \
+        if state is None \
         else dict.fromkeys(state)
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     moved = []

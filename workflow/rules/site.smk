@@ -44,6 +44,7 @@ rule gpu_canary:
     resources:
         nodes=1,
         gres=f"gpu:{node_gpus(PLAN)}",
+    retries: 0  # a failed canary names its fix; resubmitting it to the same nodes would only wait again
     log:
         "logs/gpu_canary.log",
     benchmark:

@@ -25,6 +25,7 @@ names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import logging
@@ -38,6 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.attempts import guard_attempt
 from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, run_identity, write_done
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import write_text
@@ -512,9 +514,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
-    run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
-        dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
-        dump_every=args.dump_every)
+    with contextlib.nullcontext() if args.dry_run else guard_attempt(absolute["run_dir"]):  # retries that fit
+        run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+            dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
+            dump_every=args.dump_every)
     return 0
 
 
