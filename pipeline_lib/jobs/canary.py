@@ -27,8 +27,8 @@ from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
 from pipeline_lib.plan.hub import HubRepo, load_repos
 
-__all__ = ["Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
-           "check_vllm", "main", "parse_nvidia_smi", "run_checks"]
+__all__ = ["Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl", "check_nccl_nodes",
+           "check_vllm", "main", "nodes_command", "parse_nvidia_smi", "run_checks", "slurm_task"]
 
 #: Seconds each subprocess of a check may take (the job is meant to finish in minutes).
 TIMEOUTS = {"nvidia-smi": 30, "nccl": 180, "vllm": 600}
@@ -92,12 +92,13 @@ def check_gpus(torch_count: int, smi_list: str) -> Check:
     return Check("gpus", True, detail)
 
 
-def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
+def _allreduce(rank: int, world: int, init_method: str, backend: str, device_index: int) -> None:
+    """One rank of the canary's all-reduce: 4 MB of ``rank + 1`` summed over ``world`` ranks, checked."""
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+    device = torch.device("cuda", device_index) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
     value = torch.full((1 << 20,), float(rank + 1), device=device)
@@ -106,6 +107,50 @@ def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
     if not bool((value == expected).all()):
         raise RuntimeError(f"rank {rank}: all_reduce gave {value[0].item()}, expected {expected}")
     dist.destroy_process_group()
+
+
+def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
+    _allreduce(rank, world, f"tcp://127.0.0.1:{port}", backend, rank)
+
+
+def slurm_task() -> tuple[int, int, int]:
+    """(rank, world, local device) of this ``srun`` task, from Slurm's task variables."""
+    missing = [name for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if name not in os.environ]
+    if missing:
+        raise RuntimeError(f"not an srun task: {', '.join(missing)} unset")
+    return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]), int(os.environ["SLURM_LOCALID"])
+
+
+def nodes_command(nodes: int, gpus_per_node: int, master: str, port: int, backend: str = "nccl") -> list[str]:
+    """The ``srun`` line that runs one all-reduce rank per GPU on every node of the canary's allocation, meeting at
+    ``master:port`` (the node the canary runs on): the interconnect the 2-node verl jobs train over."""
+    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={gpus_per_node}", f"--ntasks={nodes * gpus_per_node}",
+            "--kill-on-bad-exit=1", sys.executable, "-m", "pipeline_lib.jobs.canary", "allreduce-task",
+            "--master", master, "--port", str(port), "--backend", backend]
+
+
+def check_nccl_nodes(nodes: int, gpus_per_node: int, backend: str = "nccl", timeout: float = TIMEOUTS["nccl"],
+                     runner: Callable[..., Any] = subprocess.run) -> Check:
+    """An all-reduce across ``nodes`` nodes (:func:`nodes_command`), bounded by ``timeout``."""
+    import socket
+
+    master = socket.gethostname()
+    command = nodes_command(nodes, gpus_per_node, master, _free_port(), backend)
+    what = f"{backend} all_reduce over {nodes} nodes x {gpus_per_node} GPUs"
+    if shutil.which(command[0]) is None and runner is subprocess.run:
+        return Check("nccl_nodes", False, f"{what}: srun is not on PATH",
+                     "Run gpu_canary as a Slurm job (the Slurm profile) on an allocation of that many nodes.")
+    try:
+        done = runner(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("nccl_nodes", False, f"{what} hung past {timeout:.0f} s",
+                     "Check the inter-node fabric (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME / NCCL_IB_HCA for the "
+                     "right interface) before any 2-node job waits out NCCL's timeout.")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return Check("nccl_nodes", False, f"{what} failed: {' | '.join(tail)}",
+                     "Rerun with NCCL_DEBUG=INFO; set NCCL_SOCKET_IFNAME / NCCL_IB_HCA to the fabric's interface.")
+    return Check("nccl_nodes", True, f"{what}: correct sums")
 
 
 def _free_port() -> int:
@@ -231,8 +276,9 @@ def _run(command: list[str], timeout: float = TIMEOUTS["nvidia-smi"]) -> str | N
 
 
 def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, float],
-               model: str | None) -> list[Check]:
-    """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise)."""
+               model: str | None, nodes: int = 1) -> list[Check]:
+    """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise); the all-reduce
+    across ``nodes`` nodes where the plan has multi-node jobs."""
     checks = [check_cache(repos, hf_home), check_disk(needs_gb)]
     smi = _run(["nvidia-smi"])
     import torch
@@ -245,6 +291,8 @@ def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, f
     checks.append(check_gpus(torch.cuda.device_count(), _run(["nvidia-smi", "-L"]) or ""))
     if all(check.ok for check in checks[-2:]):
         checks.append(check_nccl(torch.cuda.device_count()))
+        if nodes > 1 and checks[-1].ok:
+            checks.append(check_nccl_nodes(nodes, torch.cuda.device_count()))
         if model and checks[0].ok:
             checks.append(check_vllm(model, hf_home))
     return checks
@@ -256,33 +304,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = sub.add_parser("allreduce", help="(internal) the all-reduce of check_nccl")
     worker.add_argument("--world", type=int, required=True)
     worker.add_argument("--backend", default="nccl")
+    task = sub.add_parser("allreduce-task", help="(internal) one srun task of check_nccl_nodes")
+    task.add_argument("--master", required=True)
+    task.add_argument("--port", type=int, required=True)
+    task.add_argument("--backend", default="nccl")
+    vllm = sub.add_parser("vllm", help="start vLLM briefly in this job's env (the eval and judge envs' canaries)")
+    vllm.add_argument("--model", required=True)
+    vllm.add_argument("--hf-home", required=True)
+    vllm.add_argument("--env", required=True, help="the env's name, for the report")
+    vllm.add_argument("--out", required=True)
     parser.add_argument("--repos", help="JSON list of the plan's hub repositories (pipeline_lib.plan.hub)")
     parser.add_argument("--hf-home", help="the hub cache (site.hf_home)")
     parser.add_argument("--disk", help="JSON {root: GB the plan writes there}")
     parser.add_argument("--model", help="the base model vLLM generates from")
     parser.add_argument("--out", help="the report (JSON)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes of the allocation: >1 checks NCCL across them")
     args = parser.parse_args(argv)
     if args.command == "allreduce":
         import torch.multiprocessing as mp
 
         mp.spawn(_nccl_worker, args=(args.world, _free_port(), args.backend), nprocs=args.world, join=True)
         return 0
+    if args.command == "allreduce-task":
+        rank, world, local = slurm_task()
+        _allreduce(rank, world, f"tcp://{args.master}:{args.port}", args.backend, local)
+        return 0
+    if args.command == "vllm":
+        return _report([check_vllm(args.model, Path(args.hf_home))], args.out, time.time(), inputs=[],
+                       params={"model": args.model, "env": args.env}, step=f"gpu_canary_vllm_{args.env}")
     if not (args.repos and args.hf_home and args.disk and args.out):
         parser.error("--repos, --hf-home, --disk and --out are required")
     started = time.time()
     checks = run_checks(load_repos(args.repos), Path(args.hf_home), json.loads(Path(args.disk).read_text()),
-                        args.model)
+                        args.model, nodes=args.nodes)
+    return _report(checks, args.out, started, inputs=[args.repos, args.disk], params={"model": args.model},
+                   step="gpu_canary")
+
+
+def _report(checks: Sequence[Check], out: str, started: float, inputs: Sequence[str], params: Mapping[str, Any],
+            step: str) -> int:
+    """Print each check; write the report (only for a node that passed: the failed one is in the log)."""
     for check in checks:
         print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}" + ("" if check.ok else
               f"\n     fix: {check.fix}"), file=sys.stderr)
     ok = all(check.ok for check in checks)
     report = {"ok": ok, "node": os.uname().nodename, "seconds": round(time.time() - started, 1),
               "checks": [asdict(check) for check in checks]}
-    if not ok:  # the output exists only for a node that passed; the failed report is in the log
+    if not ok:
         print(json.dumps(report, indent=2), file=sys.stderr)
         return 1
-    write_json(args.out, report)
-    write_provenance([args.out], step="gpu_canary", inputs=[args.repos, args.disk], params={"model": args.model})
+    write_json(out, report)
+    write_provenance([out], step=step, inputs=list(inputs), params=dict(params))
     return 0
 
 

@@ -15,11 +15,14 @@ from typing import Any
 from pipeline_lib.plan.estimates import disk_needs, site_settings
 from pipeline_lib.plan.runs import Plan
 
-__all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
+__all__ = ["CANARY", "CANARY_VLLM", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_count", "node_gpus",
+           "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
 FETCHED = "results/site/fetch.json"
+#: The vLLM canary of one env (``{env}``: eval, judge), an input of the canary's report.
+CANARY_VLLM = "results/site/vllm_{env}.json"
 
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[\w-]+)?:(\d+)")
 
@@ -51,6 +54,12 @@ def node_gpus(plan: Plan) -> int:
     all-reduce runs across that many, so a node shape the runs need is the one it checks."""
     counts = [_gpus(name, value) for run in plan.runs for name, value in run.resources.items()]
     return max([1, *counts])
+
+
+def node_count(plan: Plan) -> int:
+    """Nodes of the widest planned run (``nodes``): the canary takes that many, so a 2-node job's interconnect is
+    checked before any 2-node job waits out NCCL's timeout on it."""
+    return max([1, *(int(run.resources.get("nodes", 1)) for run in plan.runs)])
 
 
 def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float]:

@@ -15,7 +15,16 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from pipeline_lib.jobs.canary import check_cache, check_disk, check_driver, check_gpus, check_nccl, check_vllm
+from pipeline_lib.jobs.canary import (
+    check_cache,
+    check_disk,
+    check_driver,
+    check_gpus,
+    check_nccl,
+    check_nccl_nodes,
+    check_vllm,
+    nodes_command,
+)
 from pipeline_lib.plan.hub import LM_EVAL_DATASETS, HubRepo, is_hub_id, load_repos, repos_json
 from tests.conftest import NO_CONDA, REPO, repo_env, snakemake
 from tests.hub_server import HubServer, Repo
@@ -166,6 +175,37 @@ def test_the_all_reduce_runs_one_process_per_device_and_is_bounded():
     assert not hung.ok and "hung past" in hung.detail and "NCCL_DEBUG" in hung.fix
 
 
+def test_the_two_node_all_reduce_runs_one_srun_task_per_gpu_and_its_tasks_meet(tmp_path):
+    """The 2-node check's srun line, and its tasks' code: four srun tasks (2 nodes x 2 GPUs, as Slurm numbers them)
+    run here with gloo and meet at the master's port; a failing or hanging srun is a failure with a fix."""
+    command = nodes_command(2, 8, "node001", 29500)
+    assert command[:5] == ["srun", "--nodes=2", "--ntasks-per-node=8", "--ntasks=16", "--kill-on-bad-exit=1"]
+    assert command[-9:] == ["-m", "pipeline_lib.jobs.canary", "allreduce-task", "--master", "node001", "--port",
+                            "29500", "--backend", "nccl"]
+    port = str(29_000 + (hash(str(tmp_path)) % 1000))
+    tasks = [subprocess.Popen([sys.executable, "-m", "pipeline_lib.jobs.canary", "allreduce-task", "--master",
+                               "127.0.0.1", "--port", port, "--backend", "gloo"],
+                              env=repo_env() | {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "4",
+                                                "SLURM_LOCALID": str(rank % 2)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(4)]
+    results = [task.communicate(timeout=240) for task in tasks]
+    assert [task.returncode for task in tasks] == [0] * 4, [err[-500:] for _, err in results]
+    ran = []
+
+    def fake_srun(command, **kwargs):
+        ran.append(command)
+        return SimpleNamespace(returncode=1, stdout="", stderr="NCCL WARN NET/IB : No device found\nerror")
+
+    failed = check_nccl_nodes(2, 8, runner=fake_srun)
+    assert not failed.ok and "2 nodes x 8 GPUs" in failed.detail and "NCCL_SOCKET_IFNAME" in failed.fix
+    assert ran[0][:2] == ["srun", "--nodes=2"]
+
+    def hang(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, 1)
+
+    assert "hung past" in check_nccl_nodes(2, 8, runner=hang, timeout=1).detail
+
+
 def test_vllm_fails_with_a_fix_for_a_model_not_in_the_cache(tmp_path):
     pytest.importorskip("vllm")
     check = check_vllm("org/not-fetched", tmp_path / "hf", timeout=300)
@@ -221,7 +261,7 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
                        *NO_CONDA, full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _jobs(result.stdout)
-    gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and job["rule"] != "gpu_canary"]
+    gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and not job["rule"].startswith("gpu_canary")]
     assert {job["rule"] for job in gpu_jobs} >= {"train_verl", "train_trl", "annotate_rationales", "train_imagenet",
                                                  "eval_checkpoint", "eval_lm_eval", "eval_alpaca_eval",
                                                  "judge_score"}
@@ -231,7 +271,15 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     assert [job["rule"] for job in jobs].count("fetch") == 1
     canary = next(job for job in jobs if job["rule"] == "gpu_canary")
     assert "results/site/fetch.json" in canary["input"] and "gres=gpu:8" in canary["resources"]
-    assert "nodes=1" in canary["resources"]
+    assert "nodes=2" in canary["resources"]  # the plan's 2-node jobs: NCCL across two nodes
+    assert "--nodes 2" in result.stdout
+    # vLLM started in the eval and judge envs before the canary's report, which every GPU job waits for
+    for env in ("eval", "judge"):
+        assert f"results/site/vllm_{env}.json" in canary["input"]
+        assert f"canary vllm --env {env}" in result.stdout
+    # the canary is never retried; the long jobs get Snakemake's attempt to record why each one ended
+    assert "retries: 0" in (workflow_copy / "workflow/rules/site.smk").read_text()
+    assert re.search(r"SOFTMAXGRPO_ATTEMPT=1 \S+ -m pipeline_lib.jobs.engines.verl.train", result.stdout)
     assert all("results/site/fetch.json" in job["input"] for job in jobs if job["rule"] == "data_build")
     assert _is_local(workflow_copy, "fetch", "config/paper.yaml")
     # every hub id the plan's commands and spec files name is in the repositories `fetch` downloads
