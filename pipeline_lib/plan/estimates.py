@@ -37,8 +37,8 @@ from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
 __all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "VERL_TRAIN", "Architecture", "Estimate",
-           "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "scratch_args",
-           "site_defaults", "site_settings", "token_cap", "token_overrides"]
+           "disk_at_once", "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries",
+           "run_stages", "scratch_args", "site_defaults", "site_settings", "token_cap", "token_overrides"]
 
 GB = 1e9
 
@@ -225,11 +225,54 @@ def memory_check(config: Mapping[str, Any], plan: Any) -> None:
 
 
 def disk_needs(config: Mapping[str, Any], plan: Any) -> dict[str, float]:
-    """GB the whole plan needs under the results root (``results``: exported models, kept rollout dumps) and the
-    scratch root (``scratch``: every verl run's two kept checkpoints and its dumps while it trains, as if all ran at
-    once: an upper bound)."""
+    """GB the whole plan writes under the results root (``results``: exported models, kept rollout dumps, which stay)
+    and the scratch root (``scratch``: every verl run's two kept checkpoints and its dumps, as if all ran at once: an
+    upper bound no site needs; :func:`disk_at_once` is what can run at once)."""
     found = estimates(config, plan).values()
     return {"results": sum(e.results_gb for e in found), "scratch": sum(e.scratch_gb for e in found)}
+
+
+def run_stages(plan: Any) -> dict[tuple[str, str], int]:
+    """(rule, run key) -> the run's place in the plan's order: 0 for a run that reads no other run's output, else one
+    more than the latest run it reads (an RL run from an SFT run's ``final/``)."""
+    runs = {(run.job, run.key): run for run in plan.runs}
+    owners = {f"results/train/{run.key}/": ident for ident, run in runs.items()}
+    reads = {ident: {owners[prefix] for path in run.inputs.values() for prefix in owners
+                     if str(path).startswith(prefix) and owners[prefix] != ident}
+             for ident, run in runs.items()}
+    stage: dict[tuple[str, str], int] = {}
+
+    def depth(ident: tuple[str, str], seen: tuple[tuple[str, str], ...] = ()) -> int:
+        if ident not in stage:
+            if ident in seen:
+                raise PlanError(f"runs read each other's outputs in a cycle: {[key for _, key in seen]}")
+            stage[ident] = max((depth(other, (*seen, ident)) + 1 for other in reads[ident]), default=0)
+        return stage[ident]
+
+    for ident in runs:
+        depth(ident)
+    return stage
+
+
+def disk_at_once(config: Mapping[str, Any], plan: Any, jobs: int | None) -> dict[str, dict[str, float]]:
+    """What each root must hold, from what can run at once (the canary's disk check, :mod:`pipeline_lib.jobs.canary`).
+
+    ``scratch`` (a run's checkpoints and dumps, freed when it ends): ``one``, the largest single run's; ``at_once``,
+    the most that runs of one stage of the plan's order (:func:`run_stages`) hold together when at most ``jobs`` run
+    at once (the profile's ``jobs``; None: no limit), the largest first. ``results`` (kept for good): ``one``, the
+    largest run's; ``at_once``, the plan's total. ``jobs``: the number of runs ``at_once`` assumes."""
+    found = estimates(config, plan)
+    stages = run_stages(plan)
+    by_stage: dict[int, list[float]] = {}
+    for ident, estimate in found.items():
+        by_stage.setdefault(stages[ident], []).append(estimate.scratch_gb)
+    limit = jobs if jobs and jobs > 0 else None
+    waves = {stage: sorted(sizes, reverse=True)[:limit] for stage, sizes in by_stage.items()}
+    peak = max(waves.values(), key=sum, default=[])
+    return {"scratch": {"one": max((e.scratch_gb for e in found.values()), default=0.0), "at_once": sum(peak),
+                        "jobs": float(len(peak))},
+            "results": {"one": max((e.results_gb for e in found.values()), default=0.0),
+                        "at_once": sum(e.results_gb for e in found.values()), "jobs": float(len(found))}}
 
 
 def token_overrides(cap: int) -> tuple[str, ...]:

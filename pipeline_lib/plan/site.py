@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline_lib.plan.estimates import disk_needs, site_settings
+from pipeline_lib.plan.estimates import disk_at_once, site_settings
 from pipeline_lib.plan.runs import Plan
 
 __all__ = ["CANARY", "CANARY_VLLM", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_count", "node_gpus",
@@ -62,12 +62,12 @@ def node_count(plan: Plan) -> int:
     return max([1, *(int(run.resources.get("nodes", 1)) for run in plan.runs)])
 
 
-def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float]:
-    """GB the plan writes under each root the canary checks: the results directory and ``site.scratch_root``
-    (the plan's estimate, :func:`pipeline_lib.plan.estimates.disk_needs`)."""
-    needs = disk_needs(config, plan)
-    scratch = site_settings(config)["scratch_root"]
-    return {"results": float(needs["results"]), scratch: float(needs["scratch"])}
+def site_disk_needs(config: Mapping[str, Any], plan: Plan, jobs: int | None = None) -> dict[str, dict[str, float]]:
+    """What the canary checks under each root, the results directory and ``site.scratch_root``: the largest run's
+    need and what can be written at once with at most ``jobs`` running (the profile's ``jobs``;
+    :func:`pipeline_lib.plan.estimates.disk_at_once`)."""
+    needs = disk_at_once(config, plan, jobs)
+    return {"results": needs["results"], site_settings(config)["scratch_root"]: needs["scratch"]}
 
 
 def canary_inputs(resources_of: Callable[[str], Mapping[str, Any]], mark: Callable[[str], Any]

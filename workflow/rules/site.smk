@@ -68,7 +68,8 @@ rule gpu_canary:
         CANARY,
     params:
         repos=lambda wildcards: json_file(repos_json(HUB_REPOS)),
-        disk=lambda wildcards: json_file(json.dumps(site_disk_needs(config, PLAN))),
+        # what can run at once: the plan's order and the profile's `jobs` (Snakemake's --jobs)
+        disk=lambda wildcards: json_file(json.dumps(site_disk_needs(config, PLAN, workflow.resource_settings.nodes))),
         model=config["train"]["verl"]["model"],
         hf_home=HF_HOME,
         code=code_digest("pipeline_lib.jobs.canary"),
