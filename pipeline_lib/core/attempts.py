@@ -19,6 +19,7 @@ hand, the tests) nothing is recorded or refused.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -28,7 +29,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pipeline_lib.core.checkpoint import ATTEMPTS_NAME, read_json_state
 from pipeline_lib.core.io import write_json
 
 __all__ = ["ATTEMPTS_NAME", "ATTEMPT_ENV", "FAILURES_ALLOWED", "RetryRefusedError", "guard_attempt", "refusal"]
@@ -36,6 +36,8 @@ __all__ = ["ATTEMPTS_NAME", "ATTEMPT_ENV", "FAILURES_ALLOWED", "RetryRefusedErro
 log = logging.getLogger("pipeline_lib.core.attempts")
 
 ATTEMPT_ENV = "SOFTMAXGRPO_ATTEMPT"
+#: Each attempt's end, in the run directory: the job's record, not any run's state (never set aside with it).
+ATTEMPTS_NAME = "attempts.json"
 #: Attempts that may end in a failure other than a time limit: the first, and one more.
 FAILURES_ALLOWED = 2
 
@@ -45,7 +47,11 @@ class RetryRefusedError(RuntimeError):
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
-    record = read_json_state(path)
+    """The recorded attempts (none where the file is missing or unreadable: a torn record refuses nothing)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
     return list(record.get("attempts", [])) if isinstance(record, dict) else []
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline_lib.core.attempts import ATTEMPTS_NAME
 from pipeline_lib.core.io import atomic_path, sha256_file, write_json
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX, code_digest, config_digest, entry_module
 from pipeline_lib.core.tracking import Tracker, TrackingSettings
@@ -210,8 +211,6 @@ def discard_resume_state(run_dir: str | os.PathLike[str]) -> None:
 
 #: The run directory's owner: the identity (config, code, input digests) of the run whose resume state it holds.
 RUN_IDENTITY = "run.json"
-#: Each attempt's end (:mod:`pipeline_lib.core.attempts`): the job's, not any run's state, so never set aside.
-ATTEMPTS_NAME = "attempts.json"
 #: Where another run's state goes, one folder per run digest (``DIR/stale/<digest>/``); never deleted.
 STALE_DIR = "stale"
 #: Per-step logs that belong with the checkpoint they were written beside (set aside with it).

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.checkpoint import RUN_IDENTITY, read_json_state
 from pipeline_lib.core.io import write_json
 
 __all__ = ["END_NAME", "EndJournal", "finish_run", "manifest"]
@@ -50,8 +51,6 @@ def manifest(directory: Path) -> dict[str, list[Any]]:
 
 def _run_digest(run_dir: Path) -> str | None:
     """The run digest ``run.json`` records (None where the engine keeps none)."""
-    from pipeline_lib.core.checkpoint import RUN_IDENTITY, read_json_state
-
     owner = read_json_state(run_dir / RUN_IDENTITY)
     return owner.get("run_sha256") if isinstance(owner, dict) else None
 
@@ -68,8 +67,6 @@ class EndJournal:
         self.record = self._read()
 
     def _read(self) -> dict[str, Any]:
-        from pipeline_lib.core.checkpoint import read_json_state
-
         record = read_json_state(self.path)
         if not isinstance(record, dict):
             return {}

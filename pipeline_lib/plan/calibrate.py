@@ -24,6 +24,7 @@ from typing import Any
 from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.config import ConfigError
 from pipeline_lib.core.run_spec import PlanError
+from pipeline_lib.plan import plan_runs
 from pipeline_lib.plan.estimates import CHARS_PER_TOKEN, Lengths, estimate_run, site_settings
 from pipeline_lib.plan.table import load_config
 
@@ -150,8 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=2, help="first steps left out (start-up, first validation)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run instead of the table")
     args = parser.parse_args(argv)
-    from pipeline_lib.plan import plan_runs
-
     try:
         config = load_config(args.configfile)
         plan = plan_runs(config)
