@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from pipeline_lib.core.attempts import ATTEMPTS_NAME
 from pipeline_lib.core.io import atomic_path, sha256_file, write_json
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX, code_digest, config_digest, entry_module
 from pipeline_lib.core.tracking import Tracker, TrackingSettings
@@ -280,7 +281,8 @@ def claim_run_dir(run_dir: str | os.PathLike[str], identity: Mapping[str, Any], 
     previous = previous if isinstance(previous, dict) else {}
     if previous.get("run_sha256") == digest:
         return []
-    names = sorted(p.name for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR)) if state is None \
+    names = sorted(p.name for p in run_dir.iterdir() if p.name not in (RUN_IDENTITY, STALE_DIR, ATTEMPTS_NAME)) \
+        if state is None \
         else dict.fromkeys(state)
     present = [run_dir / name for name in names if (run_dir / name).exists()]
     moved = []

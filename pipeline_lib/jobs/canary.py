@@ -27,8 +27,9 @@ from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
 from pipeline_lib.plan.hub import HubRepo, load_repos
 
-__all__ = ["Check", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
-           "check_vllm", "main", "parse_nvidia_smi", "run_checks"]
+__all__ = ["Check", "Quota", "check_cache", "check_disk", "check_driver", "check_gpus", "check_nccl",
+           "check_nccl_nodes", "check_vllm", "main", "nodes_command", "parse_nvidia_smi", "parse_quota", "read_quota",
+           "run_checks", "slurm_task"]
 
 #: Seconds each subprocess of a check may take (the job is meant to finish in minutes).
 TIMEOUTS = {"nvidia-smi": 30, "nccl": 180, "vllm": 600}
@@ -42,6 +43,7 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warn: bool = False  # passed, with numbers to read (the disk check when unsure)
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -92,12 +94,13 @@ def check_gpus(torch_count: int, smi_list: str) -> Check:
     return Check("gpus", True, detail)
 
 
-def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
+def _allreduce(rank: int, world: int, init_method: str, backend: str, device_index: int) -> None:
+    """One rank of the canary's all-reduce: 4 MB of ``rank + 1`` summed over ``world`` ranks, checked."""
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+    device = torch.device("cuda", device_index) if backend == "nccl" else torch.device("cpu")
     if backend == "nccl":
         torch.cuda.set_device(device)
     value = torch.full((1 << 20,), float(rank + 1), device=device)
@@ -106,6 +109,50 @@ def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
     if not bool((value == expected).all()):
         raise RuntimeError(f"rank {rank}: all_reduce gave {value[0].item()}, expected {expected}")
     dist.destroy_process_group()
+
+
+def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
+    _allreduce(rank, world, f"tcp://127.0.0.1:{port}", backend, rank)
+
+
+def slurm_task() -> tuple[int, int, int]:
+    """(rank, world, local device) of this ``srun`` task, from Slurm's task variables."""
+    missing = [name for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if name not in os.environ]
+    if missing:
+        raise RuntimeError(f"not an srun task: {', '.join(missing)} unset")
+    return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]), int(os.environ["SLURM_LOCALID"])
+
+
+def nodes_command(nodes: int, gpus_per_node: int, master: str, port: int, backend: str = "nccl") -> list[str]:
+    """The ``srun`` line that runs one all-reduce rank per GPU on every node of the canary's allocation, meeting at
+    ``master:port`` (the node the canary runs on): the interconnect the 2-node verl jobs train over."""
+    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={gpus_per_node}", f"--ntasks={nodes * gpus_per_node}",
+            "--kill-on-bad-exit=1", sys.executable, "-m", "pipeline_lib.jobs.canary", "allreduce-task",
+            "--master", master, "--port", str(port), "--backend", backend]
+
+
+def check_nccl_nodes(nodes: int, gpus_per_node: int, backend: str = "nccl", timeout: float = TIMEOUTS["nccl"],
+                     runner: Callable[..., Any] = subprocess.run) -> Check:
+    """An all-reduce across ``nodes`` nodes (:func:`nodes_command`), bounded by ``timeout``."""
+    import socket
+
+    master = socket.gethostname()
+    command = nodes_command(nodes, gpus_per_node, master, _free_port(), backend)
+    what = f"{backend} all_reduce over {nodes} nodes x {gpus_per_node} GPUs"
+    if shutil.which(command[0]) is None and runner is subprocess.run:
+        return Check("nccl_nodes", False, f"{what}: srun is not on PATH",
+                     "Run gpu_canary as a Slurm job (the Slurm profile) on an allocation of that many nodes.")
+    try:
+        done = runner(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Check("nccl_nodes", False, f"{what} hung past {timeout:.0f} s",
+                     "Check the inter-node fabric (NCCL_DEBUG=INFO, NCCL_SOCKET_IFNAME / NCCL_IB_HCA for the "
+                     "right interface) before any 2-node job waits out NCCL's timeout.")
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return Check("nccl_nodes", False, f"{what} failed: {' | '.join(tail)}",
+                     "Rerun with NCCL_DEBUG=INFO; set NCCL_SOCKET_IFNAME / NCCL_IB_HCA to the fabric's interface.")
+    return Check("nccl_nodes", True, f"{what}: correct sums")
 
 
 def _free_port() -> int:
@@ -170,25 +217,128 @@ def _statvfs(root: str) -> os.statvfs_result:
     return os.statvfs(path)
 
 
-def check_disk(needs_gb: Mapping[str, float], statvfs: Callable[[str], Any] = _statvfs) -> Check:
-    """Free space under each root (results, scratch) against the plan's estimate of what it will write there
-    (:func:`pipeline_lib.plan.site.site_disk_needs`); roots on one filesystem share its free space, so their needs
-    are summed."""
-    by_fs: dict[Any, tuple[list[str], float, float]] = {}
+@dataclass(frozen=True)
+class Quota:
+    """A user's quota on one filesystem, in GB: ``used`` against ``limit`` (the hard limit, else the soft one)."""
+
+    tool: str
+    used_gb: float
+    limit_gb: float | None  # None: no limit set
+
+    @property
+    def room_gb(self) -> float | None:
+        return None if self.limit_gb is None else max(0.0, self.limit_gb - self.used_gb)
+
+
+def _kbytes(field: str) -> float:
+    """A quota tool's KiB column (``*`` marks one over its soft limit) in GB."""
+    return float(field.rstrip("*")) * 1024 / 1e9
+
+
+def parse_quota(text: str, tool: str) -> Quota | None:
+    """The block quota of the first filesystem row of ``lfs quota -u USER PATH`` or ``quota -u -w -f MOUNT`` (both:
+    ``Filesystem used quota limit grace files ...`` in KiB; a long filesystem name may sit alone on its own line);
+    None when the output holds no such row (no quota there)."""
+    lines = text.splitlines()
+    header = next((n for n, line in enumerate(lines) if re.match(r"\s*Filesystem\s", line)), None)
+    if header is None:
+        return None
+    rows = [line.split() for line in lines[header + 1:] if line.strip()]
+    fields: list[str] = []
+    for row in rows:
+        fields += row
+        if len(fields) >= 4:
+            break
+    if len(fields) < 4 or not re.fullmatch(r"\d+\*?", fields[1]):
+        return None
+    used, soft, hard = (_kbytes(fields[i]) for i in (1, 2, 3))
+    limit = hard if hard > 0 else soft if soft > 0 else None
+    return Quota(tool, used, limit)
+
+
+#: Filesystem types whose free space says nothing of a user's quota (a parallel or network filesystem).
+QUOTA_FILESYSTEMS = ("lustre", "gpfs", "beegfs", "nfs", "nfs4", "cephfs", "fuse.ceph", "wekafs", "xfs")
+
+
+def _mount(root: str) -> tuple[str, str]:
+    """(mount point, filesystem type) of ``root`` (its nearest existing parent), from /proc/mounts."""
+    path = Path(root).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    best, kind = "/", "unknown"
+    mounts = Path("/proc/mounts").read_text().splitlines() if Path("/proc/mounts").is_file() else []
+    for line in mounts:
+        parts = line.split()
+        if len(parts) >= 3 and (path == Path(parts[1]) or Path(parts[1]) in path.parents) \
+                and len(parts[1]) >= len(best):
+            best, kind = parts[1], parts[2]
+    return best, kind
+
+
+def read_quota(root: str, run: Callable[[list[str]], str | None] | None = None) -> tuple[Quota | None, str]:
+    """The user's quota where ``root`` lives (``lfs quota`` on Lustre, else ``quota``), and what was tried."""
+    run = run or (lambda command: _run(command, any_status=True))  # quota exits 1 for a user over quota
+    mount, kind = _mount(root)
+    user = os.environ.get("USER") or str(os.getuid())
+    tried = []
+    commands = ([["lfs", "quota", "-u", user, mount]] if kind == "lustre" else []) + \
+        [["quota", "-u", "-w", "-f", mount]]
+    for command in commands:
+        tried.append(command[0])
+        text = run(command)
+        if text:
+            quota = parse_quota(text, command[0])
+            if quota is not None:
+                return quota, f"{command[0]} on {mount} ({kind})"
+    return None, f"{mount} ({kind}): no quota from {' or '.join(tried)}"
+
+
+def check_disk(needs_gb: Mapping[str, Mapping[str, float]], statvfs: Callable[[str], Any] = _statvfs,
+               quota: Callable[[str], tuple[Quota | None, str]] = read_quota,
+               filesystem: Callable[[str], str] = lambda root: _mount(root)[1]) -> Check:
+    """Room under each root (results, scratch: the filesystem's free space, or the user's quota room where smaller)
+    against the plan's needs (:func:`pipeline_lib.plan.site.site_disk_needs`): ``one`` (the largest job) must fit,
+    else the check fails, since the next job cannot; less room than ``at_once`` (what can run at once under the
+    profile's ``jobs``, and the results the plan keeps) is a warning with the numbers, as is a network filesystem
+    whose quota cannot be read. Roots on one filesystem share its room, so their needs are summed."""
+    by_fs: dict[Any, dict[str, Any]] = {}
     for root, need in needs_gb.items():
         stats = statvfs(root)
         free_gb = stats.f_bavail * stats.f_frsize / 1e9
         key = getattr(stats, "f_fsid", None) or root
-        roots, total, _ = by_fs.get(key, ([], 0.0, free_gb))
-        by_fs[key] = ([*roots, root], total + need, free_gb)
-    short = [f"{' + '.join(roots)}: {free:.0f} GB free, the plan writes {need:.0f} GB"
-             for roots, need, free in by_fs.values() if free < need]
-    detail = "; ".join(f"{' + '.join(r)}: {f:.0f} GB free of {n:.0f} GB needed" for r, n, f in by_fs.values())
-    if short:
-        return Check("disk", False, "; ".join(short),
-                     "Point site.scratch_root (and the results directory) at a filesystem with that much free "
-                     "space, or free space there, before the run.")
-    return Check("disk", True, detail or "no roots to check")
+        entry = by_fs.setdefault(key, {"roots": [], "one": 0.0, "at_once": 0.0, "jobs": 0.0, "free": free_gb,
+                                       "root": root})
+        entry["roots"].append(root)
+        entry["one"] += need["one"]
+        entry["at_once"] += need["at_once"]
+        entry["jobs"] = max(entry["jobs"], need.get("jobs", 0.0))
+    failed, warned, details = [], [], []
+    for entry in by_fs.values():
+        roots = " + ".join(entry["roots"])
+        found, how = quota(entry["root"])
+        room = entry["free"] if found is None or found.room_gb is None else min(entry["free"], found.room_gb)
+        numbers = (f"{roots}: {room:.0f} GB of room ({entry['free']:.0f} GB free"
+                   + (f", quota {found.used_gb:.0f} of {found.limit_gb:.0f} GB used by {found.tool})"
+                      if found is not None and found.limit_gb is not None else f"; {how})")
+                   + f"; the largest job needs {entry['one']:.0f} GB, up to {entry['jobs']:.0f} at once and the "
+                   f"kept results {entry['at_once']:.0f} GB")
+        details.append(numbers)
+        if room < entry["one"]:
+            failed.append(numbers)
+        elif room < entry["at_once"]:
+            warned.append(numbers)
+        elif found is None and filesystem(entry["root"]) in QUOTA_FILESYSTEMS:
+            warned.append(f"{numbers} (a {filesystem(entry['root'])} filesystem whose quota could not be read: the "
+                          "room may be smaller)")
+    if failed:
+        return Check("disk", False, "; ".join(failed),
+                     "Point site.scratch_root (and the results directory) at a filesystem with room for the largest "
+                     "job, or free space there, before the run.")
+    if warned:
+        return Check("disk", True, "; ".join(warned), warn=True,
+                     fix="Lower the profile's `jobs` (fewer runs at once), or free space or raise the quota, before "
+                         "the later jobs fill it.")
+    return Check("disk", True, "; ".join(details) or "no roots to check")
 
 
 _VLLM_SCRIPT = """
@@ -220,19 +370,20 @@ def check_vllm(model: str, hf_home: Path, timeout: float = TIMEOUTS["vllm"]) -> 
     return Check("vllm", True, f"{model}: {generated[0].removeprefix('GENERATED ')}")
 
 
-def _run(command: list[str], timeout: float = TIMEOUTS["nvidia-smi"]) -> str | None:
+def _run(command: list[str], timeout: float = TIMEOUTS["nvidia-smi"], any_status: bool = False) -> str | None:
     if shutil.which(command[0]) is None:
         return None
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 or any_status else None
 
 
-def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, float],
-               model: str | None) -> list[Check]:
-    """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise)."""
+def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, Mapping[str, float]],
+               model: str | None, nodes: int = 1) -> list[Check]:
+    """Every check, cheapest first; the GPU checks only where a GPU is found ("no GPU" otherwise); the all-reduce
+    across ``nodes`` nodes where the plan has multi-node jobs."""
     checks = [check_cache(repos, hf_home), check_disk(needs_gb)]
     smi = _run(["nvidia-smi"])
     import torch
@@ -245,6 +396,8 @@ def run_checks(repos: Sequence[HubRepo], hf_home: Path, needs_gb: Mapping[str, f
     checks.append(check_gpus(torch.cuda.device_count(), _run(["nvidia-smi", "-L"]) or ""))
     if all(check.ok for check in checks[-2:]):
         checks.append(check_nccl(torch.cuda.device_count()))
+        if nodes > 1 and checks[-1].ok:
+            checks.append(check_nccl_nodes(nodes, torch.cuda.device_count()))
         if model and checks[0].ok:
             checks.append(check_vllm(model, hf_home))
     return checks
@@ -256,33 +409,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = sub.add_parser("allreduce", help="(internal) the all-reduce of check_nccl")
     worker.add_argument("--world", type=int, required=True)
     worker.add_argument("--backend", default="nccl")
+    task = sub.add_parser("allreduce-task", help="(internal) one srun task of check_nccl_nodes")
+    task.add_argument("--master", required=True)
+    task.add_argument("--port", type=int, required=True)
+    task.add_argument("--backend", default="nccl")
+    vllm = sub.add_parser("vllm", help="start vLLM briefly in this job's env (the eval and judge envs' canaries)")
+    vllm.add_argument("--model", required=True)
+    vllm.add_argument("--hf-home", required=True)
+    vllm.add_argument("--env", required=True, help="the env's name, for the report")
+    vllm.add_argument("--out", required=True)
     parser.add_argument("--repos", help="JSON list of the plan's hub repositories (pipeline_lib.plan.hub)")
     parser.add_argument("--hf-home", help="the hub cache (site.hf_home)")
     parser.add_argument("--disk", help="JSON {root: GB the plan writes there}")
     parser.add_argument("--model", help="the base model vLLM generates from")
     parser.add_argument("--out", help="the report (JSON)")
+    parser.add_argument("--nodes", type=int, default=1, help="nodes of the allocation: >1 checks NCCL across them")
     args = parser.parse_args(argv)
     if args.command == "allreduce":
         import torch.multiprocessing as mp
 
         mp.spawn(_nccl_worker, args=(args.world, _free_port(), args.backend), nprocs=args.world, join=True)
         return 0
+    if args.command == "allreduce-task":
+        rank, world, local = slurm_task()
+        _allreduce(rank, world, f"tcp://{args.master}:{args.port}", args.backend, local)
+        return 0
+    if args.command == "vllm":
+        return _report([check_vllm(args.model, Path(args.hf_home))], args.out, time.time(), inputs=[],
+                       params={"model": args.model, "env": args.env}, step=f"gpu_canary_vllm_{args.env}")
     if not (args.repos and args.hf_home and args.disk and args.out):
         parser.error("--repos, --hf-home, --disk and --out are required")
     started = time.time()
     checks = run_checks(load_repos(args.repos), Path(args.hf_home), json.loads(Path(args.disk).read_text()),
-                        args.model)
+                        args.model, nodes=args.nodes)
+    return _report(checks, args.out, started, inputs=[args.repos, args.disk], params={"model": args.model},
+                   step="gpu_canary")
+
+
+def _report(checks: Sequence[Check], out: str, started: float, inputs: Sequence[str], params: Mapping[str, Any],
+            step: str) -> int:
+    """Print each check; write the report (only for a node that passed: the failed one is in the log)."""
     for check in checks:
-        print(f"{'ok  ' if check.ok else 'FAIL'} {check.name}: {check.detail}" + ("" if check.ok else
-              f"\n     fix: {check.fix}"), file=sys.stderr)
+        mark = "FAIL" if not check.ok else "WARN" if check.warn else "ok  "
+        print(f"{mark} {check.name}: {check.detail}" + (f"\n     fix: {check.fix}" if mark != "ok  " else ""),
+              file=sys.stderr)
     ok = all(check.ok for check in checks)
     report = {"ok": ok, "node": os.uname().nodename, "seconds": round(time.time() - started, 1),
               "checks": [asdict(check) for check in checks]}
-    if not ok:  # the output exists only for a node that passed; the failed report is in the log
+    if not ok:
         print(json.dumps(report, indent=2), file=sys.stderr)
         return 1
-    write_json(args.out, report)
-    write_provenance([args.out], step="gpu_canary", inputs=[args.repos, args.disk], params={"model": args.model})
+    write_json(out, report)
+    write_provenance([out], step=step, inputs=list(inputs), params=dict(params))
     return 0
 
 

@@ -33,12 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pipeline_lib.core.baselines import OPDSettings
 from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.run_spec import PlanError, VerlRLKnobs, VerlSFTKnobs
 
 __all__ = ["ARCHITECTURES", "SFT_TOKENS_PER_GPU", "SITE_TIMED", "VERL_TRAIN", "Architecture", "Estimate",
-           "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries", "scratch_args",
-           "site_defaults", "site_settings", "token_cap", "token_overrides"]
+           "disk_at_once", "disk_needs", "estimate_run", "estimates", "fit_run", "memory_check", "rule_retries",
+           "run_stages", "scratch_args", "site_defaults", "site_settings", "token_cap", "token_overrides"]
 
 GB = 1e9
 
@@ -67,6 +68,9 @@ SFT_TOKENS_PER_GPU = 8192
 DUMP_BYTES_PER_TOKEN = 4
 #: Start-up of an attempt (Ray, model load, vLLM, resume) in hours: time a resubmission spends before its first step.
 STARTUP_H = 0.25
+#: Bytes per second a job reads or writes its run directory and scratch at (a parallel filesystem's per-client stream;
+#: an assumption, not a measurement): prices a run's end (:func:`end_hours`).
+DISK_GBPS = 0.5
 #: Share of the GPU a token-bounded run may fill (the rest: allocator fragmentation, NCCL buffers, CUDA context).
 HEADROOM = 0.9
 
@@ -95,6 +99,7 @@ class Estimate:
     tokens_per_gpu: int | None  # verl's ppo/log-prob max_token_len_per_gpu where the run needs dynamic batching
     scratch_gb: float
     results_gb: float
+    lengths: str = ""  # where the expected lengths come from (:func:`expected_lengths`)
 
 
 def _architecture(model: Any, where: str) -> Architecture:
@@ -104,15 +109,99 @@ def _architecture(model: Any, where: str) -> Architecture:
     return ARCHITECTURES[model]
 
 
-def _flops(spec: Any, arch: Architecture) -> float:
-    """Training FLOPs of a verl run (the module docstring's passes)."""
+@dataclass(frozen=True)
+class Lengths:
+    """The tokens a run's sequences are expected to hold: ``prompt`` and ``response`` (each at most its cap), and
+    where each number comes from."""
+
+    prompt: float
+    response: float
+    source: str
+
+
+#: Expected response tokens per task where a source states them (the caps are upper bounds a run's responses stop
+#: well short of): (tokens, source). Tasks not named here are priced at their cap, said so in :class:`Lengths`.
+RESPONSE_TOKENS: dict[str, tuple[float, str]] = {
+    "gsm8k": (100.0, "paper, App. tau x M ablation: GSM8K answer lengths stay ~100 tokens at tau <= 0.5"),
+    "countdown": (100.0, "paper, App. tau x M ablation: Countdown responses 30-100+ tokens; the upper end"),
+}
+#: Characters per token of Qwen's tokenizer on English text, to turn a file's characters into tokens where no
+#: tokenizer is at hand (:func:`measured_lengths`): OpenAI's and Qwen's BPE rule of thumb, ~4.
+CHARS_PER_TOKEN = 4.0
+
+
+def expected_lengths(spec: Any, measured: Mapping[str, Lengths] | None = None) -> Lengths:
+    """A verl run's expected prompt and response tokens: ``measured[task]`` (:func:`measured_lengths`, the
+    demonstrations' and prompts' lengths) where given, else :data:`RESPONSE_TOKENS` for the response and the cap for
+    the prompt; each bounded by its cap."""
+    if spec.rl is not None:
+        prompt_cap, response_cap = spec.rl.knobs.max_prompt_tokens, spec.rl.max_response_tokens
+    else:
+        prompt_cap, response_cap = 0, spec.sft.knobs.max_length
+    if measured and spec.task in measured:
+        found = measured[spec.task]
+        return Lengths(min(found.prompt, prompt_cap), min(found.response, response_cap), found.source)
+    if spec.rl is not None and spec.task in RESPONSE_TOKENS:
+        tokens, source = RESPONSE_TOKENS[spec.task]
+        return Lengths(prompt_cap, min(tokens, response_cap), f"response: {source}; prompt: the cap")
+    return Lengths(prompt_cap, response_cap, "the caps (no stated length for this task)")
+
+
+def attention_flops(arch: Architecture, row_tokens: float) -> float:
+    """Attention FLOPs per token of one forward pass over packed rows of ``row_tokens`` tokens: Q K^T and A V over the
+    whole row (verl's packed SDPA path computes every pair of the row, :mod:`...verl.translate`), 2 x 2 x hidden per
+    pair per layer. A backward pass costs twice its forward, as for the weights."""
+    return 4.0 * arch.layers * arch.hidden * row_tokens
+
+
+def causal_attention_flops(arch: Architecture, sequence_tokens: float) -> float:
+    """Attention FLOPs per token of generating a sequence (vLLM's own kernels, causal: each token attends to the
+    ones before it, half the row on average)."""
+    return 2.0 * arch.layers * arch.hidden * sequence_tokens
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A verl run's training FLOPs, split: the student's weights, its attention, and (OPD) the teacher's passes."""
+
+    weights: float
+    attention: float
+    teacher: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.attention + self.teacher
+
+
+def packed_row(spec: Any, lengths: Lengths, tokens_per_gpu: int | None) -> float:
+    """Tokens of one packed training row: a micro-batch's sequences at their expected length (verl removes the
+    padding and packs them), or verl's token bound per GPU where the run has one; SFT packs to
+    :data:`SFT_TOKENS_PER_GPU` (or one longer demonstration)."""
+    if spec.rl is not None:
+        row = spec.rl.knobs.micro_batch_per_gpu * (lengths.prompt + lengths.response)
+        return float(min(row, tokens_per_gpu)) if tokens_per_gpu else float(row)
+    return float(max(SFT_TOKENS_PER_GPU, spec.sft.knobs.max_length))
+
+
+def run_cost(spec: Any, arch: Architecture, lengths: Lengths, tokens_per_gpu: int | None = None,
+             teacher: Architecture | None = None) -> Cost:
+    """Training FLOPs of a verl run at its expected lengths (the module docstring's passes), with attention at the
+    packed row length (:func:`packed_row`) and, for OPD, the teacher's forward pass over every rollout token."""
+    row = packed_row(spec, lengths, tokens_per_gpu)
     if spec.rl is not None:
         rl = spec.rl
-        tokens = rl.prompts_per_step * rl.group_size * (rl.knobs.max_prompt_tokens + rl.max_response_tokens)
+        sequence = lengths.prompt + lengths.response
+        tokens = rl.prompts_per_step * rl.group_size * sequence * rl.steps
         passes = 2 + 2 + (2 if rl.beta > 0 else 0) + 8 * rl.ppo_epochs
-        return passes * arch.params * tokens * rl.steps
+        packed_forwards = 1 + (1 if rl.beta > 0 else 0) + 4 * rl.ppo_epochs  # old log-prob, reference, update
+        attention = tokens * (causal_attention_flops(arch, sequence) + packed_forwards * attention_flops(arch, row))
+        extra = 0.0
+        if teacher is not None:  # one forward of the teacher over each rollout's prompt and response
+            extra = tokens * (2 * teacher.params + causal_attention_flops(teacher, sequence))
+        return Cost(passes * arch.params * tokens, attention, extra)
     sft = spec.sft
-    return 8 * arch.params * sft.batch_size * sft.knobs.max_length * sft.steps
+    tokens = sft.batch_size * (lengths.prompt + lengths.response) * sft.steps
+    return Cost(8 * arch.params * tokens, 4 * tokens * attention_flops(arch, row))
 
 
 def _memory_gb(arch: Architecture, gpus: int, tokens: int, reference: bool, vllm_share: float,
@@ -155,8 +244,31 @@ def token_cap(arch: Architecture, gpus: int, reference: bool, vllm_share: float,
     return cap
 
 
-def estimate_run(run: Any, site: Mapping[str, Any]) -> Estimate | None:
-    """The estimates of one planned run (None: not a GPU job)."""
+def opd_teacher(spec: Any) -> tuple[Architecture, int] | None:
+    """(the OPD teacher's architecture, its GPUs per node) of an OPD run (None for any other run): the teacher takes
+    ``train.baselines.opd.verl.gpus_per_node`` of each node's GPUs, the student the rest."""
+    if not isinstance(spec.baseline, OPDSettings) or spec.rl is None:
+        return None
+    return _architecture(spec.baseline.teacher.hub, f"{spec.task}/{spec.method} teacher"), \
+        int(spec.baseline.verl.gpus_per_node)
+
+
+def end_hours(spec: Any, arch: Architecture, lengths: Lengths, dump_every: int, disk_gbps: float = DISK_GBPS) -> float:
+    """Hours of a run's end after its last step (:func:`pipeline_lib.core.run_end.finish_run`): the merger reads the
+    fp32 actor and writes ``final/`` in bf16 (4 + 2 bytes per parameter), the journal hashes ``final/`` twice (record,
+    verify: 2 x 2), the collection reads every rollout dump and the kept ones are copied back; at ``disk_gbps``."""
+    read_write = (4 + 2 + 2 * 2) * arch.params
+    if spec.rl is not None:
+        rl = spec.rl
+        dump = rl.prompts_per_step * rl.group_size * (lengths.prompt + lengths.response) * DUMP_BYTES_PER_TOKEN
+        read_write += dump * rl.steps + dump * math.ceil(rl.steps / dump_every)
+    return read_write / (disk_gbps * GB) / 3600
+
+
+def estimate_run(run: Any, site: Mapping[str, Any], measured: Mapping[str, Lengths] | None = None,
+                 step_hours: float | None = None) -> Estimate | None:
+    """The estimates of one planned run (None: not a GPU job); ``measured``: lengths read from the task's data
+    (:func:`expected_lengths`); ``step_hours``: a step's measured hours (``calibrate``), replacing the FLOPs'."""
     gpus = _gpus(run.resources)
     if gpus == 0:
         return None
@@ -166,17 +278,7 @@ def estimate_run(run: Any, site: Mapping[str, Any]) -> Estimate | None:
                                                (VerlRLKnobs, VerlSFTKnobs)):
         return Estimate(run.key, gpus, None, None, 1, None, None, None, 0.0, 0.0)
     arch = _architecture(spec.model, run.key)
-    gpu_h = _flops(spec, arch) / (site["gpu_tflops"] * 1e12) / 3600
-    wall_h = gpu_h / gpus
-    steps = spec.rl.steps if spec.rl is not None else spec.sft.steps
-    step_h = wall_h / steps
-    usable_h = limit_h - STARTUP_H - site["max_lost_hours"]
-    if usable_h <= 0:
-        raise PlanError(f"site.max_runtime_min {site['max_runtime_min']} leaves no time after the start-up "
-                        f"({STARTUP_H} h) and site.max_lost_hours ({site['max_lost_hours']} h)")
-    attempts = max(1, math.ceil(wall_h / usable_h))
-    # A time-out loses the steps since the last save: save every this many, as seldom as the stated hour allows.
-    every = max(1, min(steps, math.floor(site["max_lost_hours"] / step_h))) if step_h > 0 else steps
+    lengths = expected_lengths(spec, measured)
     reference = spec.rl is not None and spec.rl.beta > 0
     share = spec.rl.knobs.gpu_memory_utilization if spec.rl is not None else 0.0
     tokens, longest = _micro_tokens(spec)
@@ -186,15 +288,35 @@ def estimate_run(run: Any, site: Mapping[str, Any]) -> Estimate | None:
         cap = token_cap(arch, gpus, reference, share, site["gpu_memory_gb"], longest)
         if cap is not None:
             memory = _memory_gb(arch, gpus, cap, reference, share, site["gpu_memory_gb"])
+    teacher = opd_teacher(spec)
+    cost = run_cost(spec, arch, lengths, cap, teacher[0] if teacher else None)
+    throughput = site["gpu_tflops"] * 1e12 * 3600  # FLOPs per GPU-hour
+    if teacher is not None:  # the teacher scores each batch on its GPUs, the student waits, then trains on the rest
+        teacher_gpus = teacher[1] * gpus // spec.rl.knobs.gpus_per_node
+        wall_h = (cost.weights + cost.attention) / ((gpus - teacher_gpus) * throughput) \
+            + cost.teacher / (teacher_gpus * throughput)
+    else:
+        wall_h = cost.total / (gpus * throughput)
+    steps = spec.rl.steps if spec.rl is not None else spec.sft.steps
+    if step_hours is not None:
+        wall_h = step_hours * steps
+    gpu_h = wall_h * gpus  # the job holds every GPU of its allocation for its wall time
+    step_h = wall_h / steps
+    usable_h = limit_h - STARTUP_H - site["max_lost_hours"]
+    if usable_h <= 0:
+        raise PlanError(f"site.max_runtime_min {site['max_runtime_min']} leaves no time after the start-up "
+                        f"({STARTUP_H} h) and site.max_lost_hours ({site['max_lost_hours']} h)")
+    attempts = max(1, math.ceil((wall_h + end_hours(spec, arch, lengths, site["rollout_dump_every"])) / usable_h))
+    # A time-out loses the steps since the last save: save every this many, as seldom as the stated hour allows.
+    every = max(1, min(steps, math.floor(site["max_lost_hours"] / step_h))) if step_h > 0 else steps
     scratch = 2 * 12 * arch.params / GB
     results = 2 * arch.params / GB
     if spec.rl is not None:
         rl = spec.rl
-        dump = rl.prompts_per_step * rl.group_size * (rl.knobs.max_prompt_tokens + rl.max_response_tokens) \
-            * DUMP_BYTES_PER_TOKEN / GB
+        dump = rl.prompts_per_step * rl.group_size * (lengths.prompt + lengths.response) * DUMP_BYTES_PER_TOKEN / GB
         scratch += dump * rl.steps
         results += dump * math.ceil(rl.steps / site["rollout_dump_every"])
-    return Estimate(run.key, gpus, gpu_h, wall_h, attempts, every, memory, cap, scratch, results)
+    return Estimate(run.key, gpus, gpu_h, wall_h, attempts, every, memory, cap, scratch, results, lengths.source)
 
 
 def _gpus(resources: Mapping[str, Any]) -> int:
@@ -225,11 +347,54 @@ def memory_check(config: Mapping[str, Any], plan: Any) -> None:
 
 
 def disk_needs(config: Mapping[str, Any], plan: Any) -> dict[str, float]:
-    """GB the whole plan needs under the results root (``results``: exported models, kept rollout dumps) and the
-    scratch root (``scratch``: every verl run's two kept checkpoints and its dumps while it trains, as if all ran at
-    once: an upper bound)."""
+    """GB the whole plan writes under the results root (``results``: exported models, kept rollout dumps, which stay)
+    and the scratch root (``scratch``: every verl run's two kept checkpoints and its dumps, as if all ran at once: an
+    upper bound no site needs; :func:`disk_at_once` is what can run at once)."""
     found = estimates(config, plan).values()
     return {"results": sum(e.results_gb for e in found), "scratch": sum(e.scratch_gb for e in found)}
+
+
+def run_stages(plan: Any) -> dict[tuple[str, str], int]:
+    """(rule, run key) -> the run's place in the plan's order: 0 for a run that reads no other run's output, else one
+    more than the latest run it reads (an RL run from an SFT run's ``final/``)."""
+    runs = {(run.job, run.key): run for run in plan.runs}
+    owners = {f"results/train/{run.key}/": ident for ident, run in runs.items()}
+    reads = {ident: {owners[prefix] for path in run.inputs.values() for prefix in owners
+                     if str(path).startswith(prefix) and owners[prefix] != ident}
+             for ident, run in runs.items()}
+    stage: dict[tuple[str, str], int] = {}
+
+    def depth(ident: tuple[str, str], seen: tuple[tuple[str, str], ...] = ()) -> int:
+        if ident not in stage:
+            if ident in seen:
+                raise PlanError(f"runs read each other's outputs in a cycle: {[key for _, key in seen]}")
+            stage[ident] = max((depth(other, (*seen, ident)) + 1 for other in reads[ident]), default=0)
+        return stage[ident]
+
+    for ident in runs:
+        depth(ident)
+    return stage
+
+
+def disk_at_once(config: Mapping[str, Any], plan: Any, jobs: int | None) -> dict[str, dict[str, float]]:
+    """What each root must hold, from what can run at once (the canary's disk check, :mod:`pipeline_lib.jobs.canary`).
+
+    ``scratch`` (a run's checkpoints and dumps, freed when it ends): ``one``, the largest single run's; ``at_once``,
+    the most that runs of one stage of the plan's order (:func:`run_stages`) hold together when at most ``jobs`` run
+    at once (the profile's ``jobs``; None: no limit), the largest first. ``results`` (kept for good): ``one``, the
+    largest run's; ``at_once``, the plan's total. ``jobs``: the number of runs ``at_once`` assumes."""
+    found = estimates(config, plan)
+    stages = run_stages(plan)
+    by_stage: dict[int, list[float]] = {}
+    for ident, estimate in found.items():
+        by_stage.setdefault(stages[ident], []).append(estimate.scratch_gb)
+    limit = jobs if jobs and jobs > 0 else None
+    waves = {stage: sorted(sizes, reverse=True)[:limit] for stage, sizes in by_stage.items()}
+    peak = max(waves.values(), key=sum, default=[])
+    return {"scratch": {"one": max((e.scratch_gb for e in found.values()), default=0.0), "at_once": sum(peak),
+                        "jobs": float(len(peak))},
+            "results": {"one": max((e.results_gb for e in found.values()), default=0.0),
+                        "at_once": sum(e.results_gb for e in found.values()), "jobs": float(len(found))}}
 
 
 def token_overrides(cap: int) -> tuple[str, ...]:

@@ -12,14 +12,17 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline_lib.plan.estimates import disk_needs, site_settings
+from pipeline_lib.plan.estimates import disk_at_once, site_settings
 from pipeline_lib.plan.runs import Plan
 
-__all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
+__all__ = ["CANARY", "CANARY_VLLM", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_count", "node_gpus",
+           "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
 FETCHED = "results/site/fetch.json"
+#: The vLLM canary of one env (``{env}``: eval, judge), an input of the canary's report.
+CANARY_VLLM = "results/site/vllm_{env}.json"
 
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[\w-]+)?:(\d+)")
 
@@ -53,12 +56,18 @@ def node_gpus(plan: Plan) -> int:
     return max([1, *counts])
 
 
-def site_disk_needs(config: Mapping[str, Any], plan: Plan) -> dict[str, float]:
-    """GB the plan writes under each root the canary checks: the results directory and ``site.scratch_root``
-    (the plan's estimate, :func:`pipeline_lib.plan.estimates.disk_needs`)."""
-    needs = disk_needs(config, plan)
-    scratch = site_settings(config)["scratch_root"]
-    return {"results": float(needs["results"]), scratch: float(needs["scratch"])}
+def node_count(plan: Plan) -> int:
+    """Nodes of the widest planned run (``nodes``): the canary takes that many, so a 2-node job's interconnect is
+    checked before any 2-node job waits out NCCL's timeout on it."""
+    return max([1, *(int(run.resources.get("nodes", 1)) for run in plan.runs)])
+
+
+def site_disk_needs(config: Mapping[str, Any], plan: Plan, jobs: int | None = None) -> dict[str, dict[str, float]]:
+    """What the canary checks under each root, the results directory and ``site.scratch_root``: the largest run's
+    need and what can be written at once with at most ``jobs`` running (the profile's ``jobs``;
+    :func:`pipeline_lib.plan.estimates.disk_at_once`)."""
+    needs = disk_at_once(config, plan, jobs)
+    return {"results": needs["results"], site_settings(config)["scratch_root"]: needs["scratch"]}
 
 
 def canary_inputs(resources_of: Callable[[str], Mapping[str, Any]], mark: Callable[[str], Any]

@@ -15,7 +15,18 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from pipeline_lib.jobs.canary import check_cache, check_disk, check_driver, check_gpus, check_nccl, check_vllm
+from pipeline_lib.jobs.canary import (
+    check_cache,
+    check_disk,
+    check_driver,
+    check_gpus,
+    check_nccl,
+    check_nccl_nodes,
+    check_vllm,
+    nodes_command,
+    parse_quota,
+    read_quota,
+)
 from pipeline_lib.plan.hub import LM_EVAL_DATASETS, HubRepo, is_hub_id, load_repos, repos_json
 from tests.conftest import NO_CONDA, REPO, repo_env, snakemake
 from tests.hub_server import HubServer, Repo
@@ -128,19 +139,82 @@ def test_torch_must_see_every_gpu_the_node_lists():
     assert not hidden.ok and "1 GPU(s)" in hidden.detail and "lists 2" in hidden.detail and hidden.fix
 
 
-def test_a_full_scratch_disk_is_refused_and_shared_roots_are_summed():
+def _needs(one: float, at_once: float, jobs: float = 8.0) -> dict[str, float]:
+    return {"one": one, "at_once": at_once, "jobs": jobs}
+
+
+def _no_quota(root):
+    return None, "no quota tool"
+
+
+def test_the_disk_fails_only_when_the_next_job_cannot_fit_and_warns_with_the_numbers():
     recorded = json.loads((FIXTURES / "statvfs_full.json").read_text())
 
     def statvfs(root):
         return SimpleNamespace(**recorded[root])
 
-    full = check_disk({"/home": 500.0, "/scratch": 900.0}, statvfs)
-    assert not full.ok and "/scratch: 12 GB free, the plan writes 900 GB" in full.detail and full.fix
-    assert "/home" not in full.detail
-    assert check_disk({"/home": 500.0, "/scratch": 10.0}, statvfs).ok
-    recorded["/scratch"]["f_fsid"] = recorded["/home"]["f_fsid"]  # one filesystem: 2,000 GB free, 2,100 GB needed
+    local = {"filesystem": lambda root: "ext4"}
+    full = check_disk({"/home": _needs(50, 500), "/scratch": _needs(40, 900)}, statvfs, _no_quota, **local)
+    assert not full.ok and "/scratch: 12 GB of room" in full.detail and "the largest job needs 40 GB" in full.detail
+    assert "/home" not in full.detail and full.fix
+    # room for the largest job but not for all that may run at once: passes, with the numbers
+    crowded = check_disk({"/home": _needs(50, 500), "/scratch": _needs(10, 900)}, statvfs, _no_quota, **local)
+    assert crowded.ok and crowded.warn and "up to 8 at once" in crowded.detail and "900 GB" in crowded.detail
+    assert "`jobs`" in crowded.fix
+    assert not check_disk({"/home": _needs(50, 500), "/scratch": _needs(10, 11)}, statvfs, _no_quota, **local).warn
+    recorded["/scratch"]["f_fsid"] = recorded["/home"]["f_fsid"]  # one filesystem: 2,000 GB free
     recorded["/scratch"]["f_bavail"] = recorded["/home"]["f_bavail"]
-    assert not check_disk({"/home": 1100.0, "/scratch": 1000.0}, statvfs).ok
+    assert not check_disk({"/home": _needs(1100, 1100), "/scratch": _needs(1000, 1000)}, statvfs, _no_quota,
+                          **local).ok
+    # a network filesystem whose quota cannot be read: passes, warning that the room may be smaller
+    unsure = check_disk({"/home": _needs(5, 5)}, statvfs, _no_quota, filesystem=lambda root: "lustre")
+    assert unsure.ok and unsure.warn and "lustre filesystem whose quota could not be read" in unsure.detail
+
+
+def test_quotas_are_read_from_lfs_and_quota_and_limit_the_room():
+    """Outputs in the layout of `lfs quota -u USER PATH` (Lustre's manual) and `quota -u -w -f MOUNT` (quota-tools),
+    written by hand from those layouts (no cluster here to record them on): KiB columns, `*` past the soft limit,
+    a long filesystem name on its own line, a user with no quota."""
+    lustre = parse_quota((FIXTURES / "lfs_quota.txt").read_text(), "lfs")
+    assert lustre.used_gb == pytest.approx(4_882_812_500 * 1024 / 1e9)
+    assert lustre.limit_gb == pytest.approx(5_000_000_000 * 1024 / 1e9)  # the hard limit
+    assert lustre.room_gb == pytest.approx((5_000_000_000 - 4_882_812_500) * 1024 / 1e9)  # ~120 GB
+    home = parse_quota((FIXTURES / "quota.txt").read_text(), "quota")
+    assert home.limit_gb == pytest.approx(107_421_875 * 1024 / 1e9) and home.room_gb > 50
+    assert parse_quota((FIXTURES / "quota_none.txt").read_text(), "quota") is None
+    ran = []
+
+    def fake(command):
+        ran.append(command)
+        return (FIXTURES / "lfs_quota.txt").read_text() if command[0] == "lfs" else None
+
+    assert read_quota("/", fake)[0] is None or ran  # the root filesystem here: quota tried, whatever it says
+    roomy = SimpleNamespace(f_bavail=10**12 // 4096, f_frsize=4096, f_fsid=1)  # 1,000 TB free on the filesystem
+    capped = check_disk({"/lustre": _needs(200, 300)}, lambda root: roomy, lambda root: (lustre, "lfs"),
+                        filesystem=lambda root: "lustre")
+    assert not capped.ok and "120 GB of room" in capped.detail and "quota 5000 of 5120 GB used by lfs" in capped.detail
+
+
+def test_the_paper_plans_disk_needs_follow_what_runs_at_once():
+    """The canary no longer asks for every run's scratch as if all ran at once: with the profile's `jobs` it asks for
+    the largest job (to fail) and the largest stage's `jobs` biggest runs (to warn)."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.estimates import disk_needs, estimates, run_stages
+    from pipeline_lib.plan.site import site_disk_needs
+    from pipeline_lib.plan.table import load_config
+
+    config = load_config([REPO / "config" / "paper.yaml"], REPO / "workflow" / "schemas" / "config.schema.yaml")
+    plan = plan_runs(config)
+    found = estimates(config, plan)
+    scratch = sorted((e.scratch_gb for e in found.values()), reverse=True)
+    needs = site_disk_needs(config, plan, jobs=4)
+    root = config["site"]["scratch_root"] if config.get("site", {}).get("scratch_root") else "results/scratch"
+    assert needs[root]["one"] == pytest.approx(scratch[0])
+    assert needs[root]["jobs"] == 4 and needs[root]["at_once"] <= sum(scratch[:4]) + 1e-9
+    assert needs[root]["at_once"] < disk_needs(config, plan)["scratch"]
+    assert needs["results"]["at_once"] == pytest.approx(disk_needs(config, plan)["results"])
+    stages = run_stages(plan)
+    assert set(stages) >= set(found) and min(stages.values()) == 0
 
 
 def test_a_missing_cache_entry_is_named(tmp_path):
@@ -166,6 +240,37 @@ def test_the_all_reduce_runs_one_process_per_device_and_is_bounded():
     assert not hung.ok and "hung past" in hung.detail and "NCCL_DEBUG" in hung.fix
 
 
+def test_the_two_node_all_reduce_runs_one_srun_task_per_gpu_and_its_tasks_meet(tmp_path):
+    """The 2-node check's srun line, and its tasks' code: four srun tasks (2 nodes x 2 GPUs, as Slurm numbers them)
+    run here with gloo and meet at the master's port; a failing or hanging srun is a failure with a fix."""
+    command = nodes_command(2, 8, "node001", 29500)
+    assert command[:5] == ["srun", "--nodes=2", "--ntasks-per-node=8", "--ntasks=16", "--kill-on-bad-exit=1"]
+    assert command[-9:] == ["-m", "pipeline_lib.jobs.canary", "allreduce-task", "--master", "node001", "--port",
+                            "29500", "--backend", "nccl"]
+    port = str(29_000 + (hash(str(tmp_path)) % 1000))
+    tasks = [subprocess.Popen([sys.executable, "-m", "pipeline_lib.jobs.canary", "allreduce-task", "--master",
+                               "127.0.0.1", "--port", port, "--backend", "gloo"],
+                              env=repo_env() | {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "4",
+                                                "SLURM_LOCALID": str(rank % 2)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(4)]
+    results = [task.communicate(timeout=240) for task in tasks]
+    assert [task.returncode for task in tasks] == [0] * 4, [err[-500:] for _, err in results]
+    ran = []
+
+    def fake_srun(command, **kwargs):
+        ran.append(command)
+        return SimpleNamespace(returncode=1, stdout="", stderr="NCCL WARN NET/IB : No device found\nerror")
+
+    failed = check_nccl_nodes(2, 8, runner=fake_srun)
+    assert not failed.ok and "2 nodes x 8 GPUs" in failed.detail and "NCCL_SOCKET_IFNAME" in failed.fix
+    assert ran[0][:2] == ["srun", "--nodes=2"]
+
+    def hang(command, **kwargs):
+        raise subprocess.TimeoutExpired(command, 1)
+
+    assert "hung past" in check_nccl_nodes(2, 8, runner=hang, timeout=1).detail
+
+
 def test_vllm_fails_with_a_fix_for_a_model_not_in_the_cache(tmp_path):
     pytest.importorskip("vllm")
     check = check_vllm("org/not-fetched", tmp_path / "hf", timeout=300)
@@ -174,7 +279,7 @@ def test_vllm_fails_with_a_fix_for_a_model_not_in_the_cache(tmp_path):
 
 def test_the_cpu_entry_point_says_no_gpu_and_exits_non_zero(tmp_path):
     (tmp_path / "repos.json").write_text(repos_json(WANTED))
-    (tmp_path / "disk.json").write_text(json.dumps({str(tmp_path): 1.0}))
+    (tmp_path / "disk.json").write_text(json.dumps({str(tmp_path): {"one": 1.0, "at_once": 1.0, "jobs": 1}}))
     result = subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.canary", "--repos", str(tmp_path / "repos.json"),
                              "--disk", str(tmp_path / "disk.json"), "--hf-home", str(tmp_path / "hf"),
                              "--model", "org/tiny-model", "--out", str(tmp_path / "canary.json")],
@@ -221,7 +326,7 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
                        *NO_CONDA, full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = _jobs(result.stdout)
-    gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and job["rule"] != "gpu_canary"]
+    gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and not job["rule"].startswith("gpu_canary")]
     assert {job["rule"] for job in gpu_jobs} >= {"train_verl", "train_trl", "annotate_rationales", "train_imagenet",
                                                  "eval_checkpoint", "eval_lm_eval", "eval_alpaca_eval",
                                                  "judge_score"}
@@ -231,7 +336,15 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     assert [job["rule"] for job in jobs].count("fetch") == 1
     canary = next(job for job in jobs if job["rule"] == "gpu_canary")
     assert "results/site/fetch.json" in canary["input"] and "gres=gpu:8" in canary["resources"]
-    assert "nodes=1" in canary["resources"]
+    assert "nodes=2" in canary["resources"]  # the plan's 2-node jobs: NCCL across two nodes
+    assert "--nodes 2" in result.stdout
+    # vLLM started in the eval and judge envs before the canary's report, which every GPU job waits for
+    for env in ("eval", "judge"):
+        assert f"results/site/vllm_{env}.json" in canary["input"]
+        assert f"canary vllm --env {env}" in result.stdout
+    # the canary is never retried; the long jobs get Snakemake's attempt to record why each one ended
+    assert "retries: 0" in (workflow_copy / "workflow/rules/site.smk").read_text()
+    assert re.search(r"SOFTMAXGRPO_ATTEMPT=1 \S+ -m pipeline_lib.jobs.engines.verl.train", result.stdout)
     assert all("results/site/fetch.json" in job["input"] for job in jobs if job["rule"] == "data_build")
     assert _is_local(workflow_copy, "fetch", "config/paper.yaml")
     # every hub id the plan's commands and spec files name is in the repositories `fetch` downloads

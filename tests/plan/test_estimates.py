@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,16 @@ from pipeline_lib.core.config import ConfigError
 from pipeline_lib.plan import plan_runs, validate_planned_config
 from pipeline_lib.plan.estimates import (
     ARCHITECTURES,
+    Lengths,
     _memory_gb,
     disk_needs,
+    end_hours,
     estimate_run,
     estimates,
+    expected_lengths,
+    opd_teacher,
+    packed_row,
+    run_cost,
     site_defaults,
 )
 from pipeline_lib.plan.table import load_config
@@ -38,19 +45,103 @@ def _run(plan, key: str):
 
 
 def test_gsm8k_rl_hours_by_hand(paper_plan) -> None:
-    # GSM8K GRPO: 64 prompts x M 8 x (1024 + 256) tokens x 1000 steps; passes 2 + 2 + 2 (beta > 0) + 8 x 1 epoch
+    # GSM8K GRPO: 64 prompts x M 8 x (1024 prompt cap + 100 expected response) tokens x 1000 steps; weight passes
+    # 2 + 2 + 2 (beta > 0) + 8 x 1 epoch; attention: the rollout's causal 2 x L x H x (1124) per token, then the
+    # packed forwards (old log-prob, reference, update x 4) at the packed row (4 micro-batch x 1124 tokens)
     run = _run(paper_plan, "gsm8k/grpo_exact/seed0")
     rl = run.spec.rl
     assert (rl.prompts_per_step, rl.group_size, rl.knobs.max_prompt_tokens, rl.max_response_tokens, rl.steps,
-            rl.ppo_epochs) == (64, 8, 1024, 256, 1000, 1)
-    passes = 14 if rl.beta > 0 else 12
-    flops = passes * 1.54e9 * 64 * 8 * 1280 * 1000
+            rl.ppo_epochs, rl.knobs.micro_batch_per_gpu) == (64, 8, 1024, 256, 1000, 1, 4)
+    assert rl.beta > 0
+    tokens = 64 * 8 * 1124 * 1000
+    weights = 14 * 1.54e9 * tokens
+    attention = tokens * (2 * 28 * 1536 * 1124 + 6 * 4 * 28 * 1536 * (4 * 1124))
     est = estimate_run(run, site_defaults())
-    assert est.gpu_hours == pytest.approx(flops / 100e12 / 3600)
-    assert est.gpus == 8 and est.wall_hours == pytest.approx(est.gpu_hours / 8)
+    assert est.gpus == 8 and est.wall_hours == pytest.approx((weights + attention) / 8 / 100e12 / 3600)
+    assert est.gpu_hours == pytest.approx(est.wall_hours * 8)
+    assert "paper" in est.lengths and "~100 tokens" in est.lengths
     # one attempt of 48 h; a save every floor(1 h / step hours) steps
     assert est.attempts == 1
     assert est.checkpoint_every == int(1.0 / (est.wall_hours / 1000))
+
+
+def test_attention_at_the_packed_row_is_about_twice_the_weights_on_meetingbank(paper_plan) -> None:
+    """MeetingBank's packed rows (the token bound per GPU) make attention outweigh the weight FLOPs (translate.py)."""
+    run = _run(paper_plan, "meetingbank/grpo_sim/seed0")
+    arch = ARCHITECTURES[run.spec.model]
+    est = estimate_run(run, site_defaults())
+    lengths = expected_lengths(run.spec)
+    assert (lengths.prompt, lengths.response) == (8192, 4096) and "caps" in lengths.source
+    cost = run_cost(run.spec, arch, lengths, est.tokens_per_gpu)
+    row = est.tokens_per_gpu  # 4 micro-batch x 12,288 tokens exceed the bound: the row is the bound
+    assert row < 4 * 12_288 and packed_row(run.spec, lengths, row) == row
+    per_token_forward = 4 * 28 * 1536 * row  # hand-computed: 4 x layers x hidden x row
+    assert per_token_forward > 1.5 * 2 * 1.54e9  # about 2x the weights' 2 x params per forward at the packed row
+    assert cost.attention > cost.weights
+
+
+def test_opd_prices_the_teachers_pass_on_its_share_of_the_gpus(paper_plan) -> None:
+    run = _run(paper_plan, "gsm8k/opd/seed0")
+    teacher, teacher_per_node = opd_teacher(run.spec)
+    assert teacher == ARCHITECTURES["Qwen/Qwen3-8B"] and teacher_per_node == 4
+    lengths = expected_lengths(run.spec)
+    rl = run.spec.rl
+    tokens = rl.prompts_per_step * rl.group_size * (lengths.prompt + lengths.response) * rl.steps
+    cost = run_cost(run.spec, ARCHITECTURES[run.spec.model], lengths, None, teacher)
+    assert cost.teacher == pytest.approx(tokens * (2 * 8.19e9 + 2 * 36 * 4096 * (1024 + 100)))
+    est = estimate_run(run, site_defaults())
+    wall = (cost.weights + cost.attention) / (4 * 100e12 * 3600) + cost.teacher / (4 * 100e12 * 3600)
+    assert est.wall_hours == pytest.approx(wall) and est.gpu_hours == pytest.approx(wall * 8)
+    plain = estimate_run(_run(paper_plan, "gsm8k/grpo_exact/seed0"), site_defaults())
+    assert est.gpu_hours > 2 * plain.gpu_hours  # not priced as GRPO
+
+
+def test_the_end_is_budgeted_in_the_attempts(paper: dict, paper_plan) -> None:
+    run = _run(paper_plan, "gsm8k/sft/seed0")
+    lengths = expected_lengths(run.spec)
+    assert end_hours(run.spec, ARCHITECTURES[run.spec.model], lengths, 10) == pytest.approx(
+        10 * 1.54e9 / 0.5e9 / 3600)  # fp32 read, bf16 write, two hashes of final/ at 0.5 GB/s
+    site = {**site_defaults(), "max_runtime_min": 60 * 2, "max_lost_hours": 0.5}
+    est = estimate_run(run, site)
+    usable = 2 - 0.25 - 0.5
+    assert est.attempts == math.ceil((est.wall_hours + end_hours(run.spec, ARCHITECTURES[run.spec.model], lengths,
+                                                                   site["rollout_dump_every"])) / usable)
+
+
+def test_measured_lengths_replace_the_stated_ones_and_stop_at_the_caps(paper_plan) -> None:
+    run = _run(paper_plan, "deepmath/grpo_exact/seed0")
+    measured = {"deepmath": Lengths(300.0, 5000.0, "measured")}
+    lengths = expected_lengths(run.spec, measured)
+    assert (lengths.prompt, lengths.response, lengths.source) == (300.0, 1024, "measured")  # response cap 1,024
+    slow, fast = estimate_run(run, site_defaults()), estimate_run(run, site_defaults(), measured)
+    assert fast.gpu_hours < slow.gpu_hours
+
+
+def test_calibrate_reads_verls_step_times_and_corrects_the_estimate(paper: dict, paper_plan, tmp_path) -> None:
+    """Two runs logged steps (verl's file-logger records); the corrected estimate uses their median step time, and
+    a run of the same task and kind not started yet is scaled by their ratio."""
+    import json
+
+    from pipeline_lib.plan.calibrate import calibrate
+
+    site = site_defaults()
+    measured = _run(paper_plan, "gsm8k/grpo_exact/seed0")
+    planned = estimate_run(measured, site)
+    step_s = planned.wall_hours / 1000 * 3600 * 3  # three times slower than estimated
+    run_dir = tmp_path / "train" / measured.key
+    run_dir.mkdir(parents=True)
+    lines = [{"step": k, "data": {"timing_s/step": (500.0 if k <= 2 else step_s), "response_length/mean": 180.0}}
+             for k in range(1, 8)]
+    (run_dir / "verl_metrics.0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[:4]) + "{torn")
+    (run_dir / "verl_metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines[3:]))
+    rows = {row["run"]: row for row in calibrate(paper, paper_plan, tmp_path, skip=2)}
+    row = rows[measured.key]
+    assert row["measured_step_s"] == pytest.approx(step_s, rel=1e-3) and row["logged_steps"] == 5
+    assert row["corrected_gpu_hours"] == pytest.approx(planned.gpu_hours * 3, rel=1e-2)
+    assert row["measured_response_tokens"] == 180.0 and row["basis"] == "measured"
+    twin = rows["gsm8k/softmax_exact/seed0"]
+    assert twin["basis"].startswith("scaled") and twin["corrected_gpu_hours"] == pytest.approx(
+        twin["gpu_hours"] * 3, rel=1e-2)
 
 
 def test_memory_by_hand() -> None:

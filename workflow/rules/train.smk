@@ -4,6 +4,7 @@
 # a rule matches exactly its own runs (`run` = <task>/<name>/seed<N>). Each run owns its directory; DONE.json is the sentinel. Site resources (CPUs,
 # memory, runtime, partition) per rule: profiles/slurm.
 
+from pipeline_lib.core.attempts import ATTEMPT_ENV
 from pipeline_lib.core.cli import json_file
 from pipeline_lib.plan.estimates import SITE_TIMED, rule_retries, site_settings
 from pipeline_lib.plan.groups import job_priority, train_group_command, train_group_inputs
@@ -35,6 +36,9 @@ for job, kind in JOBS.items():
                for name in kind.resources},
             # the partition's MaxTime on every attempt (a resubmission resumes; profiles/slurm sets no runtime here)
             **({"runtime": site_settings(config)["max_runtime_min"]} if job in SITE_TIMED else {}),
+            # Snakemake's attempt, for the job's record of why each attempt ended: a resubmission runs after a time
+            # limit as often as `retries` allows, after any other failure once (pipeline_lib.core.attempts)
+            **({"attempt": lambda wildcards, attempt: attempt} if job in SITE_TIMED else {}),
         retries: RETRIES.get(job)
         log:
             f"logs/{job}/{{run}}.log",
@@ -45,7 +49,7 @@ for job, kind in JOBS.items():
         conda:
             f"../../envs/{kind.conda}"
         shell:
-            "{params.command} > {log} 2>&1"
+            (f"{ATTEMPT_ENV}={{resources.attempt}} " if job in SITE_TIMED else "") + "{params.command} > {log} 2>&1"
 
 
 # Runs of one (task, seed) on the local engine that start from the same SFT model, one after another in one process

@@ -27,6 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from pipeline_lib.core.attempts import guard_attempt
 from pipeline_lib.core.checkpoint import (
     MetricsLog,
     claim_run_dir,
@@ -206,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     if (settings.objective, settings.group_size) != (args.objective, args.group_size):
         raise SystemExit(f"--objective {args.objective} --group-size {args.group_size} but the spec's imagenet "
                          f"settings say objective {settings.objective!r}, group_size {settings.group_size}")
-    train(settings, args.seed, args.run_dir, tracking=args.tracking,
-          params=spec.estimator.params if spec.estimator else None)
+    with guard_attempt(args.run_dir):  # retries that fit the failure (pipeline_lib.core.attempts)
+        train(settings, args.seed, args.run_dir, tracking=args.tracking,
+              params=spec.estimator.params if spec.estimator else None)
     return 0
 
 

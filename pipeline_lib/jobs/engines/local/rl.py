@@ -44,6 +44,7 @@ from pipeline_lib.core.rewards import DATA_SOURCE_REWARDS, compute_scores, rewar
 from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.core.rl.group_metrics import group_step_metrics
 from pipeline_lib.core.rl.losses import PolicyLossConfig, policy_loss
+from pipeline_lib.core.run_end import EndJournal
 from pipeline_lib.core.run_spec import LocalRLKnobs, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.jobs.engines.local.common import (
@@ -200,6 +201,24 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
     # resume only this run's state: same config, code and input contents (else it is set aside, and named)
     claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": method.kind},
                                         [data, init, *extra_inputs]), "local")
+
+    def publish() -> Path:
+        final = run_dir / "final"
+        done = write_done(run_dir, step=rl.steps, total_steps=rl.steps, config_sha256=digest, kind=method.kind,
+                          advantage=estimator.name, seed=seed)
+        outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
+                   final / "model.safetensors"]
+        write_provenance(outputs, step=step_name,
+                         inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
+                         params={"spec": spec.to_dict()}, config_sha256=digest, seeds={"run": seed},
+                         started_at=started)
+        return done
+
+    started = time.time()
+    journal = EndJournal(run_dir, digest)
+    if journal.final_verified():  # a kill after the export (e.g. while the checkpoint was freed): only the end redone
+        log.info("%s: final/ is this run's and complete: not training again", run_dir)
+        return publish()
     tokenizer = AutoTokenizer.from_pretrained(init)
     checkpoint = TrainingCheckpoint(run_dir, digest)
     state = checkpoint.load()
@@ -224,7 +243,6 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
     rollouts = MetricsLog(run_dir / "rollouts.jsonl", step)
     batch_prompts = rl.prompts_per_step
     adv_params = dict(estimator.params)
-    started = time.time()
     bar = tqdm(total=rl.steps, initial=step, desc=f"{method.kind} {estimator.name} {data.parent.name} "
                f"seed={seed}", file=sys.stderr, disable=not progress)
     pool = prompt_pool(len(frame), rl.prompt_pool, seed)
@@ -291,15 +309,9 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
     bar.close()
     metrics.close()
     rollouts.close()
-    final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=rl.steps, config_sha256=digest, kind=method.kind,
-                      advantage=estimator.name, seed=seed)
-    outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
-               final / "model.safetensors"]
-    write_provenance(outputs, step=step_name,
-                     inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
-                     params={"spec": spec.to_dict()}, config_sha256=digest, seeds={"run": seed}, started_at=started)
-    return done
+    save_model_atomic(model, tokenizer, run_dir / "final")
+    journal.done("export")  # from here a retry trains nothing (pipeline_lib.core.run_end)
+    return publish()
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

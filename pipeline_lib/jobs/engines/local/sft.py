@@ -30,6 +30,7 @@ from pipeline_lib.core.model import (
     save_model_atomic,
 )
 from pipeline_lib.core.provenance import config_digest, write_provenance
+from pipeline_lib.core.run_end import EndJournal
 from pipeline_lib.core.run_spec import LocalSFTKnobs, RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.jobs.engines.local.common import (
@@ -68,6 +69,21 @@ def train_sft(spec: RunSpec, data: Path, tokenizer_dir: Path, run_dir: Path, see
     digest = config_digest({"spec": spec.to_dict(), "seed": seed, "data": str(data), "init": str(init)})
     # resume only this run's state: same config, code and input contents (else it is set aside, and named)
     claim_run_dir(run_dir, run_identity({"config_sha256": digest, "kind": kind}, [data, tokenizer_dir, init]), "local")
+
+    def publish() -> Path:
+        final = run_dir / "final"
+        done = write_done(run_dir, step=sft.steps, total_steps=sft.steps, config_sha256=digest, kind=kind, seed=seed)
+        outputs = [done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"]
+        write_provenance(outputs, step=step_name, inputs=[data, tokenizer_dir / "tokenizer.json"],
+                         params={"spec": spec.to_dict(), "init": str(init)}, config_sha256=digest,
+                         seeds={"run": seed}, started_at=started)
+        return done
+
+    started = time.time()
+    journal = EndJournal(run_dir, digest)
+    if journal.final_verified():  # a kill after the export (e.g. while the checkpoint was freed): only the end redone
+        log.info("%s: final/ is this run's and complete: not training again", run_dir)
+        return publish()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     checkpoint = TrainingCheckpoint(run_dir, digest)
     state = checkpoint.load()
@@ -89,7 +105,6 @@ def train_sft(spec: RunSpec, data: Path, tokenizer_dir: Path, run_dir: Path, see
         step = state["step"]
         log.info("resuming SFT from step %d", step)
     metrics = MetricsLog(run_dir / "metrics.jsonl", step, tracking)
-    started = time.time()
     model.train()
     bar = tqdm(total=sft.steps, initial=step, desc=f"sft {data.parent.name} seed={seed}", file=sys.stderr,
                disable=not progress)
@@ -118,13 +133,9 @@ def train_sft(spec: RunSpec, data: Path, tokenizer_dir: Path, run_dir: Path, see
                                                "scheduler": scheduler.state_dict(), "rng": rng_state(), "step": step})
     bar.close()
     metrics.close()
-    final = save_model_atomic(model, tokenizer, run_dir / "final")
-    done = write_done(run_dir, step=step, total_steps=sft.steps, config_sha256=digest, kind=kind, seed=seed)
-    outputs = [done, run_dir / "metrics.jsonl", final / "config.json", final / "model.safetensors"]
-    write_provenance(outputs, step=step_name, inputs=[data, tokenizer_dir / "tokenizer.json"],
-                     params={"spec": spec.to_dict(), "init": str(init)}, config_sha256=digest, seeds={"run": seed},
-                     started_at=started)
-    return done
+    save_model_atomic(model, tokenizer, run_dir / "final")
+    journal.done("export")  # from here a retry trains nothing (pipeline_lib.core.run_end)
+    return publish()
 
 
 def main(argv: list[str] | None = None) -> int:

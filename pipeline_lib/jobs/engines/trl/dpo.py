@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline_lib.core.attempts import guard_attempt
 from pipeline_lib.core.baselines import IterativeDPOSettings
 from pipeline_lib.core.checkpoint import ConfigMismatchError, read_json_state, set_aside, write_done
 from pipeline_lib.core.cli import add_run_arguments, add_seed_argument, add_spec_argument, entry_parser
@@ -326,8 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         absolute = {k: getattr(args, k).resolve() for k in ("data", "demonstrations", "init", "run_dir")}
-        train_iterative_dpo(dpo_settings(RunSpec.from_json(args.spec)), seed=args.seed, tracking=args.tracking,
-                            **absolute)
+        with guard_attempt(absolute["run_dir"]):  # retries that fit the failure (pipeline_lib.core.attempts)
+            train_iterative_dpo(dpo_settings(RunSpec.from_json(args.spec)), seed=args.seed, tracking=args.tracking,
+                                **absolute)
     elif args.command == "generate":
         generate_file(args.model, json.loads(args.spec), args.prompts, args.out, args.seed, args.greedy)
     else:

@@ -6,8 +6,10 @@ keeps its scratch, and a resubmitted attempt resumes through the same link. The 
 scratch of a run set aside by :func:`pipeline_lib.core.checkpoint.claim_run_dir` (its link moves to ``stale/``) apart
 from the new run's.
 
-:func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.train`): until
-then the last checkpoint is what a resubmitted attempt resumes from, so nothing is touched.
+:func:`keep_dumps` (an end step, before ``DONE.json``) copies the kept dumps under the run directory;
+:func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.train`), frees the
+scratch: until then the last checkpoint is what a resubmitted attempt resumes from, so nothing is deleted. Both are
+safe to rerun after a kill anywhere inside them (the end order, :func:`pipeline_lib.core.run_end.finish_run`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,55 @@ from pathlib import Path
 from pipeline_lib.core.checkpoint import RUN_IDENTITY, read_json_state
 from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, rollout_dump_dir
 
-__all__ = ["place_scratch", "prune"]
+__all__ = ["SCRATCH_SUFFIX", "keep_dumps", "kept_steps", "place_scratch", "prune"]
 
 log = logging.getLogger(__name__)
 
 _DUMP = re.compile(r"^(\d+)\.jsonl$")
+#: The scratch link of the rollout dumps once :func:`keep_dumps` has put the kept ones under the run directory.
+SCRATCH_SUFFIX = ".scratch"
+
+
+def kept_steps(steps: list[int], dump_every: int) -> list[int]:
+    """The dumps a finished run keeps: every ``dump_every``-th step and the last."""
+    if dump_every < 1:
+        raise ValueError(f"dump_every must be >= 1, not {dump_every}")
+    return sorted({s for s in steps if s % dump_every == 0} | set(steps[-1:]))
+
+
+def _dump_steps(folder: Path) -> list[int]:
+    return sorted(int(m[1]) for p in folder.glob("*.jsonl") if (m := _DUMP.match(p.name))) if folder.is_dir() else []
+
+
+def keep_dumps(run_dir: str | Path, dump_every: int) -> Path:
+    """An end step of a finished run (before ``DONE.json``): the kept rollout dumps (:func:`kept_steps`) become real
+    files under the run directory; the scratch keeps every dump (and the checkpoints) until :func:`prune`.
+
+    Safe to run again after a kill anywhere: the link to the scratch is renamed to ``rollout_dump.scratch`` (one
+    rename) before the copied folder takes its place, and a rerun copies from either name."""
+    run_dir = Path(run_dir)
+    dumps = rollout_dump_dir(run_dir)
+    aside = dumps.with_name(dumps.name + SCRATCH_SUFFIX)
+    source = aside if aside.is_symlink() else dumps
+    if not source.is_symlink():  # the dumps live in the run directory (no scratch): nothing to move
+        return dumps
+    staging = dumps.with_name(dumps.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for step in kept_steps(_dump_steps(source), dump_every):
+        shutil.copy2(source / f"{step}.jsonl", staging / f"{step}.jsonl")
+    if source == dumps:
+        dumps.rename(aside)
+    elif dumps.is_dir() and not dumps.is_symlink():
+        shutil.rmtree(dumps)  # a copy from a killed earlier try, replaced by this one
+    staging.rename(dumps)
+    return dumps
 
 
 def prune(run_dir: str | Path, dump_every: int) -> list[Path]:
-    """Delete the checkpoints and the rollout dumps of steps not a multiple of ``dump_every`` (the last step's kept)
-    of a finished run; return what was deleted (nothing for an unfinished run)."""
+    """Free a finished run's scratch (``final/`` exported and ``DONE.json`` written): its checkpoints, every dump in
+    the scratch, and the dumps of steps not kept (:func:`kept_steps`) where they are under the run directory; return
+    what was deleted (nothing for an unfinished run). Safe to run again after a kill anywhere."""
     if dump_every < 1:
         raise ValueError(f"dump_every must be >= 1, not {dump_every}")
     run_dir = Path(run_dir)
@@ -38,30 +79,29 @@ def prune(run_dir: str | Path, dump_every: int) -> list[Path]:
         return []
     removed = []
     ckpt = checkpoint_dir(run_dir)
-    scratch_dirs = {path.resolve().parent for path in (ckpt, rollout_dump_dir(run_dir)) if path.is_symlink()}
-    if ckpt.exists() or ckpt.is_symlink():
-        if ckpt.exists():
-            shutil.rmtree(ckpt.resolve())  # under site.scratch_root where it is a link
-        if ckpt.is_symlink():
-            ckpt.unlink()
-        removed.append(ckpt)
     dumps = rollout_dump_dir(run_dir)
-    steps = sorted(int(m[1]) for p in dumps.glob("*.jsonl") if (m := _DUMP.match(p.name))) if dumps.is_dir() else []
-    for step in steps[:-1]:
-        if step % dump_every:
-            (dumps / f"{step}.jsonl").unlink()
-            removed.append(dumps / f"{step}.jsonl")
-    if dumps.is_symlink() and dumps.is_dir():  # the kept dumps are results: back under the run directory
-        scratch = dumps.resolve()
-        staging = dumps.with_name(dumps.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.copytree(scratch, staging)
-        dumps.unlink()
-        staging.rename(dumps)
-        shutil.rmtree(scratch)
-    for folder in scratch_dirs:
+    aside = dumps.with_name(dumps.name + SCRATCH_SUFFIX)
+    links = [path for path in (ckpt, dumps, aside) if path.is_symlink()]
+    scratch_dirs = {Path(os.path.abspath(path.parent / os.readlink(path))).parent for path in links}
+    present = [path for path in (ckpt, aside) if path.exists() or path.is_symlink()]
+    for path in present:
+        if path.exists():
+            shutil.rmtree(path.resolve())  # under site.scratch_root where it is a link
+    for folder in scratch_dirs:  # while the links still name it: a kill after this leaves dangling links, no folder
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()  # the run's digest folder in the scratch, empty now
+    for path in present:
+        if path.is_symlink():
+            path.unlink()
+        removed.append(path)
+    if dumps.is_symlink():  # never moved back (a run pruned without keep_dumps): the old behaviour, kept dumps moved
+        keep_dumps(run_dir, dump_every)
+        return [*removed, *prune(run_dir, dump_every)]
+    steps = _dump_steps(dumps)
+    for step in sorted(set(steps) - set(kept_steps(steps, dump_every))):
+        (dumps / f"{step}.jsonl").unlink()
+        removed.append(dumps / f"{step}.jsonl")
+    shutil.rmtree(dumps.with_name(dumps.name + ".tmp"), ignore_errors=True)
     return removed
 
 

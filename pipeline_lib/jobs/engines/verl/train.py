@@ -25,6 +25,7 @@ names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -34,20 +35,22 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.core.checkpoint import claim_run_dir, run_identity, write_done
+from pipeline_lib.core.attempts import guard_attempt
+from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, run_identity, write_done
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.rewards import compute_scores, health_counts
 from pipeline_lib.core.rl.advantages import group_advantages
+from pipeline_lib.core.run_end import finish_run
 from pipeline_lib.core.tracking import Tracker
 from pipeline_lib.jobs.engines.verl import check_verl_version
-from pipeline_lib.jobs.engines.verl.prune import place_scratch, prune
+from pipeline_lib.jobs.engines.verl.prune import keep_dumps, place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.jobs.engines.verl.translate import (
     ESTIMATOR_MODULE,
@@ -67,8 +70,9 @@ from pipeline_lib.plan.estimates import site_defaults
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "finished_step", "logged_resume_point", "main",
-           "prompt_keys", "rebuild_tracking_store", "resumed_overrides", "rollout_groups", "run", "verl_run_identity"]
+__all__ = ["build_command", "collect_metrics", "collect_rollouts", "end_steps", "export_final", "finished_step",
+           "logged_resume_point", "main", "prompt_keys", "rebuild_tracking_store", "resumed_overrides",
+           "rollout_groups", "run", "train_verl", "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")
 
@@ -401,8 +405,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     started = time.time()
     run_dir = paths.run_dir
     overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
-    label = f"{kind} run {run_dir}"
-    (validate_sft if kind == "sft" else validate_rl)(overrides, label=label)
+    (validate_sft if kind == "sft" else validate_rl)(overrides, label=f"{kind} run {run_dir}")
     command = build_command(kind, overrides, spec)
     if dry_run:
         print(json.dumps({"command": command, "overrides": overrides}, indent=1))
@@ -416,13 +419,49 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
     claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
     _rotate_metrics(run_dir)
+    total = int((spec.sft if kind == "sft" else spec.rl).steps)
+    box: dict[str, list[str]] = {"overrides": list(overrides)}
+
+    def train() -> None:
+        box["overrides"] = train_verl(kind, spec, paths, seed, overrides, scratch_dir, total)
+
+    steps = end_steps(kind, spec, paths, total, dump_every)
+    inputs = [paths.train_files]
+    if kind == "rl":
+        inputs += [paths.val_files, *([paths.init / "config.json"] if paths.init is not None else [])]
+
+    def publish() -> Path:
+        # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
+        return write_done(run_dir, step=total, total_steps=total, config_sha256=digest,
+                          kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
+                          advantage=spec.estimator.name if spec.estimator else None, seed=seed)
+
+    def free() -> None:
+        removed = prune(run_dir, dump_every)  # the last checkpoint was kept until DONE.json, for a resubmission
+        log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir,
+                 len(removed), dump_every)
+        outputs = [run_dir / "metrics.jsonl", *([run_dir / "rollouts.jsonl"] if kind == "rl" else [])]
+        write_provenance([run_dir / DONE_NAME, *outputs, run_dir / "final" / "config.json"],
+                         step=f"train_verl_{kind}", inputs=inputs,
+                         params={"spec": spec.to_dict(), "overrides": box["overrides"]}, config_sha256=digest,
+                         seeds={"run": seed}, started_at=started)
+
+    return finish_run(run_dir, digest, train=train, export=lambda: export_final(kind, run_dir, total), steps=steps,
+                      publish=publish, free=free)
+
+
+def train_verl(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, overrides: Sequence[str],
+               scratch_dir: Path | None, total: int) -> list[str]:
+    """Run verl to the run's last step, resuming from its checkpoints (nothing to do where the tracker is there
+    already); return the overrides it ran with."""
+    run_dir = paths.run_dir
+    overrides = list(overrides)
     if scratch_dir is not None:  # after the claim: another run's links are set aside, this run's are resumed
         place_scratch(run_dir, scratch_dir)
-    total = int((spec.sft if kind == "sft" else spec.rl).steps)
     resume_step = logged_resume_point(run_dir, kind)
     if resume_step is not None and resume_step < total:
         overrides = resumed_overrides(overrides)
-        command = build_command(kind, overrides, spec)
+    command = build_command(kind, overrides, spec)
     write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
     rebuild_tracking_store(paths, resume_step or 0)
     reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
@@ -430,6 +469,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
                         "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
                         REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
     ckpt = checkpoint_dir(run_dir)
+    label = f"{kind} run {run_dir}"
     if finished_step(ckpt) != total:
         log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
         result = subprocess.run(command, env=env, check=False)
@@ -439,27 +479,32 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     if reached != total:
         raise VerlRunError(f"{label}: verl exited 0 but its last checkpoint is step {reached} of {total} "
                            f"({ckpt / TRACKER}); not marking the run done, rerun to resume")
-    step_dir = ckpt / f"global_step_{total}"
-    final = _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
-    outputs = [collect_metrics(run_dir, total)]
-    inputs = [paths.train_files]
-    if kind == "rl":
-        import pandas as pd
+    return overrides
 
-        data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
-        outputs.append(collect_rollouts(run_dir, spec, final, data_source, total))
-        inputs += [paths.val_files, *([paths.init / "config.json"] if paths.init is not None else [])]
-    # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
-    done = write_done(run_dir, step=reached, total_steps=total, config_sha256=digest,
-                      kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
-                      advantage=spec.estimator.name if spec.estimator else None, seed=seed)
-    removed = prune(run_dir, dump_every)  # the last checkpoint was kept until DONE.json, for a resubmission
-    log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir, len(removed),
-             dump_every)
-    write_provenance([done, *outputs, final / "config.json"], step=f"train_verl_{kind}", inputs=inputs,
-                     params={"spec": spec.to_dict(), "overrides": overrides}, config_sha256=digest,
-                     seeds={"run": seed}, started_at=started)
-    return done
+
+def export_final(kind: str, run_dir: Path, total: int) -> Path:
+    """The first end step: the last checkpoint's actor -> ``final/`` (Hugging Face format)."""
+    step_dir = checkpoint_dir(run_dir) / f"global_step_{total}"
+    return _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
+
+
+def end_steps(kind: str, spec: RunSpec, paths: TrainPaths, total: int,
+              dump_every: int) -> list[tuple[str, Callable[[], Any]]]:
+    """The end steps after the export, in order (:func:`pipeline_lib.core.run_end.finish_run`): the metrics and (RL)
+    the rollouts collected from every dump, then the kept dumps moved back from the scratch. Each is safe to redo
+    after a kill inside it (outputs written whole, :func:`.prune.keep_dumps`); checkpoints and the scratch are freed
+    only after ``DONE.json``."""
+    run_dir = paths.run_dir
+
+    def collect() -> None:
+        collect_metrics(run_dir, total)
+        if kind == "rl":
+            import pandas as pd
+
+            data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
+            collect_rollouts(run_dir, spec, run_dir / "final", data_source, total)
+
+    return [("collect", collect), ("keep_dumps", lambda: keep_dumps(run_dir, dump_every))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -483,9 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
-    run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
-        dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
-        dump_every=args.dump_every)
+    with contextlib.nullcontext() if args.dry_run else guard_attempt(absolute["run_dir"]):  # retries that fit
+        run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+            dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
+            dump_every=args.dump_every)
     return 0
 
 

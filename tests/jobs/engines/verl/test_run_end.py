@@ -1,0 +1,183 @@
+"""A verl run's end under a kill at every point (pipeline_lib/core/run_end.py, verl/train.py, verl/prune.py).
+
+The real ``train.run`` on a fake run directory: verl is a fake process that trains steps into the scratch (counting
+them), the merger copies the last checkpoint. The end is then killed before and after each filesystem change it
+makes, in turn (a ``BaseException``, as a time limit's SIGKILL: nothing catches it); Snakemake removes ``DONE.json``
+of the failed job; the retry must train no step and leave the same finished run as an end that was never cut."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from pipeline_lib.jobs.engines.verl import train
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths
+from pipeline_lib.plan.settings import group_rl_spec
+from tests.jobs.engines.conftest import paper_config
+
+TOTAL, EVERY = 4, 3
+
+
+class Killed(BaseException):
+    """A kill at a point of the end (a time limit's SIGKILL: no handler runs)."""
+
+
+class FakeVerl:
+    """verl as the engine starts it: resumes from the tracker, trains to the last step, logs and dumps each step."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.trained = run_dir, []
+
+    def __call__(self, command, env, check):
+        ckpt = self.run_dir / "checkpoints"
+        tracker = ckpt / "latest_checkpointed_iteration.txt"
+        start = int(tracker.read_text()) if tracker.is_file() else 0
+        with open(env["VERL_FILE_LOGGER_PATH"], "a") as log:
+            for step in range(start + 1, TOTAL + 1):
+                self.trained.append(step)
+                (self.run_dir / "rollout_dump" / f"{step}.jsonl").write_text(
+                    json.dumps({"uid": f"u{step}_0_0", "output": "x", "score": 1.0}) + "\n")
+                log.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\n")
+                actor = ckpt / f"global_step_{step}" / "actor"
+                actor.mkdir(parents=True)
+                (actor / "model.pt").write_text(f"weights {step}")
+                tracker.write_text(str(step))
+        return SimpleNamespace(returncode=0)
+
+
+def fake_merge(step_dir: Path, target: Path) -> Path:
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    (staging / "model.safetensors").write_text((step_dir / "model.pt").read_text())
+    (staging / "config.json").write_text("{}")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def fake_rollouts(run_dir: Path, spec, tokenizer_dir, data_source, total_steps) -> Path:
+    dumps = sorted(int(p.stem) for p in (run_dir / "rollout_dump").glob("*.jsonl"))
+    assert dumps == list(range(1, total_steps + 1)), f"collected from dumps {dumps}: every step's is needed"
+    target = run_dir / "rollouts.jsonl"
+    train.write_text(target, "".join(json.dumps({"step": s}) + "\n" for s in dumps))
+    return target
+
+
+class Killer:
+    """Counts the end's filesystem changes and raises :class:`Killed` before (or right after) the ``at``-th one."""
+
+    def __init__(self, at: int | None, after: bool) -> None:
+        self.at, self.after, self.count, self.armed, self.fired = at, after, 0, False, False
+
+    def wrap(self, function):
+        def wrapped(*args, **kwargs):
+            if not self.armed or self.at is None:
+                return function(*args, **kwargs)
+            self.count += 1
+            if self.count == self.at and not self.after:
+                self.fired = True
+                raise Killed(f"before {function.__name__}{args[:1]}")
+            result = function(*args, **kwargs)
+            if self.count == self.at:
+                self.fired = True
+                raise Killed(f"after {function.__name__}{args[:1]}")
+            return result
+        return wrapped
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch):
+    """One verl RL run's inputs and the engine with verl, the merger and the rollout collection faked."""
+    data = tmp_path / "data"
+    data.mkdir()
+    pd.DataFrame({"data_source": ["gsm8k"]}).to_parquet(data / "rl_train.parquet")
+    pd.DataFrame({"data_source": ["gsm8k"]}).to_parquet(data / "rl_test.parquet")
+    (data / "sft" / "final").mkdir(parents=True)
+    (data / "sft" / "final" / "config.json").write_text("{}")
+    spec = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
+    spec = replace(spec, rl=replace(spec.rl, steps=TOTAL, checkpoint_every=1))
+    monkeypatch.setattr(train, "validate_rl", lambda overrides, label: None)
+    monkeypatch.setattr(train, "require_installed_project", lambda: None)
+    monkeypatch.setattr(train, "_merge_actor", fake_merge)
+    monkeypatch.setattr(train, "collect_rollouts", fake_rollouts)
+    monkeypatch.setattr(train, "_health_source", lambda run_dir: None)
+
+    real_run = train.subprocess.run
+
+    def attempt(name: str, killer: Killer | None = None) -> FakeVerl:
+        run_dir = tmp_path / name / "run"
+        verl = FakeVerl(run_dir)
+
+        def fake_run(command, **kwargs):
+            if "verl.trainer.main_ppo" not in command:  # git, for the provenance
+                return real_run(command, **kwargs)
+            result = verl(command, **kwargs)
+            if killer is not None:
+                killer.armed = True  # verl is done: from here on, the end
+            return result
+
+        monkeypatch.setattr(train.subprocess, "run", fake_run)
+        paths = TrainPaths(run_dir, data / "rl_train.parquet", data / "rl_test.parquet", data / "sft" / "final")
+        train.run("rl", spec, paths, 0, scratch_dir=tmp_path / name / "scratch", dump_every=EVERY)
+        return verl
+
+    return attempt
+
+
+def _state(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (links followed) but provenance sidecars and verl's per-attempt logs, by content."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_file() and not name.endswith(".prov.json") and "verl_metrics" not in name \
+                and name != "verl_command.json":
+            out[name] = path.read_text() if path.suffix != ".json" or path.name != "END.json" else "journal"
+    return out
+
+
+def test_an_end_never_cut_trains_once_and_frees_the_scratch(job, tmp_path):
+    verl = job("clean")
+    run_dir = tmp_path / "clean" / "run"
+    assert verl.trained == list(range(1, TOTAL + 1))
+    assert (run_dir / "DONE.json").is_file() and (run_dir / "final" / "model.safetensors").read_text() == "weights 4"
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "checkpoints").is_symlink()
+    dumps = run_dir / "rollout_dump"
+    assert not dumps.is_symlink() and sorted(int(p.stem) for p in dumps.iterdir()) == [3, 4]
+    assert not list((tmp_path / "clean" / "scratch").rglob("*"))  # the run's scratch folder is gone
+    (run_dir / "DONE.json").unlink()
+    again = job("clean")  # Snakemake reruns it (DONE.json deleted, the same run): nothing is trained
+    assert again.trained == []
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
+def test_a_kill_at_any_point_of_the_end_is_finished_by_the_retry_without_training(job, tmp_path, monkeypatch,
+                                                                                     after):
+    reference = _state(tmp_path / "reference" / "run") if job("reference") else None
+    points = 0
+    for at in range(1, 200):
+        killer = Killer(at, after)
+        with monkeypatch.context() as patch:
+            for module, name in ((shutil, "rmtree"), (shutil, "copy2"), (os, "replace"), (Path, "rename"),
+                                 (Path, "unlink"), (Path, "symlink_to"), (Path, "mkdir")):
+                patch.setattr(module, name, killer.wrap(getattr(module, name)))
+            with contextlib.suppress(Killed):
+                job(f"cut{at}", killer)
+        if not killer.fired:
+            break
+        points += 1
+        run_dir = tmp_path / f"cut{at}" / "run"
+        (run_dir / "DONE.json").unlink(missing_ok=True)  # Snakemake removes a failed job's output
+        retry = job(f"cut{at}")
+        assert retry.trained == [], f"killed at point {at} ({'after' if after else 'before'}): the retry trained"
+        assert _state(run_dir) == reference, f"killed at point {at}: the retry left another state"
+        assert not (run_dir / "checkpoints").exists() and not list((tmp_path / f"cut{at}" / "scratch").rglob("*"))
+    assert points >= 15  # every change of the end was cut once: export, journal, collect, dumps, DONE, prune
