@@ -4,8 +4,8 @@ the GPU canary checks it is in the cache, so the two can never disagree about wh
 Cluster jobs run offline (``HF_HUB_OFFLINE=1``, :data:`OFFLINE_ENV`), so anything missing here would fail on a node
 after it queued. Sources: each run's model (``RunSpec.model``: the SFT/RL base, the 3B scale model), the OPD
 teacher (``teacher.hub``), the served judges' models (``judge.<name>.serve.command``), the enabled datasets' hub
-sources (``data.datasets.<name>.sources``) and the datasets of the transfer study's lm-eval tasks
-(:data:`LM_EVAL_DATASETS`).
+sources (``data.datasets.<name>.sources``), the datasets of the transfer study's lm-eval tasks
+(:data:`LM_EVAL_DATASETS`) and AlpacaEval's own repository (:data:`ALPACA_EVAL_REPO`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from pipeline_lib.plan.judges import JUDGES, judge_spec
 from pipeline_lib.plan.runs import Plan
 from pipeline_lib.plan.targets import requests_of, transfer_runs
 
-__all__ = ["EVERY_CONFIG", "LM_EVAL_DATASETS", "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id",
-           "load_repos", "offline_exports", "repos_json"]
+__all__ = ["ALPACA_EVAL_CONFIGS", "ALPACA_EVAL_INSTRUCTIONS", "ALPACA_EVAL_REPO", "EVERY_CONFIG", "LM_EVAL_DATASETS",
+           "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id", "load_repos", "offline_exports", "reads_hub",
+           "repos_json", "run_hub_models"]
 
 #: lm-eval task -> the hub dataset its task YAML reads (``dataset_path`` in lm_eval/tasks/...): lm-eval downloads it
 #: at run time, so `fetch` must put it in the cache first. A task missing here is an error naming this table
@@ -34,6 +35,14 @@ LM_EVAL_DATASETS: dict[str, str] = {
     "gpqa_diamond_zeroshot": "Idavidrein/gpqa",
     "gsm8k": "openai/gsm8k",
 }
+
+#: AlpacaEval's hub repository: its ``eval`` instructions (:data:`ALPACA_EVAL_INSTRUCTIONS`, what the checkpoints
+#: answer unless ``eval.transfer.alpaca_eval.instructions`` names a file), the reference outputs ``alpaca_eval`` loads
+#: with ``datasets`` (the configs of :data:`ALPACA_EVAL_CONFIGS`) and the length-control parameters it reads
+#: (``instruction_difficulty.csv``), all at run time: `fetch` puts them in the cache.
+ALPACA_EVAL_REPO = "tatsu-lab/alpaca_eval"
+ALPACA_EVAL_INSTRUCTIONS = "alpaca_eval.json"
+ALPACA_EVAL_CONFIGS: tuple[str | None, ...] = ("alpaca_eval", "alpaca_eval_gpt4_baseline")
 
 #: What every cluster job's shell exports (workflow/rules/common.smk): the hub is read from the cache only.
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -71,6 +80,19 @@ def _served_model(command: list[str]) -> str | None:
     return None
 
 
+def run_hub_models(run: Any) -> list[str]:
+    """The hub models a planned run loads: its spec's model, an OPD teacher's, and any hub id among its command's
+    arguments (a base job's ``--init Qwen/Qwen2.5-1.5B``)."""
+    teacher = getattr(getattr(run.spec.baseline, "teacher", None), "hub", None)
+    named = [run.spec.model, teacher, *getattr(run, "args", ())]
+    return list(dict.fromkeys(name for name in named if is_hub_id(name)))
+
+
+def reads_hub(run: Any) -> bool:
+    """Whether a planned run loads a hub model (:func:`run_hub_models`): its job waits for `fetch`."""
+    return bool(run_hub_models(run))
+
+
 def hub_repos(config: Mapping[str, Any], plan: Plan) -> list[HubRepo]:
     """Every hub model and dataset ``plan`` (of ``config``) reads, deduplicated and sorted; empty for the tiny
     default (its models are trained from scratch and its data is synthetic)."""
@@ -83,9 +105,8 @@ def hub_repos(config: Mapping[str, Any], plan: Plan) -> list[HubRepo]:
             entry[1].extend(config for config in configs if config not in entry[1])
 
     for run in plan.runs:
-        add("model", run.spec.model, f"the model of run {run.job}:{run.key}")
-        teacher = getattr(getattr(run.spec.baseline, "teacher", None), "hub", None)
-        add("model", teacher, f"train.baselines.opd.teacher.hub (run {run.key})")
+        for model in run_hub_models(run):
+            add("model", model, f"the model of run {run.job}:{run.key}")
     if requests_of(plan, "judge"):
         for name in JUDGES:
             spec = judge_spec(config, name)
@@ -106,6 +127,9 @@ def hub_repos(config: Mapping[str, Any], plan: Plan) -> list[HubRepo]:
                 raise ValueError(f"eval.transfer.lm_eval.tasks: no hub dataset known for lm-eval task {task!r}; add "
                                  "it to LM_EVAL_DATASETS in pipeline_lib/plan/hub.py so `fetch` downloads it")
             add("dataset", LM_EVAL_DATASETS[task], f"eval.transfer.lm_eval.tasks ({task})", None, EVERY_CONFIG)
+    if any(path.endswith("alpaca_eval.json") for path in transfer_runs(config, plan)):
+        add("dataset", ALPACA_EVAL_REPO, "eval.transfer.alpaca_eval (instructions, reference outputs, length control)",
+            None, ALPACA_EVAL_CONFIGS)
     repos = [HubRepo(kind, repo, revision, why, EVERY_CONFIG if "*" in configs else tuple(configs))
              for (kind, repo, revision), (why, configs) in found.items()]
     return sorted(repos, key=lambda r: (r.repo_type, r.repo_id, r.revision or ""))

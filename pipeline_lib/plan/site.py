@@ -15,11 +15,22 @@ from typing import Any
 from pipeline_lib.plan.estimates import disk_needs, site_settings
 from pipeline_lib.plan.runs import Plan
 
-__all__ = ["CANARY", "FETCHED", "asks_gpu", "canary_inputs", "fetch_inputs", "node_gpus", "site_disk_needs"]
+__all__ = ["CANARY", "FETCHED", "ONLINE_STEPS", "asks_gpu", "build_goes_online", "canary_inputs", "fetch_inputs",
+           "node_gpus", "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
 FETCHED = "results/site/fetch.json"
+
+#: The steps that need outbound network, each a local rule (the submit host: compute nodes are usually offline), and
+#: why; every other job reads the hub offline from the cache `fetch` fills (docs/usage.md lists them).
+ONLINE_STEPS: dict[str, str] = {
+    "fetch": "downloads every hub model and dataset the plan reads (and resolves the hub lock's commits)",
+    "data_build_online": "a dataset whose build calls an OpenAI-compatible endpoint (Poetry's instruction synthesis, "
+                         "data.datasets.poetry.synthesis)",
+    "eval_alpaca_eval": "AlpacaEval's annotator (eval.transfer.alpaca_eval.annotators_config) calls its API; the "
+                        "answers are generated on a GPU node by eval_alpaca_generate, offline",
+}
 
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::[\w-]+)?:(\d+)")
 
@@ -31,6 +42,11 @@ def _gpus(name: str, value: Any) -> int:
     if name in ("gres", "slurm_gres") and isinstance(value, str):
         return max((int(n) for n in _GRES_GPU.findall(value)), default=0)
     return 0
+
+
+def build_goes_online(dataset: Mapping[str, Any]) -> bool:
+    """Whether a paper dataset's build calls an endpoint: its spec has an instruction ``synthesis`` section."""
+    return bool(dataset.get("synthesis"))
 
 
 def asks_gpu(resources: Mapping[str, Any]) -> bool:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -188,14 +189,17 @@ def test_the_cpu_entry_point_says_no_gpu_and_exits_non_zero(tmp_path):
 
 # --- the workflow ---------------------------------------------------------------------------------------------------
 
-def _jobs(dry_run: str) -> list[dict[str, str]]:
-    """Each job block of a full-console dry run: rule, input and resources lines."""
+def _jobs(dry_run: str) -> list[dict[str, Any]]:
+    """Each job block of a full-console dry run: rule, input and resources lines, its shell command (with ``-p``) and
+    whether Snakemake runs it as a local job (``localrule``: on the submit host)."""
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", dry_run):
-        name = re.match(r"(?:local)?rule (\w+):\n", block)
+        name = re.match(r"(local)?rule (\w+):\n", block)
         if name:
             fields = dict(re.findall(r"^    (input|resources): (.*)$", block, re.M))
-            jobs.append({"rule": name.group(1), **fields})
+            shell = re.search(r"^Shell command: (.*)$", block, re.M)
+            jobs.append({"rule": name.group(2), "local": bool(name.group(1)), "shell": shell[1] if shell else "",
+                         **fields})
     return jobs
 
 
@@ -203,17 +207,23 @@ def _asks_gpu(resources: str) -> bool:
     return bool(re.search(r"\bgres=[^,]*gpu:\d", resources) or re.search(r"\bgpus?=[1-9]", resources))
 
 
-def _is_local(workdir: Path, rule: str, configfile: str) -> bool:
+def _local_rules(workdir: Path, configfile: str) -> set[str]:
+    """The rules Snakemake runs on the submit host (``workflow.is_local``: its `localrules`), parsed with
+    ``configfile`` (a dry run prints every job as ``rule``, local or not)."""
     script = ("import sys\nfrom pathlib import Path\nfrom snakemake.api import SnakemakeApi\n"
               "from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings\n"
               "with SnakemakeApi(OutputSettings(quiet=True)) as api:\n"
               "    flow = api.workflow(resource_settings=ResourceSettings(), snakefile=Path('Snakefile'),\n"
               "        config_settings=ConfigSettings(configfiles=[Path(sys.argv[1])]), workdir=Path('.'))\n"
-              "    print(flow._workflow.is_local(flow._workflow.get_rule(sys.argv[2])))\n")
-    result = subprocess.run([sys.executable, "-c", script, configfile, rule], cwd=workdir, capture_output=True,
+              "    print(' '.join(r.name for r in flow._workflow.rules if flow._workflow.is_local(r)))\n")
+    result = subprocess.run([sys.executable, "-c", script, configfile], cwd=workdir, capture_output=True,
                             text=True, timeout=600, env=repo_env())
     assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1] == "True"
+    return set(result.stdout.strip().splitlines()[-1].split())
+
+
+def _is_local(workdir: Path, rule: str, configfile: str) -> bool:
+    return rule in _local_rules(workdir, configfile)
 
 
 def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_hub_id(workflow_copy):
@@ -223,7 +233,7 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     jobs = _jobs(result.stdout)
     gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and job["rule"] != "gpu_canary"]
     assert {job["rule"] for job in gpu_jobs} >= {"train_verl", "train_trl", "annotate_rationales", "train_imagenet",
-                                                 "eval_checkpoint", "eval_lm_eval", "eval_alpaca_eval",
+                                                 "eval_checkpoint", "eval_lm_eval", "eval_alpaca_generate",
                                                  "judge_score"}
     late = sorted({job["rule"] for job in gpu_jobs if "results/site/canary.json" not in job.get("input", "")})
     assert not late, f"GPU jobs that do not wait for gpu_canary: {late}"
@@ -252,6 +262,53 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     assert {"Qwen/Qwen2.5-1.5B", "Qwen/Qwen3-8B", "openai/gsm8k"} <= named, sorted(named)
     assert named <= fetched, sorted(named - fetched)
     assert GATED in fetched and "cais/mmlu" in fetched
+
+
+#: What needs outbound network, read off a job's command with its spec files (issue 57 item 2), not off the
+#: workflow's own list: `fetch`, a dataset build that synthesises instructions through an endpoint, and AlpacaEval's
+#: annotation (``alpaca-eval`` without ``-generate``: the annotator's API).
+_ONLINE = re.compile(r"pipeline_lib\.jobs\.fetch|pipeline_lib\.core\.data\.build real .*\"synthesis\": \{"
+                     r"|pipeline_lib\.jobs\.eval\.harness alpaca-eval (?!.*alpaca-eval-generate)")
+
+
+def test_the_paper_plan_goes_online_only_on_the_submit_host_and_reads_the_hub_only_after_fetch(workflow_copy):
+    """The paper plan's dry-run under the Slurm profile: every job that needs outbound network is a local job (the
+    submit host), and they are the steps docs/usage.md names (ONLINE_STEPS); no cluster job's command reaches the
+    network; every job whose command or spec names a hub repository waits for `fetch` (its report among the job's
+    inputs), the train_local base jobs (``--init Qwen/Qwen2.5-1.5B``) included; AlpacaEval's instructions come
+    from the fetched tatsu-lab/alpaca_eval, not a file saved by hand."""
+    from pipeline_lib.plan.site import ONLINE_STEPS
+    from tests.conftest import with_specs
+
+    result = snakemake(workflow_copy, "-n", "-p", "--profile", "profiles/slurm", "--configfile", "config/paper.yaml",
+                       *NO_CONDA, full_console=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _jobs(result.stdout)
+    local = _local_rules(workflow_copy, "config/paper.yaml")
+    for job in jobs:
+        job["text"] = with_specs(job["shell"], workflow_copy)
+        job["local"] = job["rule"] in local
+    online = [job for job in jobs if _ONLINE.search(job["text"])]
+    assert {job["rule"] for job in online} == set(ONLINE_STEPS), sorted({job["rule"] for job in online})
+    on_nodes = sorted({job["rule"] for job in online if not job["local"]})
+    assert not on_nodes, f"jobs that need the network but are submitted to a compute node: {on_nodes}"
+    assert all(job["local"] for job in jobs if job["rule"] in ONLINE_STEPS)
+    assert "alpaca_eval" not in (workflow_copy / "config/paper.yaml").read_text()  # no file to save by hand
+
+    fetch_line = next(job["shell"] for job in jobs if job["rule"] == "fetch")
+    fetched = {repo.repo_id for repo in load_repos(workflow_copy / re.search(r"--repos (\S+)", fetch_line)[1])}
+    assert "tatsu-lab/alpaca_eval" in fetched
+    late = {}
+    for job in jobs:
+        if job["rule"] == "fetch":
+            continue
+        named = {m for m in re.findall(r"[A-Za-z][\w.-]*/[\w.-]+", job["text"]) if m in fetched}
+        if named and "results/site/fetch.json" not in job.get("input", ""):
+            late.setdefault(job["rule"], set()).update(named)
+    assert not late, f"jobs that read the hub without waiting for fetch: {late}"
+    readers = {job["rule"] for job in jobs if "results/site/fetch.json" in job.get("input", "")}
+    assert {"train_local", "train_verl", "data_build", "data_build_online", "eval_alpaca_generate",
+            "gpu_canary"} <= readers, sorted(readers)
 
 
 def test_the_tiny_default_plans_neither_fetch_nor_canary_and_jobs_run_offline(workflow_copy):

@@ -59,7 +59,7 @@ wildcard_constraints:
 
 # The site steps (`fetch`, `gpu_canary`: site.smk) and what the other rules read of them: every hub repository the
 # plan reads (pipeline_lib.plan.hub), the canary before each GPU job, `fetch` before each job reading the hub.
-from pipeline_lib.plan.hub import hf_home, hub_repos
+from pipeline_lib.plan.hub import hf_home, hub_repos, reads_hub
 from pipeline_lib.plan.site import canary_inputs, fetch_inputs
 
 HUB_REPOS = hub_repos(config, PLAN)
