@@ -22,9 +22,10 @@ from pipeline_lib.plan.judges import JUDGES, judge_spec
 from pipeline_lib.plan.runs import Plan
 from pipeline_lib.plan.targets import requests_of, transfer_runs
 
-__all__ = ["ALPACA_EVAL_CONFIGS", "ALPACA_EVAL_INSTRUCTIONS", "ALPACA_EVAL_REPO", "EVERY_CONFIG", "LM_EVAL_DATASETS",
-           "OFFLINE_ENV", "HubRepo", "hf_home", "hub_repos", "is_hub_id", "load_repos", "offline_exports", "reads_hub",
-           "repos_json", "run_hub_models"]
+__all__ = ["ALPACA_EVAL_CONFIGS", "ALPACA_EVAL_INSTRUCTIONS", "ALPACA_EVAL_REPO", "EVERY_CONFIG", "HUB_LOCK",
+           "HUB_LOCK_ENV", "LM_EVAL_DATASETS", "OFFLINE_ENV", "RELOCK", "HubRepo", "hf_home", "hub_lock_problems",
+           "hub_repos", "is_hub_id", "load_repos", "lock_key", "locked_commits", "offline_exports", "read_hub_lock",
+           "reads_hub", "repos_json", "run_hub_models"]
 
 #: lm-eval task -> the hub dataset its task YAML reads (``dataset_path`` in lm_eval/tasks/...): lm-eval downloads it
 #: at run time, so `fetch` must put it in the cache first. A task missing here is an error naming this table
@@ -48,6 +49,7 @@ ALPACA_EVAL_CONFIGS: tuple[str | None, ...] = ("alpaca_eval", "alpaca_eval_gpt4_
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 #: ``HubRepo.configs`` of a dataset whose every config is read (an lm-eval task group such as mmlu's subjects).
@@ -65,6 +67,45 @@ class HubRepo:
     revision: str | None = None
     why: str = ""
     configs: tuple[str | None, ...] = ()
+
+
+#: The hub lock (issue 57 item 8): each repository the plan reads, at the revision its config asks, resolved to the
+#: commit `fetch` downloads and every job reads offline, beside the configs as envs/*.yaml beside their inputs. Written
+#: on purpose by :data:`RELOCK`; a plan reading a repository it does not hold is refused (:func:`hub_lock_problems`).
+HUB_LOCK = Path("config/hub.lock.json")
+#: The command that (re)writes the hub lock for a config (online: it asks the hub for each repository's commit).
+RELOCK = "python -m pipeline_lib.jobs.fetch --relock --configfile {configs}"
+#: The variable the workflow exports to every job of a plan that reads the hub, so provenance records the commits.
+HUB_LOCK_ENV = "PIPELINE_HUB_LOCK"
+
+
+def lock_key(repo: HubRepo) -> str:
+    """A repository's entry in the hub lock: type, id and the revision its config asks (``main`` when none)."""
+    return f"{repo.repo_type}:{repo.repo_id}@{repo.revision or 'main'}"
+
+
+def read_hub_lock(path: str | Path = HUB_LOCK) -> dict[str, str]:
+    """Lock key -> commit of a hub lock file (empty when there is none)."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    repos = json.loads(path.read_text()).get("repos")
+    if not isinstance(repos, dict) or not all(isinstance(v, str) and _COMMIT.fullmatch(v) for v in repos.values()):
+        raise ValueError(f"{path}: `repos` must map `type:owner/name@revision` to a 40-hex commit; relock it")
+    return dict(repos)
+
+
+def hub_lock_problems(repos: list[HubRepo], path: str | Path = HUB_LOCK) -> list[str]:
+    """One line per repository the plan reads that the hub lock does not pin at the revision its config asks."""
+    locked = read_hub_lock(path)
+    return [f"{repo.repo_type} {repo.repo_id} (revision {repo.revision or 'main'}, from {repo.why}) is not in "
+            f"{path}" for repo in repos if lock_key(repo) not in locked]
+
+
+def locked_commits(repos: list[HubRepo], path: str | Path = HUB_LOCK) -> dict[str, str]:
+    """Lock key -> commit for each of ``repos`` (all of them pinned: :func:`hub_lock_problems` is empty)."""
+    locked = read_hub_lock(path)
+    return {lock_key(repo): locked[lock_key(repo)] for repo in repos}
 
 
 def is_hub_id(name: object) -> bool:
@@ -153,9 +194,11 @@ def hf_home(config: Mapping[str, Any]) -> str:
     return site.get("hf_home") or env("HF_HOME") or str(Path("~/.cache/huggingface").expanduser())
 
 
-def offline_exports(config: Mapping[str, Any]) -> str:
+def offline_exports(config: Mapping[str, Any], hub_lock: str | Path | None = None) -> str:
     """The shell exports of a cluster job (``export HF_HOME=... HF_HUB_OFFLINE=1 ...; ``): ``HF_HOME`` only where the
-    config sets ``site.hf_home`` (else the job inherits the submitting environment's)."""
+    config sets ``site.hf_home`` (else the job inherits the submitting environment's); :data:`HUB_LOCK_ENV` where the
+    plan reads the hub (``hub_lock``), so each provenance sidecar records the commits its job read."""
     site = config.get("site") or {}
     pairs = dict(OFFLINE_ENV) | ({"HF_HOME": site["hf_home"]} if site.get("hf_home") else {})
+    pairs |= {HUB_LOCK_ENV: str(hub_lock)} if hub_lock else {}
     return "export " + " ".join(f"{key}={value}" for key, value in pairs.items()) + "; "

@@ -9,14 +9,17 @@ default asks for none, so it plans no canary (and, reading nothing from the hub,
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pipeline_lib.plan.estimates import disk_needs, site_settings
+from pipeline_lib.plan.hub import RELOCK, hub_lock_problems
 from pipeline_lib.plan.runs import Plan
 
-__all__ = ["CANARY", "FETCHED", "ONLINE_STEPS", "asks_gpu", "build_goes_online", "canary_inputs", "fetch_inputs",
-           "node_gpus", "site_disk_needs"]
+__all__ = ["CANARY", "FETCHED", "ONLINE_STEPS", "HubLockError", "asks_gpu", "build_goes_online", "canary_inputs",
+           "check_hub_lock", "fetch_inputs", "node_gpus", "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
@@ -42,6 +45,25 @@ def _gpus(name: str, value: Any) -> int:
     if name in ("gres", "slurm_gres") and isinstance(value, str):
         return max((int(n) for n in _GRES_GPU.findall(value)), default=0)
     return 0
+
+
+class HubLockError(RuntimeError):
+    """The plan reads a hub repository the hub lock does not pin."""
+
+
+def check_hub_lock(repos: list[Any], lock: str | Path, configfiles: Sequence[Any], dry_run: bool) -> list[str]:
+    """Refuse a plan reading a repository :data:`~pipeline_lib.plan.hub.HUB_LOCK` does not hold at the revision its
+    config asks (every one named, with the relock command); a dry run prints the same as a warning. Returns the
+    problems."""
+    problems = hub_lock_problems(repos, lock)
+    if problems:
+        command = RELOCK.format(configs=" ".join(str(path) for path in configfiles) or "<your configs>")
+        text = (f"the hub lock does not pin {len(problems)} repositories the plan reads:\n  " + "\n  ".join(problems)
+                + f"\nPin them on purpose (online, on the submit host): {command}")
+        if not dry_run:
+            raise HubLockError(text)
+        print(f"WARNING (a run refuses this): {text}", file=sys.stderr)
+    return problems
 
 
 def build_goes_online(dataset: Mapping[str, Any]) -> bool:

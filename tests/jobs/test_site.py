@@ -44,14 +44,17 @@ WANTED = [HubRepo("model", "org/tiny-model", why="train.verl.model"),
           HubRepo("dataset", "org/tiny-data", why="data.datasets.x.sources.main", configs=("main",))]
 
 
-def run_fetch(tmp_path: Path, hub: HubServer, repos: list[HubRepo], token: str | None = None):
-    """``python -m pipeline_lib.jobs.fetch`` as the local rule runs it, against the hub on 127.0.0.1."""
+def run_fetch(tmp_path: Path, hub: HubServer, repos: list[HubRepo], token: str | None = None, relock: bool = True,
+              download: bool = True, extra_env: dict[str, str] | None = None):
+    """``python -m pipeline_lib.jobs.fetch`` as the local rule runs it (its lock ``tmp_path/hub.lock.json``), against
+    the hub on 127.0.0.1; ``relock`` pins the repositories first (``--relock``), ``download`` fetches them."""
     (tmp_path / "repos.json").write_text(repos_json(repos))
     env = {key: value for key, value in repo_env().items() if not key.startswith("HF_")}
-    env |= {"HF_ENDPOINT": hub.url, **({"HF_TOKEN": token} if token else {})}
-    return subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", str(tmp_path / "repos.json"),
-                           "--hf-home", str(tmp_path / "hf"), "--out", str(tmp_path / "fetch.json")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    env |= {"HF_ENDPOINT": hub.url, **({"HF_TOKEN": token} if token else {}), **(extra_env or {})}
+    command = [sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", str(tmp_path / "repos.json"), "--lock",
+               str(tmp_path / "hub.lock.json"), *(["--relock"] if relock else []),
+               *(["--hf-home", str(tmp_path / "hf"), "--out", str(tmp_path / "fetch.json")] if download else [])]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
 # --- fetch ----------------------------------------------------------------------------------------------------------
@@ -88,6 +91,64 @@ def test_a_gated_repository_without_a_token_stops_before_any_download(tmp_path):
         allowed = run_fetch(tmp_path, hub, gated, token="hf_good")
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     assert check_cache(gated, tmp_path / "hf").ok
+
+
+# --- the hub lock (issue 57 item 8) ---------------------------------------------------------------------------------
+
+def test_a_relock_pins_each_repository_and_fetch_and_offline_jobs_read_that_commit(tmp_path):
+    """`--relock` writes each repository's commit (asked of the hub) into the lock; `fetch` then downloads exactly
+    that commit, points the cache's ``refs/main`` at it (what an offline job's read of the name resolves to), and the
+    report and every provenance sidecar written with the lock exported carry the commits. A repository the lock does
+    not hold is refused by name, before any download, until relocked on purpose."""
+    from huggingface_hub import HfApi
+
+    with HubServer(_hub_repos()) as hub:
+        pinned = run_fetch(tmp_path, hub, WANTED, download=False)
+        assert pinned.returncode == 0, pinned.stderr[-3000:]
+        truth = {f"{r.repo_type}:{r.repo_id}@main": HfApi(endpoint=hub.url).repo_info(
+            r.repo_id, repo_type=r.repo_type).sha for r in WANTED}
+        lock = json.loads((tmp_path / "hub.lock.json").read_text())["repos"]
+        assert lock == truth
+        assert not (tmp_path / "hf").exists()  # a relock alone downloads nothing
+        lock_env = {"PIPELINE_HUB_LOCK": str(tmp_path / "hub.lock.json")}
+        fetched = run_fetch(tmp_path, hub, WANTED, relock=False, extra_env=lock_env)
+        assert fetched.returncode == 0, fetched.stderr[-3000:]
+        # a repository the lock does not hold: refused by name, nothing downloaded
+        before = len(hub.requests)
+        extra = [*WANTED, HubRepo("dataset", GATED, why="eval.transfer.lm_eval.tasks (gpqa_main_zeroshot)")]
+        refused = run_fetch(tmp_path, hub, extra, relock=False, token="hf_good")
+        assert refused.returncode == 1 and f"dataset {GATED} (revision main" in refused.stderr
+        assert "--relock" in refused.stderr and len(hub.requests) == before
+    report = json.loads((tmp_path / "fetch.json").read_text())
+    assert {f"{row['repo_type']}:{row['repo_id']}@main": row["commit"] for row in report["repos"]} == truth
+    for repo in WANTED:
+        folder = tmp_path / "hf" / "hub" / f"{repo.repo_type}s--{repo.repo_id.replace('/', '--')}"
+        assert (folder / "refs" / "main").read_text() == truth[f"{repo.repo_type}:{repo.repo_id}@main"]
+    sidecar = json.loads((tmp_path / "fetch.json.prov.json").read_text())
+    assert sidecar["params"]["commits"] == truth and sidecar["hub_revisions"] == truth
+
+
+def test_the_plan_refuses_a_run_reading_an_unpinned_repository_and_the_tiny_default_needs_no_lock(workflow_copy):
+    """The paper plan without a hub lock: its dry run warns naming each repository and the relock command; a real run
+    is refused before any job starts (onstart), naming them. The tiny default reads no hub: no lock, no warning."""
+    from pipeline_lib.plan.hub import HUB_LOCK, hub_lock_problems
+
+    assert not (workflow_copy / HUB_LOCK).exists()
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing may reach a hub if the refusal failed
+    plan = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "a run refuses this" in plan.stderr and "model Qwen/Qwen2.5-1.5B (revision main" in plan.stderr
+    assert "python -m pipeline_lib.jobs.fetch --relock --configfile" in plan.stderr
+    run = snakemake(workflow_copy, "fetch", "--cores", "1", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
+    assert run.returncode != 0 and "HubLockError" in run.stderr and "tatsu-lab/alpaca_eval" in run.stderr
+    assert not (workflow_copy / "results/site/fetch.json").exists()
+    tiny = snakemake(workflow_copy, "-n", env=env)
+    assert tiny.returncode == 0 and "hub lock" not in tiny.stderr
+    # a lock entry at another revision is not the one asked: the repository is named again
+    lock = workflow_copy / "lock.json"
+    lock.write_text(json.dumps({"repos": {"model:org/tiny-model@v2": "0" * 40}}))
+    assert hub_lock_problems([HubRepo("model", "org/tiny-model", why="train.verl.model")], lock) == [
+        f"model org/tiny-model (revision main, from train.verl.model) is not in {lock}"]
 
 
 def test_lm_eval_datasets_match_lm_evals_own_task_files():
