@@ -8,6 +8,7 @@ default asks for none, so it plans no canary (and, reading nothing from the hub,
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from pipeline_lib.plan.hub import RELOCK, hub_lock_problems
 from pipeline_lib.plan.runs import Plan
 
 __all__ = ["CANARY", "FETCHED", "ONLINE_STEPS", "HubLockError", "asks_gpu", "build_goes_online", "canary_inputs",
-           "check_hub_lock", "fetch_inputs", "node_gpus", "site_disk_needs"]
+           "check_hub_lock", "fetch_inputs", "home_warnings", "link_results_root", "node_gpus", "site_disk_needs"]
 
 #: The canary's report (its rule's output) and `fetch`'s (a local rule's output).
 CANARY = "results/site/canary.json"
@@ -64,6 +65,59 @@ def check_hub_lock(repos: list[Any], lock: str | Path, configfiles: Sequence[Any
             raise HubLockError(text)
         print(f"WARNING (a run refuses this): {text}", file=sys.stderr)
     return problems
+
+
+#: Beyond this many GB, a default under $HOME is warned about at plan time (home directories are small and quota'd).
+HOME_WARN_GB = 5.0
+#: What the hub cache holds per GB of a plan's models: bf16 weights, 2 bytes a parameter (the datasets are extra).
+_BF16 = 2e-9
+
+
+def _under_home(path: str | Path) -> bool:
+    home = Path.home().resolve()
+    return Path(os.path.expandvars(str(path))).expanduser().resolve().is_relative_to(home)
+
+
+def home_warnings(config: Mapping[str, Any], plan: Plan, repos: Sequence[Any], conda_prefix: str | None,
+                  hf_home: str) -> list[str]:
+    """One line per large store that falls under $HOME by default (the hub cache, the conda envs, the results and
+    scratch roots), with its size where the plan estimates it: each names the site setting that moves it."""
+    from pipeline_lib.plan.estimates import ARCHITECTURES
+
+    site = site_settings(config)
+    needs = disk_needs(config, plan) if any(run.verl_kind for run in plan.runs) else {"results": 0.0, "scratch": 0.0}
+    models = sum(ARCHITECTURES[r.repo_id].params * _BF16 for r in repos
+                 if r.repo_type == "model" and r.repo_id in ARCHITECTURES)
+    stores = [
+        ("the hub cache", hf_home, f"at least {models:,.0f} GB: the trained models' bf16 weights, more with the judges "
+         "and datasets", "site.hf_home (config/paper.yaml)", any(r.repo_type == "model" for r in repos)),
+        ("the conda envs", conda_prefix, "about 60 GB for the five locked envs, as profiles/slurm/config.yaml states",
+         "conda-prefix (profiles/slurm/config.yaml)", conda_prefix is not None),
+        ("the results", site["results_root"] or "results", f"about {needs['results']:,.0f} GB, the plan's estimate",
+         "site.results_root (config/paper.yaml)", needs["results"] > HOME_WARN_GB),
+        ("verl's scratch", site["scratch_root"], f"up to {needs['scratch']:,.0f} GB, the plan's estimate",
+         "site.scratch_root (config/paper.yaml)", needs["scratch"] > HOME_WARN_GB),
+    ]
+    return [f"{what} ({size}) would go to {path}, under $HOME: set {key} to a shared filesystem with room"
+            for what, path, size, key, large in stores if large and path and _under_home(path)]
+
+
+def link_results_root(config: Mapping[str, Any], workdir: str | Path = ".") -> Path | None:
+    """``site.results_root``: the workflow's ``results/`` becomes a link to it (made when missing); a ``results``
+    that is something else is refused, naming both. None when the setting is null (results/ in the checkout)."""
+    root = site_settings(config)["results_root"]
+    if not root:
+        return None
+    target = Path(os.path.expandvars(root)).expanduser()
+    link = Path(workdir, "results")
+    if link.is_symlink() or link.exists():
+        if link.resolve() != target.resolve():
+            raise ValueError(f"site.results_root is {target}, but {link} is {link.resolve()}: move its contents "
+                             f"there and replace it with a link (`ln -s {target} {link}`), or set results_root null")
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target.resolve(), target_is_directory=True)
+    return target
 
 
 def build_goes_online(dataset: Mapping[str, Any]) -> bool:

@@ -387,3 +387,46 @@ def test_the_tiny_default_plans_neither_fetch_nor_canary_and_jobs_run_offline(wo
         "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME=/shared/hf; "
     assert offline_exports({"site": {"hf_home": None}}) == "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; "
     assert "+ offline_exports(config)" in (workflow_copy / "workflow/rules/common.smk").read_text()
+
+
+# --- the site block (issue 57 item 7) -------------------------------------------------------------------------------
+
+def test_a_large_default_under_home_is_warned_about_naming_the_setting_that_moves_it(tmp_path, monkeypatch):
+    """The paper plan with the site block's defaults and $HOME holding the checkout: the hub cache, the conda envs,
+    the results and the scratch each warn, naming their key; set elsewhere, none does. The tiny default warns of
+    nothing (no hub, no verl run; its conda envs are the default profile's, none)."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.hub import hub_repos
+    from pipeline_lib.plan.site import home_warnings
+    from pipeline_lib.plan.table import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    paper = load_config([REPO / "config/paper.yaml"])
+    plan = plan_runs(paper, check_estimators=False)
+    repos = hub_repos(paper, plan)
+    lines = home_warnings(paper, plan, repos, str(tmp_path / ".snakemake-conda"), str(tmp_path / ".cache/hf"))
+    assert [line.split(" (")[0] for line in lines] == ["the hub cache", "the conda envs", "the results",
+                                                       "verl's scratch"], lines
+    for key in ("site.hf_home", "conda-prefix", "site.results_root", "site.scratch_root"):
+        assert any(key in line for line in lines), key
+    assert "the plan's estimate" in lines[2]
+    shared = {**paper, "site": {**paper["site"], "results_root": "/shared/r", "scratch_root": "/shared/s"}}
+    assert home_warnings(shared, plan, repos, "/shared/conda", "/shared/hf") == []
+    tiny = load_config([REPO / "config/config.yaml"])
+    tiny_plan = plan_runs(tiny, check_estimators=False)
+    assert home_warnings(tiny, tiny_plan, hub_repos(tiny, tiny_plan), None, str(tmp_path / ".cache/hf")) == []
+
+
+def test_the_results_root_links_results_and_refuses_a_results_that_is_elsewhere(tmp_path):
+    from pipeline_lib.plan.site import link_results_root
+
+    work = tmp_path / "checkout"
+    work.mkdir()
+    assert link_results_root({"site": {}}, work) is None and not (work / "results").exists()
+    root = tmp_path / "shared" / "results"
+    assert link_results_root({"site": {"results_root": str(root)}}, work) == root
+    assert (work / "results").is_symlink() and (work / "results").resolve() == root.resolve()
+    assert link_results_root({"site": {"results_root": str(root)}}, work) == root  # again: nothing to do
+    with pytest.raises(ValueError, match=r"site.results_root is .*other.*ln -s"):
+        link_results_root({"site": {"results_root": str(tmp_path / "other")}}, work)

@@ -60,7 +60,7 @@ wildcard_constraints:
 # The site steps (`fetch`, `gpu_canary`: site.smk) and what the other rules read of them: every hub repository the
 # plan reads (pipeline_lib.plan.hub), the canary before each GPU job, `fetch` before each job reading the hub.
 from pipeline_lib.plan.hub import HUB_LOCK, hf_home, hub_repos, reads_hub
-from pipeline_lib.plan.site import check_hub_lock
+from pipeline_lib.plan.site import check_hub_lock, home_warnings, link_results_root
 from pipeline_lib.plan.site import canary_inputs, fetch_inputs
 
 HUB_REPOS = hub_repos(config, PLAN)
@@ -72,6 +72,12 @@ shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FIL
 # until relocked on purpose; the plan (a dry run included) warns the same (the tiny default reads no hub: no lock).
 if HUB_REPOS and workflow.is_main_process:
     check_hub_lock(HUB_REPOS, HUB_LOCK, workflow.configfiles, dry_run=True)
+# The site block (config/paper.yaml `site:`): results/ linked to site.results_root, and a warning for every large store
+# a default puts under $HOME (pipeline_lib.plan.site).
+if workflow.is_main_process:
+    link_results_root(config)
+    for line in home_warnings(config, PLAN, HUB_REPOS, workflow.deployment_settings.conda_prefix, HF_HOME):
+        print(f"WARNING (site): {line}", file=sys.stderr)
 after_canary = canary_inputs(lambda rule: workflow.get_rule(rule).resources, ancient)  # after_canary(rule)
 after_fetch = fetch_inputs(HUB_REPOS, ancient)
 
