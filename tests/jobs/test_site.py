@@ -386,7 +386,10 @@ def test_the_tiny_default_plans_neither_fetch_nor_canary_and_jobs_run_offline(wo
     assert offline_exports({"site": {"hf_home": "/shared/hf"}}) == \
         "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME=/shared/hf; "
     assert offline_exports({"site": {"hf_home": None}}) == "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; "
-    assert "+ offline_exports(config)" in (workflow_copy / "workflow/rules/common.smk").read_text()
+    assert offline_exports({"site": {}}, "config/hub.lock.json") == \
+        "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PIPELINE_HUB_LOCK=config/hub.lock.json; "
+    assert "+ offline_exports(config, HUB_LOCK if HUB_REPOS else None)" in (
+        workflow_copy / "workflow/rules/common.smk").read_text()
 
 
 # --- the site block (issue 57 item 7) -------------------------------------------------------------------------------
