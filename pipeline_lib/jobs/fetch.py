@@ -8,7 +8,7 @@ names every one of them.
 
 Every repository is read at the commit the hub lock pins (:data:`pipeline_lib.plan.hub.HUB_LOCK`, beside the
 configs): ``--relock`` resolves each repository's revision to its commit and writes the lock (on purpose, online:
-``python -m pipeline_lib.jobs.fetch --relock --configfile config/paper.yaml``); the download then takes exactly that
+``python -m pipeline_lib hub-lock --configfile config/paper.yaml``); the download then takes exactly that
 commit and points the cache's ref (``refs/main``, or the revision the config asks) at it, so every offline job reads
 the locked commit, and the report and its provenance record each commit. The plan refuses a repository the lock does
 not hold (workflow/rules/common.smk).
@@ -30,14 +30,13 @@ from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.env import env, env_text
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
-from pipeline_lib.jobs.hub_download import ConfinementError, confined_writes, download_snapshot
+from pipeline_lib.jobs.hub_download import ConfinementError, check_commit, confined_writes, download_snapshot
 from pipeline_lib.plan.hub import (
     EVERY_CONFIG,
     HUB_LOCK,
     RELOCK,
     HubRepo,
     hub_lock_problems,
-    hub_repos,
     load_repos,
     lock_key,
     locked_commits,
@@ -78,8 +77,6 @@ def gated_repos(api: Any, repos: Sequence[HubRepo]) -> list[HubRepo]:
 def resolve_commits(repos: Sequence[HubRepo], token: str | None, endpoint: str | None = None) -> dict[str, str]:
     """Lock key -> the commit each repository's revision (``main`` when none) points at on the hub now."""
     from huggingface_hub import HfApi
-
-    from pipeline_lib.jobs.hub_download import check_commit
 
     api = HfApi(endpoint=endpoint)
     return {lock_key(repo): check_commit(api.repo_info(repo.repo_id, repo_type=repo.repo_type, revision=repo.revision,
@@ -155,22 +152,18 @@ def prepare_dataset(repo: HubRepo, hf_home: Path, token: str | None, commit: str
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = entry_parser(__doc__, summary="line", logs=False)
-    parser.add_argument("--repos", help="JSON list of the plan's hub repositories (hub_repos)")
-    parser.add_argument("--configfile", nargs="+", help="--relock: the config files whose plan's repositories to lock "
-                                                        "(instead of --repos)")
+    parser.add_argument("--repos", required=True, help="JSON list of the plan's hub repositories (hub_repos)")
     parser.add_argument("--lock", default=str(HUB_LOCK), help="the hub lock (default: %(default)s)")
     parser.add_argument("--relock", action="store_true", help="resolve each repository's revision to its commit on "
                         "the hub now and write it into the lock (on purpose: a rerun reads those commits)")
     parser.add_argument("--hf-home", help="the cache (site.hf_home); files go to <hf-home>/hub")
     parser.add_argument("--out", help="the report (JSON), written atomically")
     args = parser.parse_args(argv)
-    if bool(args.repos) == bool(args.configfile):
-        parser.error("give the repositories with --repos FILE or --configfile CONFIG...")
     if not args.relock and not (args.hf_home and args.out):
         parser.error("--hf-home and --out are required to download")
     if args.hf_home:  # before huggingface_hub / datasets are imported: their caches follow it
         os.environ.update(HF_HOME=args.hf_home)
-    repos = load_repos(args.repos) if args.repos else _config_repos(args.configfile)
+    repos = load_repos(args.repos)
     token = env_text("HF_TOKEN", r"\S+", "a Hugging Face token", secret=True)
     try:
         if args.relock:
@@ -191,15 +184,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_provenance([args.out], step="fetch", inputs=[path for path in (args.repos, args.lock) if path],
                      params={"hf_home": args.hf_home, "commits": commits})
     return 0
-
-
-def _config_repos(configfiles: Sequence[str]) -> list[HubRepo]:
-    """The hub repositories of the plan of ``configfiles`` (as the workflow computes them)."""
-    from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.table import load_config
-
-    config = load_config([Path(path) for path in configfiles])
-    return hub_repos(config, plan_runs(config, check_estimators=False))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
+from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
 from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
 from pipeline_lib.plan.site import build_goes_online
@@ -336,7 +337,10 @@ def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         return {"spec": json.dumps(eval_spec(config)), **model,
                 "out_dir": lambda wildcards, output: os.path.dirname(output.metrics)}
     if family in ("lm_eval", "alpaca_eval"):
-        spec = {"spec": json.dumps(config["eval"]["transfer"][family])}
+        settings = dict(config["eval"]["transfer"][family])
+        if family == "alpaca_eval" and not settings.get("instructions"):  # AlpacaEval's own, fetched from the hub
+            settings["instructions_hub"] = {"repo": ALPACA_EVAL_REPO, "file": ALPACA_EVAL_INSTRUCTIONS}
+        spec = {"spec": json.dumps(settings)}
         return {**spec, **({"eval_spec": json.dumps(eval_spec(config))} if family == "alpaca_eval" else {}), **model}
     raise ValueError(f"unknown evaluation rule family {family!r}")
 

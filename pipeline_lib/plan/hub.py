@@ -74,7 +74,7 @@ class HubRepo:
 #: on purpose by :data:`RELOCK`; a plan reading a repository it does not hold is refused (:func:`hub_lock_problems`).
 HUB_LOCK = Path("config/hub.lock.json")
 #: The command that (re)writes the hub lock for a config (online: it asks the hub for each repository's commit).
-RELOCK = "python -m pipeline_lib.jobs.fetch --relock --configfile {configs}"
+RELOCK = "python -m pipeline_lib hub-lock --configfile {configs}"
 #: The variable the workflow exports to every job of a plan that reads the hub, so provenance records the commits.
 HUB_LOCK_ENV = "PIPELINE_HUB_LOCK"
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline_lib.plan.estimates import disk_needs, site_settings
+from pipeline_lib.plan.estimates import ARCHITECTURES, disk_needs, site_settings
 from pipeline_lib.plan.hub import RELOCK, hub_lock_problems
 from pipeline_lib.plan.runs import Plan
 
@@ -82,8 +82,6 @@ def home_warnings(config: Mapping[str, Any], plan: Plan, repos: Sequence[Any], c
                   hf_home: str) -> list[str]:
     """One line per large store that falls under $HOME by default (the hub cache, the conda envs, the results and
     scratch roots), with its size where the plan estimates it: each names the site setting that moves it."""
-    from pipeline_lib.plan.estimates import ARCHITECTURES
-
     site = site_settings(config)
     needs = disk_needs(config, plan) if any(run.verl_kind for run in plan.runs) else {"results": 0.0, "scratch": 0.0}
     models = sum(ARCHITECTURES[r.repo_id].params * _BF16 for r in repos

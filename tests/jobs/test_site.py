@@ -118,7 +118,7 @@ def test_a_relock_pins_each_repository_and_fetch_and_offline_jobs_read_that_comm
         extra = [*WANTED, HubRepo("dataset", GATED, why="eval.transfer.lm_eval.tasks (gpqa_main_zeroshot)")]
         refused = run_fetch(tmp_path, hub, extra, relock=False, token="hf_good")
         assert refused.returncode == 1 and f"dataset {GATED} (revision main" in refused.stderr
-        assert "--relock" in refused.stderr and len(hub.requests) == before
+        assert "pipeline_lib hub-lock" in refused.stderr and len(hub.requests) == before
     report = json.loads((tmp_path / "fetch.json").read_text())
     assert {f"{row['repo_type']}:{row['repo_id']}@main": row["commit"] for row in report["repos"]} == truth
     for repo in WANTED:
@@ -138,7 +138,7 @@ def test_the_plan_refuses_a_run_reading_an_unpinned_repository_and_the_tiny_defa
     plan = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert "a run refuses this" in plan.stderr and "model Qwen/Qwen2.5-1.5B (revision main" in plan.stderr
-    assert "python -m pipeline_lib.jobs.fetch --relock --configfile" in plan.stderr
+    assert "python -m pipeline_lib hub-lock --configfile" in plan.stderr
     run = snakemake(workflow_copy, "fetch", "--cores", "1", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
     assert run.returncode != 0 and "HubLockError" in run.stderr and "tatsu-lab/alpaca_eval" in run.stderr
     assert not (workflow_copy / "results/site/fetch.json").exists()
@@ -433,3 +433,28 @@ def test_the_results_root_links_results_and_refuses_a_results_that_is_elsewhere(
     assert link_results_root({"site": {"results_root": str(root)}}, work) == root  # again: nothing to do
     with pytest.raises(ValueError, match=r"site.results_root is .*other.*ln -s"):
         link_results_root({"site": {"results_root": str(tmp_path / "other")}}, work)
+
+
+def test_alpaca_evals_instructions_are_read_offline_from_the_fetched_repository(tmp_path):
+    """AlpacaEval's instructions come from the fetched tatsu-lab/alpaca_eval (the plan names the file in the spec,
+    as config/paper.yaml no longer asks for a file saved by hand): an offline job reads them from HF_HOME alone."""
+    from pipeline_lib.paper.steps import eval_params
+    from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
+    from pipeline_lib.plan.table import load_config
+
+    spec = json.loads(eval_params(load_config([REPO / "config/paper.yaml"]), "alpaca_eval")["spec"])
+    assert spec["instructions"] is None
+    assert spec["instructions_hub"] == {"repo": ALPACA_EVAL_REPO, "file": ALPACA_EVAL_INSTRUCTIONS}
+    rows = [{"instruction": "Say hi.", "dataset": "helpful_base"}, {"instruction": "Count to 3.", "dataset": "oasst"}]
+    repos = {("dataset", ALPACA_EVAL_REPO): Repo({ALPACA_EVAL_INSTRUCTIONS: json.dumps(rows).encode()})}
+    with HubServer(repos) as hub:
+        result = run_fetch(tmp_path, hub, [HubRepo("dataset", ALPACA_EVAL_REPO, why="eval.transfer.alpaca_eval")])
+    assert result.returncode == 0, result.stderr[-3000:]
+    offline = {key: value for key, value in repo_env().items() if not key.startswith("HF_")}
+    offline |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    script = ("import json, sys, pandas as pd\nfrom pipeline_lib.jobs.eval.harness import instructions_file\n"
+              "print(list(pd.read_json(instructions_file(json.loads(sys.argv[1])))['instruction']))\n")
+    job = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], capture_output=True, text=True,
+                         timeout=300, env=offline)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.strip() == "['Say hi.', 'Count to 3.']"

@@ -70,16 +70,17 @@ def run_lm_eval(model_dir: Path, spec: dict[str, Any], seed: int) -> dict[str, A
 
 
 def instructions_file(spec: dict[str, Any]) -> Path:
-    """The AlpacaEval instructions a run answers: ``spec["instructions"]`` when it names a file, else
-    ``alpaca_eval.json`` of ``tatsu-lab/alpaca_eval`` from the hub cache (offline: `fetch` put it there)."""
+    """The AlpacaEval instructions a run answers: ``spec["instructions"]`` when it names a file, else the hub file
+    the plan names in ``spec["instructions_hub"]`` (``alpaca_eval.json`` of ``tatsu-lab/alpaca_eval``: a dataset
+    repository and a file in it), from the hub cache offline (`fetch` put it there)."""
     if spec.get("instructions"):
         return Path(spec["instructions"])
+    if not spec.get("instructions_hub"):
+        raise KeyError("eval.transfer.alpaca_eval: no `instructions` file and no `instructions_hub` in the spec")
     from huggingface_hub import hf_hub_download
 
-    from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
-
-    return Path(hf_hub_download(ALPACA_EVAL_REPO, ALPACA_EVAL_INSTRUCTIONS, repo_type="dataset",
-                                local_files_only=True))
+    hub = spec["instructions_hub"]
+    return Path(hf_hub_download(hub["repo"], hub["file"], repo_type="dataset", local_files_only=True))
 
 
 def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path,
