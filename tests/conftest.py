@@ -146,10 +146,12 @@ def repo_env() -> dict[str, str]:
     return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
-def snakemake(cwd: Path, *args: str, full_console: bool = False, timeout: float = 600) -> subprocess.CompletedProcess:
+def snakemake(cwd: Path, *args: str, full_console: bool = False, timeout: float = 600,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """``snakemake ARGS`` in ``cwd``; ``full_console``: Snakemake's own job blocks (every output listed), which tests
-    that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.core.console)."""
-    env = repo_env() | ({"PIPELINE_CONSOLE": "full"} if full_console else {})
+    that read a dry run's outputs parse, instead of the one line per job a person sees (pipeline_lib.core.console);
+    ``env``: variables set on top of this checkout's environment."""
+    env = repo_env() | ({"PIPELINE_CONSOLE": "full"} if full_console else {}) | (env or {})
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=env)
 

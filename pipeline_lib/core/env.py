@@ -28,6 +28,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "RAY_ADDRESS": (r"auto|local|([a-z]+://)?[\w.\[\]:-]+:[0-9]+", "auto, local or host:port"),
     "PIPELINE_CONFIG_SHA256": (r"[0-9a-f]{64}", "a sha256 hex digest (the workflow sets it)"),
     "PIPELINE_CONFIG_FILE": (r"\S.*", "a file path (the workflow sets it: its resolved config, as JSON)"),
+    "PIPELINE_HUB_LOCK": (r"\S.*", "a file path (the workflow sets it: the hub lock of a plan that reads the hub)"),
     "PIPELINE_REWARD_HEALTH_DIR": (r"\S.*", "a directory path (the verl engine sets it)"),
     "WANDB_ENTITY": (r"[\w.-]+", "a W&B entity name"),
     "MLFLOW_TRACKING_URI": (r"\S+", "an MLflow tracking URI"),

@@ -487,6 +487,15 @@ def file_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
+def _hub_revisions() -> dict[str, Any]:
+    """``{"hub_revisions": {repository: commit}}``: the hub lock the workflow exported (PIPELINE_HUB_LOCK, a plan that
+    reads the hub), the commits every hub read of the job resolved to offline; empty otherwise."""
+    path = env("PIPELINE_HUB_LOCK")
+    if not path or not Path(path).is_file():
+        return {}
+    return {"hub_revisions": json.loads(Path(path).read_text()).get("repos", {})}
+
+
 def write_provenance(
     outputs: Iterable[str | os.PathLike[str]],
     *,
@@ -526,6 +535,7 @@ def write_provenance(
         "started_at": started_at,
         "finished_at": time.time(),
     }
+    record |= _hub_revisions()
     config = _workflow_config()
     sidecars = []
     for output in outputs:

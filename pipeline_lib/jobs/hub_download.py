@@ -135,9 +135,11 @@ def _write_ref(ref: Path, commit: str) -> None:
 
 
 def download_snapshot(api: Any, repo_type: str, repo_id: str, revision: str | None, hf_home: str | os.PathLike[str],
-                      token: str | None, endpoint: str | None) -> Path:
+                      token: str | None, endpoint: str | None, ref: str | None = None) -> Path:
     """Download one repository's files at ``revision`` into ``<hf_home>/hub`` in ``huggingface_hub``'s layout and
-    return its snapshot folder; a :class:`ConfinementError` for any answer that would escape it or overrun a size."""
+    return its snapshot folder; a :class:`ConfinementError` for any answer that would escape it or overrun a size.
+    ``ref`` (default: ``revision`` or ``main``) is the name the cache points at the commit, which offline reads of
+    that name resolve to (the hub lock's commit under the revision its config asks)."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.hf_api import RepoFile
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
@@ -181,7 +183,7 @@ def download_snapshot(api: Any, repo_type: str, repo_id: str, revision: str | No
         pointer.parent.mkdir(parents=True, exist_ok=True)
         _link(pointer, blob)
         _require_inside(pointer, root, f"{where} file {name!r}")  # the link as written resolves inside too
-    ref = revision or "main"
+    ref = ref or revision or "main"
     if ref != commit:
         _write_ref(_require_inside(storage / "refs" / _check_revision(ref, where), root, where), commit)
     snapshot.mkdir(parents=True, exist_ok=True)  # a repository with no files still has its (empty) snapshot

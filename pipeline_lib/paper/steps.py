@@ -23,8 +23,10 @@ from pipeline_lib.core.cli import json_file
 from pipeline_lib.paper.captions import ablation_differences
 from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
+from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
 from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec, pairwise_tasks
 from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
+from pipeline_lib.plan.site import build_goes_online
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
     ablation_cells,
@@ -316,11 +318,15 @@ def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
 
 # --- the data and judge rule families' parameters -------------------------------------------------------------------
 
-def dataset_pattern(config: Mapping[str, Any], with_reference_prompts: bool) -> str:
+def dataset_pattern(config: Mapping[str, Any], with_reference_prompts: bool, online: bool = False) -> str:
     """The configured paper datasets whose build writes ``rl_sim_train`` (prompts with an expert answer, where the RL
-    prompts have none: :data:`~pipeline_lib.plan.settings.PROMPTS_WITHOUT_REFERENCE`), or those that do not."""
-    return pattern(name for name in config["data"]["datasets"]
-                   if (name in PROMPTS_WITHOUT_REFERENCE) == with_reference_prompts)
+    prompts have none: :data:`~pipeline_lib.plan.settings.PROMPTS_WITHOUT_REFERENCE`), or those that do not; with
+    ``online``, only those whose build calls an endpoint (:func:`~pipeline_lib.plan.site.build_goes_online`), else
+    only those whose does not."""
+    datasets = config["data"]["datasets"]
+    return pattern(name for name in datasets
+                   if (name in PROMPTS_WITHOUT_REFERENCE) == with_reference_prompts
+                   and build_goes_online(datasets[name]) == online)
 
 
 def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
@@ -351,7 +357,10 @@ def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         return {"spec": lambda wildcards: json.dumps(eval_spec(config, wildcards.task)), **model,
                 "out_dir": lambda wildcards, output: os.path.dirname(output.metrics)}
     if family in ("lm_eval", "alpaca_eval"):
-        spec = {"spec": json.dumps(config["eval"]["transfer"][family])}
+        settings = dict(config["eval"]["transfer"][family])
+        if family == "alpaca_eval" and not settings.get("instructions"):  # AlpacaEval's own, fetched from the hub
+            settings["instructions_hub"] = {"repo": ALPACA_EVAL_REPO, "file": ALPACA_EVAL_INSTRUCTIONS}
+        spec = {"spec": json.dumps(settings)}
         return {**spec, **({"eval_spec": json.dumps(eval_spec(config))} if family == "alpaca_eval" else {}), **model}
     raise ValueError(f"unknown evaluation rule family {family!r}")
 

@@ -302,3 +302,20 @@ def test_the_usage_docs_driver_table_is_the_librarys():
     rows = re.findall(r"^\| (\d+\.\d+)[^|]* \| >= (\d+) \|$", text, re.MULTILINE)
     assert len(rows) >= 3, rows
     assert {cuda: int(driver) for cuda, driver in rows} == {cuda: min_driver_for_cuda(cuda) for cuda, _ in rows}
+
+
+def test_an_extra_index_resolves_with_the_best_match_strategy_and_the_lock_says_so(tmp_path):
+    """A CUDA 12.x relock adds the PyTorch index to PyPI: uv's default strategy would take numpy, jinja2 and the others
+    from the first index that has any version of them (the PyTorch index's old copies), so envlock passes
+    ``--index-strategy unsafe-best-match`` then, and records it in the lock's header; one index alone needs none."""
+    pytorch = ("extra-index-url", "https://download.pytorch.org/whl/cu128")
+    command = envlock.uv_command("uv", Path("in"), Path("out"), [pytorch])
+    assert command[command.index("--index-strategy") + 1] == envlock.INDEX_STRATEGY == "unsafe-best-match"
+    assert "--index-strategy" not in envlock.uv_command("uv", Path("in"), Path("out"), [("index-url", pytorch[1])])
+    assert "--index-strategy" not in envlock.uv_command("uv", Path("in"), Path("out"))
+    assert "--offline" in envlock.uv_command("uv", Path("in"), Path("out"), offline=True)
+    source = tmp_path / "gpu.yaml"
+    source.write_text(f"name: gpu\ndependencies:\n  - pip\n  - pip:\n      - --extra-index-url {pytorch[1]}\n"
+                      "      - torch==2.11.0\n")
+    rendered = envlock.render("gpu", source, f"torch==2.11.0+cu128 --hash=sha256:{'0' * 64}\n")
+    assert f"--extra-index-url {pytorch[1]}, --index-strategy unsafe-best-match (1 packages)" in rendered

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -54,14 +55,17 @@ WANTED = [HubRepo("model", "org/tiny-model", why="train.verl.model"),
           HubRepo("dataset", "org/tiny-data", why="data.datasets.x.sources.main", configs=("main",))]
 
 
-def run_fetch(tmp_path: Path, hub: HubServer, repos: list[HubRepo], token: str | None = None):
-    """``python -m pipeline_lib.jobs.fetch`` as the local rule runs it, against the hub on 127.0.0.1."""
+def run_fetch(tmp_path: Path, hub: HubServer, repos: list[HubRepo], token: str | None = None, relock: bool = True,
+              download: bool = True, extra_env: dict[str, str] | None = None):
+    """``python -m pipeline_lib.jobs.fetch`` as the local rule runs it (its lock ``tmp_path/hub.lock.json``), against
+    the hub on 127.0.0.1; ``relock`` pins the repositories first (``--relock``), ``download`` fetches them."""
     (tmp_path / "repos.json").write_text(repos_json(repos))
     env = {key: value for key, value in repo_env().items() if not key.startswith("HF_")}
-    env |= {"HF_ENDPOINT": hub.url, **({"HF_TOKEN": token} if token else {})}
-    return subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", str(tmp_path / "repos.json"),
-                           "--hf-home", str(tmp_path / "hf"), "--out", str(tmp_path / "fetch.json")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    env |= {"HF_ENDPOINT": hub.url, **({"HF_TOKEN": token} if token else {}), **(extra_env or {})}
+    command = [sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", str(tmp_path / "repos.json"), "--lock",
+               str(tmp_path / "hub.lock.json"), *(["--relock"] if relock else []),
+               *(["--hf-home", str(tmp_path / "hf"), "--out", str(tmp_path / "fetch.json")] if download else [])]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
 
 
 # --- fetch ----------------------------------------------------------------------------------------------------------
@@ -98,6 +102,64 @@ def test_a_gated_repository_without_a_token_stops_before_any_download(tmp_path):
         allowed = run_fetch(tmp_path, hub, gated, token="hf_good")
     assert allowed.returncode == 0, allowed.stderr[-3000:]
     assert check_cache(gated, tmp_path / "hf").ok
+
+
+# --- the hub lock (issue 57 item 8) ---------------------------------------------------------------------------------
+
+def test_a_relock_pins_each_repository_and_fetch_and_offline_jobs_read_that_commit(tmp_path):
+    """`--relock` writes each repository's commit (asked of the hub) into the lock; `fetch` then downloads exactly
+    that commit, points the cache's ``refs/main`` at it (what an offline job's read of the name resolves to), and the
+    report and every provenance sidecar written with the lock exported carry the commits. A repository the lock does
+    not hold is refused by name, before any download, until relocked on purpose."""
+    from huggingface_hub import HfApi
+
+    with HubServer(_hub_repos()) as hub:
+        pinned = run_fetch(tmp_path, hub, WANTED, download=False)
+        assert pinned.returncode == 0, pinned.stderr[-3000:]
+        truth = {f"{r.repo_type}:{r.repo_id}@main": HfApi(endpoint=hub.url).repo_info(
+            r.repo_id, repo_type=r.repo_type).sha for r in WANTED}
+        lock = json.loads((tmp_path / "hub.lock.json").read_text())["repos"]
+        assert lock == truth
+        assert not (tmp_path / "hf").exists()  # a relock alone downloads nothing
+        lock_env = {"PIPELINE_HUB_LOCK": str(tmp_path / "hub.lock.json")}
+        fetched = run_fetch(tmp_path, hub, WANTED, relock=False, extra_env=lock_env)
+        assert fetched.returncode == 0, fetched.stderr[-3000:]
+        # a repository the lock does not hold: refused by name, nothing downloaded
+        before = len(hub.requests)
+        extra = [*WANTED, HubRepo("dataset", GATED, why="eval.transfer.lm_eval.tasks (gpqa_main_zeroshot)")]
+        refused = run_fetch(tmp_path, hub, extra, relock=False, token="hf_good")
+        assert refused.returncode == 1 and f"dataset {GATED} (revision main" in refused.stderr
+        assert "pipeline_lib hub-lock" in refused.stderr and len(hub.requests) == before
+    report = json.loads((tmp_path / "fetch.json").read_text())
+    assert {f"{row['repo_type']}:{row['repo_id']}@main": row["commit"] for row in report["repos"]} == truth
+    for repo in WANTED:
+        folder = tmp_path / "hf" / "hub" / f"{repo.repo_type}s--{repo.repo_id.replace('/', '--')}"
+        assert (folder / "refs" / "main").read_text() == truth[f"{repo.repo_type}:{repo.repo_id}@main"]
+    sidecar = json.loads((tmp_path / "fetch.json.prov.json").read_text())
+    assert sidecar["params"]["commits"] == truth and sidecar["hub_revisions"] == truth
+
+
+def test_the_plan_refuses_a_run_reading_an_unpinned_repository_and_the_tiny_default_needs_no_lock(workflow_copy):
+    """The paper plan without a hub lock: its dry run warns naming each repository and the relock command; a real run
+    is refused before any job starts (onstart), naming them. The tiny default reads no hub: no lock, no warning."""
+    from pipeline_lib.plan.hub import HUB_LOCK, hub_lock_problems
+
+    assert not (workflow_copy / HUB_LOCK).exists()
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9"}  # nothing may reach a hub if the refusal failed
+    plan = snakemake(workflow_copy, "-n", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "a run refuses this" in plan.stderr and "model Qwen/Qwen2.5-1.5B (revision main" in plan.stderr
+    assert "python -m pipeline_lib hub-lock --configfile" in plan.stderr
+    run = snakemake(workflow_copy, "fetch", "--cores", "1", "--configfile", "config/paper.yaml", *NO_CONDA, env=env)
+    assert run.returncode != 0 and "HubLockError" in run.stderr and "tatsu-lab/alpaca_eval" in run.stderr
+    assert not (workflow_copy / "results/site/fetch.json").exists()
+    tiny = snakemake(workflow_copy, "-n", env=env)
+    assert tiny.returncode == 0 and "hub lock" not in tiny.stderr
+    # a lock entry at another revision is not the one asked: the repository is named again
+    lock = workflow_copy / "lock.json"
+    lock.write_text(json.dumps({"repos": {"model:org/tiny-model@v2": "0" * 40}}))
+    assert hub_lock_problems([HubRepo("model", "org/tiny-model", why="train.verl.model")], lock) == [
+        f"model org/tiny-model (revision main, from train.verl.model) is not in {lock}"]
 
 
 def test_lm_eval_datasets_match_lm_evals_own_task_files():
@@ -293,14 +355,17 @@ def test_the_cpu_entry_point_says_no_gpu_and_exits_non_zero(tmp_path):
 
 # --- the workflow ---------------------------------------------------------------------------------------------------
 
-def _jobs(dry_run: str) -> list[dict[str, str]]:
-    """Each job block of a full-console dry run: rule, input and resources lines."""
+def _jobs(dry_run: str) -> list[dict[str, Any]]:
+    """Each job block of a full-console dry run: rule, input and resources lines, its shell command (with ``-p``) and
+    whether Snakemake runs it as a local job (``localrule``: on the submit host)."""
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:\n)", dry_run):
-        name = re.match(r"(?:local)?rule (\w+):\n", block)
+        name = re.match(r"(local)?rule (\w+):\n", block)
         if name:
             fields = dict(re.findall(r"^    (input|resources): (.*)$", block, re.M))
-            jobs.append({"rule": name.group(1), **fields})
+            shell = re.search(r"^Shell command: (.*)$", block, re.M)
+            jobs.append({"rule": name.group(2), "local": bool(name.group(1)), "shell": shell[1] if shell else "",
+                         **fields})
     return jobs
 
 
@@ -308,17 +373,23 @@ def _asks_gpu(resources: str) -> bool:
     return bool(re.search(r"\bgres=[^,]*gpu:\d", resources) or re.search(r"\bgpus?=[1-9]", resources))
 
 
-def _is_local(workdir: Path, rule: str, configfile: str) -> bool:
+def _local_rules(workdir: Path, configfile: str) -> set[str]:
+    """The rules Snakemake runs on the submit host (``workflow.is_local``: its `localrules`), parsed with
+    ``configfile`` (a dry run prints every job as ``rule``, local or not)."""
     script = ("import sys\nfrom pathlib import Path\nfrom snakemake.api import SnakemakeApi\n"
               "from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings\n"
               "with SnakemakeApi(OutputSettings(quiet=True)) as api:\n"
               "    flow = api.workflow(resource_settings=ResourceSettings(), snakefile=Path('Snakefile'),\n"
               "        config_settings=ConfigSettings(configfiles=[Path(sys.argv[1])]), workdir=Path('.'))\n"
-              "    print(flow._workflow.is_local(flow._workflow.get_rule(sys.argv[2])))\n")
-    result = subprocess.run([sys.executable, "-c", script, configfile, rule], cwd=workdir, capture_output=True,
+              "    print(' '.join(r.name for r in flow._workflow.rules if flow._workflow.is_local(r)))\n")
+    result = subprocess.run([sys.executable, "-c", script, configfile], cwd=workdir, capture_output=True,
                             text=True, timeout=600, env=repo_env())
     assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.strip().splitlines()[-1] == "True"
+    return set(result.stdout.strip().splitlines()[-1].split())
+
+
+def _is_local(workdir: Path, rule: str, configfile: str) -> bool:
+    return rule in _local_rules(workdir, configfile)
 
 
 def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_hub_id(workflow_copy):
@@ -328,7 +399,7 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     jobs = _jobs(result.stdout)
     gpu_jobs = [job for job in jobs if _asks_gpu(job.get("resources", "")) and not job["rule"].startswith("gpu_canary")]
     assert {job["rule"] for job in gpu_jobs} >= {"train_verl", "train_trl", "annotate_rationales", "train_imagenet",
-                                                 "eval_checkpoint", "eval_lm_eval", "eval_alpaca_eval",
+                                                 "eval_checkpoint", "eval_lm_eval", "eval_alpaca_generate",
                                                  "judge_score"}
     late = sorted({job["rule"] for job in gpu_jobs if "results/site/canary.json" not in job.get("input", "")})
     assert not late, f"GPU jobs that do not wait for gpu_canary: {late}"
@@ -367,6 +438,53 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
     assert GATED in fetched and "cais/mmlu" in fetched
 
 
+#: What needs outbound network, read off a job's command with its spec files (issue 57 item 2), not off the
+#: workflow's own list: `fetch`, a dataset build that synthesises instructions through an endpoint, and AlpacaEval's
+#: annotation (``alpaca-eval`` without ``-generate``: the annotator's API).
+_ONLINE = re.compile(r"pipeline_lib\.jobs\.fetch|pipeline_lib\.core\.data\.build real .*\"synthesis\": \{"
+                     r"|pipeline_lib\.jobs\.eval\.harness alpaca-eval (?!.*alpaca-eval-generate)")
+
+
+def test_the_paper_plan_goes_online_only_on_the_submit_host_and_reads_the_hub_only_after_fetch(workflow_copy):
+    """The paper plan's dry-run under the Slurm profile: every job that needs outbound network is a local job (the
+    submit host), and they are the steps docs/usage.md names (ONLINE_STEPS); no cluster job's command reaches the
+    network; every job whose command or spec names a hub repository waits for `fetch` (its report among the job's
+    inputs), the train_local base jobs (``--init Qwen/Qwen2.5-1.5B``) included; AlpacaEval's instructions come
+    from the fetched tatsu-lab/alpaca_eval, not a file saved by hand."""
+    from pipeline_lib.plan.site import ONLINE_STEPS
+    from tests.conftest import with_specs
+
+    result = snakemake(workflow_copy, "-n", "-p", "--profile", "profiles/slurm", "--configfile", "config/paper.yaml",
+                       *NO_CONDA, full_console=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs = _jobs(result.stdout)
+    local = _local_rules(workflow_copy, "config/paper.yaml")
+    for job in jobs:
+        job["text"] = with_specs(job["shell"], workflow_copy)
+        job["local"] = job["rule"] in local
+    online = [job for job in jobs if _ONLINE.search(job["text"])]
+    assert {job["rule"] for job in online} == set(ONLINE_STEPS), sorted({job["rule"] for job in online})
+    on_nodes = sorted({job["rule"] for job in online if not job["local"]})
+    assert not on_nodes, f"jobs that need the network but are submitted to a compute node: {on_nodes}"
+    assert all(job["local"] for job in jobs if job["rule"] in ONLINE_STEPS)
+    assert "alpaca_eval" not in (workflow_copy / "config/paper.yaml").read_text()  # no file to save by hand
+
+    fetch_line = next(job["shell"] for job in jobs if job["rule"] == "fetch")
+    fetched = {repo.repo_id for repo in load_repos(workflow_copy / re.search(r"--repos (\S+)", fetch_line)[1])}
+    assert "tatsu-lab/alpaca_eval" in fetched
+    late = {}
+    for job in jobs:
+        if job["rule"] == "fetch":
+            continue
+        named = {m for m in re.findall(r"[A-Za-z][\w.-]*/[\w.-]+", job["text"]) if m in fetched}
+        if named and "results/site/fetch.json" not in job.get("input", ""):
+            late.setdefault(job["rule"], set()).update(named)
+    assert not late, f"jobs that read the hub without waiting for fetch: {late}"
+    readers = {job["rule"] for job in jobs if "results/site/fetch.json" in job.get("input", "")}
+    assert {"train_local", "train_verl", "data_build", "data_build_online", "eval_alpaca_generate",
+            "gpu_canary"} <= readers, sorted(readers)
+
+
 def test_the_tiny_default_plans_neither_fetch_nor_canary_and_jobs_run_offline(workflow_copy):
     result = snakemake(workflow_copy, "-n", "-p", full_console=True)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -381,4 +499,75 @@ def test_the_tiny_default_plans_neither_fetch_nor_canary_and_jobs_run_offline(wo
     assert offline_exports({"site": {"hf_home": "/shared/hf"}}) == \
         "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HOME=/shared/hf; "
     assert offline_exports({"site": {"hf_home": None}}) == "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1; "
-    assert "+ offline_exports(config)" in (workflow_copy / "workflow/rules/common.smk").read_text()
+    assert offline_exports({"site": {}}, "config/hub.lock.json") == \
+        "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PIPELINE_HUB_LOCK=config/hub.lock.json; "
+    assert "+ offline_exports(config, HUB_LOCK if HUB_REPOS else None)" in (
+        workflow_copy / "workflow/rules/common.smk").read_text()
+
+
+# --- the site block (issue 57 item 7) -------------------------------------------------------------------------------
+
+def test_a_large_default_under_home_is_warned_about_naming_the_setting_that_moves_it(tmp_path, monkeypatch):
+    """The paper plan with the site block's defaults and $HOME holding the checkout: the hub cache, the conda envs,
+    the results and the scratch each warn, naming their key; set elsewhere, none does. The tiny default warns of
+    nothing (no hub, no verl run; its conda envs are the default profile's, none)."""
+    from pipeline_lib.plan import plan_runs
+    from pipeline_lib.plan.hub import hub_repos
+    from pipeline_lib.plan.site import home_warnings
+    from pipeline_lib.plan.table import load_config
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    paper = load_config([REPO / "config/paper.yaml"])
+    plan = plan_runs(paper, check_estimators=False)
+    repos = hub_repos(paper, plan)
+    lines = home_warnings(paper, plan, repos, str(tmp_path / ".snakemake-conda"), str(tmp_path / ".cache/hf"))
+    assert [line.split(" (")[0] for line in lines] == ["the hub cache", "the conda envs", "the results",
+                                                       "verl's scratch"], lines
+    for key in ("site.hf_home", "conda-prefix", "site.results_root", "site.scratch_root"):
+        assert any(key in line for line in lines), key
+    assert "the plan's estimate" in lines[2]
+    shared = {**paper, "site": {**paper["site"], "results_root": "/shared/r", "scratch_root": "/shared/s"}}
+    assert home_warnings(shared, plan, repos, "/shared/conda", "/shared/hf") == []
+    tiny = load_config([REPO / "config/config.yaml"])
+    tiny_plan = plan_runs(tiny, check_estimators=False)
+    assert home_warnings(tiny, tiny_plan, hub_repos(tiny, tiny_plan), None, str(tmp_path / ".cache/hf")) == []
+
+
+def test_the_results_root_links_results_and_refuses_a_results_that_is_elsewhere(tmp_path):
+    from pipeline_lib.plan.site import link_results_root
+
+    work = tmp_path / "checkout"
+    work.mkdir()
+    assert link_results_root({"site": {}}, work) is None and not (work / "results").exists()
+    root = tmp_path / "shared" / "results"
+    assert link_results_root({"site": {"results_root": str(root)}}, work) == root
+    assert (work / "results").is_symlink() and (work / "results").resolve() == root.resolve()
+    assert link_results_root({"site": {"results_root": str(root)}}, work) == root  # again: nothing to do
+    with pytest.raises(ValueError, match=r"site.results_root is .*other.*ln -s"):
+        link_results_root({"site": {"results_root": str(tmp_path / "other")}}, work)
+
+
+def test_alpaca_evals_instructions_are_read_offline_from_the_fetched_repository(tmp_path):
+    """AlpacaEval's instructions come from the fetched tatsu-lab/alpaca_eval (the plan names the file in the spec,
+    as config/paper.yaml no longer asks for a file saved by hand): an offline job reads them from HF_HOME alone."""
+    from pipeline_lib.paper.steps import eval_params
+    from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
+    from pipeline_lib.plan.table import load_config
+
+    spec = json.loads(eval_params(load_config([REPO / "config/paper.yaml"]), "alpaca_eval")["spec"])
+    assert spec["instructions"] is None
+    assert spec["instructions_hub"] == {"repo": ALPACA_EVAL_REPO, "file": ALPACA_EVAL_INSTRUCTIONS}
+    rows = [{"instruction": "Say hi.", "dataset": "helpful_base"}, {"instruction": "Count to 3.", "dataset": "oasst"}]
+    repos = {("dataset", ALPACA_EVAL_REPO): Repo({ALPACA_EVAL_INSTRUCTIONS: json.dumps(rows).encode()})}
+    with HubServer(repos) as hub:
+        result = run_fetch(tmp_path, hub, [HubRepo("dataset", ALPACA_EVAL_REPO, why="eval.transfer.alpaca_eval")])
+    assert result.returncode == 0, result.stderr[-3000:]
+    offline = {key: value for key, value in repo_env().items() if not key.startswith("HF_")}
+    offline |= {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": "http://127.0.0.1:9"}
+    script = ("import json, sys, pandas as pd\nfrom pipeline_lib.jobs.eval.harness import instructions_file\n"
+              "print(list(pd.read_json(instructions_file(json.loads(sys.argv[1])))['instruction']))\n")
+    job = subprocess.run([sys.executable, "-c", script, json.dumps(spec)], capture_output=True, text=True,
+                         timeout=300, env=offline)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert job.stdout.strip() == "['Say hi.', 'Count to 3.']"

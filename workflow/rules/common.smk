@@ -18,14 +18,14 @@ CONFIG_SHA256 = config_digest(config)
 # Every job's shell (local or on a Slurm node) exports the digest, and the resolved config's file; provenance sidecars
 # record the digest and the settings their step read (pipeline_lib.core.provenance.step_config), which the audit compares.
 # Every job reads the hub offline from HF_HOME (site.hf_home), which the local rule `fetch` fills (site.smk).
-shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; "
-             + offline_exports(config))
+# (the prefix is set below, once the plan's hub repositories are known)
 
 
 report: "../report/workflow.rst"
 
 
 onstart:
+    check_hub_lock(HUB_REPOS, HUB_LOCK, workflow.configfiles, dry_run=False)
     write_run_info(config, workflow.dag.dot())
 
 # The run plan: every training job, its inputs, command, spec and resources (python -m pipeline_lib plan prints it).
@@ -59,11 +59,25 @@ wildcard_constraints:
 
 # The site steps (`fetch`, `gpu_canary`: site.smk) and what the other rules read of them: every hub repository the
 # plan reads (pipeline_lib.plan.hub), the canary before each GPU job, `fetch` before each job reading the hub.
-from pipeline_lib.plan.hub import hf_home, hub_repos
+from pipeline_lib.plan.hub import HUB_LOCK, hf_home, hub_repos, reads_hub
+from pipeline_lib.plan.site import check_hub_lock, home_warnings, link_results_root
 from pipeline_lib.plan.site import canary_inputs, fetch_inputs
 
 HUB_REPOS = hub_repos(config, PLAN)
 HF_HOME = hf_home(config)
+shell.prefix(f"export PIPELINE_CONFIG_SHA256={CONFIG_SHA256} PIPELINE_CONFIG_FILE={resolved_config_file(config)}; "
+             + offline_exports(config, HUB_LOCK if HUB_REPOS else None))
+# Hub revisions pinned (pipeline_lib.plan.hub.HUB_LOCK): a run whose plan reads a repository the lock does not hold
+# at the revision its config asks is refused before any job starts (onstart: a dry run never gets there), naming each,
+# until relocked on purpose; the plan (a dry run included) warns the same (the tiny default reads no hub: no lock).
+if HUB_REPOS and workflow.is_main_process:
+    check_hub_lock(HUB_REPOS, HUB_LOCK, workflow.configfiles, dry_run=True)
+# The site block (config/paper.yaml `site:`): results/ linked to site.results_root, and a warning for every large store
+# a default puts under $HOME (pipeline_lib.plan.site).
+if workflow.is_main_process:
+    link_results_root(config)
+    for line in home_warnings(config, PLAN, HUB_REPOS, workflow.deployment_settings.conda_prefix, HF_HOME):
+        print(f"WARNING (site): {line}", file=sys.stderr)
 after_canary = canary_inputs(lambda rule: workflow.get_rule(rule).resources, ancient)  # after_canary(rule)
 after_fetch = fetch_inputs(HUB_REPOS, ancient)
 

@@ -51,10 +51,19 @@ rule data_tokenizer:
 
 
 # A paper dataset: data_build_reference also writes rl_sim_train (the prompts with an expert answer, where the RL
-# prompts have none: Countdown). Its inputs are the raw local files it reads (pipeline_lib.core.data.real.source_files).
+# prompts have none: Countdown); data_build_online builds a dataset whose build calls an endpoint (Poetry's instruction
+# synthesis: pipeline_lib.plan.site.ONLINE_STEPS), a local rule on the submit host, the one place with outbound access.
+# Its inputs are the raw local files it reads (pipeline_lib.core.data.real.source_files).
 from pipeline_lib.core.data.real import source_files
 
-for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_train": "rl_sim_train.parquet"}}.items():
+
+localrules:
+    data_build_online,
+
+
+for data_rule, extra, online in (("data_build", {}, False),
+                                 ("data_build_reference", {"rl_sim_train": "rl_sim_train.parquet"}, False),
+                                 ("data_build_online", {}, True)):
 
     rule:
         name:
@@ -70,11 +79,11 @@ for data_rule, extra in {"data_build": {}, "data_build_reference": {"rl_sim_trai
             code=code_digest("pipeline_lib.core.data.build"),
             **with_files(data_params(config, "build"), "spec"),
         wildcard_constraints:
-            dataset=dataset_pattern(config, with_reference_prompts=bool(extra)),
+            dataset=dataset_pattern(config, with_reference_prompts=bool(extra), online=online),
         log:
-            "logs/data_build/{dataset}.log",
+            f"logs/{'data_build_online' if online else 'data_build'}/{{dataset}}.log",
         benchmark:
-            "results/benchmarks/data_build/{dataset}.tsv"
+            f"results/benchmarks/{'data_build_online' if online else 'data_build'}/{{dataset}}.tsv"
         conda:
             "../../envs/cpu-steps.yaml"
         shell:

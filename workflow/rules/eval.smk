@@ -88,15 +88,45 @@ rule eval_lm_eval:
         " --seed {wildcards.seed} --out {output} > {log} 2>&1"
 
 
-rule eval_alpaca_eval:
+# AlpacaEval in two halves: the checkpoint's answers on a GPU node (offline, after `fetch` put AlpacaEval's instructions
+# in the cache), then the annotation on the submit host, a local rule: the annotator calls its API (online).
+rule eval_alpaca_generate:
     input:
         done="results/train/{task}/{method}/seed{seed}/DONE.json",
-        canary=after_canary("eval_alpaca_eval"),
+        canary=after_canary("eval_alpaca_generate"),
+        fetched=after_fetch,
+    output:
+        "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_model_outputs.json",
+    params:
+        code=code_digest("pipeline_lib.jobs.eval.harness"),
+        **with_files(eval_params(config, "alpaca_eval"), "spec", "eval_spec"),
+    log:
+        "logs/eval_alpaca_generate/{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/eval_alpaca_generate/{task}_{method}_seed{seed}.tsv"
+    conda:
+        "../../envs/eval.yaml"
+    shell:
+        "python -m pipeline_lib.jobs.eval.harness alpaca-eval-generate --model {params.model} --spec {params.spec_file}"
+        " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --method {wildcards.method} --out {output}"
+        " > {log} 2>&1"
+
+
+localrules:
+    eval_alpaca_eval,
+
+
+rule eval_alpaca_eval:
+    input:
+        outputs=rules.eval_alpaca_generate.output[0],
+        fetched=after_fetch,
     output:
         "results/eval/transfer/{task}/{method}/seed{seed}/alpaca_eval.json",
     params:
         code=code_digest("pipeline_lib.jobs.eval.harness"),
-        **with_files(eval_params(config, "alpaca_eval"), "spec", "eval_spec"),
+        **with_files({"spec": json.dumps(config["eval"]["transfer"]["alpaca_eval"])}, "spec"),
+    resources:
+        judge_requests=8,  # the annotator's requests in flight, held to the global cap with the judges'
     log:
         "logs/eval_alpaca_eval/{task}_{method}_seed{seed}.log",
     benchmark:
@@ -104,6 +134,5 @@ rule eval_alpaca_eval:
     conda:
         "../../envs/eval.yaml"
     shell:
-        "python -m pipeline_lib.jobs.eval.harness alpaca-eval --model {params.model} --spec {params.spec_file}"
-        " --eval-spec {params.eval_spec_file} --seed {wildcards.seed} --method {wildcards.method} --out {output}"
-        " > {log} 2>&1"
+        "python -m pipeline_lib.jobs.eval.harness alpaca-eval --outputs {input.outputs} --spec {params.spec_file}"
+        " --seed {wildcards.seed} --out {output} > {log} 2>&1"

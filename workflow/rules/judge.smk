@@ -20,6 +20,7 @@ rule judge_score:
         data="results/data/{task}/rl_test.parquet",
         rubric_prompt=lambda wildcards: judge_rubric_prompt(config, wildcards.task),
         canary=after_canary("judge_score"),
+        fetched=after_fetch,  # a served judge's model, from the cache
     output:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/summary.json",

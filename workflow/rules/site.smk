@@ -14,9 +14,13 @@ localrules:
 
 
 rule fetch:
+    input:
+        # the commits to download (a relock fetches again); missing, the run is refused before it starts (common.smk)
+        lock=[str(HUB_LOCK)] if HUB_LOCK.is_file() else [],
     output:
         FETCHED,
     params:
+        lock=str(HUB_LOCK),
         repos=lambda wildcards: json_file(repos_json(HUB_REPOS)),
         hf_home=HF_HOME,
         code=code_digest("pipeline_lib.jobs.fetch"),
@@ -28,7 +32,7 @@ rule fetch:
         "../../envs/cpu-steps.yaml"
     shell:
         "unset HF_HUB_OFFLINE HF_DATASETS_OFFLINE; python -m pipeline_lib.jobs.fetch --repos {params.repos}"
-        " --hf-home {params.hf_home} --out {output} > {log} 2>&1"
+        " --lock {params.lock} --hf-home {params.hf_home} --out {output} > {log} 2>&1"
 
 
 # vLLM started briefly from the base model in the eval and judge envs (their own vLLM builds), one GPU each; the

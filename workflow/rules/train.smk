@@ -20,6 +20,7 @@ for job, kind in JOBS.items():
             unpack(lambda wildcards, job=job: PLAN.get(job, wildcards.run).inputs),
             after=lambda wildcards, job=job: [ancient(path) for path in PLAN.get(job, wildcards.run).after],
             canary=after_canary(job),
+            fetched=lambda wildcards, job=job: after_fetch(wildcards) if reads_hub(PLAN.get(job, wildcards.run)) else [],
         output:
             f"results/train/{{run}}/{kind.output}",
         params:
@@ -64,6 +65,8 @@ for group_rule, group in TRAIN_GROUPS.items():
             group_rule
         input:
             unpack(lambda wildcards, group=group: train_group_inputs(group.runs(PLAN, wildcards.task, wildcards.seed))),
+            fetched=lambda wildcards, group=group: after_fetch(wildcards) if any(
+                reads_hub(run) for run in group.runs(PLAN, wildcards.task, wildcards.seed)) else [],
         output:
             expand("results/train/{{task}}/{method}/seed{{seed}}/DONE.json", method=group.methods),
         params:
@@ -98,6 +101,8 @@ localrules:
 
 
 rule validate_verl:
+    input:
+        fetched=after_fetch,  # verl's model configs read the runs' hub models (offline, from the cache)
     output:
         VERL_CHECKED,
     params:

@@ -13,6 +13,11 @@
   length, each answer cut to its final text (:func:`~pipeline_lib.core.rewards.extract.final_text`, the cut r_sim
   makes) before ``alpaca_eval evaluate`` scores them with its configured annotator; the output keeps the
   length-controlled win rate (the reported number), the raw win rate and the library version.
+  On a cluster the two halves run apart:
+  ``alpaca-eval-generate`` writes the answers on a GPU node (offline), ``alpaca-eval --outputs FILE`` annotates
+  them on the submit host, the one place with outbound access for the annotator's API (workflow/rules/eval.smk).
+  The instructions are AlpacaEval's own ``eval`` set, ``alpaca_eval.json`` of the fetched ``tatsu-lab/alpaca_eval``
+  (read from the hub cache, offline), unless ``instructions`` names a local file.
 """
 
 from __future__ import annotations
@@ -106,29 +111,59 @@ def alpaca_generation_spec(spec: dict[str, Any], eval_spec: dict[str, Any]) -> d
             "vllm": {**(eval_spec.get("vllm") or {}), "max_model_len": int(spec["max_model_len"])}}
 
 
+def instructions_file(spec: dict[str, Any]) -> Path:
+    """The AlpacaEval instructions a run answers: ``spec["instructions"]`` when it names a file, else the hub file
+    the plan names in ``spec["instructions_hub"]`` (``alpaca_eval.json`` of ``tatsu-lab/alpaca_eval``: a dataset
+    repository and a file in it), from the hub cache offline (`fetch` put it there)."""
+    if spec.get("instructions"):
+        return Path(spec["instructions"])
+    if not spec.get("instructions_hub"):
+        raise KeyError("eval.transfer.alpaca_eval: no `instructions` file and no `instructions_hub` in the spec")
+    from huggingface_hub import hf_hub_download
+
+    hub = spec["instructions_hub"]
+    return Path(hf_hub_download(hub["repo"], hub["file"], repo_type="dataset", local_files_only=True))
+
+
 def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, work_dir: Path,
                 method: str) -> dict[str, Any]:
     """Generate answers to the AlpacaEval set with our backend, then run the ``alpaca_eval`` CLI on them. The
     leaderboard names them ``generator_name``, or else ``method`` (the run's method, handed over by the rule)."""
+    outputs_path = alpaca_generate(model_dir, spec, eval_spec, seed, work_dir / "model_outputs.json", method)
+    return alpaca_annotate(outputs_path, spec, seed, work_dir)
+
+
+def alpaca_generate(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any], seed: int, out: Path,
+                    method: str) -> Path:
+    """The checkpoint's answers to the AlpacaEval instructions, as ``alpaca_eval``'s model outputs file ``out``."""
     import pandas as pd
 
-    instructions = pd.read_json(spec["instructions"], lines=spec["instructions"].endswith(".jsonl"))
+    source = instructions_file(spec)
+    instructions = pd.read_json(source, lines=str(source).endswith(".jsonl"))
     if "instruction" not in instructions:
-        raise KeyError(f"{spec['instructions']}: no 'instruction' column")
+        raise KeyError(f"{source}: no 'instruction' column")
     if spec.get("limit") is not None:  # the schema's minimum 1: 0 or a negative number is never "all"
         instructions = instructions.iloc[: spec["limit"]]
     prompts = alpaca_prompts(list(instructions["instruction"]), spec["system_prompt"])
-    with open_backend(model_dir, alpaca_generation_spec(spec, eval_spec), seed, work_dir) as backend:
+    with open_backend(model_dir, alpaca_generation_spec(spec, eval_spec), seed, out.parent) as backend:
         outputs = backend.generate(prompts, samples=1, greedy=True)
     generator = spec.get("generator_name") or method
-    raw_path = work_dir / "raw_outputs.json"  # the whole replies, thinking included, for reading
-    raw_path.write_text(json.dumps([out[0].text for out in outputs], indent=1))
-    model_outputs = [{"instruction": text, "output": final_text(out[0].text), "generator": generator,
+    raw_path = out.parent / "raw_outputs.json"  # the whole replies, thinking included, for reading
+    write_json(raw_path, [answer[0].text for answer in outputs])
+    model_outputs = [{"instruction": text, "output": final_text(answer[0].text), "generator": generator,
                       "dataset": row.get("dataset", "alpaca_eval")}
-                     for text, out, (_, row) in zip(instructions["instruction"], outputs, instructions.iterrows(),
+                     for text, answer, (_, row) in zip(instructions["instruction"], outputs, instructions.iterrows(),
                                                     strict=True)]
-    outputs_path = work_dir / "model_outputs.json"
-    outputs_path.write_text(json.dumps(model_outputs, indent=1))
+    write_json(out, model_outputs)
+    return out
+
+
+def alpaca_annotate(outputs_path: Path, spec: dict[str, Any], seed: int, work_dir: Path) -> dict[str, Any]:
+    """``alpaca_eval evaluate`` of a model outputs file with the configured annotator (its API: online)."""
+    import pandas as pd
+
+    model_outputs = json.loads(outputs_path.read_text())
+    generator = model_outputs[0]["generator"] if model_outputs else spec.get("generator_name")
     command = [sys.executable, "-m", "alpaca_eval.main", "evaluate", f"--model_outputs={outputs_path}",
                f"--annotators_config={spec['annotators_config']}", f"--output_path={work_dir}"]
     log.info("running %s", " ".join(command))
@@ -147,27 +182,41 @@ def alpaca_eval(model_dir: Path, spec: dict[str, Any], eval_spec: dict[str, Any]
 
 def main(argv: list[str] | None = None) -> int:
     parser = entry_parser(__doc__, "pipeline_lib.jobs.eval.harness")
-    parser.add_argument("benchmark", choices=["lm-eval", "alpaca-eval"])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("benchmark", choices=["lm-eval", "alpaca-eval", "alpaca-eval-generate"])
+    parser.add_argument("--model", type=Path, default=None, help="the checkpoint (all but alpaca-eval --outputs)")
     add_spec_argument(parser, "config `eval.transfer.<benchmark>`")
     parser.add_argument("--eval-spec", default="{}", type=json_text,
                         help="JSON of config `eval` (generation backend; alpaca-eval)")
     add_seed_argument(parser, required=False)
     parser.add_argument("--method", default=None,
                         help="the run's method: its leaderboard name unless generator_name is set (alpaca-eval)")
+    parser.add_argument("--outputs", type=Path, default=None,
+                        help="alpaca-eval: annotate this model outputs file (from alpaca-eval-generate) instead of "
+                             "generating")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+    if args.model is None and args.outputs is None:
+        parser.error(f"{args.benchmark}: --model is required")
     started = time.time()
     spec = json.loads(args.spec)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.benchmark == "lm-eval":
         result = run_lm_eval(args.model, spec, args.seed)
         inputs = [args.model / "config.json"]
+    elif args.outputs is not None:  # the annotation half (a local rule: the annotator's API is online)
+        result = alpaca_annotate(args.outputs, spec, args.seed, args.out.parent)
+        inputs = [args.outputs]
     else:
         if not (spec.get("generator_name") or args.method):
             parser.error("alpaca-eval: --method is required when eval.transfer.alpaca_eval.generator_name is null")
+        if args.benchmark == "alpaca-eval-generate":
+            alpaca_generate(args.model, spec, json.loads(args.eval_spec), args.seed, args.out, args.method)
+            write_provenance([args.out], step="eval_alpaca_generate", inputs=[args.model / "config.json",
+                                                                             instructions_file(spec)],
+                             params={"spec": spec}, seeds={"eval": args.seed}, started_at=started)
+            return 0
         result = alpaca_eval(args.model, spec, json.loads(args.eval_spec), args.seed, args.out.parent, args.method)
-        inputs = [args.model / "config.json", Path(spec["instructions"])]
+        inputs = [args.model / "config.json", instructions_file(spec)]
     write_json(args.out, result)
     write_provenance([args.out], step=f"eval_{args.benchmark.replace('-', '_')}", inputs=inputs,
                      params={"spec": spec}, seeds={"eval": args.seed}, started_at=started)
