@@ -113,10 +113,21 @@ class IterativeDPOSettings(BaselineSettings):
 
 @dataclass(frozen=True)
 class RLLogitSettings(BaselineSettings):
-    """RL-Logit (``train.baselines.rl_logit``): group RL with the policy's log-probability of the expert answer."""
+    """RL-Logit (``train.baselines.rl_logit``): group RL with the policy's log-probability of the expert answer.
 
-    variant: str
+    The section lists ``variants``; each is its own run (``rl_logit_<variant>``), whose ``variant`` the plan sets
+    (:func:`pipeline_lib.plan.settings.with_variant`). Read from the section, ``variant`` is None: no run trains
+    without one."""
+
+    planned: ClassVar[tuple[str, ...]] = ("tasks", "variants", "validation_prompts")
+
+    variant: str | None
     advantage: str
+
+    @classmethod
+    def from_section(cls, section: Mapping[str, Any], where: str) -> RLLogitSettings:
+        """The section's settings without a variant (the plan sets one per run)."""
+        return _build(cls, {**section, "variant": None}, where, cls.planned)
 
 
 @dataclass(frozen=True)
