@@ -126,8 +126,9 @@ class RLLogitSettings(BaselineSettings):
 
     @classmethod
     def from_section(cls, section: Mapping[str, Any], where: str) -> RLLogitSettings:
-        """The section's settings without a variant (the plan sets one per run)."""
-        return _build(cls, {**section, "variant": None}, where, cls.planned)
+        """The section's settings, without a variant unless it names one (the schema has no such key: the plan
+        sets one per run)."""
+        return _build(cls, {"variant": None, **section}, where, cls.planned)
 
 
 @dataclass(frozen=True)
