@@ -55,11 +55,14 @@ class BaselineSettings:
     #: Keys of the section that choose *which* runs exist, not how one run trains; they stay out of the run's
     #: settings, so adding a task reruns no other run.
     planned: ClassVar[tuple[str, ...]] = ("tasks",)
+    #: Fields no section key holds: the plan sets them per run (RL-Logit's ``variant``); None as read from a section.
+    per_run: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_section(cls: type[S], section: Mapping[str, Any], where: str) -> S:
-        """Read a validated config section (``where`` names it in errors); a key missing or unknown is an error."""
-        return _build(cls, section, where, cls.planned)
+        """Read a validated config section (``where`` names it in errors); a key missing or unknown is an error; a
+        per-run field is None unless the mapping names it."""
+        return _build(cls, {**dict.fromkeys(cls.per_run), **section}, where, cls.planned)
 
     @classmethod
     def from_dict(cls: type[S], data: Mapping[str, Any], where: str = "baseline settings") -> S:
@@ -120,15 +123,10 @@ class RLLogitSettings(BaselineSettings):
     without one."""
 
     planned: ClassVar[tuple[str, ...]] = ("tasks", "variants", "validation_prompts")
+    per_run: ClassVar[tuple[str, ...]] = ("variant",)
 
     variant: str | None
     advantage: str
-
-    @classmethod
-    def from_section(cls, section: Mapping[str, Any], where: str) -> RLLogitSettings:
-        """The section's settings, without a variant unless it names one (the schema has no such key: the plan
-        sets one per run)."""
-        return _build(cls, {"variant": None, **section}, where, cls.planned)
 
 
 @dataclass(frozen=True)
