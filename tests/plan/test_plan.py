@@ -180,8 +180,8 @@ def test_plan_command_prints_the_run_table(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
     assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
-    assert "100 training runs in 100 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, train_local 6, " \
-           "train_trl 3, train_verl 75" in out
+    assert "100 training runs in 100 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, " \
+           "train_local 6, train_trl 3, train_verl 75" in out
 
 
 def test_plan_command_names_the_group_job_that_trains_a_run_and_counts_jobs_not_runs(capsys):
