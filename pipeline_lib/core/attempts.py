@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pipeline_lib.core.env import env
 from pipeline_lib.core.io import write_json
 
 __all__ = ["ATTEMPTS_NAME", "ATTEMPT_ENV", "FAILURES_ALLOWED", "RetryRefusedError", "guard_attempt", "refusal"]
@@ -69,8 +70,8 @@ def refusal(attempts: list[dict[str, Any]]) -> str | None:
 def guard_attempt(run_dir: str | os.PathLike[str], attempt: int | None = None) -> Iterator[None]:
     """Record this attempt's end in ``run_dir/attempts.json`` and refuse to start after too many failures
     (:func:`refusal`). ``attempt``: Snakemake's attempt number (default: ``$SOFTMAXGRPO_ATTEMPT``; none: no guard)."""
-    if attempt is None and os.environ.get(ATTEMPT_ENV, "").isdigit():
-        attempt = int(os.environ[ATTEMPT_ENV])
+    if attempt is None and (raw := env(ATTEMPT_ENV)) is not None:
+        attempt = int(raw)
     if attempt is None:
         yield
         return
@@ -84,7 +85,7 @@ def guard_attempt(run_dir: str | os.PathLike[str], attempt: int | None = None) -
     if why is not None:
         write_json(path, {"attempts": [*series, {"attempt": attempt, "end": "refused", "why": why}]})
         raise RetryRefusedError(f"{path}: attempt {attempt} refused: {why}")
-    mine = {"attempt": attempt, "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": time.time(),
+    mine = {"attempt": attempt, "slurm_job_id": env("SLURM_JOB_ID"), "started": time.time(),
             "end": "running"}
     series.append(mine)
     write_json(path, {"attempts": series})

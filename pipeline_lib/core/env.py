@@ -21,6 +21,11 @@ __all__ = ["VARIABLES", "EnvironmentVariableError", "env", "env_number", "env_te
 VARIABLES: dict[str, tuple[str, str]] = {
     "OPENAI_BASE_URL": (r"https?://[^\s/?#]+(/\S*)?", "an http(s):// URL"),
     "SLURM_JOB_ID": (r"[0-9]+", "a Slurm job id (digits)"),
+    "SLURM_PROCID": (r"[0-9]+", "an srun task's rank (digits)"),
+    "SLURM_NTASKS": (r"[0-9]+", "an srun step's number of tasks (digits)"),
+    "SLURM_LOCALID": (r"[0-9]+", "an srun task's rank on its node (digits)"),
+    "SOFTMAXGRPO_ATTEMPT": (r"[1-9][0-9]*", "Snakemake's attempt number (the workflow sets it)"),
+    "USER": (r"[\w.@-]+", "a user name"),
     "SLURM_JOB_PARTITION": (r"[\w.,-]+", "Slurm partition name(s)"),
     "SLURM_JOB_NODELIST": (r"[\w.,\[\]-]+", "a Slurm node list"),
     "SLURMD_NODENAME": (r"[A-Za-z0-9][\w.-]*", "a host name"),

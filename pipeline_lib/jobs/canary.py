@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.cli import entry_parser
+from pipeline_lib.core.env import env
 from pipeline_lib.core.io import write_json
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.jobs.envlock import LockError, min_driver_for_cuda
@@ -117,10 +118,11 @@ def _nccl_worker(rank: int, world: int, port: int, backend: str) -> None:
 
 def slurm_task() -> tuple[int, int, int]:
     """(rank, world, local device) of this ``srun`` task, from Slurm's task variables."""
-    missing = [name for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if name not in os.environ]
+    values = {name: env(name) for name in ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")}
+    missing = [name for name, value in values.items() if value is None]
     if missing:
         raise RuntimeError(f"not an srun task: {', '.join(missing)} unset")
-    return int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]), int(os.environ["SLURM_LOCALID"])
+    return int(values["SLURM_PROCID"]), int(values["SLURM_NTASKS"]), int(values["SLURM_LOCALID"])
 
 
 def nodes_command(nodes: int, gpus_per_node: int, master: str, port: int, backend: str = "nccl") -> list[str]:
@@ -279,7 +281,7 @@ def read_quota(root: str, run: Callable[[list[str]], str | None] | None = None) 
     """The user's quota where ``root`` lives (``lfs quota`` on Lustre, else ``quota``), and what was tried."""
     run = run or (lambda command: _run(command, any_status=True))  # quota exits 1 for a user over quota
     mount, kind = _mount(root)
-    user = os.environ.get("USER") or str(os.getuid())
+    user = env("USER") or str(os.getuid())
     tried = []
     commands = ([["lfs", "quota", "-u", user, mount]] if kind == "lustre" else []) + \
         [["quota", "-u", "-w", "-f", mount]]

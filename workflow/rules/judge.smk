@@ -51,6 +51,7 @@ rule judge_score_pairwise:
         data="results/data/{task}/rl_test.parquet",
         rubric_prompt=lambda wildcards: pairwise_rubric_prompt(config, wildcards.task),
         canary=after_canary("judge_score_pairwise"),
+        fetched=after_fetch,  # a served judge's model, from the cache
     output:
         scores="results/judge/{judge}/{task}/{method}/seed{seed}/pairwise/scores.jsonl",
         summary="results/judge/{judge}/{task}/{method}/seed{seed}/pairwise/summary.json",
