@@ -30,7 +30,7 @@ from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
-from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS
+from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS, pass_rate_bin
 from pipeline_lib.paper.tables import write_table
 from pipeline_lib.paper.variants import read_selection, reported_rows, variant_label
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
@@ -163,8 +163,6 @@ def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> di
     parameters) the logged advantages are replaced by that estimator's on the same rewards (the same rollouts,
     re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`); p does not depend on the weights."""
     import torch
-
-    from pipeline_lib.core.rl.group_metrics import pass_rate_bin
 
     keys, visits, correct_sums, budgets = [], [], [], []
     for number, line in enumerate(path.read_text().splitlines(), start=1):

@@ -171,16 +171,37 @@ def test_confined_writes_refuse_and_report_writes_outside_even_when_caught(tmp_p
 def test_the_datasets_step_is_confined_too(tmp_path, head, error):
     """A hub that answers fetch's own download honestly but states a ``../`` ETag or commit on ``HEAD`` (what
     huggingface_hub's ``hf_hub_download`` asks when ``datasets`` prepares the dataset): the ETag's write is refused
-    by the confinement (the commit by huggingface_hub's own pointer check), and fetch fails with nothing outside."""
+    by the confinement (the commit by huggingface_hub's own pointer check), and fetch fails with nothing outside.
+    That ``HEAD`` is asked only for a revision that is a name (``main``): fetch run as the rule runs it reads the hub
+    lock's commit (pinned here with ``--relock``, the hub's ``repo_info`` being honest), which ``datasets`` finds in
+    the snapshot fetch just confined, so it succeeds without asking ``HEAD`` of any file the repository holds (only of
+    absent ones, answered 404); :func:`fetch` without a lock asks, and is confined."""
     from tests.jobs.test_site import README, _parquet
 
     repo = Repo({"README.md": README, "main/train-00000-of-00001.parquet": _parquet()}, head=head)
-    (tmp_path / "repos.json").write_text(repos_json([HubRepo("dataset", "org/tiny-data", why="d", configs=("main",))]))
     env = {key: value for key, value in repo_env().items() if not key.startswith("HF_")}
+    locked, unlocked = tmp_path / "locked", tmp_path / "unlocked"
+    for folder in (locked, unlocked):
+        folder.mkdir()
+        (folder / "repos.json").write_text(repos_json([HubRepo("dataset", "org/tiny-data", why="d",
+                                                                configs=("main",))]))
+    command = [sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", "repos.json", "--lock", "hub.lock.json"]
+    unlocked_fetch = ("import sys\nfrom pipeline_lib.jobs.fetch import FetchError, fetch\nfrom pipeline_lib.plan.hub "
+                      "import load_repos\ntry:\n    fetch(load_repos('repos.json'), sys.argv[1], None, sys.argv[2])\n"
+                      "except FetchError as error:\n    sys.exit(f'fetch failed: {error}')\n")
     with HubServer({("dataset", "org/tiny-data"): repo}) as hub:  # datasets reads HF_ENDPOINT at import: a process
-        result = subprocess.run([sys.executable, "-m", "pipeline_lib.jobs.fetch", "--repos", "repos.json",
-                                 "--hf-home", str(_home(tmp_path)), "--out", "fetch.json"], capture_output=True,
-                                text=True, timeout=300, env=env | {"HF_ENDPOINT": hub.url}, cwd=tmp_path)
+        hub_env = env | {"HF_ENDPOINT": hub.url}
+        pinned = subprocess.run([*command, "--relock"], capture_output=True, text=True, timeout=300, env=hub_env,
+                                cwd=locked)
+        assert pinned.returncode == 0, pinned.stderr[-2000:]
+        rule = subprocess.run([*command, "--hf-home", str(_home(locked)), "--out", "fetch.json"],
+                              capture_output=True, text=True, timeout=300, env=hub_env, cwd=locked)
+        assert rule.returncode == 0, rule.stderr[-2000:]
+        assert not [line for line in hub.requests if line.startswith("HEAD") and line.endswith(tuple(repo.files))]
+        result = subprocess.run([sys.executable, "-c", unlocked_fetch, str(_home(unlocked)), hub.url],
+                                capture_output=True, text=True, timeout=300, env=env | {"HF_HOME": str(_home(unlocked)),
+                                                                                       "HF_ENDPOINT": hub.url},
+                                cwd=unlocked)
     assert result.returncode == 1 and error in result.stderr and "../../../../../../../../../.." in result.stderr, \
         result.stderr[-2000:]
-    assert _outside(tmp_path, _home(tmp_path)) == [tmp_path / "repos.json"]
+    assert _outside(unlocked, _home(unlocked)) == [unlocked / "repos.json"]

@@ -11,8 +11,9 @@ A module of ``pipeline_lib`` may import modules of its own layer or a lower one,
 * **plan**: what runs, with which settings (``pipeline_lib.plan``, ``targets``); the workflow imports it
   while it parses, so it stays free of torch, vLLM and verl;
 * **jobs**: what a job runs: the engines, evaluation, judging, the ImageNet study's training (``classify``), the
-  audit, the package's command line and the environment locks' tool (``envlock``);
-* **paper**: the tables, figures and report written from the jobs' outputs.
+  audit and the environment locks' tool (``envlock``);
+* **paper**: the tables, figures and report written from the jobs' outputs, and the package's command line
+  (``pipeline_lib.__main__``), which dispatches to every layer's commands (``fidelity`` is the paper's).
 
 Within and across layers no two packages import each other (no cycle between packages, even through function-local
 imports), and an import of ``pipeline_lib`` sits at the top of its module: a function-local one hides a cycle or a
@@ -37,8 +38,8 @@ PACKAGE = REPO / "pipeline_lib"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("", "core")),
     ("plan", ("plan",)),
-    ("jobs", ("jobs", "__main__")),
-    ("paper", ("paper",)),
+    ("jobs", ("jobs",)),
+    ("paper", ("paper", "__main__")),
 )
 
 #: Layer folders that hold single modules (the old package root's): each module there is its own unit of the cycle

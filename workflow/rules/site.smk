@@ -35,7 +35,7 @@ rule fetch:
         " --lock {params.lock} --hf-home {params.hf_home} --out {output} > {log} 2>&1"
 
 
-# vLLM started briefly from the base model in the eval and judge envs (their own vLLM builds), one GPU each; the
+# vLLM started briefly from the pretrained model in the eval and judge envs (their own vLLM builds), one GPU each; the
 # canary's report waits for both, so every GPU job does.
 for env in ("eval", "judge"):
 

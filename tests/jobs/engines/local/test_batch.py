@@ -104,13 +104,16 @@ def test_one_eval_job_per_task_and_seed_runs_each_checkpoint_as_its_own_evaluati
     monkeypatch.chdir(tmp_path)  # the commands write their steps files under .snakemake/specs here
     from pipeline_lib.plan import plan_runs
     from pipeline_lib.plan.groups import eval_batch_command, eval_batches
-    from pipeline_lib.plan.targets import stage_targets
+    from pipeline_lib.plan.targets import stage_targets, validation_evaluations
 
     config = _default_config()
     evaluations = stage_targets(config, plan_runs(config))["eval"]
     batches = {batch.name: batch for batch in eval_batches(plan_runs(config), evaluations)}
+    # a variant run's held-out validation evaluation (rule eval_validation) and the transfer ones keep their own jobs
+    own_jobs = set(validation_evaluations(config, plan_runs(config)))
+    assert own_jobs and own_jobs <= set(evaluations)
     assert sorted(path for batch in batches.values() for path in batch.paths("eval", "metrics.json")) == sorted(
-        path for path in evaluations if not path.startswith("results/eval/transfer/"))
+        path for path in evaluations if not path.startswith("results/eval/transfer/") and path not in own_jobs)
     assert batches["arith_tiny_seed2"].methods == ("sft", *config["train"]["methods"])
     countdown = batches["countdown_tiny_seed0"].methods  # the baselines and ablation cells run on this task and seed
     assert {"sft", "base", "rationalization", "softmax_tau10_m4", *config["train"]["methods"]} <= set(countdown)

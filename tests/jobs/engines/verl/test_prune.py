@@ -86,12 +86,15 @@ def test_scratch_keeps_real_dirs_and_inside_paths(tmp_path: Path) -> None:
 
 
 def test_another_run_gets_its_own_scratch(tmp_path: Path) -> None:
-    """A run directory claimed by a changed run: the old link goes to stale/ with its scratch intact, the new run's
-    link points to a fresh folder (verl must not resume the other run's checkpoint)."""
+    """A run directory claimed by a changed run: the old run's scratch folder is set aside beside itself on the
+    scratch (same filesystem) with its content intact, stale/ holding a link to it, and the new run's link points to
+    a fresh folder (verl must not resume the other run's checkpoint)."""
     run, scratch = _claimed(tmp_path / "run", "a"), tmp_path / "scratch"
     old = place_scratch(run, scratch)["checkpoints"]
     (old / "latest_checkpointed_iteration.txt").write_text("7")
     _claimed(run, "b")
     new = place_scratch(run, scratch)["checkpoints"]
-    assert new != old and not any(new.iterdir()) and (old / "latest_checkpointed_iteration.txt").is_file()
-    assert next((run / "stale").iterdir()).joinpath("checkpoints").resolve() == old
+    aside = next((run / "stale").iterdir()) / "checkpoints"
+    assert new != old and not any(new.iterdir()) and (run / "checkpoints").resolve() == new
+    assert aside.is_symlink() and aside.resolve().parent == old.parent and aside.resolve() != new
+    assert (aside / "latest_checkpointed_iteration.txt").read_text() == "7"

@@ -26,6 +26,7 @@ from pipeline_lib.jobs.engines.verl.validate import (
     validate_rl,
 )
 from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, Estimator, RunSpec, plan_runs
+from pipeline_lib.plan.registry import variant_runs
 from pipeline_lib.plan.settings import group_rl_spec
 from pipeline_lib.plan.targets import runs_of
 from tests.conftest import REPO, rollout_batch, snakemake
@@ -189,13 +190,21 @@ def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
         assert {f"{task}/{m}/seed0" for m in ("sft", "grpo_sim", "softmax_sim")} <= labels
         assert f"{task}/grpo_exact/seed0" not in labels
     baselines = {"opd", "rl_logit", "raro", "rationalization"}  # the verl baselines and Rationalization's SFT
+    variants = variant_runs(config)  # RL-Logit: one run per reward variant, rl_logit_<variant>
+
+    def method_of(name: str) -> str:
+        return variants.get(name, (name,))[0]
+
     main = [label for label in labels if "_tau" not in label and "_at_" not in label
-            and label.split("/")[1] not in baselines]
+            and method_of(label.split("/")[1]) not in baselines]
     # + softmax_ess on GSM8K and Countdown; the tau x M ablation and scale runs (train.ablation/scale) come on top
     assert len(main) == 3 * 5 + 3 * 3 + 2
-    planned = sorted(f"results/train/{label}/DONE.json" for label in labels if label.split("/")[1] in baselines)
-    assert planned == sorted(p for p in runs_of(plan_runs(config), "baseline") if p.split("/")[3] in baselines)
-    assert len(planned) == 6 + 3 + 2 + 3  # OPD also on the non-verifiable tasks; RARO not on GSM8K
+    planned = sorted(f"results/train/{label}/DONE.json" for label in labels
+                     if method_of(label.split("/")[1]) in baselines)
+    assert planned == sorted(p for p in runs_of(plan_runs(config), "baseline")
+                             if method_of(p.split("/")[3]) in baselines)
+    rl_logit_runs = 3 * len(variant_runs(config, "rl_logit"))  # each variant on each verifiable task
+    assert len(planned) == 6 + rl_logit_runs + 2 + 3  # OPD also on the non-verifiable tasks; RARO not on GSM8K
     summary = validate_planned_runs(config, cache_dir=tmp_path)
     assert summary == summary | {"runs": len(runs), "validated": len(runs), "cached": 0}
     # each RL run was validated on the trainer path its own overrides select (verl's default: v1), read back from
@@ -208,7 +217,7 @@ def test_every_paper_run_translates_and_passes_verls_validation(tmp_path):
         expected = "legacy" if use_v1 == ["false"] else "v1"
         assert use_v1 in ([], ["true"], ["false"]), (label, use_v1)
         assert summary["trainer_paths"][label] == expected, label
-        assert expected == ("legacy" if label.split("/")[1] in ("raro", "rl_logit") else "v1"), label
+        assert expected == ("legacy" if method_of(label.split("/")[1]) in ("raro", "rl_logit") else "v1"), label
     cached = validate_planned_runs(config, cache_dir=tmp_path)
     assert cached["cached"] == len(runs) and cached["trainer_paths"] == summary["trainer_paths"]
 

@@ -24,11 +24,15 @@ def test_each_run_names_the_trainer_its_agent_loops_were_written_for():
 
     from pipeline_lib.jobs.engines.verl.raro_loop import RaroAgentLoopManager
     from pipeline_lib.jobs.engines.verl.translate import rl_overrides
-    from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
+    from pipeline_lib.plan.registry import variant_runs
+    from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec, with_variant
 
     config = paper_baselines(methods=("opd", "rl_logit", "raro"))
+    variants = {method: variant for method, variant in reversed(variant_runs(config).values())}  # each one's first
     for task, method in (("countdown", "raro"), ("gsm8k", "rl_logit"), ("gsm8k", "opd")):
-        verl_config = validate_rl(rl_overrides(rl_baseline_spec(config, task, method, "verl"), PATHS, 0))
+        spec = rl_baseline_spec(config, task, method, "verl")
+        spec = with_variant(spec, variants[method]) if method in variants else spec  # RL-Logit: a variant's run
+        verl_config = validate_rl(rl_overrides(spec, PATHS, 0))
         assert verl_config.trainer.use_v1 is (method == "opd"), method
     plain = validate_rl(rl_overrides(group_rl_spec(config, "gsm8k", "softmax_exact", "verl"), PATHS, 0))
     assert plain.trainer.use_v1 is True

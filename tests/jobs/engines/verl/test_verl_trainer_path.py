@@ -21,7 +21,7 @@ from pipeline_lib.jobs.engines.local.expert import split_reasoning
 from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
-from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
+from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec, with_variant
 from tests.conftest import MODEL
 from tests.jobs.engines.conftest import paper_config
 from tests.jobs.engines.verl.conftest import PATHS, paper_baselines
@@ -80,7 +80,7 @@ def test_verls_legacy_manager_runs_the_rl_logit_loop_on_the_dataproto_the_legacy
     tokenizer = AutoTokenizer.from_pretrained(tiny / "tok")
     model = build_model(tokenizer, MODEL | {"max_positions": 1024}, 0).eval()
     save_model_atomic(model, tokenizer, tmp_path / "init")
-    paper = rl_baseline_spec(paper_config(), "countdown", "rl_logit", "verl")
+    paper = with_variant(rl_baseline_spec(paper_config(), "countdown", "rl_logit", "verl"), "logprob")
     spec = replace(paper, rl=RLSettings.from_flat({**paper.settings, "prompts_per_step": 2, "mini_batch_per_device": 2,
                                                    "gpus_per_node": 1, "nodes": 1, "group_size": 2,
                                                    "max_prompt_tokens": 128, "max_response_tokens": 16, "steps": 2},
