@@ -32,6 +32,7 @@ include: "data.smk"
 rule preflight_model:
     input:
         TOKENIZER,
+        demonstrations=f"results/data/{PREFLIGHT['task']}/sft_train.parquet",
     output:
         "results/preflight/model/config.json",
     params:
@@ -46,7 +47,8 @@ rule preflight_model:
         "../../envs/train-verl.yaml"
     shell:
         "python -m pipeline_lib.jobs.engines.verl.preflight model --preflight {params.preflight_file}"
-        " --tokenizer results/data/tokenizer --out results/preflight/model > {log} 2>&1"
+        " --tokenizer results/data/tokenizer --demonstrations {input.demonstrations} --out results/preflight/model"
+        " > {log} 2>&1"
 
 
 # Each kind starts where the paper plan's run of its method does (start_of, which reads the paper config's

@@ -159,15 +159,43 @@ def _rl_start(base: str) -> str:
     return str(config["train"]["rl_start"])
 
 
+#: Next-token steps that fit the tiny model to the task's demonstrations before any kind starts from it.
+FIT_STEPS = 60
+
+
 def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[str, Any], seed: int,
-                     out: str | os.PathLike[str]) -> Path:
-    """A tiny random Qwen2 (the paper model's architecture) with the pipeline's tokenizer, as an HF directory."""
+                     out: str | os.PathLike[str], demonstrations: str | os.PathLike[str] | None = None,
+                     fit_steps: int = FIT_STEPS) -> Path:
+    """A tiny Qwen2 (the paper model's architecture) with the pipeline's tokenizer, as an HF directory; with
+    ``demonstrations`` (an ``sft_train.parquet``) first fitted to them for ``fit_steps`` next-token steps, so its
+    sampled replies look like answers: the -Sim reward compares final texts (the authors' r_sim), and a random
+    model's replies share no token with a Countdown expression, so no group would have a gradient to check."""
+    import pandas as pd
+    import torch
     from transformers import AutoTokenizer
 
     from pipeline_lib.core.model import build_model, save_model_atomic
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     model = build_model(tokenizer, dict(model_spec), seed)
+    if demonstrations is not None and fit_steps > 0:
+        chats = [list(messages) for messages in pd.read_parquet(demonstrations)["messages"]]
+        texts = [tokenizer.apply_chat_template([dict(m) for m in chat], tokenize=False) for chat in chats]
+        batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                          max_length=int(model_spec.get("max_positions", 512)))
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        model.train()
+        for _ in range(fit_steps):
+            rows = torch.randint(len(texts), (min(16, len(texts)),), generator=generator)
+            loss = model(input_ids=batch["input_ids"][rows], attention_mask=batch["attention_mask"][rows],
+                         labels=labels[rows]).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        model.eval()
+        log.info("tiny model fitted to %s for %d steps (last loss %.3f)", demonstrations, fit_steps, float(loss))
     model.config.attn_implementation = "sdpa"  # a plain checkpoint: verl loads it with its own attention
     return save_model_atomic(model, tokenizer, out)
 
@@ -352,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = sub.add_parser("model", help="the tiny random Qwen2 with the pipeline's tokenizer")
     model.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")
     model.add_argument("--tokenizer", required=True)
+    model.add_argument("--demonstrations", type=Path, default=None,
+                       help="the task's sft_train.parquet, fitted for FIT_STEPS steps first")
     model.add_argument("--out", required=True, type=Path)
     job = sub.add_parser("run", help="one kind's verl run, 2 steps on CPU, and its checks")
     job.add_argument("--preflight", required=True, type=json_text, help="`preflight` section: JSON file or JSON")
@@ -364,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "model":
         section, _ = load_preflight_config(json.loads(args.preflight))
-        build_tiny_model(args.tokenizer, section["model"], int(section["seed"]), args.out)
+        build_tiny_model(args.tokenizer, section["model"], int(section["seed"]), args.out, args.demonstrations)
         return 0
     try:
         run_kind(args.kind, json.loads(args.preflight), args.init, args.out, resume=args.attempt > 1)

@@ -133,7 +133,7 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     data = tmp_path / "results/data" / section["task"]
     data.parent.mkdir(parents=True)
     data.symlink_to(tiny / "data")
-    init = build_tiny_model(tiny / "tok", section["model"], 0, tmp_path / "init")
+    init = build_tiny_model(tiny / "tok", section["model"], 0, tmp_path / "init", tiny / "data/sft_train.parquet")
     (tmp_path / "workflow").symlink_to(REPO / "workflow")  # the config schema, as a job in the workflow reads it
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(SKIP_SYNC_ENV, "1")
