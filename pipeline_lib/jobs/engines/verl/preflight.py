@@ -160,7 +160,7 @@ def _rl_start(base: str) -> str:
 
 
 #: Next-token steps that fit the tiny model to the task's demonstrations before any kind starts from it.
-FIT_STEPS = 60
+FIT_STEPS = 30
 
 
 def build_tiny_model(tokenizer_dir: str | os.PathLike[str], model_spec: Mapping[str, Any], seed: int,
