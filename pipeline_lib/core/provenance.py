@@ -47,7 +47,7 @@ from pipeline_lib.core.env import env
 from pipeline_lib.core.io import sha256_file, write_json
 
 __all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "config_settings",
-           "entry_module", "file_record", "hardware", "numerics", "resolved_config_file", "running_entry",
+           "code_text", "entry_module", "file_record", "hardware", "numerics", "resolved_config_file", "running_entry",
            "step_config", "step_sections", "write_provenance"]
 
 SIDECAR_SUFFIX = ".prov.json"
@@ -81,22 +81,23 @@ _SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan" if (_REPO_ROOT / "Snakef
 
 
 @cache
-def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ``pipeline_lib`` names a module may import and the ``config/...`` strings it names (:func:`_parse`),
-    kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered from it)."""
+def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The ``pipeline_lib`` names a module may import, the ``config/...`` strings it names and the digest of its code
+    (:func:`_parse`), kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered
+    from it)."""
     source = path.read_bytes()
     if _SCAN_CACHE is None:
         return _parse(source, path, module)
     key = hashlib.sha256(b"\0".join([_scanner_digest().encode(), module.encode(), source])).hexdigest()
     cached = _SCAN_CACHE / f"{key}.json"
     try:
-        names, data = json.loads(cached.read_text())
-        return tuple(names), tuple(data)
+        names, data, code = json.loads(cached.read_text())
+        return tuple(names), tuple(data), code
     except (OSError, ValueError):
         pass
     scanned = _parse(source, path, module)
     with suppress(OSError):  # a read-only checkout: scanned again next time
-        write_json(cached, [list(scanned[0]), list(scanned[1])])
+        write_json(cached, [list(scanned[0]), list(scanned[1]), scanned[2]])
     return scanned
 
 
@@ -105,11 +106,31 @@ def _scanner_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` with every statement that is only a string (docstrings, attribute notes) taken out: text that no
+    execution reads (``__doc__`` aside, which no job's output depends on)."""
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                continue
+            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                            and isinstance(s.value.value, str))]
+            setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+    return tree
+
+
+def code_text(source: bytes | str, filename: str = "<module>") -> str:
+    """What a module's digest covers: its syntax tree (``ast.dump``: no comments, no positions, no formatting) with
+    the docstrings left out, so an edit of wording or layout reruns nothing and an edit of code reruns its jobs."""
+    return ast.dump(_without_docstrings(ast.parse(source, filename=filename)))
+
+
+def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """One parse of a module: the ``pipeline_lib`` names it may import (import statements anywhere, lazy ones in
     functions included, relative imports resolved, and string constants naming a module: verl's reward-function
-    paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
-    tree = ast.parse(source, filename=str(path))
+    paths), the ``config/...`` strings it names (:func:`_repo_data`) and the sha256 of :func:`code_text`."""
+    tree = _without_docstrings(ast.parse(source, filename=str(path)))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: list[str] = []
     data: set[str] = set()
@@ -128,7 +149,8 @@ def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tup
                 names.append(node.value.removesuffix(".py").replace("/", "."))
             elif _REPO_DATA_STRING.match(node.value):
                 data.add(node.value)
-    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data))
+    code = hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data)), code
 
 
 def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
@@ -229,11 +251,20 @@ def _closure(entry: str | None) -> tuple[Path, ...]:
 
 @cache
 def _file_sha256(path: Path, stamp: tuple[int, int]) -> str:
+    """A module's digest is its code's (:func:`code_text`); a data file's, its bytes'."""
+    if path.suffix == ".py":
+        return _scan(path, _module_name(path), stamp)[2]
     return sha256_file(path)
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(_PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def code_modules(entry: str | None = None) -> dict[str, str]:
-    """sha256 of every package file the entry module imports (transitively), by path relative to the checkout.
+    """The digest of every package file the entry module imports (transitively), by path relative to the checkout: a
+    module's code (:func:`code_text`, so comments and docstrings count for nothing), a data file's bytes.
 
     Cached per process by file mtime and size (the workflow calls this for every rule at parse time).
     """
