@@ -46,9 +46,24 @@ from typing import Any
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import sha256_file, write_json
 
-__all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "config_settings",
-           "code_text", "entry_module", "file_record", "hardware", "numerics", "resolved_config_file", "running_entry",
-           "step_config", "step_sections", "write_provenance"]
+__all__ = [
+    "SIDECAR_SUFFIX",
+    "code_digest",
+    "code_modules",
+    "code_text",
+    "code_version",
+    "config_digest",
+    "config_settings",
+    "entry_module",
+    "file_record",
+    "hardware",
+    "numerics",
+    "resolved_config_file",
+    "running_entry",
+    "step_config",
+    "step_sections",
+    "write_provenance",
+]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
