@@ -9,9 +9,11 @@ makes the same code give bit-identical numbers on one machine and different ones
 secrets never belong in ``params``.
 
 The code digest covers the ``pipeline_lib`` modules the step's entry point imports
-(static, transitive, from the files on disk, so untracked modules count), which is
-what lets the audit and Snakemake's params trigger notice an output made with older
-code while an edit to unrelated code (the judge, for a trained model) leaves it alone.
+(static, transitive, from the files on disk, so untracked modules count; a string naming a module counts as an import,
+verl's workers and the launcher load them so, except in the planner, whose strings name the entry points of the jobs it
+plans), which is what lets the audit and Snakemake's params trigger notice an output made with older code while an
+edit to unrelated code (the judge, for a trained model) leaves it alone. Each module counts by its syntax tree without
+docstrings (:func:`code_text`): a comment, docstring or layout edit changes no digest (``docs/design.md``).
 It also covers the files outside the package that those modules read as part of their
 code: a module names them by a repository-relative string constant under ``config/``
 (``"config/prompts"``: the judge's rubric prompts), a file or a folder of files, so an
@@ -75,6 +77,9 @@ _PACKAGE = "pipeline_lib"
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".jinja")  # package files read at run time (agent-loop configs)
 _MODULE_STRING = re.compile(r"^pipeline_lib(?:[./][A-Za-z_][A-Za-z0-9_]*)+(?:\.py)?$")
+#: The planner's modules name the entry points of the jobs they plan (``"pipeline_lib.jobs.engines.local.rl"``): data
+#: to the planner, each job's own code to that job's digest, so a module string there is not followed.
+_PLANNER = _PACKAGE + ".plan"
 _REPO_DATA_STRING = re.compile(r"^config(?:/[A-Za-z0-9_.-]+)+$")  # a module's data outside the package (prompts)
 
 
@@ -141,6 +146,14 @@ def code_text(source: bytes | str, filename: str = "<module>") -> str:
     return ast.dump(_without_docstrings(ast.parse(source, filename=filename)))
 
 
+def source_digest(name: str, source: bytes) -> str:
+    """The digest :func:`code_modules` records for a file named ``name`` holding ``source``: a module's code
+    (:func:`code_text`), any other file's bytes. What ``python -m pipeline_lib reruns`` compares two versions by."""
+    if name.endswith(".py"):
+        return hashlib.sha256(code_text(source, name).encode()).hexdigest()
+    return hashlib.sha256(source).hexdigest()
+
+
 def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """One parse of a module: the ``pipeline_lib`` names it may import (import statements anywhere, lazy ones in
     functions included, relative imports resolved, and string constants naming a module: verl's reward-function
@@ -160,7 +173,7 @@ def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tup
                 prefix = node.module or ""
             names += [prefix, *(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _MODULE_STRING.match(node.value):
+            if _MODULE_STRING.match(node.value) and not module.startswith(_PLANNER):
                 names.append(node.value.removesuffix(".py").replace("/", "."))
             elif _REPO_DATA_STRING.match(node.value):
                 data.add(node.value)
@@ -286,9 +299,28 @@ def code_modules(entry: str | None = None) -> dict[str, str]:
     return {str(p.relative_to(_REPO_ROOT)): _file_sha256(p, _stamp(p)) for p in _closure(entry)}
 
 
+#: Every digest :func:`code_digest` gave in this process -> its entry module: what lets ``python -m pipeline_lib
+#: reruns`` read a job's ``code`` parameter back as the code it covers (the rules' own digests, no second list).
+_GIVEN: dict[str, str | None] = {}
+
+
 def code_digest(entry: str | None = None) -> str:
     """One sha256 over :func:`code_modules`; a rule parameter, so Snakemake reruns a job whose code changed."""
-    return hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
+    _GIVEN[digest] = entry
+    return digest
+
+
+def digest_entries(parameter: str) -> list[str | None]:
+    """The entry modules whose :func:`code_digest` (given in this process) a rule's ``code`` parameter is made of
+    (one digest, several joined by spaces, or concatenated); a digest this process never gave is an error."""
+    digests = re.findall(r"[0-9a-f]{64}", parameter)
+    if not digests or "".join(digests) != re.sub(r"\s+", "", parameter):
+        raise ValueError(f"code parameter {parameter[:80]!r} is not made of code digests")
+    unknown = [d for d in digests if d not in _GIVEN]
+    if unknown:
+        raise ValueError(f"code digest {unknown[0][:16]}... was not given by code_digest in this process")
+    return [_GIVEN[d] for d in digests]
 
 
 _RUNNING_ENTRY: ContextVar[str | None] = ContextVar("running_entry", default=None)
