@@ -154,6 +154,10 @@ def rerun_jobs(jobs: Iterable[Job], edited: Iterable[str]) -> list[tuple[Job, li
     return [(job, sorted(job.files & edited)) for job in jobs if job.files & edited]
 
 
+#: Rules listed by name, the costliest first (the rest summed in one line): the output fits one screen.
+MAX_RULES = 20
+
+
 def _hours(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
@@ -173,12 +177,19 @@ def render(jobs: Sequence[Job], reruns: Sequence[tuple[Job, list[str]]], edited:
         lines.append(f"wording or layout only (rerun nothing): {len(wording)} file(s)")
     if not reruns:
         return "\n".join([*lines, "reruns: no job"])
-    width = max(len(rule) for rule in by_rule)
+    order = sorted(by_rule, key=lambda r: (-sum(j.gpu_hours for j in by_rule[r]),
+                                           -sum(j.cpu_hours for j in by_rule[r]), r))
+    shown, rest = order[:MAX_RULES], order[MAX_RULES:]
+    width = max(len(rule) for rule in [*shown, "total"])
     lines.append(f"{'rule':<{width}}  {'jobs':>9}  {'GPU-h':>9}  {'CPU-h':>7}")
-    for rule in sorted(by_rule, key=lambda r: (-sum(j.gpu_hours for j in by_rule[r]), r)):
+    for rule in shown:
         rerun = by_rule[rule]
         lines.append(f"{rule:<{width}}  {len(rerun):>4} / {planned[rule]:<3}  "
                      f"{_hours(sum(j.gpu_hours for j in rerun)):>9}  {_hours(sum(j.cpu_hours for j in rerun)):>7}")
+    if rest:
+        others = [j for rule in rest for j in by_rule[rule]]
+        lines.append(f"... and {len(rest)} more rules ({len(others)} jobs, {_hours(sum(j.gpu_hours for j in others))} "
+                     f"GPU-h, {_hours(sum(j.cpu_hours for j in others))} CPU-h; --json lists every job)")
     lines.append(f"{'total':<{width}}  {len(reruns):>4} / {len(jobs):<3}  "
                  f"{_hours(sum(j.gpu_hours for j, _ in reruns)):>9}  {_hours(sum(j.cpu_hours for j, _ in reruns)):>7}")
     return "\n".join(lines)
