@@ -27,7 +27,7 @@ from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
-from pipeline_lib.jobs.engines.verl.translate import TrainPaths
+from pipeline_lib.jobs.engines.verl.paths import TrainPaths
 from pipeline_lib.jobs.eval.backends import open_backend
 from pipeline_lib.jobs.methods.rationalization import assemble, hinted_prompts, rationalized_frame
 

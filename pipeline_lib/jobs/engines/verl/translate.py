@@ -27,7 +27,13 @@ from typing import Any, TypeVar
 from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, RaroSettings, RLLogitSettings
 from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS
 from pipeline_lib.core.run_spec import RunSpec, VerlRLKnobs, VerlSFTKnobs
-from pipeline_lib.core.tracking import TrackingSettings
+from pipeline_lib.jobs.engines.verl.paths import (
+    TrainPaths,
+    checkpoint_dir,
+    metrics_log_path,
+    reward_health_dir,
+    rollout_dump_dir,
+)
 
 __all__ = [
     "ATTENTION",
@@ -337,42 +343,10 @@ def done_kind(kind: str, spec: RunSpec) -> str:
     return "rl" if spec.reward is not None and kind == "rl" else spec.method
 
 
-# --- run directory layout ----------------------------------------------------------------------------------------
-
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def rollout_dump_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "rollout_dump"
-
-
-def reward_health_dir(run_dir: str | Path) -> Path:
-    """Where the reward hook records verifier timeouts/failures (verl's v1 trainer hands them over nowhere)."""
-    return Path(run_dir) / "reward_health"
-
-
-def metrics_log_path(run_dir: str | Path) -> Path:
-    """verl's file logger target; each attempt's file is rotated aside first (verl opens it with "wb")."""
-    return Path(run_dir) / "verl_metrics.jsonl"
-
+# --- run directory layout: pipeline_lib.jobs.engines.verl.paths -------------------------------------------------
 
 def experiment_name(spec: RunSpec, seed: int) -> str:
     return f"{spec.task}-{spec.method}-seed{seed}"
-
-
-class TrainPaths:
-    """The files one run reads and writes (``tracking``: where its curves go); fixed at parse time so the overrides
-    are validated exactly. ``init``: the model directory an RL run starts from (another run's ``final/``); None: the
-    spec's model, the base model's hub id (``train.rl_start: base``)."""
-
-    def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
-                 init: str | Path | None = None, tracking: TrackingSettings | None = None) -> None:
-        self.run_dir = Path(run_dir)
-        self.train_files = Path(train_files)
-        self.val_files = Path(val_files) if val_files is not None else None
-        self.init = Path(init) if init is not None else None
-        self.tracking = tracking
 
 
 def _tracking_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
