@@ -55,11 +55,14 @@ class BaselineSettings:
     #: Keys of the section that choose *which* runs exist, not how one run trains; they stay out of the run's
     #: settings, so adding a task reruns no other run.
     planned: ClassVar[tuple[str, ...]] = ("tasks",)
+    #: Fields no section key holds: the plan sets them per run (RL-Logit's ``variant``); None as read from a section.
+    per_run: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_section(cls: type[S], section: Mapping[str, Any], where: str) -> S:
-        """Read a validated config section (``where`` names it in errors); a key missing or unknown is an error."""
-        return _build(cls, section, where, cls.planned)
+        """Read a validated config section (``where`` names it in errors); a key missing or unknown is an error; a
+        per-run field is None unless the mapping names it."""
+        return _build(cls, {**dict.fromkeys(cls.per_run), **section}, where, cls.planned)
 
     @classmethod
     def from_dict(cls: type[S], data: Mapping[str, Any], where: str = "baseline settings") -> S:
@@ -113,9 +116,16 @@ class IterativeDPOSettings(BaselineSettings):
 
 @dataclass(frozen=True)
 class RLLogitSettings(BaselineSettings):
-    """RL-Logit (``train.baselines.rl_logit``): group RL with the policy's log-probability of the expert answer."""
+    """RL-Logit (``train.baselines.rl_logit``): group RL with the policy's log-probability of the expert answer.
 
-    variant: str
+    The section lists ``variants``; each is its own run (``rl_logit_<variant>``), whose ``variant`` the plan sets
+    (:func:`pipeline_lib.plan.settings.with_variant`). Read from the section, ``variant`` is None: no run trains
+    without one."""
+
+    planned: ClassVar[tuple[str, ...]] = ("tasks", "variants", "validation_prompts")
+    per_run: ClassVar[tuple[str, ...]] = ("variant",)
+
+    variant: str | None
     advantage: str
 
 

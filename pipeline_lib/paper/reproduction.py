@@ -189,10 +189,12 @@ def prompt_scores(generations: Path) -> dict[str, pd.Series]:
 
 
 def load_scores(table1: pd.DataFrame, eval_root: Path) -> dict[tuple[str, str, int], dict[str, np.ndarray]]:
-    """(task, method, seed) -> per-prompt scores, for every run of the Table 1 data that has generations."""
+    """(task, method, seed) -> per-prompt scores, for every run of the Table 1 data that has generations (a row's
+    run directory is its ``run``, where a reported method is one of its variants: RL-Logit's)."""
     scores = {}
-    for run in table1[["task", "method", "seed"]].drop_duplicates().itertuples(index=False):
-        path = eval_root / run.task / run.method / f"seed{run.seed}" / "generations.jsonl"
+    frame = table1 if "run" in table1 else table1.assign(run=table1["method"])
+    for run in frame[["task", "method", "seed", "run"]].drop_duplicates().itertuples(index=False):
+        path = eval_root / run.task / run.run / f"seed{run.seed}" / "generations.jsonl"
         if path.is_file():
             scores[(run.task, run.method, int(run.seed))] = prompt_scores(path)
     return scores

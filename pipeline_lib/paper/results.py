@@ -1,7 +1,7 @@
 """Result tables from training and evaluation outputs (compute and render are separate commands). The training curves
 are :mod:`pipeline_lib.paper.curves`, so a plot setting there reruns the figure alone.
 
-    python -m pipeline_lib.paper.results table1-data --runs RUNS.json --out CSV
+    python -m pipeline_lib.paper.results table1-data --runs RUNS.json [--selection rl_logit_selection.json] --out CSV
     python -m pipeline_lib.paper.results table1 --data CSV --label tiny --stem results/paper/tables/table1
     python -m pipeline_lib.paper.results allocation-data --runs RUNS.json --out CSV
     python -m pipeline_lib.paper.results allocation --data CSV --label tiny --stem STEM
@@ -19,7 +19,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
 from pipeline_lib.core.rl.group_metrics import PASS_RATE_BINS
 from pipeline_lib.paper.tables import write_table
+from pipeline_lib.paper.variants import read_selection, reported_rows, variant_label
 from pipeline_lib.paper.verdicts import BOLD_RULE, MIN_SEEDS, supported_best
 from pipeline_lib.plan.registry import METHOD_LABELS, METHOD_ORDER
 from pipeline_lib.plan.runs import RunId
@@ -56,10 +57,15 @@ def _write_csv(frame: pd.DataFrame, path: str | Path) -> None:
     write_csv_frame(frame, path)
 
 
-def table1_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
-    """One row per run: its identity and its ``metrics.json`` (``runs``: each evaluation's file -> its run)."""
-    rows = [{**run_columns(run), **json.loads(Path(path).read_text())} for path, run in runs.items()]
-    return pd.DataFrame(rows)
+def table1_data(runs: Mapping[str, RunId], selections: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """One row per reported run: its identity (``run``: its directory), its ``metrics.json`` (``runs``: each
+    evaluation's file -> its run); for a method with variants (``selections``: :func:`~pipeline_lib.paper.variants.
+    select`'s records), the variant selected on validation as the method's row (``variant``: which)."""
+    rows = [{**run_columns(run), "run": run.name, **json.loads(Path(path).read_text())} for path, run in runs.items()]
+    frame = pd.DataFrame(rows)
+    for selection in selections:
+        frame = reported_rows(frame, selection)
+    return frame
 
 
 def _method_sort_key(method: str) -> tuple[int, str]:
@@ -71,6 +77,7 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
     support it (:func:`pipeline_lib.paper.verdicts.supported_best`), never on a difference no verdict carries."""
     tasks = sorted(frame["task"].unique())
     methods = sorted(frame["method"].unique(), key=_method_sort_key)
+    chosen = _selected_variants(frame)
     stats = frame.groupby(["method", "task"])[metric].agg(["mean", "std", "count"])
     per_seed: dict[str, dict[str, dict[int, float]]] = {}
     for row in frame[["task", "method", "seed", metric]].itertuples(index=False):
@@ -78,7 +85,7 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
     best = supported_best(per_seed)
     plain, latex = [], []
     for method in methods:
-        name = METHOD_LABELS.get(method, method)
+        name = METHOD_LABELS.get(method, method) + (" (variant selected on validation)" if method in chosen else "")
         row_plain, row_latex = {"Method": name}, {"Method": name}
         for task in tasks:
             if (method, task) not in stats.index:
@@ -88,15 +95,21 @@ def table1(frame: pd.DataFrame, metric: str, label: str, stem: Path) -> list[Pat
             spread = f" ± {100 * std:.1f}" if count > 1 and not math.isnan(std) else ""
             cell = f"{100 * mean:.1f}{spread} (n={int(count)})"
             is_best = best.get(task) == method
-            row_plain[task] = f"**{cell}**" if is_best else cell
+            variant = chosen.get(method, {}).get(task)
+            named = f" [{variant_label(variant)}]" if variant else ""
+            row_plain[task] = (f"**{cell}**" if is_best else cell) + named
             row_latex[task] = (rf"\textbf{{{100 * mean:.1f}}}" if is_best else f"{100 * mean:.1f}") + \
-                (rf"$\pm${100 * std:.1f}" if spread else "")
+                (rf"$\pm${100 * std:.1f}" if spread else "") + named
         plain.append(row_plain)
         latex.append(row_latex)
     caption = (f"Verifiable reasoning accuracy (%), {metric} on held-out prompts, mean ± std over seeds "
                f"[{label} run: not comparable in absolute value with the paper's Table 1]. Sim methods train on the "
                "weak similarity reward, Exact methods on the task verifier; -- = not run on that task; "
-               f"{BOLD_RULE.format(min_seeds=MIN_SEEDS)}.")
+               f"{BOLD_RULE.format(min_seeds=MIN_SEEDS)}." + "".join(
+                   f" {METHOD_LABELS.get(m, m)}: per task, the reward variant named in brackets, the one with the "
+                   f"higher validation {metric} (its last training prompts, held out of every variant's training; the "
+                   "paper reports the best variant without saying how it chose); the other variants are in Table "
+                   f"{m}_variants." for m in chosen))
     return write_table(pd.DataFrame(plain), stem, caption, "tab:rarl_results", latex_frame=pd.DataFrame(latex),
                        raw_columns=tasks)
 
@@ -111,6 +124,18 @@ PASS_RATE_MEASURE = (
     "whose gradient is counted: binned by its own k/M, the [0.9, 1] bin would hold only all-correct groups, whose "
     "advantage is 0 under every estimator. A group whose prompt has no other visit has no such p and is not binned; "
     "'Unbinned' is those groups' share of the whole budget (groups: unbinned / all), never dropped silently.")
+
+
+def _selected_variants(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
+    """Method -> task -> the variant its row reports (the ``variant`` column, where a selection filled it)."""
+    if "variant" not in frame:
+        return {}
+    chosen: dict[str, dict[str, str]] = {}
+    for row in frame[frame["variant"].notna()][["method", "task", "variant"]].drop_duplicates().itertuples(index=False):
+        if chosen.setdefault(row.method, {}).setdefault(row.task, row.variant) != row.variant:
+            raise ValueError(f"{row.task}/{row.method}: rows of two variants ({chosen[row.method][row.task]!r}, "
+                             f"{row.variant!r}) where Table 1 reports one")
+    return chosen
 
 
 def allocation_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
@@ -229,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("table1-data")
     p.add_argument("--runs", type=run_ids_argument, required=True,
                    help="JSON (or its file): each metrics.json -> its run")
+    p.add_argument("--selection", type=Path, action="append", default=[],
+                   help="a method's variant selection (pipeline_lib.paper.variants select): its row is the selected "
+                        "variant's")
     p.add_argument("--out", required=True)
     p = sub.add_parser("table1")
     p.add_argument("--data", required=True)
@@ -246,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     if args.command == "table1-data":
-        _write_csv(table1_data(args.runs), args.out)
-        write_provenance([args.out], step="paper_table1_data", inputs=list(args.runs),
+        _write_csv(table1_data(args.runs, [read_selection(path) for path in args.selection]), args.out)
+        write_provenance([args.out], step="paper_table1_data", inputs=[*args.runs, *args.selection],
                          params={"runs": runs_record(args.runs)}, started_at=started)
     elif args.command == "table1":
         paths = table1(read_csv_frame(args.data), args.metric, args.label, args.stem)

@@ -25,7 +25,8 @@ from pipeline_lib.plan import METHODS, Plan, RunId
 from pipeline_lib.plan.groups import pattern
 from pipeline_lib.plan.hub import ALPACA_EVAL_INSTRUCTIONS, ALPACA_EVAL_REPO
 from pipeline_lib.plan.judges import JUDGES, judge_rubric, judge_spec, pairwise_tasks
-from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, tiny_task_spec
+from pipeline_lib.plan.registry import variant_runs
+from pipeline_lib.plan.settings import PROMPTS_WITHOUT_REFERENCE, eval_spec, holdout_prompts, tiny_task_spec
 from pipeline_lib.plan.site import build_goes_online
 from pipeline_lib.plan.targets import (
     ADAPTIVE_OUTPUTS,
@@ -43,9 +44,12 @@ from pipeline_lib.plan.targets import (
     run_ids_json,
     runs_of,
     scale_cells,
+    selected_methods,
     table1_evaluations,
     test_splits,
     transfer_runs,
+    validation_evaluations,
+    variant_methods,
 )
 
 __all__ = ["Step", "calibration_pairwise_inputs", "data_params", "dataset_pattern", "eval_params", "judge_inputs",
@@ -177,9 +181,14 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     # a data step reads each run's identity from the plan (--runs: file -> RunId), never from the file's path
     evaluated = table1_evaluations(config, plan)
     rollouts = _beside_run(paired, "rollouts.jsonl")
+    # a method trained in variants (RL-Logit): Table 1's row is the variant selected on validation (variant_steps)
+    selections = [f"{data}/{method}_selection.json" for method in selected_methods(config, plan)]
     steps += [
-        Step("paper_table1_data", results, "table1-data --runs {params.runs_file} --out {output.csv}",
-             {"csv": f"{data}/table1.csv"}, {"metrics": list(evaluated)}, {"runs": run_ids_json(evaluated)},
+        *variant_steps(config, plan),
+        Step("paper_table1_data", results,
+             "table1-data --runs {params.runs_file}{params.selection_option} --out {output.csv}",
+             {"csv": f"{data}/table1.csv"}, {"metrics": list(evaluated), "selections": selections},
+             {"runs": run_ids_json(evaluated), "selection_option": "".join(f" --selection {p}" for p in selections)},
              files=("runs",)),
         _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
@@ -199,8 +208,11 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
 
     report = report_inputs(config, plan, paper_targets)
     # the demonstrations a Table 1 run generated for itself (the registry's generated_demonstrations), each with its run
-    demonstrations = {os.path.join(os.path.dirname(r.path), METHODS[r.name].generated_demonstrations): r
-                      for r in evaluated.values() if METHODS[r.name].generated_demonstrations}
+    # (a run's method from the plan: a variant run's name is no method)
+    method_of = {run.output: METHODS[run.method] for run in plan.runs if run.output in
+                 {r.path for r in evaluated.values()}}
+    demonstrations = {os.path.join(os.path.dirname(r.path), method_of[r.path].generated_demonstrations): r
+                      for r in evaluated.values() if method_of[r.path].generated_demonstrations}
     # the primary judge's summaries of every judged run (report_inputs' "summaries"), each with its run
     judged = {path: run for task in judge_tasks(plan) for path, run in judged_runs(plan, "primary", task).items()}
     # what the run holds beyond Table 1, read by the report's "cannot say" lines: base models, transfer, human ratings
@@ -283,6 +295,33 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     return steps + _adaptive_steps(config, plan)
 
 
+def variant_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
+    """Per Table 1 method trained in variants (RL-Logit's rewards): the selection, which reads only the variants'
+    evaluations on their held-out validation prompts, and the supplementary table of every variant's scores."""
+    steps = []
+    module, variants = "pipeline_lib.paper.variants", variant_methods(plan)
+    for method in selected_methods(config, plan):
+        validation = validation_evaluations(config, plan, method)
+        test = {path: run for path, run in table1_evaluations(config, plan).items()
+                if variants.get(run.name) == method}
+        order = {name: variant for name, (_, variant) in variant_runs(config, method).items()}
+        data = {task: holdout_prompts(task)["val"] for task in dict.fromkeys(r.task for r in validation.values())}
+        selection = f"results/paper/data/{method}_selection.json"
+        steps += [
+            Step(f"paper_{method}_selection", module,
+                 "select --method {params.method} --validation {params.validation_file}"
+                 " --variants {params.variants_file} --data {params.data_file} --metric {params.metric}"
+                 " --out {output.selection}", {"selection": selection}, {"metrics": list(validation)},
+                 {"method": method, "validation": run_ids_json(validation), "variants": json.dumps(order),
+                  "data": json.dumps(data), "metric": "pass@1_greedy"}, files=("validation", "variants", "data")),
+            _table_step(f"paper_{method}_variants", module,
+                        "table --selection {input.selection} --test {params.test_file} --label {params.label}",
+                        f"{method}_variants", {"selection": selection, "metrics": list(test)},
+                        {"test": run_ids_json(test), "label": config["label"]}, files=("test",)),
+        ]
+    return steps
+
+
 def _adaptive_steps(config: Mapping[str, Any], plan: Plan) -> list[Step]:
     """Beyond the paper: adaptive temperature (softmax_ess) against fixed-tau SoftmaxGRPO and GRPO, paired over seeds
     and test prompts (:func:`~pipeline_lib.plan.targets.adaptive_comparison`; only when such a method is configured)."""
@@ -330,7 +369,8 @@ def dataset_pattern(config: Mapping[str, Any], with_reference_prompts: bool, onl
 
 
 def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
-    """Parameters of a data rule (``tiny``, ``build``, ``tokenizer``, ``imagenet``), per wildcard where they vary."""
+    """Parameters of a data rule (``tiny``, ``build``, ``tokenizer``, ``imagenet``, ``holdout``), per wildcard where
+    they vary."""
     out_dir = {"out_dir": lambda wildcards, output: os.path.dirname(output.manifest)}
     if family == "tiny":
         weights = config["data"]["tiny"]["reward_weights"]
@@ -347,13 +387,23 @@ def data_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
         return {"vocab_size": config["data"]["tokenizer"]["vocab_size"], **out_dir}
     if family == "imagenet":
         return {"spec": json.dumps(config["imagenet"]), **out_dir}
+    if family == "holdout":  # one split per task, shared by every method that selects a variant on it
+        held = {((config["train"].get("baselines") or {}).get(m.section or m.name) or {}).get("validation_prompts")
+                for m in METHODS.values() if m.variants}
+        held.discard(None)
+        if len(held) > 1:
+            raise ValueError(f"the methods with variants hold out different validation_prompts {sorted(held)}; they "
+                             "share one split per task (results/data/<task>/holdout/)")
+        return {"validation_prompts": held.pop() if held else 0,
+                "out_dir": lambda wildcards, output: os.path.dirname(output.train)}
     raise ValueError(f"unknown data rule family {family!r}")
 
 
 def eval_params(config: Mapping[str, Any], family: str) -> dict[str, Any]:
-    """Parameters of an evaluation rule of one checkpoint (``checkpoint``, ``lm_eval``, ``alpaca_eval``)."""
+    """Parameters of an evaluation rule of one checkpoint (``checkpoint``, ``validation``, ``lm_eval``,
+    ``alpaca_eval``)."""
     model = {"model": lambda wildcards, input: os.path.join(os.path.dirname(input.done), "final")}
-    if family == "checkpoint":
+    if family in ("checkpoint", "validation"):  # the test split, or a variant run's held-out validation prompts
         return {"spec": lambda wildcards: json.dumps(eval_spec(config, wildcards.task)), **model,
                 "out_dir": lambda wildcards, output: os.path.dirname(output.metrics)}
     if family in ("lm_eval", "alpaca_eval"):

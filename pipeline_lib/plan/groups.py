@@ -91,7 +91,7 @@ def job_priority(rule: str, run: Run | None = None) -> int:
         return 10
     if rule == "paper_theory_data":
         return -10
-    if rule.startswith("eval_checkpoint"):
+    if rule.startswith("eval_checkpoint") or rule == "eval_validation":
         return 20
     if rule.startswith("train") or rule == "annotate_rationales":
         registered = METHODS.get(run.method) if run is not None else None

@@ -95,8 +95,8 @@ def local_rationalization(c: Ctx, spec: RunSpec) -> Job:
 
 
 def local_expert(c: Ctx, spec: RunSpec) -> Job:
-    inputs = {"data": f"results/data/{c.task}/rl_train.parquet",
-              "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
+    # the run's prompts with an expert answer (on a tiny task its rl_train; a variant run's, the held-out split's train)
+    inputs = {"data": c.data, "demonstrations": f"results/data/{c.task}/sft_train.parquet", "init": c.init}
     return Job(inputs, [*_contract(c, spec), "--data", inputs["data"], "--demonstrations",
                          inputs["demonstrations"], "--init", final_dir(c.init)])
 

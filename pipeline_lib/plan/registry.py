@@ -38,7 +38,7 @@ from pipeline_lib.plan.settings import (
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHOD_ORDER", "Entry", "EstimatorEntry",
            "Method", "PlanError", "Prelude", "baseline", "before_training", "group_rl", "method", "register",
-           "starting_point", "unregister", "verl_baseline", "verl_estimators"]
+           "run_names", "starting_point", "unregister", "variant_runs", "verl_baseline", "verl_estimators"]
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str, str], RunSpec]  # (config, task, method, engine) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
@@ -100,6 +100,9 @@ class Method:
     before_training: bool = False
     #: The demonstrations it writes beside its run (Rationalization's), whose quality the report states.
     generated_demonstrations: str | None = None
+    #: The key of its section listing its variants (RL-Logit's ``variants``): each variant is its own run
+    #: ``<name>_<variant>`` (:func:`variant_runs`), Table 1 reports the one selected on validation.
+    variants: str | None = None
 
 
 LOCAL_RL = Entry("train_local", "pipeline_lib.jobs.engines.local.rl", layouts.local_rl, group_rl_spec)
@@ -150,7 +153,7 @@ _METHODS = (
              Entry("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", layouts.trl_dpo, dpo_spec),
              IterativeDPOSettings, demonstrations=True, from_starting_point=True),
     baseline("rl_logit", "RL-Logit", _local("rl_logit"), verl_baseline(f"{_TRANSLATE}:rl_logit_overrides"),
-             RLLogitSettings, demonstrations=True),
+             RLLogitSettings, demonstrations=True, variants="variants"),
     baseline("raro", "RARO", _local("raro"), verl_baseline(f"{_TRANSLATE}:raro_overrides"), RaroSettings,
              demonstrations=True, needs_references=True),
     baseline("opd", "OPD", _local("opd", layout=layouts.local_opd), verl_baseline(f"{_TRANSLATE}:opd_overrides"),
@@ -170,6 +173,25 @@ for _method in _METHODS:  # each baseline's settings class, found by the spec bu
         baseline_settings.declare(_method.section or _method.name, _method.settings)
 METHOD_LABELS: dict[str, str] = {name: m.label for name, m in METHODS.items()}
 METHOD_ORDER: list[str] = list(METHODS)
+
+
+def variant_runs(config: Mapping[str, Any], name: str | None = None) -> dict[str, tuple[str, str]]:
+    """Each variant run -> (its method, its variant), for every method with variants (only ``name``'s, where given):
+    ``train.baselines.<section>.<variants key>``, in the listed order."""
+    baselines = (config.get("train") or {}).get("baselines") or {}
+    runs = {}
+    for entry in METHODS.values():
+        if entry.variants is None or (name is not None and entry.name != name):
+            continue
+        section = baselines.get(entry.section or entry.name) or {}
+        for variant in section.get(entry.variants) or []:
+            runs[f"{entry.name}_{variant}"] = (entry.name, variant)
+    return runs
+
+
+def run_names(config: Mapping[str, Any], name: str) -> list[str]:
+    """The runs method ``name`` trains: its variant runs where it has variants, else the one run ``name``."""
+    return list(variant_runs(config, name)) if method(name).variants else [name]
 
 
 def starting_point() -> str:

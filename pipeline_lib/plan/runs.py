@@ -28,7 +28,9 @@ from pipeline_lib.plan.registry import (
     PlanError,
     before_training,
     method,
+    run_names,
     starting_point,
+    variant_runs,
 )
 from pipeline_lib.plan.settings import (
     ML_OBJECTIVE,
@@ -37,11 +39,13 @@ from pipeline_lib.plan.settings import (
     at_scale,
     check_estimator,
     engine_of,
+    holdout_prompts,
     imagenet_spec,
     opd_teacher,
     opd_teacher_spec,
     reference_prompts,
     task_row,
+    with_variant,
 )
 
 __all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks",
@@ -198,10 +202,12 @@ def _data(task: str, name: str) -> str:
 
 
 def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str, base: str | None = None,
-         vary: Callable[[RunSpec], RunSpec] | None = None, scale: str | None = None) -> list[Run]:
+         vary: Callable[[RunSpec], RunSpec] | None = None, scale: str | None = None,
+         data: str | None = None) -> list[Run]:
     """Run ``name`` of ``task`` and ``seed``: the registry entry of method ``base`` (default ``name``) on the task's
     engine -> its family's spec builder -> the spec, with a study's typed replacement ``vary`` (an ablation cell's,
-    a scale's) -> the entry's command layout; a job its entry needs first (``prelude``) comes before it."""
+    a scale's, a variant's) -> the entry's command layout; a job its entry needs first (``prelude``) comes before it.
+    ``data``: the prompts it trains on, where not its method's (a variant run's: the held-out split's train part)."""
     base = base or name
     engine, registered = engine_of(config, task), method(base)
     if engine not in registered.engines:
@@ -209,7 +215,7 @@ def _run(config: Mapping[str, Any], task: str, name: str, seed: int, study: str,
     entry = registered.engines[engine]
     spec = entry.spec(config, task, base, engine)
     c = _Ctx(config, task, name, base, seed, start_of(config, task, base, seed, engine, scale),
-             "" if registered.starting_point else _data(task, base), engine)
+             "" if registered.starting_point else (data or _data(task, base)), engine)
     runs = [_make(c, entry, vary(spec) if vary else spec, study)]
     if entry.prelude is not None:  # a job making the run's training data first (Rationalization on GPU: annotation)
         runs.insert(0, entry.prelude.layout(c, entry.prelude.spec(config, task), study))
@@ -266,8 +272,9 @@ def _requested(config: Mapping[str, Any]) -> list[tuple[str, str, int, str, bool
             wanted += [(task, name, seed, "main", not method(name).starting_point) for seed in train["seeds"]]
     baselines = train.get("baselines") or {}
     for name in baselines.get("methods", []):
-        for task in baseline_tasks(config, name):
-            wanted += [(task, name, seed, "baseline", True) for seed in baselines.get("seeds", [0])]
+        for task in baseline_tasks(config, name):  # a method with variants: each variant's run (RL-Logit's)
+            wanted += [(task, run, seed, "baseline", True) for run in run_names(config, name)
+                       for seed in baselines.get("seeds", [0])]
     ablation = train.get("ablation") or {}
     for task in ablation.get("tasks", []):
         for tau in ablation["taus"]:
@@ -305,6 +312,7 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
     ours = softmax_exact_method(config) if cells else None  # the method whose tau and M the cells vary
     scales = {f"{base}_at_{model}": (base, model) for model in (train.get("scale") or {}).get("models", {})
               for base in [starting_point(), before_training(), *train.get("methods", {})]}
+    variants = variant_runs(config)  # <method>_<variant>: the method's run with that variant, on held-out training
     built: dict[tuple[str, str, int], list[Run]] = {}
     targets: list[str] = []
     requests: dict[str, list[RunId]] = {}
@@ -319,6 +327,14 @@ def plan_runs(config: Mapping[str, Any], check_estimators: bool = True) -> Plan:
         elif name in scales:  # <method>_at_<scale>: the method's run with the scale's model, from its start there
             base, scale = scales[name]
             runs = _run(config, task, name, seed, "scale", base, lambda spec: at_scale(spec, config, scale), scale)
+        elif name in variants:  # one variant of a method with variants (RL-Logit's reward), its validation held out
+            base, variant = variants[name]
+            runs = _run(config, task, name, seed, study, base, lambda spec: with_variant(spec, variant),
+                        data=holdout_prompts(task)["train"])
+        elif name in METHODS and METHODS[name].variants:
+            raise PlanError(f"{task}/{name}/seed{seed}: {name!r} trains one run per variant "
+                            f"(train.baselines.{METHODS[name].section}.{METHODS[name].variants}); name one of "
+                            f"{sorted(variant_runs(config, name)) or 'them'}")
         elif name == "opd_teacher":
             runs = [_opd_teacher_run(config, task, seed)]
         else:

@@ -30,9 +30,9 @@ from pipeline_lib.core.run_spec import (
 __all__ = ["IMAGENET_SWEEP_KEYS", "ML_OBJECTIVE", "PROMPTS_WITHOUT_REFERENCE", "ablation_cell", "ablation_method",
            "annotation_spec", "at_scale", "base_spec", "baseline_settings", "check_estimator", "dpo_spec", "engine_of",
            "engine_settings", "estimator_params", "eval_max_new_tokens", "eval_spec", "generation_spec",
-           "group_rl_spec", "imagenet_run_spec", "imagenet_spec", "opd_teacher", "opd_teacher_spec",
+           "group_rl_spec", "holdout_prompts", "imagenet_run_spec", "imagenet_spec", "opd_teacher", "opd_teacher_spec",
            "rationalization_spec", "reference_prompts", "rl_baseline_spec", "sft_spec", "task_row", "tiny_task_spec",
-           "verl_tasks"]
+           "verl_tasks", "with_variant"]
 
 #: Keys of the ``imagenet`` section that choose *which* runs exist, not how one run trains;
 #: they stay out of a run's parameters so adding a seed or an M does not rerun the others.
@@ -109,6 +109,25 @@ def eval_spec(config: Mapping[str, Any], task: str | None = None) -> dict[str, A
     if task is not None:
         spec["max_new_tokens"] = eval_max_new_tokens(config, task)
     return spec
+
+
+#: Where a task's reference prompts are split for a method that selects among its variants on validation (RL-Logit):
+#: ``rl_train`` (every variant trains on it) and ``rl_val`` (the last N prompts, read only to select).
+HOLDOUT_DIR = "holdout"
+
+
+def holdout_prompts(task: str) -> dict[str, str]:
+    """The reference prompts (:func:`reference_prompts`) of ``task`` split into ``train`` and held-out ``val``
+    (rule ``data_holdout``): the paper's datasets have no validation split, and verl's in-training validation reads
+    the test split, so selection holds out the last training prompts, as Iterative DPO does for its rounds."""
+    return {split: f"results/data/{task}/{HOLDOUT_DIR}/rl_{split}.parquet" for split in ("train", "val")}
+
+
+def with_variant(spec: RunSpec, variant: str) -> RunSpec:
+    """``spec`` (a baseline's, whose settings have a ``variant`` field) for one of its variants."""
+    if spec.baseline is None or not hasattr(spec.baseline, "variant"):
+        raise PlanError(f"run spec of {spec.method!r} has no baseline settings with a variant")
+    return replace(spec, baseline=replace(spec.baseline, variant=variant))
 
 
 def generation_spec(config: Mapping[str, Any], method: str, batch_key: str = "batch_size") -> dict[str, Any]:

@@ -17,14 +17,16 @@ from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.judges import JUDGES, pairwise_tasks
 from pipeline_lib.plan.runs import TOKENIZER
+from pipeline_lib.plan.settings import holdout_prompts
 
 __all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "PAIRWISE_DIR", "SCALE_OUTPUTS",
-           "STAGES", "THEORY_OUTPUTS", "ablation_cells", "adaptive_comparison", "cross_judge_file", "data_targets",
-           "eval_targets", "evaluated_runs", "judge_methods", "judge_ours", "judge_score_runs", "judge_targets",
-           "judge_tasks", "judged_runs", "paired_requests", "read_run_ids", "reads_tokenizer", "report_inputs",
-           "requests_of", "rl_requests", "run_ids_argument", "run_ids_json", "runs_of", "scale_cells", "stage_targets",
-           "study_evaluations", "table1_evaluations", "table1_tasks", "test_splits", "tokenizer_inputs",
-           "transfer_runs"]
+           "STAGES", "THEORY_OUTPUTS", "VALIDATION_DIR", "ablation_cells", "adaptive_comparison", "cross_judge_file",
+           "data_targets", "eval_targets", "evaluated_runs", "holdout_tasks", "judge_methods", "judge_ours",
+           "judge_score_runs", "judge_targets", "judge_tasks", "judged_runs", "paired_requests", "read_run_ids",
+           "reads_tokenizer", "report_inputs", "requests_of", "rl_requests", "run_ids_argument", "run_ids_json",
+           "runs_of", "scale_cells", "selected_methods", "stage_targets", "study_evaluations", "table1_evaluations",
+           "table1_tasks", "test_splits", "tokenizer_inputs", "transfer_runs", "validation_evaluations",
+           "variant_methods", "variant_outputs"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -126,6 +128,31 @@ def paired_requests(plan: Plan) -> list[RunId]:
     return [r for r in requests_of(plan, "main", pair) if not METHODS[r.name].starting_point]
 
 
+#: Where a run's validation evaluation lies, beside its test one: ``results/eval/<task>/<run>/seed<k>/validation/``.
+VALIDATION_DIR = "validation"
+
+
+def variant_methods(plan: Plan) -> dict[str, str]:
+    """Each variant run's name -> its method (the plan's runs of a method with variants: RL-Logit's reward variants)."""
+    return {run.name: run.method for run in plan.runs
+            if run.name != run.method and run.method in METHODS and METHODS[run.method].variants}
+
+
+def validation_evaluations(config: Mapping[str, Any], plan: Plan, method: str | None = None) -> dict[str, RunId]:
+    """Each Table 1 variant run's evaluation on its held-out validation prompts -> the run (of ``method``'s variants
+    only, where given): what the selection of Table 1's variant reads, and nothing of the test split."""
+    variants = variant_methods(plan)
+    return {path.replace("/metrics.json", f"/{VALIDATION_DIR}/metrics.json"): run
+            for path, run in table1_evaluations(config, plan).items()
+            if run.name in variants and (method is None or variants[run.name] == method)}
+
+
+def holdout_tasks(plan: Plan) -> list[str]:
+    """Tasks whose training prompts some run reads with a validation part held out (rule ``data_holdout``)."""
+    return list(dict.fromkeys(run.task for run in plan.runs if holdout_prompts(run.task)["train"] in
+                              run.inputs.values()))
+
+
 def _table1_requests(plan: Plan) -> list[RunId]:
     """The runs Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs (each run once)."""
     main = requests_of(plan, "main")
@@ -136,6 +163,18 @@ def _table1_requests(plan: Plan) -> list[RunId]:
 def eval_targets(plan: Plan) -> list[str]:
     """Every evaluation Table 1 reads: SFT and the RL methods on ``train.tasks``, the baselines on theirs."""
     return _evaluations([r.path for r in _table1_requests(plan)])
+
+
+def selected_methods(config: Mapping[str, Any], plan: Plan) -> list[str]:
+    """The Table 1 methods whose reported row is a variant selected on validation (RL-Logit), in table order."""
+    variants = variant_methods(plan)
+    return list(dict.fromkeys(variants[r.name] for r in table1_evaluations(config, plan).values()
+                              if r.name in variants))
+
+
+def variant_outputs(method: str) -> tuple[str, ...]:
+    """What the selection of ``method``'s variant writes: the selection record and the supplementary table."""
+    return (f"results/paper/data/{method}_selection.json", *_tables(f"{method}_variants"))
 
 
 def table1_tasks(config: Mapping[str, Any]) -> list[str]:
@@ -285,6 +324,10 @@ def stage_targets(config: Mapping[str, Any], plan: Plan | None = None) -> dict[s
     if config.get("train", {}).get("tasks"):
         targets["eval"] += eval_targets(plan)
         targets["paper"] += PAPER_RESULT_OUTPUTS
+        selected = selected_methods(config, plan)
+        if selected:  # a method with variants: each variant on its validation prompts, the selection, the other rows
+            targets["eval"] += list(validation_evaluations(config, plan))
+            targets["paper"] += [path for method in selected for path in variant_outputs(method)]
     if config.get("train", {}).get("tasks") and adaptive_comparison(config):
         targets["paper"] += ADAPTIVE_OUTPUTS
     if plan.requests.get("ablation"):

@@ -65,8 +65,9 @@ def test_each_study_names_its_runs_by_fields_that_are_the_planned_runs_identity(
 def test_paper_plan_takes_tau_from_the_task_rows_and_the_compute_setup_from_the_config():
     plan = plan_runs(load("paper.yaml"))
     verl = plan.of(engine="verl", job="train_verl")
-    # 70 of the paper (no SFT at 3B: the scale study's RL runs start from Qwen2.5-3B itself) + 2 ESS
-    assert len(verl) == 72 and all(run_overrides(run) and run.after for run in verl)
+    # 70 of the paper (no SFT at 3B: the scale study's RL runs start from Qwen2.5-3B itself) + 2 ESS + RL-Logit's
+    # second reward variant on its 3 tasks
+    assert len(verl) == 75 and all(run_overrides(run) and run.after for run in verl)
     spec = {run.key: run.spec for run in verl}
     assert spec["gsm8k/softmax_exact/seed0"].tau == 0.1 and spec["deepmath/softmax_exact/seed0"].tau == 0.3
     assert spec["poetry/softmax_sim/seed0"].tau == 0.3 and spec["gsm8k/grpo_exact/seed0"].tau is None
@@ -179,8 +180,8 @@ def test_plan_command_prints_the_run_table(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("deepmath ") and " softmax_exact " in line)
     assert " train_verl " in row and " tau=0.3 " in row and "nodes=2,gres=gpu:8" in row and " 3220 " in row
-    assert "97 training runs in 97 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, train_local 6, " \
-           "train_trl 3, train_verl 72" in out
+    assert "100 training runs in 100 Snakemake training jobs: annotate_rationales 3, train_imagenet 13, " \
+           "train_local 6, train_trl 3, train_verl 75" in out
 
 
 def test_plan_command_names_the_group_job_that_trains_a_run_and_counts_jobs_not_runs(capsys):
@@ -210,7 +211,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
     rows = [line.split() for line in out.splitlines()[2:]
-            if line and not line.startswith(("-", "GPU", "Disk", "97 training runs"))]
+            if line and not line.startswith(("-", "GPU", "Disk", "100 training runs"))]
     deepmath = next(r for r in rows if r[0] == "deepmath" and r[1] == "softmax_exact")
     assert header[-1] == "gpu_h" and deepmath[-1] == "768"  # 2 nodes x 8 GPUs x site.max_runtime_min 2880
     sft = next(r for r in rows if r[0] == "gsm8k" and r[1] == "sft")
@@ -220,7 +221,7 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
     meetingbank = next(r for r in rows if r[0] == "meetingbank" and r[1] == "grpo_sim")
     assert int(meetingbank[-5]) > 1 and float(meetingbank[-3]) <= 80  # resubmissions; bounded by tokens
     assert "Disk estimated" in out and "GPU-hours requested" not in out  # the cost line leads with the estimate
-    assert "(requested 33,420) in total" in total and "seed 0 " in total and "(requested 33,420);" in total
+    assert "(requested 34,956) in total" in total and "seed 0 " in total and "(requested 34,956);" in total
     main = [r for r in rows if r[6] == "main"]
     assert len(main) == 26 and f"(requested {sum(int(r[-1]) for r in main):,})" in total
     # the estimate: each run's est_gpu_h where the plan sizes it, its request where not (named in the line)
@@ -235,14 +236,14 @@ def test_plan_table_prices_each_run_in_gpu_hours_from_the_slurm_profile(capsys, 
             for r, h in zip(paper_plan.runs, asked, strict=True)]
     main_work = sum(w for r, w in zip(paper_plan.runs, work, strict=True) if r.study == "main")
     unsized = [h for r, h in zip(paper_plan.runs, asked, strict=True) if (r.job, r.key) not in sized and h > 0]
-    assert f"counted): {sum(work):,.0f} (requested 33,420) in total" in total
+    assert f"counted): {sum(work):,.0f} (requested 34,956) in total" in total
     assert f"main {main_work:,.0f} (requested" in total and f"{len(unsized)} GPU jobs not estimated" in total
     assert abs(sum(work) - sum(asked)) > 1  # the estimate, not the request under another name
 
     config, profile = load("paper.yaml"), load_profile(REPO / "profiles/slurm/config.yaml")
     plan = plan_runs(config)
     hours = plan_gpu_hours(config, plan, profile)
-    assert sum(hours) == pytest.approx(33_420)
+    assert sum(hours) == pytest.approx(34_956)
     shorter = yaml.safe_load((REPO / "profiles/slurm/config.yaml").read_text())
     shorter["set-resources"]["train_verl"]["runtime"] = "1440 * attempt"  # a profile value wins
     (tmp_path / "slurm.yaml").write_text(yaml.safe_dump(shorter))

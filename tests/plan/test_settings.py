@@ -215,8 +215,10 @@ def test_each_baselines_settings_class_is_its_schema_section_field_for_field():
             continue
         assert declared(m.section) is m.settings, m.name  # what the plan's spec builders find by the name
         assert set(m.settings.planned) <= set(props), m.name
-        assert [f.name for f in fields(m.settings)] == [k for k in props if k not in m.settings.planned], m.name
-        assert all(props[f.name].get("description") for f in fields(m.settings)), m.name  # described once, there
+        # a per-run field (RL-Logit's variant) is set by the plan, from the section's list (variants), not a key
+        own = [f.name for f in fields(m.settings) if f.name not in m.settings.per_run]
+        assert own == [k for k in props if k not in m.settings.planned], m.name
+        assert all(props[name].get("description") for name in own), m.name  # described once, there
         for name, nested in getattr(m.settings, "nested", {}).items():
             assert [f.name for f in fields(nested)] == list(props[name]["properties"]), (m.name, name)
             assert all(sub.get("description") for sub in props[name]["properties"].values()), (m.name, name)
@@ -227,12 +229,15 @@ def test_every_baseline_run_carries_its_typed_settings_and_imagenet_runs_their_o
     """Every planned run of a baseline with a settings class carries that class (the annotation job too: the STaR
     hint; not Rationalization's verl SFT step, plain SFT on the annotation's output), its JSON names the class, no
     other run carries any, and the ImageNet runs carry their objective and M in their own settings."""
-    from pipeline_lib.plan.registry import METHODS
+    from pipeline_lib.plan.registry import METHODS, variant_runs
 
     config = validate_config(load_config_file(REPO / "config" / name), SCHEMA, base_dir=REPO)
     runs = plan_runs(config, check_estimators=False).runs
+    variants = variant_runs(config)  # RL-Logit's runs, one per reward variant, each carrying its variant
     typed = [run for run in runs if run.method in METHODS and METHODS[run.method].settings is not None
-             and run.name == run.method and run.verl_kind != "sft"]
+             and (run.name == run.method or run.name in variants) and run.verl_kind != "sft"]
+    assert variants and all(run.spec.baseline.variant == variants[run.name][1] for run in typed
+                            if run.name in variants)
     planned = config["train"]["baselines"]["methods"]
     with_class = {m.name for m in METHODS.values() if m.settings is not None and m.section in planned}
     assert len(with_class) >= 2 and {run.method for run in typed} == with_class

@@ -3,6 +3,8 @@
 
 from pipeline_lib.core.cli import with_files
 from pipeline_lib.plan.groups import job_priority
+from pipeline_lib.plan.settings import reference_prompts
+from pipeline_lib.plan.targets import holdout_tasks
 
 
 rule data_tiny:
@@ -105,3 +107,28 @@ rule data_imagenet:
         "../../envs/cpu-steps.yaml"
     shell:
         "python -m pipeline_lib.core.data.build imagenet --spec {params.spec_file} --out-dir {params.out_dir} > {log} 2>&1"
+
+
+# A task's reference prompts with their last N held out (train.baselines.rl_logit.validation_prompts): the variant runs
+# train on rl_train, the selection among them reads only their evaluations on rl_val (pipeline_lib.plan.settings).
+rule data_holdout:
+    input:
+        data=lambda wildcards: reference_prompts(wildcards.task),
+    output:
+        train="results/data/{task}/holdout/rl_train.parquet",
+        val="results/data/{task}/holdout/rl_val.parquet",
+    params:
+        code=code_digest("pipeline_lib.core.data.build"),
+        **data_params(config, "holdout"),
+    wildcard_constraints:
+        task=pattern(holdout_tasks(PLAN)),
+    log:
+        "logs/data_holdout/{task}.log",
+    benchmark:
+        "results/benchmarks/data_holdout/{task}.tsv"
+    priority: job_priority("data_holdout")
+    conda:
+        "../../envs/cpu-steps.yaml"
+    shell:
+        "python -m pipeline_lib.core.data.build holdout --data {input.data}"
+        " --validation-prompts {params.validation_prompts} --out-dir {params.out_dir} > {log} 2>&1"

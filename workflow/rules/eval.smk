@@ -67,6 +67,31 @@ rule eval_checkpoint:
         " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"
 
 
+# A variant run (RL-Logit's reward variants) on its held-out validation prompts: what selects Table 1's variant.
+rule eval_validation:
+    input:
+        done="results/train/{task}/{method}/seed{seed}/DONE.json",
+        canary=after_canary("eval_validation"),
+        data="results/data/{task}/holdout/rl_val.parquet",
+    output:
+        metrics="results/eval/{task}/{method}/seed{seed}/validation/metrics.json",
+        generations="results/eval/{task}/{method}/seed{seed}/validation/generations.jsonl",
+    params:
+        code=code_digest("pipeline_lib.jobs.eval.evaluate"),
+        **with_files(eval_params(config, "validation"), "spec"),
+    log:
+        "logs/eval_validation/{task}_{method}_seed{seed}.log",
+    benchmark:
+        "results/benchmarks/eval_validation/{task}_{method}_seed{seed}.tsv"
+    priority: job_priority("eval_validation")
+    threads: 1
+    conda:
+        EVAL_ENV
+    shell:
+        "python -m pipeline_lib.jobs.eval.evaluate --model {params.model} --data {input.data} --spec {params.spec_file}"
+        " --seed {wildcards.seed} --out {params.out_dir} --threads {threads} > {log} 2>&1"
+
+
 # Transfer benchmarks of one task's checkpoints (paper: the OpenThoughts run) through the libraries themselves.
 rule eval_lm_eval:
     input:

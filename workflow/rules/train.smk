@@ -39,7 +39,8 @@ for job, kind in JOBS.items():
             **({"runtime": site_settings(config)["max_runtime_min"]} if job in SITE_TIMED else {}),
             # Snakemake's attempt, for the job's record of why each attempt ended: a resubmission runs after a time
             # limit as often as `retries` allows, after any other failure once (pipeline_lib.core.attempts)
-            **({"attempt": lambda wildcards, attempt: attempt} if job in SITE_TIMED else {}),
+            # (every rule of the loop: its shell line runs when the job runs, when `job` is the loop's last value)
+            attempt=lambda wildcards, attempt: attempt,
         retries: RETRIES.get(job)
         log:
             f"logs/{job}/{{run}}.log",
@@ -50,7 +51,7 @@ for job, kind in JOBS.items():
         conda:
             f"../../envs/{kind.conda}"
         shell:
-            (f"{ATTEMPT_ENV}={{resources.attempt}} " if job in SITE_TIMED else "") + "{params.command} > {log} 2>&1"
+            f"{ATTEMPT_ENV}={{resources.attempt}} {{params.command}} > {{log}} 2>&1"
 
 
 # Runs of one (task, seed) on the local engine that start from the same SFT model, one after another in one process

@@ -4,6 +4,7 @@
     python -m pipeline_lib.core.data.build real --dataset gsm8k --spec JSON --out-dir DIR
     python -m pipeline_lib.core.data.build imagenet --spec JSON --out-dir DIR
     python -m pipeline_lib.core.data.build tokenizer --inputs A.parquet B.parquet --vocab-size 1024 --out-dir DIR
+    python -m pipeline_lib.core.data.build holdout --data .../rl_train.parquet --validation-prompts 500 --out-dir DIR
 
 A build that fails leaves no partial outputs (:func:`no_partial_outputs`), whether it ran
 under Snakemake (which removes only the declared files, not their sidecars) or by hand.
@@ -30,7 +31,7 @@ from pipeline_lib.core.data.schema import DatasetWriter
 from pipeline_lib.core.data.sources import SourceSpec, load_split
 from pipeline_lib.core.data.tiny import TASKS, generate_task
 from pipeline_lib.core.data.tokenizer import train_tokenizer
-from pipeline_lib.core.io import sha256_file, write_json
+from pipeline_lib.core.io import atomic_path, sha256_file, write_json
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX, write_provenance
 
 log = logging.getLogger("pipeline_lib.core.data.build")
@@ -142,6 +143,23 @@ def validate_imagenet(spec: dict, out_dir: Path) -> list[Path]:
     return [manifest]
 
 
+def build_holdout(data: Path, validation_prompts: int, out_dir: Path) -> list[Path]:
+    """``data``'s last ``validation_prompts`` rows as ``rl_val.parquet`` and the others as ``rl_train.parquet``: a
+    validation split for a selection among runs (RL-Logit's variants) where the dataset has none, held out of their
+    training the way Iterative DPO holds out its last training prompts (the test split is never read)."""
+    frame = pd.read_parquet(data)
+    if len(frame) <= validation_prompts:
+        raise ValueError(f"{data}: {len(frame)} prompts, need more than validation_prompts={validation_prompts}")
+    n_train = len(frame) - validation_prompts
+    outputs = []
+    for name, part in (("rl_train", frame.iloc[:n_train]), ("rl_val", frame.iloc[n_train:])):
+        with atomic_path(out_dir / f"{name}.parquet") as tmp:
+            part.reset_index(drop=True).to_parquet(tmp, index=False)
+        outputs.append(out_dir / f"{name}.parquet")
+    log.info("%s: %d training prompts, %d held out for validation", data, n_train, validation_prompts)
+    return outputs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = entry_parser(__doc__, "pipeline_lib.core.data.build")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     tok.add_argument("--inputs", nargs="+", type=Path, required=True)
     tok.add_argument("--vocab-size", type=int, required=True)
     tok.add_argument("--out-dir", type=Path, required=True)
+    holdout = sub.add_parser("holdout", help="split a task's training prompts into train and held-out validation")
+    holdout.add_argument("--data", type=Path, required=True)
+    holdout.add_argument("--validation-prompts", type=int, required=True)
+    holdout.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     started = time.time()
     with no_partial_outputs(args.out_dir):
@@ -189,6 +211,10 @@ def _run(args: argparse.Namespace, started: float) -> list[Path]:
     elif args.command == "imagenet":
         outputs = validate_imagenet(json.loads(args.spec), args.out_dir)
         write_provenance(outputs, step="data_imagenet", started_at=started)
+    elif args.command == "holdout":
+        outputs = build_holdout(args.data, args.validation_prompts, args.out_dir)
+        write_provenance(outputs, step="data_holdout", inputs=[args.data],
+                         params={"validation_prompts": args.validation_prompts}, started_at=started)
     else:
         outputs = build_tokenizer(args.inputs, args.vocab_size, args.out_dir)
         write_provenance(outputs, step="data_tokenizer", inputs=args.inputs, params={"vocab_size": args.vocab_size},

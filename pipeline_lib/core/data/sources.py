@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,6 +82,24 @@ def _loads(text: str) -> Any:
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
+#: A JSON escape of a UTF-16 surrogate half (``\ud800``-``\udfff``): only a pair of them is a character.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(text: str, value: Any) -> str | None:
+    """Why ``value`` (parsed from ``text``) cannot be written as UTF-8: a lone surrogate escape, which JSON parses into
+    a string that no UTF-8 file (Parquet, JSON Lines) can hold; None when it can. The escape is looked for in the
+    text first, so a clean file costs one regular-expression scan."""
+    if not _SURROGATE_ESCAPE.search(text):
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"a lone UTF-16 surrogate escape ({exc.object[exc.start:exc.end].encode('unicode_escape').decode()}) "
+                "is not a character; the value must be valid Unicode")
+    return None
+
+
 def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
     records, lines = [], []
     for number, line in enumerate(_read_text(path, dataset).split("\n"), 1):  # only \n ends a JSON Lines line
@@ -95,6 +114,8 @@ def _read_jsonl(path: Path, dataset: str) -> pd.DataFrame:
         if not isinstance(record, dict):
             raise DataError(dataset, f"{path}, line {number}",
                             f"expected a JSON object, got {type(record).__name__}")
+        if (problem := _lone_surrogate(line, record)) is not None:
+            raise DataError(dataset, f"{path}, line {number}", problem)
         records.append(record)
         lines.append(number)
     return _frame(records, lines)
@@ -113,6 +134,8 @@ def _read_json(path: Path, dataset: str) -> pd.DataFrame:
     for number, record in enumerate(data, 1):
         if not isinstance(record, dict):
             raise DataError(dataset, f"{path}, record {number}", f"expected a JSON object, got {type(record).__name__}")
+        if (problem := _lone_surrogate(json.dumps(record), record)) is not None:
+            raise DataError(dataset, f"{path}, record {number}", problem)
     return _frame(data, list(range(1, len(data) + 1)))
 
 

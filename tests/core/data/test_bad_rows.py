@@ -135,3 +135,23 @@ def test_a_null_in_a_parquet_integer_column_is_blamed_on_its_own_row(tmp_path):
     frame["target"] = frame["target"].fillna(7)
     frame.to_parquet(tmp_path / "train.parquet", index=False)
     _build("countdown", tmp_path / "train.parquet", tmp_path)  # the repaired file builds
+
+
+def test_a_lone_surrogate_escape_is_refused_naming_file_and_line(tmp_path):
+    """JSON parses `\\ud800` into a string no UTF-8 file can hold: refused at its line, before any writer fails with
+    a traceback; a proper surrogate pair (an emoji) is a character and is read."""
+    from pipeline_lib.core.data.schema import DataError
+    from pipeline_lib.core.data.sources import _read_json, _read_jsonl
+
+    good = {"question": "What is 1 + 1? \U0001f600", "answer": "2"}
+    lines = [json.dumps(good), json.dumps(good), '{"question": "What is \\ud800 2?", "answer": "4"}']
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"train\.jsonl, line 3: a lone UTF-16 surrogate escape \(\\ud800\)"):
+        _read_jsonl(path, "gsm8k")
+    array = tmp_path / "train.json"
+    array.write_text("[" + ", ".join(lines) + "]")
+    with pytest.raises(DataError, match=r"train\.json, record 3: a lone UTF-16 surrogate"):
+        _read_json(array, "gsm8k")
+    path.write_text("\n".join(lines[:2]) + "\n")
+    assert list(_read_jsonl(path, "gsm8k")["question"]) == [good["question"]] * 2

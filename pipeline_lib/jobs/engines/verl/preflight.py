@@ -38,7 +38,7 @@ from pipeline_lib.jobs.engines.verl import cpu
 from pipeline_lib.jobs.engines.verl.cpu import cpu_overrides
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths
 from pipeline_lib.plan import METHODS, PlanError, RunSpec, validate_planned_config
-from pipeline_lib.plan.settings import engine_settings, eval_spec, verl_tasks
+from pipeline_lib.plan.settings import engine_settings, eval_spec, verl_tasks, with_variant
 
 __all__ = ["CHECKS", "KINDS", "MODEL_DIR", "SFT_KIND", "Preflight", "PreflightError", "build_tiny_model",
            "check_advantages", "check_run", "check_weight_syncs", "eval_spec_for", "kind_spec",
@@ -202,6 +202,8 @@ def kind_spec(kind: str, section: Mapping[str, Any], base: Mapping[str, Any], mo
         knobs = config["train"]["task_settings"][task].setdefault("rl", {}).setdefault("verl", {})
         knobs["gpus_per_node"] = engine_settings(config, task, "rl", "verl")["gpus_per_node"] + 1
     spec = METHODS[method].engines["verl"].spec(config, task, method, "verl")
+    if METHODS[method].variants:  # a method with variants (RL-Logit): its first variant's run
+        spec = with_variant(spec, config["train"]["baselines"][METHODS[method].section][METHODS[method].variants][0])
     cpu_settings = cpu_overrides(trainer, (spec.rl or spec.sft).knobs.gpus_per_node, dict(env_vars or {}))
     return replace(spec, extra_overrides=(*spec.extra_overrides, *cpu_settings))
 

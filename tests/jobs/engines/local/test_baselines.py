@@ -413,14 +413,17 @@ def test_baseline_and_ablation_targets_and_names():
 
 def test_paper_baselines_run_where_the_paper_reports_them_and_table1_keeps_to_verifiable_tasks():
     from pipeline_lib.plan import plan_runs
-    from pipeline_lib.plan.targets import runs_of, table1_evaluations, table1_tasks
+    from pipeline_lib.plan.targets import requests_of, table1_evaluations, table1_tasks, variant_methods
     from tests.jobs.engines.conftest import paper_config
 
     config = paper_config()
     plan = plan_runs(config)
-    runs = runs_of(plan, "baseline")
-    tasks_of = {m: sorted({p.split("/")[2] for p in runs if p.split("/")[3] == m}) for m in
+    method_of = variant_methods(plan)  # RL-Logit's runs are its reward variants: both on each of its tasks
+    runs = requests_of(plan, "baseline")
+    tasks_of = {m: sorted({r.task for r in runs if method_of.get(r.name, r.name) == m}) for m in
                 ("base", "opd", "raro", "rl_logit", "iterative_dpo", "rationalization")}
+    assert sorted(r.name for r in runs if r.task == "gsm8k" and r.name.startswith("rl_logit")) == \
+        ["rl_logit_logprob", "rl_logit_neg_perplexity"]
     verifiable, everything = ["countdown", "deepmath", "gsm8k"], sorted(config["train"]["tasks"])
     assert tasks_of == {"base": everything, "opd": everything, "raro": ["countdown", "deepmath"],
                         "rl_logit": verifiable, "iterative_dpo": verifiable, "rationalization": verifiable}
@@ -507,13 +510,22 @@ def test_every_baseline_and_the_ablation_ran_end_to_end_in_the_main_job(main_tre
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     (task,) = config["train"]["baselines"]["tasks"]
     table = pd.read_csv(main_tree / "results/paper/tables/table1.csv")
-    assert list(table["Method"]) == ["Base", "SFT", "Rationalization", "Iterative DPO", "RL-Logit", "RARO", "OPD",
+    assert list(table["Method"]) == ["Base", "SFT", "Rationalization", "Iterative DPO",
+                                     "RL-Logit (variant selected on validation)", "RARO", "OPD",
                                      "GRPO-Sim", "GRPO-Exact", "SoftmaxGRPO-Sim", "SoftmaxGRPO-Exact",
                                      "SoftmaxGRPO-ESS"]
     assert "--" not in set(table[task].astype(str))
-    for method in ("base", "rationalization", "iterative_dpo", "rl_logit", "raro", "opd", "opd_teacher"):
+    # RL-Logit: both reward variants trained and validated; Table 1's row the selected one, the other supplementary
+    selection = json.loads((main_tree / "results/paper/data/rl_logit_selection.json").read_text())
+    assert selection["split_read"] == "validation" and task in selection["tasks"]
+    assert len(pd.read_csv(main_tree / "results/paper/tables/rl_logit_variants.csv")) == 2
+    for method in ("base", "rationalization", "iterative_dpo", "rl_logit_logprob", "rl_logit_neg_perplexity", "raro",
+                   "opd", "opd_teacher"):
         run = main_tree / "results/train" / task / method / "seed0"
-        assert json.loads((run / "DONE.json").read_text())["kind"] == method, method
+        assert json.loads((run / "DONE.json").read_text())["kind"] == method.split("_logprob")[0].split(
+            "_neg_perplexity")[0], method
+        if method.startswith("rl_logit_"):
+            assert (main_tree / "results/eval" / task / method / "seed0/validation/metrics.json").is_file(), method
         assert (run / "final/model.safetensors").is_file() and (run / "metrics.jsonl").is_file(), method
         assert any((main_tree / "results/benchmarks").rglob(f"*{method}*")), method
     ablation = pd.read_csv(main_tree / "results/paper/tables/ablation.csv", dtype=str)

@@ -17,7 +17,8 @@ from pipeline_lib.jobs.engines.verl.translate import rl_overrides, verl_baseline
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
 from pipeline_lib.jobs.methods.expert import split_reasoning
 from pipeline_lib.plan import METHODS
-from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec
+from pipeline_lib.plan.registry import variant_runs
+from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec, with_variant
 from tests.conftest import MODEL
 from tests.jobs.engines.verl.conftest import PATHS, paper_baselines
 from tests.tiny_rollout_server import TinyRolloutServer
@@ -143,7 +144,8 @@ VERL_BASELINES = [name for name, entry in METHODS.items() if verl_baseline(entry
 
 
 def baseline_runs(config):
-    return {label: overrides for label, _, overrides in planned_runs(config) if label.split("/")[1] in VERL_BASELINES}
+    names = {*VERL_BASELINES, *variant_runs(config)}  # RL-Logit: one run per reward variant
+    return {label: overrides for label, _, overrides in planned_runs(config) if label.split("/")[1] in names}
 
 
 def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation():
@@ -151,9 +153,10 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
     runs = baseline_runs(config)
     assert set(runs) == {f"{t}/opd/seed0" for t in ("gsm8k", "countdown", "deepmath", "poetry", "meetingbank",
                                                     "openthoughts")} | \
-        {f"{t}/rl_logit/seed0" for t in ("gsm8k", "countdown", "deepmath")}
+        {f"{t}/rl_logit_{v}/seed0" for t in ("gsm8k", "countdown", "deepmath") for v in ("logprob", "neg_perplexity")}
     for label, overrides in runs.items():
-        task, method, _ = label.split("/")
+        task, name, _ = label.split("/")
+        method = variant_runs(config).get(name, (name,))[0]
         verl_config = validate_rl(overrides, label=label)
         grpo_spec = group_rl_spec(config, task, "grpo_sim", "verl")
         grpo = validate_rl(rl_overrides(grpo_spec, PATHS, 0))
@@ -178,12 +181,14 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
             assert rl_baseline_spec(config, task, "opd", "verl").resources == grpo_spec.resources
         else:
             assert not distillation.enabled
-            assert agent.default_agent_loop == "rl_logit_logprob"
+            assert agent.default_agent_loop == name  # rl_logit_<variant>: the variant's registered loop
             assert agent.agent_loop_config_path == str(AGENT_LOOP_CONFIG)
             assert rl_baseline_spec(config, task, "rl_logit", "verl").resources == grpo_spec.resources
-    config["train"]["baselines"]["rl_logit"]["variant"] = "neg_perplexity"
-    assert all(OmegaConf.select(validate_rl(o), "actor_rollout_ref.rollout.agent.default_agent_loop")
-               == "rl_logit_neg_perplexity" for label, o in baseline_runs(config).items() if "rl_logit" in label)
+    config["train"]["baselines"]["rl_logit"]["variants"] = ["neg_perplexity"]
+    loops = {label: OmegaConf.select(validate_rl(o), "actor_rollout_ref.rollout.agent.default_agent_loop")
+             for label, o in baseline_runs(config).items() if "rl_logit" in label}
+    assert sorted(loops) == [f"{t}/rl_logit_neg_perplexity/seed0" for t in ("countdown", "deepmath", "gsm8k")]
+    assert set(loops.values()) == {"rl_logit_neg_perplexity"}
 
 
 @pytest.mark.parametrize("override,message", [
@@ -194,7 +199,7 @@ def test_every_paper_opd_and_rl_logit_run_translates_and_passes_verls_validation
      r"(?s)train run gsm8k/opd/seed0.*k1"),
     ("distillation.teacher_models.teacher_model.model_pth=/x", r"train run gsm8k/opd/seed0.*model_pth"),
     ("actor_rollout_ref.rollout.agent.default_agent_loop=rl_logit_logporb",
-     r"train run gsm8k/rl_logit/seed0.*rl_logit_logporb.*not registered"),
+     r"train run gsm8k/rl_logit_logprob/seed0.*rl_logit_logporb.*not registered"),
 ])
 def test_a_wrong_baseline_setting_fails_validation_naming_the_run(tmp_path, override, message):
     config = paper_baselines()
@@ -233,7 +238,8 @@ def test_opd_needs_a_teacher_model_and_gpus_it_can_split():
 def test_the_train_entry_point_dry_runs_a_verl_baseline(tmp_path, capsys, method):
     from pipeline_lib.jobs.engines.verl.train import main
 
-    spec = rl_baseline_spec(paper_baselines(), "countdown", method, "verl").to_json()
+    spec = rl_baseline_spec(paper_baselines(), "countdown", method, "verl")
+    spec = (with_variant(spec, "logprob") if method == "rl_logit" else spec).to_json()
     main(["rl", "--spec", spec, "--data", str(tmp_path / "rl_train.parquet"), "--val-data", str(tmp_path / "t.pq"),
           "--init", str(tmp_path / "sft/final"), "--run-dir", str(tmp_path / "run"), "--seed", "0", "--dry-run"])
     out = capsys.readouterr().out
