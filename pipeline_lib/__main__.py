@@ -1,7 +1,7 @@
 """``python -m pipeline_lib <command>``: the package's own commands (``audit``, ``calibrate``: the estimates corrected
 by the first runs' step times, ``plan``, ``settings``: regenerate the files generated from the config schema,
 ``fidelity``: regenerate ``docs/fidelity.md`` from the paper plan; ``hub-lock``: pin the hub revisions a config's plan
-reads)."""
+reads; ``reruns``: the jobs an edit of code would rerun, priced, before anything runs)."""
 
 import sys
 import tempfile
@@ -11,7 +11,7 @@ from pipeline_lib.core import schema_docs
 from pipeline_lib.core.cli import entry_parser
 from pipeline_lib.jobs import audit, fetch
 from pipeline_lib.paper import fidelity
-from pipeline_lib.plan import calibrate, plan_runs, table
+from pipeline_lib.plan import calibrate, plan_runs, reruns, table
 from pipeline_lib.plan.hub import HUB_LOCK, hub_repos, repos_json
 
 
@@ -32,7 +32,7 @@ def hub_lock(argv: list[str]) -> int:
 
 def main() -> int:
     commands = {"audit": audit.main, "calibrate": calibrate.main, "plan": table.main, "settings": schema_docs.main,
-                "fidelity": fidelity.main, "hub-lock": hub_lock}
+                "fidelity": fidelity.main, "hub-lock": hub_lock, "reruns": reruns.main}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(f"usage: python -m pipeline_lib {{{','.join(commands)}}} ...", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ import shutil
 import string
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,15 @@ def workflow_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def touched_workflow(tmp_path: Path, full_console: bool = False) -> Callable[..., subprocess.CompletedProcess]:
+def touched_workflow(tmp_path: Path, full_console: bool = False, args: Sequence[str] = (),
+                     files: Mapping[str, str] | None = None) -> Callable[..., subprocess.CompletedProcess]:
     """A copy of the workflow and the package in ``tmp_path`` whose every output is a placeholder Snakemake recorded
-    as made (``--touch``, no real run); returns a runner of ``snakemake ARGS`` there, for dry runs after an edit."""
+    as made (``--touch``, no real run; ``args``: the config files, ``--configfile config/paper.yaml``; ``files``:
+    written into the copy first, path -> text); returns a runner of ``snakemake ARGS`` there, for dry runs after an
+    edit."""
     _copy_parts(REPO, tmp_path, (*WORKFLOW_PARTS, "pipeline_lib"))
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin:" + str(Path(sys.executable).parent),
            "OMP_NUM_THREADS": "1", "HOME": str(tmp_path), **({"PIPELINE_CONSOLE": "full"} if full_console else {})}
 
@@ -64,13 +69,13 @@ def touched_workflow(tmp_path: Path, full_console: bool = False) -> Callable[...
         return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=600)
 
-    summary = snakemake("--summary")
+    summary = snakemake("--summary", *args)
     assert summary.returncode == 0, summary.stderr[-3000:]
     for line in summary.stdout.splitlines()[1:]:
         target = tmp_path / line.split("\t")[0]
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch()
-    touched = snakemake("--touch", "--forceall", "--cores", "1")
+    touched = snakemake("--touch", "--forceall", "--cores", "1", *args)
     assert touched.returncode == 0, touched.stderr[-3000:]
     return snakemake
 

@@ -9,9 +9,11 @@ makes the same code give bit-identical numbers on one machine and different ones
 secrets never belong in ``params``.
 
 The code digest covers the ``pipeline_lib`` modules the step's entry point imports
-(static, transitive, from the files on disk, so untracked modules count), which is
-what lets the audit and Snakemake's params trigger notice an output made with older
-code while an edit to unrelated code (the judge, for a trained model) leaves it alone.
+(static, transitive, from the files on disk, so untracked modules count; a string naming a module counts as an import,
+verl's workers and the launcher load them so, except in the planner, whose strings name the entry points of the jobs it
+plans), which is what lets the audit and Snakemake's params trigger notice an output made with older code while an
+edit to unrelated code (the judge, for a trained model) leaves it alone. Each module counts by its syntax tree without
+docstrings (:func:`code_text`): a comment, docstring or layout edit changes no digest (``docs/design.md``).
 It also covers the files outside the package that those modules read as part of their
 code: a module names them by a repository-relative string constant under ``config/``
 (``"config/prompts"``: the judge's rubric prompts), a file or a folder of files, so an
@@ -46,9 +48,24 @@ from typing import Any
 from pipeline_lib.core.env import env
 from pipeline_lib.core.io import sha256_file, write_json
 
-__all__ = ["SIDECAR_SUFFIX", "code_digest", "code_modules", "code_version", "config_digest", "config_settings",
-           "entry_module", "file_record", "hardware", "numerics", "resolved_config_file", "running_entry",
-           "step_config", "step_sections", "write_provenance"]
+__all__ = [
+    "SIDECAR_SUFFIX",
+    "code_digest",
+    "code_modules",
+    "code_text",
+    "code_version",
+    "config_digest",
+    "config_settings",
+    "entry_module",
+    "file_record",
+    "hardware",
+    "numerics",
+    "resolved_config_file",
+    "running_entry",
+    "step_config",
+    "step_sections",
+    "write_provenance",
+]
 
 SIDECAR_SUFFIX = ".prov.json"
 _TRACKED_PACKAGES = (
@@ -60,6 +77,9 @@ _PACKAGE = "pipeline_lib"
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 _DATA_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".jinja")  # package files read at run time (agent-loop configs)
 _MODULE_STRING = re.compile(r"^pipeline_lib(?:[./][A-Za-z_][A-Za-z0-9_]*)+(?:\.py)?$")
+#: The planner's modules name the entry points of the jobs they plan (``"pipeline_lib.jobs.engines.local.rl"``): data
+#: to the planner, each job's own code to that job's digest, so a module string there is not followed.
+_PLANNER = _PACKAGE + ".plan"
 _REPO_DATA_STRING = re.compile(r"^config(?:/[A-Za-z0-9_.-]+)+$")  # a module's data outside the package (prompts)
 
 
@@ -81,22 +101,23 @@ _SCAN_CACHE = _REPO_ROOT / ".snakemake" / "module-scan" if (_REPO_ROOT / "Snakef
 
 
 @cache
-def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The ``pipeline_lib`` names a module may import and the ``config/...`` strings it names (:func:`_parse`),
-    kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered from it)."""
+def _scan(path: Path, module: str, stamp: tuple[int, int]) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The ``pipeline_lib`` names a module may import, the ``config/...`` strings it names and the digest of its code
+    (:func:`_parse`), kept in :data:`_SCAN_CACHE` under the digest of what decides them (so an edit is never answered
+    from it)."""
     source = path.read_bytes()
     if _SCAN_CACHE is None:
         return _parse(source, path, module)
     key = hashlib.sha256(b"\0".join([_scanner_digest().encode(), module.encode(), source])).hexdigest()
     cached = _SCAN_CACHE / f"{key}.json"
     try:
-        names, data = json.loads(cached.read_text())
-        return tuple(names), tuple(data)
+        names, data, code = json.loads(cached.read_text())
+        return tuple(names), tuple(data), code
     except (OSError, ValueError):
         pass
     scanned = _parse(source, path, module)
     with suppress(OSError):  # a read-only checkout: scanned again next time
-        write_json(cached, [list(scanned[0]), list(scanned[1])])
+        write_json(cached, [list(scanned[0]), list(scanned[1]), scanned[2]])
     return scanned
 
 
@@ -105,11 +126,39 @@ def _scanner_digest() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
-def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` with every statement that is only a string (docstrings, attribute notes) taken out: text that no
+    execution reads (``__doc__`` aside, which no job's output depends on)."""
+    for node in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            body = getattr(node, name, None)
+            if not isinstance(body, list) or not body or not isinstance(body[0], ast.stmt):
+                continue
+            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                            and isinstance(s.value.value, str))]
+            setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+    return tree
+
+
+def code_text(source: bytes | str, filename: str = "<module>") -> str:
+    """What a module's digest covers: its syntax tree (``ast.dump``: no comments, no positions, no formatting) with
+    the docstrings left out, so an edit of wording or layout reruns nothing and an edit of code reruns its jobs."""
+    return ast.dump(_without_docstrings(ast.parse(source, filename=filename)))
+
+
+def source_digest(name: str, source: bytes) -> str:
+    """The digest :func:`code_modules` records for a file named ``name`` holding ``source``: a module's code
+    (:func:`code_text`), any other file's bytes. What ``python -m pipeline_lib reruns`` compares two versions by."""
+    if name.endswith(".py"):
+        return hashlib.sha256(code_text(source, name).encode()).hexdigest()
+    return hashlib.sha256(source).hexdigest()
+
+
+def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
     """One parse of a module: the ``pipeline_lib`` names it may import (import statements anywhere, lazy ones in
     functions included, relative imports resolved, and string constants naming a module: verl's reward-function
-    paths) and the ``config/...`` strings it names (:func:`_repo_data`)."""
-    tree = ast.parse(source, filename=str(path))
+    paths), the ``config/...`` strings it names (:func:`_repo_data`) and the sha256 of :func:`code_text`."""
+    tree = _without_docstrings(ast.parse(source, filename=str(path)))
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names: list[str] = []
     data: set[str] = set()
@@ -124,11 +173,12 @@ def _parse(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tup
                 prefix = node.module or ""
             names += [prefix, *(f"{prefix}.{alias.name}" for alias in node.names if alias.name != "*")]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if _MODULE_STRING.match(node.value):
+            if _MODULE_STRING.match(node.value) and not module.startswith(_PLANNER):
                 names.append(node.value.removesuffix(".py").replace("/", "."))
             elif _REPO_DATA_STRING.match(node.value):
                 data.add(node.value)
-    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data))
+    code = hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    return tuple(n for n in names if n == _PACKAGE or n.startswith(_PACKAGE + ".")), tuple(sorted(data)), code
 
 
 def _imported_names(path: Path, module: str, stamp: tuple[int, int]) -> tuple[str, ...]:
@@ -229,20 +279,48 @@ def _closure(entry: str | None) -> tuple[Path, ...]:
 
 @cache
 def _file_sha256(path: Path, stamp: tuple[int, int]) -> str:
+    """A module's digest is its code's (:func:`code_text`); a data file's, its bytes'."""
+    if path.suffix == ".py":
+        return _scan(path, _module_name(path), stamp)[2]
     return sha256_file(path)
 
 
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(_PACKAGE_DIR.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def code_modules(entry: str | None = None) -> dict[str, str]:
-    """sha256 of every package file the entry module imports (transitively), by path relative to the checkout.
+    """The digest of every package file the entry module imports (transitively), by path relative to the checkout: a
+    module's code (:func:`code_text`, so comments and docstrings count for nothing), a data file's bytes.
 
     Cached per process by file mtime and size (the workflow calls this for every rule at parse time).
     """
     return {str(p.relative_to(_REPO_ROOT)): _file_sha256(p, _stamp(p)) for p in _closure(entry)}
 
 
+#: Every digest :func:`code_digest` gave in this process -> its entry module: what lets ``python -m pipeline_lib
+#: reruns`` read a job's ``code`` parameter back as the code it covers (the rules' own digests, no second list).
+_GIVEN: dict[str, str | None] = {}
+
+
 def code_digest(entry: str | None = None) -> str:
     """One sha256 over :func:`code_modules`; a rule parameter, so Snakemake reruns a job whose code changed."""
-    return hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(code_modules(entry), sort_keys=True).encode()).hexdigest()
+    _GIVEN[digest] = entry
+    return digest
+
+
+def digest_entries(parameter: str) -> list[str | None]:
+    """The entry modules whose :func:`code_digest` (given in this process) a rule's ``code`` parameter is made of
+    (one digest, several joined by spaces, or concatenated); a digest this process never gave is an error."""
+    digests = re.findall(r"[0-9a-f]{64}", parameter)
+    if not digests or "".join(digests) != re.sub(r"\s+", "", parameter):
+        raise ValueError(f"code parameter {parameter[:80]!r} is not made of code digests")
+    unknown = [d for d in digests if d not in _GIVEN]
+    if unknown:
+        raise ValueError(f"code digest {unknown[0][:16]}... was not given by code_digest in this process")
+    return [_GIVEN[d] for d in digests]
 
 
 _RUNNING_ENTRY: ContextVar[str | None] = ContextVar("running_entry", default=None)

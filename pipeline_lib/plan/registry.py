@@ -22,7 +22,7 @@ from pipeline_lib.core.baselines import (
     RationalizationSettings,
     RLLogitSettings,
 )
-from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS, EstimatorEntry, declare, undeclare
+from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS, EstimatorEntry, declare, undeclare, verl_estimators
 from pipeline_lib.core.run_spec import ENGINES, PlanError, RunSpec
 from pipeline_lib.plan import layouts
 from pipeline_lib.plan.layouts import Ctx, Job
@@ -42,12 +42,6 @@ __all__ = ["ADVANTAGE_ESTIMATORS", "ENGINES", "METHODS", "METHOD_LABELS", "METHO
 
 SpecBuilder = Callable[[Mapping[str, Any], str, str, str], RunSpec]  # (config, task, method, engine) -> spec
 Layout = Callable[[Ctx, RunSpec], Job]  # the run being built and its spec -> the job's inputs and arguments
-
-
-def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """verl estimator name -> (our estimator, its parameter names), for our estimators; asked at each use, so one a
-    test registers later is included."""
-    return {entry.verl: (entry.name, entry.param_names) for entry in ADVANTAGE_ESTIMATORS.values() if entry.ours}
 
 
 @dataclass(frozen=True)

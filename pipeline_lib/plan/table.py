@@ -30,7 +30,8 @@ from pipeline_lib.plan.estimates import SITE_TIMED, Estimate, disk_needs, estima
 from pipeline_lib.plan.groups import train_groups
 from pipeline_lib.plan.runs import Plan, Run, plan_runs, validate_planned_config
 
-__all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "slurm_jobs"]
+__all__ = ["gpu_hours", "job_of_run", "load_config", "load_profile", "main", "plan_gpu_hours", "render", "requested",
+           "slurm_jobs"]
 
 REPO = Path(__file__).resolve().parents[2]
 #: The Slurm profile whose time limits and GPU counts price the paper plan.
@@ -98,8 +99,17 @@ def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared
     """GPUs x time limit (hours) that ``run``'s Slurm job requests on its first attempt (0 for a CPU job); ``rule``
     is the job's rule when a group runs it (then split among the ``shared_by`` runs of the job)."""
     rule = rule or run.job
+    gpus, hours = requested(rule, run.resources if rule == run.job else {}, profile, site)
+    return gpus * hours / shared_by
+
+
+def requested(rule: str, resources: Mapping[str, Any], profile: Mapping[str, Any],
+              site: Mapping[str, Any] | None = None) -> tuple[int, float]:
+    """(GPUs, time limit in hours) a job of ``rule`` asks Slurm for on its first attempt: the profile's default and
+    per-rule resources under the job's own ``resources``; a GPU job with no time limit is an error, a CPU job's
+    limit is 0 where none is set."""
     resources = {**(profile.get("default-resources") or {}), **((profile.get("set-resources") or {}).get(rule) or {}),
-                 **(run.resources if rule == run.job else {})}
+                 **{k: v for k, v in resources.items() if k in ("gres", "nodes", "gpu", "runtime")}}
     where = f"{profile.get('_path', 'profile')}: set-resources.{rule}"
     if "gres" in resources:
         match = re.fullmatch(r"gpu(?::[\w-]+)?:(\d+)", str(resources["gres"]))
@@ -108,14 +118,14 @@ def gpu_hours(run: Run, profile: dict[str, Any], rule: str | None = None, shared
         gpus = int(resources.get("nodes", 1)) * int(match.group(1))
     else:
         gpus = int(_first_attempt(resources.get("gpu", 0), f"{where}.gpu"))
-    if gpus == 0:
-        return 0.0
     own = (profile.get("set-resources") or {}).get(rule) or {}
-    if "runtime" not in own and rule in SITE_TIMED:  # the rule asks for the partition's MaxTime (over the defaults)
+    if gpus and "runtime" not in own and rule in SITE_TIMED:  # the rule asks for the partition's MaxTime
         resources["runtime"] = (site or site_defaults())["max_runtime_min"]
     if "runtime" not in resources:
-        raise ValueError(f"{where}: a GPU job with no runtime (time limit) here or in default-resources")
-    return gpus * _first_attempt(resources["runtime"], f"{where}.runtime") / 60 / shared_by
+        if gpus:
+            raise ValueError(f"{where}: a GPU job with no runtime (time limit) here or in default-resources")
+        return 0, 0.0
+    return gpus, _first_attempt(resources["runtime"], f"{where}.runtime") / 60
 
 
 def _hours(value: float) -> str:

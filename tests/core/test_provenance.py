@@ -87,12 +87,26 @@ def test_a_module_scan_is_reused_only_for_the_same_source(tmp_path):
 
     module = tmp_path / "m.py"
     module.write_text("import pipeline_lib.core.io\n")
-    assert provenance._scan(module, "pipeline_lib.core.m", (1, 1)) == (("pipeline_lib.core.io",), ())
+    first = provenance._scan(module, "pipeline_lib.core.m", (1, 1))
+    assert first[:2] == (("pipeline_lib.core.io",), ())
     module.write_text("from . import env\nPROMPTS = 'config/prompts'\n")
-    assert provenance._scan(module, "pipeline_lib.core.m", (2, 2)) == (("pipeline_lib.core", "pipeline_lib.core.env"),
-                                                                  ("config/prompts",))
+    second = provenance._scan(module, "pipeline_lib.core.m", (2, 2))
+    assert second[:2] == (("pipeline_lib.core", "pipeline_lib.core.env"), ("config/prompts",)) and second[2] != first[2]
     provenance._scan.cache_clear()  # a new process: the answer comes from the cache, for this source only
-    assert provenance._scan(module, "pipeline_lib.core.m", (2, 2)) == (("pipeline_lib.core", "pipeline_lib.core.env"),
-                                                                  ("config/prompts",))
+    assert provenance._scan(module, "pipeline_lib.core.m", (2, 2)) == second
     module.write_text("import pipeline_lib.core.io\n")
-    assert provenance._scan(module, "pipeline_lib.core.m", (3, 3)) == (("pipeline_lib.core.io",), ())
+    assert provenance._scan(module, "pipeline_lib.core.m", (3, 3)) == first
+
+
+def test_a_module_digest_is_its_code_not_its_wording(tmp_path):
+    """Comments, docstrings and layout change no code digest; a changed operator, constant or name does (issue 58)."""
+    from pipeline_lib.core.provenance import code_text
+
+    source = 'def f(x):\n    """Why."""\n    return x * 2  # doubled\n'
+    same = ['def f(x):\n    """Another why, longer."""\n    return x * 2\n',
+            '"""A module docstring."""\n\n\ndef f(x):\n    # a note\n    return (x\n            * 2)\n',
+            'def f(x):\n    return x * 2\n']
+    changed = ['def f(x):\n    return x * 3\n', 'def f(x):\n    return x + 2\n', 'def f(y):\n    return y * 2\n',
+               'def f(x):\n    """Why."""\n    return "x * 2"\n']
+    assert all(code_text(s) == code_text(source) for s in same)
+    assert all(code_text(s) != code_text(source) for s in changed)

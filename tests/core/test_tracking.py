@@ -70,7 +70,7 @@ def test_the_plan_passes_each_run_its_id_and_verl_its_logger():
 
     config = validate_config(yaml.safe_load((REPO / "config/paper.yaml").read_text()), SCHEMA)
     config["tracking"]["backends"] = ["console", "tensorboard"]
-    from pipeline_lib.jobs.engines.verl.translate import run_overrides
+    from pipeline_lib.jobs.engines.verl.planned import run_overrides
 
     runs = plan_runs(config, check_estimators=False).runs
     run = next(r for r in runs if r.job == "train_verl" and r.verl_kind == "rl")

@@ -133,7 +133,7 @@ def test_each_lock_holds_what_the_paper_plans_runs_ask_for_at_run_time(paper_rul
     plan = plan_runs(config, check_estimators=False)
     asks: dict[str, dict[str, str]] = {}  # env file -> distribution -> why
     composed: dict[tuple[str, ...], dict[str, str]] = {}
-    from pipeline_lib.jobs.engines.verl.translate import run_overrides
+    from pipeline_lib.jobs.engines.verl.planned import run_overrides
 
     for run in plan.runs:
         need = asks.setdefault(JOBS[run.job].conda, {})

@@ -123,7 +123,7 @@ def test_a_toy_estimator_is_planned_and_trains_on_the_local_engine(toy_method, t
 
 def test_a_toy_estimator_becomes_verl_overrides_that_verl_validates_and_runs(toy_method, tmp_path):
     from pipeline_lib.jobs.engines.verl import estimators as verl_side
-    from pipeline_lib.jobs.engines.verl.translate import plan_overrides
+    from pipeline_lib.jobs.engines.verl.planned import plan_overrides
     from pipeline_lib.jobs.engines.verl.validate import validate_rl
 
     runs = [r for r in plan_overrides(plan_runs(_config("paper.yaml"))) if r[0] == f"gsm8k/{METHOD}/seed0"]

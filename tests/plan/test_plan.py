@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pipeline_lib.core.config import validate_config
-from pipeline_lib.jobs.engines.verl.translate import plan_overrides, run_overrides
+from pipeline_lib.jobs.engines.verl.planned import plan_overrides, run_overrides
 from pipeline_lib.plan import METHOD_LABELS, METHODS, PlanError, plan_runs
 from pipeline_lib.plan.settings import estimator_params
 from pipeline_lib.plan.table import main as plan_command

@@ -44,6 +44,21 @@ def test_every_verl_overrides_name_is_a_function_of_the_verl_engine():
         assert METHODS[name].engines["verl"].verl_kind == "rl", name  # they add to an RL run's overrides
 
 
+def test_the_verl_engine_finds_each_baselines_overrides_from_its_spec_as_the_registry_names_them():
+    """A running verl job imports no plan: it finds a baseline's overrides by the settings its spec carries
+    (``VERL_BASELINES``). That table and the registry's verl entries name the same functions and the same need of
+    expert answers (``Method.needs_references``), method by method."""
+    from pipeline_lib.jobs.engines.verl.translate import VERL_BASELINES
+
+    named = {m.settings: m for m in METHODS.values() if m.engines.get("verl") and m.engines["verl"].overrides}
+    assert set(named) == set(VERL_BASELINES), (sorted(c.__name__ for c in named),
+                                                sorted(c.__name__ for c in VERL_BASELINES))
+    for settings_class, m in named.items():
+        module, _, function = m.engines["verl"].overrides.partition(":")
+        assert getattr(importlib.import_module(module), function) is VERL_BASELINES[settings_class].overrides, m.name
+        assert VERL_BASELINES[settings_class].needs_references == m.needs_references, m.name
+
+
 def test_preflight_kinds_train_registered_verl_jobs_and_the_preflight_config_names_each():
     assert len({p.method for p in CHECKS.values()}) == len(CHECKS)  # one kind per method
     for kind, (trainer, method) in KINDS.items():
@@ -72,3 +87,20 @@ def test_the_starting_point_is_the_one_entry_that_says_so():
     finally:
         unregister("second_start")
     assert starting_point() == "sft"
+
+
+def test_a_verl_runs_done_kind_read_from_its_spec_is_the_registrys_family():
+    """``DONE.json``'s kind of a verl run, which the job reads from its spec alone (``done_kind``), is what the
+    registry says: a baseline's name, else the trainer (``sft`` / ``rl``), for every verl run of the paper plan."""
+    from pipeline_lib.core.config import validate_config
+    from pipeline_lib.jobs.engines.verl.translate import done_kind
+    from pipeline_lib.plan import plan_runs
+
+    config = validate_config(load_config_file(REPO / "config" / "paper.yaml"),
+                             REPO / "workflow" / "schemas" / "config.schema.yaml")
+    runs = [run for run in plan_runs(config).runs if run.job == "train_verl"]
+    assert {run.verl_kind for run in runs} == {"sft", "rl"} and any(METHODS[r.spec.method].family == "baseline"
+                                                                    for r in runs)
+    for run in runs:
+        expected = run.spec.method if METHODS[run.spec.method].family == "baseline" else run.verl_kind
+        assert done_kind(run.verl_kind, run.spec) == expected, run.key

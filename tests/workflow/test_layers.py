@@ -10,10 +10,14 @@ A module of ``pipeline_lib`` may import modules of its own layer or a lower one,
   which Snakemake profile is in force (``profiles``, read by ``profiles/default``);
 * **plan**: what runs, with which settings (``pipeline_lib.plan``, ``targets``); the workflow imports it
   while it parses, so it stays free of torch, vLLM and verl;
-* **jobs**: what a job runs: the engines, evaluation, judging, the ImageNet study's training (``classify``), the
-  audit and the environment locks' tool (``envlock``);
+* **jobs**: what a job runs: the engines, the method logic they share (``methods``), evaluation, judging, the ImageNet
+  study's training (``classify``), the audit and the environment locks' tool (``envlock``);
 * **paper**: the tables, figures and report written from the jobs' outputs, and the package's command line
-  (``pipeline_lib.__main__``), which dispatches to every layer's commands (``fidelity`` is the paper's).
+  (``__main__``), which reaches every layer's commands (``fidelity`` is the paper's).
+
+Within the jobs layer the engines (``jobs.engines.local``, ``verl``, ``trl``) import no other engine: what two engines
+share is method logic of no engine (``jobs.methods``), which imports no engine; and no training job's code reaches the
+plan (a job reads what the plan decided from its spec and command), so its code digest covers its own code only.
 
 Within and across layers no two packages import each other (no cycle between packages, even through function-local
 imports), and an import of ``pipeline_lib`` sits at the top of its module: a function-local one hides a cycle or a
@@ -60,8 +64,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "train imports torch (through the advantages); preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.raro_loop"):
         "raro_loop imports verl's agent loop (Ray; seconds), which only a RaRO run's check needs",
-    ("pipeline_lib.jobs.engines.verl.validate", "pipeline_lib.jobs.engines.verl.estimators"):
-        "estimators imports verl's core_algos and torch; common.smk imports validate while the workflow parses",
+    ("pipeline_lib.jobs.engines.verl.checks", "pipeline_lib.jobs.engines.verl.estimators"):
+        "estimators imports verl's core_algos and torch; common.smk imports checks while the workflow parses",
     ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.estimators"):
         "estimators imports verl's core_algos and registers the estimators there (seconds, and a side effect the "
         "launcher does not need: verl's own processes import it through the entry point)",
@@ -223,3 +227,46 @@ def test_workflow_parse_path_is_light() -> None:
                             env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "[]", f"importing {parsed} loads {result.stdout.strip()}"
+
+
+#: The engines: sub-packages of ``pipeline_lib.jobs.engines``; none imports another.
+ENGINES_PACKAGE = "pipeline_lib.jobs.engines"
+#: Method logic of no engine, which every engine may import and which imports no engine.
+METHODS_PACKAGE = "pipeline_lib.jobs.methods"
+
+
+def engine_of(module: str) -> str | None:
+    """The engine (``local``, ``verl``, ``trl``) a module belongs to, or None."""
+    if not module.startswith(ENGINES_PACKAGE + "."):
+        return None
+    return module.removeprefix(ENGINES_PACKAGE + ".").split(".")[0]
+
+
+def test_no_engine_imports_another_and_method_logic_imports_no_engine() -> None:
+    engines = {engine_of(m) for m in MODULES} - {None}
+    assert {"local", "verl", "trl"} <= engines, engines  # the check below checks real engines
+    crossing = _report(f"{imp.where()}: {imp.importer} imports {imp.imported} (engine {engine_of(imp.imported)})"
+                       for imp in IMPORTS if engine_of(imp.imported) is not None
+                       and engine_of(imp.imported) != engine_of(imp.importer)
+                       and (engine_of(imp.importer) is not None or imp.importer.startswith(METHODS_PACKAGE)))
+    assert not crossing, (f"an engine or the shared method logic imports an engine (move what both need to "
+                          f"{METHODS_PACKAGE}):\n" + "\n".join(crossing))
+
+
+def test_no_training_job_reaches_the_plan() -> None:
+    """The entry point of every training run of the tiny and the paper plan: its code (the closure its code digest
+    covers, lazy imports included) holds no module of ``pipeline_lib/plan``."""
+    from pipeline_lib.core.config import load_config_file
+    from pipeline_lib.core.provenance import code_modules
+    from pipeline_lib.plan.runs import plan_runs, validate_planned_config
+
+    entries: set[str] = set()
+    for name in ("config/config.yaml", "config/paper.yaml"):
+        config = validate_planned_config(load_config_file(REPO / name), REPO / "workflow/schemas/config.schema.yaml",
+                                         REPO)
+        entries |= {run.entry_module for run in plan_runs(config).runs}
+    assert {"pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.local.rl"} <= entries, entries
+    reaching = {entry: sorted(f for f in code_modules(entry) if f.startswith("pipeline_lib/plan/"))
+                for entry in sorted(entries)}
+    reaching = {entry: files for entry, files in reaching.items() if files}
+    assert not reaching, f"training entry points whose code reaches the plan: {reaching}"

@@ -41,13 +41,14 @@ PAPER_STEPS = paper_steps(config, PLAN, TARGETS["paper"])
 
 # verl runs: every override of every run must parse and name a key of verl's config, so a typo fails `snakemake -n`
 # (about a second, cached by content); verl's full checks run in the local job validate_verl (train.smk).
-# The verl engine translates each run's spec into its overrides (pipeline_lib.jobs.engines.verl.translate).
-from pipeline_lib.jobs.engines.verl.translate import plan_overrides
+# The verl engine translates each run's spec into its overrides (pipeline_lib.jobs.engines.verl.translate), the plan's
+# runs all at once in pipeline_lib.jobs.engines.verl.planned.
+from pipeline_lib.jobs.engines.verl.planned import plan_overrides
 
 VERL_RUNS = plan_overrides(PLAN)
 VERL_RUNS_DIGEST = hashlib.sha256(json.dumps(VERL_RUNS).encode()).hexdigest()
 if VERL_RUNS:
-    from pipeline_lib.jobs.engines.verl.validate import check_override_keys
+    from pipeline_lib.jobs.engines.verl.checks import check_override_keys
 
     print(f"verl override keys checked: {check_override_keys(VERL_RUNS)}", file=sys.stderr)
 

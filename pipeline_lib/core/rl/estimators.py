@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = ["ADVANTAGE_ESTIMATORS", "EpsParams", "EssParams", "EstimatorEntry", "NoParams", "SoftmaxParams",
            "check_params", "declare", "estimator", "param", "param_names", "params_from", "schema_properties", "takes",
-           "undeclare"]
+           "undeclare", "verl_estimators"]
 
 #: JSON-schema bounds a field's metadata may state (checked by :func:`check_params` exactly as the schema does).
 _BOUNDS = {"minimum": lambda v, b: v >= b, "exclusiveMinimum": lambda v, b: v > b,
@@ -118,6 +118,12 @@ def declare(entry: EstimatorEntry) -> EstimatorEntry:
 def undeclare(name: str) -> None:
     """Remove an estimator added with :func:`declare` (a test cleans up after itself)."""
     ADVANTAGE_ESTIMATORS.pop(name, None)
+
+
+def verl_estimators() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """verl estimator name -> (our estimator, its parameter names), for our estimators; asked at each use, so one a
+    test registers later is included (here, not in the plan: verl's processes read it and import no plan)."""
+    return {entry.verl: (entry.name, entry.param_names) for entry in ADVANTAGE_ESTIMATORS.values() if entry.ours}
 
 
 def estimator(name: str) -> EstimatorEntry:

@@ -35,6 +35,7 @@ from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rewards import DATA_SOURCE_REWARDS, compute_scores, health_counts
 from pipeline_lib.jobs.eval.backends import open_backend
+from pipeline_lib.jobs.methods.rewards import verifier_info
 
 log = logging.getLogger("pipeline_lib.jobs.eval.evaluate")
 
@@ -52,15 +53,6 @@ def score_rows(frame: pd.DataFrame, texts: list[str], rows: list[int], reward_we
     records = frame.iloc[rows]
     return compute_scores(list(records["data_source"]), texts, [r["ground_truth"] for r in records["reward_model"]],
                           [dict(e) for e in records["extra_info"]], reward_weights)
-
-
-def verifier_info(data_source: str, extra_info: Any) -> dict[str, Any]:
-    """The row's ``extra_info`` without a training composition, so its data source's verifier scores it (a source
-    with no registered default keeps the row's own composition, as training scored it)."""
-    info = dict(extra_info)
-    if data_source in DATA_SOURCE_REWARDS:
-        info.pop("reward_weights", None)
-    return info
 
 
 def verifier_rows(frame: pd.DataFrame, texts: list[str], rows: list[int]) -> list[dict[str, float]]:

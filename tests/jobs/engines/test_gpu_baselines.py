@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.jobs.engines.trl import dpo as trl_dpo
 from pipeline_lib.jobs.engines.verl.rationalization import annotate, annotation_settings, rationalization_paths
 from pipeline_lib.jobs.eval.backends import open_backend
+from pipeline_lib.jobs.methods.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.plan.settings import annotation_spec, dpo_spec, sft_spec
 from tests.conftest import params
 from tests.jobs.engines.conftest import paper_config

@@ -43,8 +43,8 @@ from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import TrackingSettings
 from pipeline_lib.jobs.engines.local.common import LazyPromptIds, check_finite_weights, clip_finite_gradients
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations
-from pipeline_lib.jobs.engines.local.rl import rollout_rewards
+from pipeline_lib.jobs.methods.expert import expert_demonstrations
+from pipeline_lib.jobs.methods.rewards import rollout_rewards
 
 __all__ = ["dpo_loss", "train_iterative_dpo"]
 

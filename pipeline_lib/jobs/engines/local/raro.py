@@ -23,36 +23,13 @@ import torch
 
 from pipeline_lib.core.baselines import RaroSettings
 from pipeline_lib.core.model import encode_prompts, generate, pack, response_logprobs
-from pipeline_lib.core.rewards.extract import extract_answer
 from pipeline_lib.core.run_spec import RunSpec
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations
 from pipeline_lib.jobs.engines.local.rl import GroupRLMethod, RolloutBatch, StepContext, method_main
+from pipeline_lib.jobs.methods.expert import expert_demonstrations
+from pipeline_lib.jobs.methods.raro import VERDICTS, critic_messages, outcome_rewards, parse_verdict
 
 __all__ = ["CRITIC_CHOICES", "VERDICTS", "Raro", "critic_messages", "outcome_rewards", "parse_verdict",
            "sample_critic_choices"]
-
-#: What one critic reply says about an (expert, policy) pair.
-VERDICTS = ("expert_better", "policy_better", "tie", "invalid")
-
-
-def parse_verdict(text: str, expert_first: bool) -> str:
-    """Map the critic's ``1`` / ``2`` / ``tie`` answer to a verdict about the expert; anything else is invalid."""
-    answer = extract_answer(text, allow_boxed=False)
-    answer = answer.strip().lower() if answer is not None else ""
-    if answer == "tie":
-        return "tie"
-    if answer in ("1", "2"):
-        return "expert_better" if (answer == "1") == expert_first else "policy_better"
-    return "invalid"
-
-
-def outcome_rewards(verdicts: list[str], table: dict[str, float]) -> torch.Tensor:
-    """Rewards of a list of verdicts under an outcome table (a mapping verdict -> reward covering all four)."""
-    missing = [v for v in VERDICTS if v not in table]
-    if missing:
-        raise KeyError(f"RARO outcome table {table} lacks {missing}")
-    return torch.tensor([float(table[v]) for v in verdicts], dtype=torch.float32)
-
 
 #: The three well-formed critic replies; ``critic_decoding: choice`` samples only among them.
 CRITIC_CHOICES = ("<answer>1</answer>", "<answer>2</answer>", "<answer>tie</answer>")
@@ -78,13 +55,6 @@ def sample_critic_choices(model: torch.nn.Module, tokenizer: Any, prompts: list[
     probs = torch.softmax(scores / temperature, dim=-1).repeat_interleave(samples, dim=0)
     picked = torch.multinomial(probs, 1, generator=generator).squeeze(1).tolist()
     return [list(choices[i]) for i in picked]
-
-
-def critic_messages(system: str, question: str, first: str, second: str) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": f"{question}\n\nAnswer 1:\n{first}\n\nAnswer 2:\n{second}\n\nWhich answer "
-                                        "is better? Reply <answer>1</answer>, <answer>2</answer> or "
-                                        "<answer>tie</answer>."}]
 
 
 class Raro(GroupRLMethod):

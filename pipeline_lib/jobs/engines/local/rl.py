@@ -40,7 +40,7 @@ from pipeline_lib.core.model import (
     save_model_atomic,
 )
 from pipeline_lib.core.provenance import config_digest, write_provenance
-from pipeline_lib.core.rewards import DATA_SOURCE_REWARDS, compute_scores, reward_health
+from pipeline_lib.core.rewards import reward_health
 from pipeline_lib.core.rl.advantages import advantage_diagnostics, group_advantages
 from pipeline_lib.core.rl.group_metrics import group_step_metrics
 from pipeline_lib.core.rl.losses import PolicyLossConfig, policy_loss
@@ -53,33 +53,12 @@ from pipeline_lib.jobs.engines.local.common import (
     check_finite_weights,
     clip_finite_gradients,
 )
-from pipeline_lib.jobs.eval.evaluate import add_eval_arguments, eval_after_training, verifier_info
+from pipeline_lib.jobs.eval.evaluate import add_eval_arguments, eval_after_training
+from pipeline_lib.jobs.methods.rewards import rollout_rewards
 
 __all__ = ["GroupRLMethod", "RolloutBatch", "StepContext", "prompt_pool", "rollout_rewards", "train_rl"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.local.rl")
-
-
-def _correct(result: dict[str, float], data_source: str) -> float:
-    """A rollout's correctness: the verifier's ``acc`` (in a composite reward, its verifier components' ``acc``: a
-    right answer under ``{math: 0.5, format: 1.0}`` is correct), else a full score."""
-    if "acc" in result:
-        return float(result["acc"])
-    accs = [result[f"{name}/acc"] for name in DATA_SOURCE_REWARDS.get(data_source, {}) if f"{name}/acc" in result]
-    return float(min(accs) >= 1.0) if accs else float(result["score"] >= 1.0)
-
-
-def rollout_rewards(frame: pd.DataFrame, rows: list[int], texts: list[str], weights: dict | None,
-                    verifier: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reward and correctness per rollout (:func:`_correct`); with ``verifier`` the reward is the task verifier's
-    (the data source's own composition, not a training composition in the rows' ``extra_info``)."""
-    records = frame.iloc[rows]
-    sources = list(records["data_source"])
-    infos = [verifier_info(d, e) if verifier else dict(e) for d, e in zip(sources, records["extra_info"], strict=True)]
-    results = compute_scores(sources, texts, [r["ground_truth"] for r in records["reward_model"]], infos, weights)
-    rewards = [r["score"] for r in results]
-    correct = [_correct(r, source) for r, source in zip(results, sources, strict=True)]
-    return torch.tensor(rewards, dtype=torch.float32), torch.tensor(correct, dtype=torch.float32)
 
 
 @dataclass

@@ -20,8 +20,8 @@ import torch
 from pipeline_lib.core.baselines import RLLogitSettings
 from pipeline_lib.core.model import pack, response_logprobs
 from pipeline_lib.core.run_spec import RunSpec
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.jobs.engines.local.rl import GroupRLMethod, StepContext, method_main
+from pipeline_lib.jobs.methods.expert import expert_demonstrations, split_reasoning
 
 __all__ = ["VARIANTS", "RLLogit", "answer_logprob_rewards"]
 

@@ -41,9 +41,9 @@ from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import Tracker, TrackingSettings
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations
-from pipeline_lib.jobs.engines.local.rl import rollout_rewards
 from pipeline_lib.jobs.eval.backends import open_backend
+from pipeline_lib.jobs.methods.expert import expert_demonstrations
+from pipeline_lib.jobs.methods.rewards import rollout_rewards
 
 __all__ = ["REQUIRED_TRL", "dpo_settings", "train_command", "train_iterative_dpo", "train_round"]
 

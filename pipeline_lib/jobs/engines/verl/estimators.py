@@ -27,10 +27,9 @@ check_verl_version()  # before touching verl's API (the pin: pipeline_lib.jobs.e
 from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est  # noqa: E402
 
 from pipeline_lib.core.rl.advantages import broadcast_to_tokens, group_advantages  # noqa: E402
-from pipeline_lib.core.rl.estimators import estimator  # noqa: E402
+from pipeline_lib.core.rl.estimators import estimator, verl_estimators  # noqa: E402
 from pipeline_lib.jobs.engines.verl.logprobs import install as install_logprobs  # noqa: E402
 from pipeline_lib.jobs.engines.verl.step_metrics import group_index, install_on_import  # noqa: E402
-from pipeline_lib.plan.registry import verl_estimators  # noqa: E402
 
 __all__ = ["REGISTERED_WITH_VERL", "group_index", "register"]
 

@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from pipeline_lib.core.checkpoint import RUN_IDENTITY, read_json_state
-from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, rollout_dump_dir
+from pipeline_lib.jobs.engines.verl.paths import checkpoint_dir, rollout_dump_dir
 
 __all__ = ["SCRATCH_SUFFIX", "keep_dumps", "kept_steps", "place_scratch", "prune"]
 

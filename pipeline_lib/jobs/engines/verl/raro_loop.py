@@ -15,8 +15,8 @@ critic rows (:class:`RaroDataset`; each row gets the task's M rollouts, so both 
   (same ``uid``) see the same pair in the same order: the buffer assigns it once, the first rollout that needs a
   fresh answer writes it and the others wait for it.
 
-Verdict parsing, the critic prompt and the outcome tables are the local engine's
-(:mod:`pipeline_lib.jobs.engines.local.raro`), so both engines implement one RARO. The rewards become
+Verdict parsing, the critic prompt and the outcome tables are RARO's own, shared with the local engine
+(:mod:`pipeline_lib.jobs.methods.raro`), so both engines implement one RARO. The rewards become
 ``AgentLoopOutput.reward_score`` (verl's ``rm_scores``), so verl's reward loop is skipped for training rows;
 validation rows carry no ``agent_name`` and go through verl's ``single_turn_agent`` and the task's verifier, so
 ``val-core`` stays task accuracy.
@@ -49,7 +49,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl.utils.ray_utils import auto_await
 
 from pipeline_lib.core.io import write_json
-from pipeline_lib.jobs.engines.local.raro import VERDICTS, critic_messages, outcome_rewards, parse_verdict
+from pipeline_lib.jobs.methods.raro import VERDICTS, critic_messages, outcome_rewards, parse_verdict
 
 __all__ = [
     "AGENT_LOOP_CONFIG",

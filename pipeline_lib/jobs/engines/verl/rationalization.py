@@ -6,8 +6,8 @@
 The annotator (the base model, ``train.verl.model``) sees each question with the expert answer as a
 hint and samples one response through the evaluation generation backends
 (:func:`pipeline_lib.jobs.eval.backends.open_backend`: vLLM on GPU, ``hf`` on CPU); the prompt, hint and
-assembly are the local engine's (:mod:`pipeline_lib.jobs.engines.local.rationalization`), so both engines
-build the same (question, rationale, expert answer) demonstrations. The parquet is in the SFT schema;
+assembly are Rationalization's own, shared with the local engine (:mod:`pipeline_lib.jobs.methods.rationalization`),
+so both engines build the same (question, rationale, expert answer) demonstrations. The parquet is in the SFT schema;
 rule ``train_verl_rationalization`` then runs ``python -m pipeline_lib.jobs.engines.verl.train sft`` on it
 with the task's SFT settings (``pipeline_lib.plan.settings.sft_spec``), so Rationalization and SFT differ only
 in the demonstrations.
@@ -27,9 +27,9 @@ from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.io import atomic_path
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.run_spec import RunSpec
-from pipeline_lib.jobs.engines.local.rationalization import assemble, hinted_prompts, rationalized_frame
-from pipeline_lib.jobs.engines.verl.translate import TrainPaths
+from pipeline_lib.jobs.engines.verl.paths import TrainPaths
 from pipeline_lib.jobs.eval.backends import open_backend
+from pipeline_lib.jobs.methods.rationalization import assemble, hinted_prompts, rationalized_frame
 
 __all__ = ["annotate", "annotation_settings", "rationalization_paths"]
 

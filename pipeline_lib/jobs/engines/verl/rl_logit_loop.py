@@ -25,8 +25,8 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from pipeline_lib.jobs.engines.local.expert import split_reasoning
 from pipeline_lib.jobs.engines.verl.translate import RL_LOGIT_AGENT_LOOPS, RL_LOGIT_VARIANTS, rl_logit_agent_loop
+from pipeline_lib.jobs.methods.expert import split_reasoning
 
 __all__ = ["AGENT_LOOP_CONFIG", "VARIANTS", "RLLogitAgentLoop", "agent_loop_name", "logit_reward"]
 

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from pipeline_lib.core.rl.advantages import advantage_diagnostics
+from pipeline_lib.core.rl.estimators import verl_estimators
 from pipeline_lib.core.rl.group_metrics import group_step_metrics
-from pipeline_lib.plan.registry import verl_estimators
 
 __all__ = ["TAU_KEY", "TRAINER_MODULE", "V1_TRAINER_MODULE", "group_index", "install", "install_on_import",
            "verl_group_metrics"]

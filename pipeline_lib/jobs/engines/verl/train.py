@@ -43,13 +43,16 @@ from typing import Any
 from pipeline_lib.core.attempts import guard_attempt
 from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, run_identity, write_done
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
+from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.io import write_text
 from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.rewards import compute_scores, health_counts
 from pipeline_lib.core.rl.advantages import group_advantages
 from pipeline_lib.core.run_end import finish_run
+from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import Tracker
 from pipeline_lib.jobs.engines.verl import check_verl_version
+from pipeline_lib.jobs.engines.verl.checks import validate_rl, validate_sft
 from pipeline_lib.jobs.engines.verl.prune import keep_dumps, place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.jobs.engines.verl.translate import (
@@ -57,16 +60,15 @@ from pipeline_lib.jobs.engines.verl.translate import (
     REWARD_HEALTH_ENV,
     TrainPaths,
     checkpoint_dir,
+    done_kind,
     metrics_log_path,
+    needs_references,
     reward_health_dir,
     rl_overrides,
     rollout_dump_dir,
     sft_overrides,
     tracking_env,
 )
-from pipeline_lib.jobs.engines.verl.validate import validate_rl, validate_sft
-from pipeline_lib.plan import METHODS, RunSpec
-from pipeline_lib.plan.estimates import site_defaults
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -401,7 +403,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     scratch (:func:`.prune.prune`). ``scratch_dir`` (``site.scratch_root/<task>/<name>/seed<k>``): where verl's
     checkpoints and rollout dumps live (:func:`.prune.place_scratch`); ``dump_every``: ``site.rollout_dump_every``
     (None: the schema's default)."""
-    dump_every = site_defaults()["rollout_dump_every"] if dump_every is None else dump_every
+    dump_every = schema_defaults("site")["rollout_dump_every"] if dump_every is None else dump_every
     started = time.time()
     run_dir = paths.run_dir
     overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
@@ -412,7 +414,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
         return None
     if kind != "sft":
         require_installed_project()
-    if METHODS[spec.method].needs_references:  # every prompt needs its expert answer; fail before Ray and the GPUs
+    if needs_references(spec):  # every prompt needs its expert answer; fail before Ray and the GPUs
         from pipeline_lib.jobs.engines.verl.raro_loop import check_training_data
 
         check_training_data(paths.train_files)
@@ -433,7 +435,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     def publish() -> Path:
         # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
         return write_done(run_dir, step=total, total_steps=total, config_sha256=digest,
-                          kind=spec.method if METHODS[spec.method].family == "baseline" else kind, engine="verl",
+                          kind=done_kind(kind, spec), engine="verl",
                           advantage=spec.estimator.name if spec.estimator else None, seed=seed)
 
     def free() -> None:

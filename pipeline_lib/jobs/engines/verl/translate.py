@@ -3,8 +3,10 @@
 The verl engine's edge: a :class:`~pipeline_lib.core.run_spec.RunSpec` made by the plan (every hyperparameter from the
 config, ``train.rl`` / ``train.sft`` and the rows of ``train.task_settings``, the schema's defaults: the App. B tables,
 none from a shell script) becomes verl's Hydra overrides here, and nowhere else. Plain Python, no verl import: the
-workflow translates every verl run of the plan at parse time (:func:`plan_overrides`) and :mod:`.validate` checks the
-overrides against verl's own config tree.
+workflow translates every verl run of the plan at parse time
+(:func:`pipeline_lib.jobs.engines.verl.validate.plan_overrides`) and :mod:`.checks` checks the overrides against
+verl's own config tree. A running job reads only its spec: nothing here imports the plan (the job's code digest then
+covers the engine, not the planner).
 
 Two App. B rows need a reading, recorded here and in ``config/README.md``; both follow the authors' own
 configs (``softmaxgrpo/configs/base.yaml`` of jeffhernandez1995/softmaxgrpo): "rollout batch size" is verl's
@@ -15,18 +17,23 @@ policy update per step.
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, RaroSettings, RLLogitSettings
-from pipeline_lib.core.run_spec import VerlRLKnobs, VerlSFTKnobs
-from pipeline_lib.core.tracking import TrackingSettings
-from pipeline_lib.plan import ADVANTAGE_ESTIMATORS, METHODS, Method, Plan, Run, RunSpec
+from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS
+from pipeline_lib.core.run_spec import RunSpec, VerlRLKnobs, VerlSFTKnobs
+from pipeline_lib.jobs.engines.verl.paths import (
+    TrainPaths,
+    checkpoint_dir,
+    metrics_log_path,
+    reward_health_dir,
+    rollout_dump_dir,
+)
 
 __all__ = [
     "ATTENTION",
@@ -35,23 +42,24 @@ __all__ = [
     "REWARD_HEALTH_ENV",
     "RL_LOGIT_AGENT_LOOPS",
     "RL_LOGIT_VARIANTS",
+    "VERL_BASELINES",
     "TrainPaths",
+    "VerlBaseline",
     "baseline_overrides",
     "checkpoint_dir",
+    "done_kind",
     "experiment_name",
     "hydra_value",
     "metrics_log_path",
+    "needs_references",
     "opd_overrides",
     "opd_teacher_settings",
-    "plan_overrides",
     "raro_overrides",
     "reward_health_dir",
     "rl_logit_agent_loop",
     "rl_logit_overrides",
     "rl_overrides",
     "rollout_dump_dir",
-    "run_overrides",
-    "run_paths",
     "sft_overrides",
     "tracking_env",
     "verl_baseline",
@@ -117,18 +125,14 @@ def _overrides(pairs: Mapping[str, Any]) -> list[str]:
 # --- the baselines' own overrides --------------------------------------------------------------------------------
 
 def baseline_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
-    """The overrides a verl baseline adds to (or replaces in) its RL run's: those its registry entry's
-    ``overrides`` function (``module:function``, :class:`pipeline_lib.plan.registry.Entry`) returns."""
-    entry = METHODS[spec.method].engines.get("verl")
-    if entry is None or not entry.overrides:
-        raise ValueError(f"{spec.method!r} is not a verl RL baseline (its registry entry names no verl overrides); "
-                         f"verl RL baselines: {sorted(m.name for m in METHODS.values() if verl_baseline(m))}")
-    module, _, name = entry.overrides.partition(":")
-    build = getattr(importlib.import_module(module), name, None)
-    if not callable(build):
-        raise ValueError(f"method {spec.method!r}: its verl overrides {entry.overrides!r} name no function "
-                         f"(pipeline_lib/plan/registry.py)")
-    return build(spec, paths)
+    """The overrides a verl baseline adds to (or replaces in) its RL run's: its entry of :data:`VERL_BASELINES`,
+    found by the settings its spec carries (``spec.baseline``), so a running job needs nothing but its spec."""
+    entry = VERL_BASELINES.get(type(spec.baseline))
+    if entry is None:
+        raise ValueError(f"{spec.task}/{spec.method}: its spec's baseline settings "
+                         f"{type(spec.baseline).__name__} belong to no verl RL baseline; verl RL baselines: "
+                         f"{sorted(cls.__name__ for cls in VERL_BASELINES)} (VERL_BASELINES in {__name__})")
+    return entry.overrides(spec, paths)
 
 
 S = TypeVar("S", bound=BaselineSettings)
@@ -142,8 +146,9 @@ def _own(spec: RunSpec, cls: type[S]) -> S:
     return spec.baseline
 
 
-def verl_baseline(method: Method) -> bool:
-    """Whether ``method`` runs as a verl RL job with overrides of its own (OPD, RL-Logit, RARO)."""
+def verl_baseline(method: Any) -> bool:
+    """Whether a registry method (:class:`pipeline_lib.plan.registry.Method`) runs as a verl RL job with overrides of
+    its own (OPD, RL-Logit, RARO): its verl entry names them (read by duck typing: this module imports no plan)."""
     entry = method.engines.get("verl")
     return entry is not None and bool(entry.overrides)
 
@@ -308,42 +313,40 @@ def raro_overrides(spec: RunSpec, paths: TrainPaths) -> dict[str, Any]:
     }
 
 
-# --- run directory layout ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VerlBaseline:
+    """How the verl engine trains one RL baseline: the overrides it adds to the RL run's, and whether every training
+    prompt must carry its expert answer (checked before Ray starts: RARO's critic compares with it)."""
 
-def checkpoint_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def rollout_dump_dir(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "rollout_dump"
-
-
-def reward_health_dir(run_dir: str | Path) -> Path:
-    """Where the reward hook records verifier timeouts/failures (verl's v1 trainer hands them over nowhere)."""
-    return Path(run_dir) / "reward_health"
+    overrides: Callable[[RunSpec, TrainPaths], dict[str, Any]]
+    needs_references: bool = False
 
 
-def metrics_log_path(run_dir: str | Path) -> Path:
-    """verl's file logger target; each attempt's file is rotated aside first (verl opens it with "wb")."""
-    return Path(run_dir) / "verl_metrics.jsonl"
+#: The verl RL baselines by the settings class their spec carries: the engine's own table (the registry's verl entries
+#: name the same functions, ``tests/plan/test_registry.py`` holds them equal), read by a running job from its spec.
+VERL_BASELINES: dict[type[BaselineSettings], VerlBaseline] = {
+    OPDSettings: VerlBaseline(opd_overrides),
+    RLLogitSettings: VerlBaseline(rl_logit_overrides),
+    RaroSettings: VerlBaseline(raro_overrides, needs_references=True),
+}
 
+
+def needs_references(spec: RunSpec) -> bool:
+    """Whether the run's every training prompt must carry its expert answer (:attr:`VerlBaseline.needs_references`)."""
+    entry = VERL_BASELINES.get(type(spec.baseline))
+    return entry is not None and entry.needs_references
+
+
+def done_kind(kind: str, spec: RunSpec) -> str:
+    """The ``kind`` a verl run's ``DONE.json`` records, read from its spec: a group-RL run (it trains on a reward) is
+    ``rl``; any other run is named by its method (SFT's is ``sft``; a baseline's, as the local engine's, its name)."""
+    return "rl" if spec.reward is not None and kind == "rl" else spec.method
+
+
+# --- run directory layout: pipeline_lib.jobs.engines.verl.paths -------------------------------------------------
 
 def experiment_name(spec: RunSpec, seed: int) -> str:
     return f"{spec.task}-{spec.method}-seed{seed}"
-
-
-class TrainPaths:
-    """The files one run reads and writes (``tracking``: where its curves go); fixed at parse time so the overrides
-    are validated exactly. ``init``: the model directory an RL run starts from (another run's ``final/``); None: the
-    spec's model, the base model's hub id (``train.rl_start: base``)."""
-
-    def __init__(self, run_dir: str | Path, train_files: str | Path, val_files: str | Path | None = None,
-                 init: str | Path | None = None, tracking: TrackingSettings | None = None) -> None:
-        self.run_dir = Path(run_dir)
-        self.train_files = Path(train_files)
-        self.val_files = Path(val_files) if val_files is not None else None
-        self.init = Path(init) if init is not None else None
-        self.tracking = tracking
 
 
 def _tracking_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
@@ -462,7 +465,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
            REWARD_HEALTH_ENV: str(reward_health_dir(paths.run_dir)), **tracking_env(paths)}
     for name, value in env.items():
         pairs[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
-    if verl_baseline(METHODS[spec.method]):
+    if spec.baseline is not None:
         pairs.update(baseline_overrides(spec, paths))
     return _overrides(pairs) + list(spec.extra_overrides)
 
@@ -500,27 +503,3 @@ def sft_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "trainer.seed": seed,
     }
     return _overrides(pairs) + list(spec.extra_overrides)
-
-
-# --- the plan's verl runs ----------------------------------------------------------------------------------------
-
-def run_paths(run: Run, root: str | Path = ".") -> TrainPaths:
-    """The files a planned verl run reads and writes, absolute under the workflow's ``root``."""
-    root = Path(root).resolve()
-    run_dir = root / Path(run.output).parent
-    if run.verl_kind == "sft":
-        return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], tracking=run.tracking)
-    init = root / Path(run.inputs["init"]).parent / "final" if "init" in run.inputs else None  # None: the hub model
-    return TrainPaths(run_dir=run_dir, train_files=root / run.inputs["data"], val_files=root / run.inputs["val"],
-                      init=init, tracking=run.tracking)
-
-
-def run_overrides(run: Run, root: str | Path = ".") -> list[str]:
-    """The Hydra overrides of one planned verl run (``run.verl_kind``: sft or rl), as its job will pass them."""
-    build = {"sft": sft_overrides, "rl": rl_overrides}[run.verl_kind or ""]
-    return build(run.spec, run_paths(run, root), run.seed)
-
-
-def plan_overrides(plan: Plan, root: str | Path = ".") -> list[tuple[str, str, list[str]]]:
-    """(run key, verl trainer, overrides) of every verl run of the plan: what the parse-time check validates."""
-    return [(run.key, run.verl_kind, run_overrides(run, root)) for run in plan.runs if run.verl_kind]

@@ -17,11 +17,11 @@ from pipeline_lib.jobs.engines.local import dpo as dpo_module
 from pipeline_lib.jobs.engines.local import raro as raro_module
 from pipeline_lib.jobs.engines.local import rl as rl_module
 from pipeline_lib.jobs.engines.local.base import make_base
-from pipeline_lib.jobs.engines.local.expert import expert_demonstrations, split_reasoning
 from pipeline_lib.jobs.engines.local.opd import OnPolicyDistillation, reverse_kl_per_token
 from pipeline_lib.jobs.engines.local.rationalization import train_rationalization
 from pipeline_lib.jobs.engines.local.rl import train_rl
 from pipeline_lib.jobs.engines.local.rl_logit import RLLogit, answer_logprob_rewards
+from pipeline_lib.jobs.methods.expert import expert_demonstrations, split_reasoning
 from tests.conftest import MODEL, baseline_settings, crash_after, params, rl_spec, sft_spec
 
 RARO = baseline_settings("raro", critic_system_prompt="You are a critic.", critic_max_new_tokens=6,

@@ -13,7 +13,7 @@ def test_training_logs_a_right_answer_as_correct_whatever_the_reward_weights(tmp
 
     from pipeline_lib.core.data.build import build_tiny
     from pipeline_lib.core.rewards import score
-    from pipeline_lib.jobs.engines.local.rl import rollout_rewards
+    from pipeline_lib.jobs.methods.rewards import rollout_rewards
 
     build_tiny("arith_tiny", {"n_train": 8, "n_test": 4, "n_val": 0, "imperfect_fraction": 0.0,
                               "numbers_per_task": [3], "max_number": 9, "max_target": 100}, 0, weights,

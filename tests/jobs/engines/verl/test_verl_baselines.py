@@ -11,11 +11,11 @@ from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, DictConfigWrap, ToolListWrap
 
 from pipeline_lib.core.model import build_model, encode_prompts, pack, response_logprobs
-from pipeline_lib.jobs.engines.local.expert import split_reasoning
 from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.jobs.engines.verl.rl_logit_loop import AGENT_LOOP_CONFIG, RLLogitAgentLoop, agent_loop_name
 from pipeline_lib.jobs.engines.verl.translate import rl_overrides, verl_baseline
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_planned_runs, validate_rl
+from pipeline_lib.jobs.methods.expert import split_reasoning
 from pipeline_lib.plan import METHODS
 from pipeline_lib.plan.registry import variant_runs
 from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec, with_variant

@@ -15,7 +15,6 @@ from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
 from pipeline_lib.core.model import build_model, encode_prompts, pack, response_logprobs
 from pipeline_lib.core.run_spec import RLSettings
-from pipeline_lib.jobs.engines.local.raro import VERDICTS, critic_messages, parse_verdict
 from pipeline_lib.jobs.engines.verl import raro_loop
 from pipeline_lib.jobs.engines.verl.raro_loop import (
     AGENT_LOOP_CONFIG,
@@ -31,6 +30,7 @@ from pipeline_lib.jobs.engines.verl.raro_loop import (
 )
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, raro_replay_dir, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, planned_runs, validate_rl
+from pipeline_lib.jobs.methods.raro import VERDICTS, critic_messages, parse_verdict
 from pipeline_lib.plan.settings import engine_settings, rl_baseline_spec
 from tests.conftest import MODEL
 from tests.jobs.engines.conftest import paper_config

@@ -17,10 +17,10 @@ import pytest
 
 from pipeline_lib.core.model import build_model, save_model_atomic
 from pipeline_lib.core.run_spec import RLSettings
-from pipeline_lib.jobs.engines.local.expert import split_reasoning
 from pipeline_lib.jobs.engines.local.rl_logit import answer_logprob_rewards
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths, rl_overrides
 from pipeline_lib.jobs.engines.verl.validate import VerlOverrideError, compose, trainer_path, validate_rl
+from pipeline_lib.jobs.methods.expert import split_reasoning
 from pipeline_lib.plan.settings import group_rl_spec, rl_baseline_spec, with_variant
 from tests.conftest import MODEL
 from tests.jobs.engines.conftest import paper_config
