@@ -184,13 +184,24 @@ class RLSettings(_TrainerSettings):
     checkpoint_every: int
     #: Distinct training prompts the run draws from (None: all); a smaller pool makes the run revisit its prompts.
     prompt_pool: int | None
+    #: Every this many steps the run keeps its policy for the pass-rate probe (None: none; :meth:`probe_steps`).
+    probe_every: int | None
     knobs: LocalRLKnobs | VerlRLKnobs
+
+    def probe_steps(self) -> list[int]:
+        """The steps whose policy the run keeps for the pass-rate probe (``probe/step_<s>/``): every
+        ``probe_every``-th step before the last (the last is ``final/``; step 0 is the run's ``--init``)."""
+        if self.probe_every is None:
+            return []
+        return list(range(self.probe_every, self.steps, self.probe_every))
 
     def __post_init__(self) -> None:
         """A value the engine cannot compute is an error naming the key (on verl at parse time, before a GPU)."""
         if self.prompt_pool is not None and self.prompt_pool < self.prompts_per_step:
             raise PlanError(f"prompt_pool {self.prompt_pool} is smaller than prompts_per_step {self.prompts_per_step}: "
                             "a step would draw one prompt twice")
+        if self.probe_every is not None and self.probe_every < 1:
+            raise PlanError(f"probe_every {self.probe_every}: at least 1 (or null: no probe)")
         engine = next((name for name, knobs in RL_KNOBS.items() if isinstance(self.knobs, knobs)), None)
         if engine is None:
             raise PlanError(f"group-RL knobs must be one of {[k.__name__ for k in RL_KNOBS.values()]}")
