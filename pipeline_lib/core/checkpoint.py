@@ -40,15 +40,23 @@ from pipeline_lib.core.io import atomic_path, sha256_file, write_json
 from pipeline_lib.core.provenance import SIDECAR_SUFFIX, code_digest, config_digest, entry_module
 from pipeline_lib.core.tracking import Tracker, TrackingSettings
 
-__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "RESUME_STATE", "RUN_IDENTITY", "STALE_DIR", "ConfigMismatchError",
-           "MetricsLog", "claim_run_dir", "discard_resume_state", "load_checkpoint", "load_torch_state",
-           "read_json_state", "rng_state", "run_identity", "save_checkpoint", "set_aside", "set_rng_state",
-           "write_done"]
+__all__ = ["CHECKPOINT_NAME", "DONE_NAME", "PROBE_DIR", "RESUME_STATE", "RUN_IDENTITY", "STALE_DIR",
+           "ConfigMismatchError", "MetricsLog", "claim_run_dir", "discard_resume_state", "load_checkpoint",
+           "load_torch_state", "probe_dir", "read_json_state", "rng_state", "run_identity", "save_checkpoint",
+           "set_aside", "set_rng_state", "write_done"]
 
 log = logging.getLogger("pipeline_lib.core.checkpoint")
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DONE_NAME = "DONE.json"
+#: Where an RL run keeps the policies of its pass-rate probe (``probe/step_<s>/``, Hugging Face format, past pruning;
+#: ``train.rl.probe_every``), which ``pipeline_lib.jobs.eval.probe`` samples for the gradient-allocation table.
+PROBE_DIR = "probe"
+
+
+def probe_dir(run_dir: Path, step: int) -> Path:
+    """The policy an RL run kept after ``step`` for the pass-rate probe."""
+    return run_dir / PROBE_DIR / f"step_{step}"
 
 
 class ConfigMismatchError(RuntimeError):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline_lib.core.cli import entry_parser
+from pipeline_lib.core.cli import entry_parser, json_value
 from pipeline_lib.core.io import read_csv_frame, write_csv_frame
 from pipeline_lib.core.provenance import write_provenance
 from pipeline_lib.core.rl.advantages import group_advantages
@@ -126,6 +126,15 @@ PASS_RATE_MEASURE = (
     "'Unbinned' is those groups' share of the whole budget (groups: unbinned / all), never dropped silently.")
 
 
+#: What the allocation table says of the pass-rate probe, where a run has one (``train.rl.probe_every``).
+PROBE_MEASURE = (
+    "Where the 'p' column reads 'probe K=k', p is measured by the pass-rate probe instead: the run kept its policy "
+    "every probe_every steps, and for groups drawn uniformly per window (eval.probe.groups) the group's prompt was "
+    "answered k more times by the policy kept at the start of the group's window (at most probe_every steps before "
+    "the visit), scored by the verifier; p = correct / k, apart from the group's own rewards. Such a run's 'Unbinned' "
+    "is the groups not drawn for the probe, so its bins are ratio estimates over a simple random sample of groups.")
+
+
 def _selected_variants(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
     """Method -> task -> the variant its row reports (the ``variant`` column, where a selection filled it)."""
     if "variant" not in frame:
@@ -138,10 +147,49 @@ def _selected_variants(frame: pd.DataFrame) -> dict[str, dict[str, str]]:
     return chosen
 
 
-def allocation_data(runs: Mapping[str, RunId]) -> pd.DataFrame:
+def allocation_data(runs: Mapping[str, RunId], probes: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Per run (``runs``: each run's ``rollouts.jsonl`` -> its run): :func:`allocation_bins`'s totals by pass-rate
-    bin, the unbinned budget and the group counts."""
-    return pd.DataFrame([{**run_columns(run), **allocation_bins(Path(path))} for path, run in runs.items()])
+    bin, the unbinned budget and the group counts; p by the run's pass-rate probe where ``probes`` (its
+    ``rollouts.jsonl`` -> its ``probe.jsonl``) has one, else over each prompt's other visits."""
+    probes = probes or {}
+    unknown = sorted(set(probes) - set(runs))
+    if unknown:
+        raise ValueError(f"probes of runs not read here: {unknown}")
+    return pd.DataFrame([{**run_columns(run), **allocation_bins(Path(path), probe=Path(probes[path]) if path in
+                                                                  probes else None)} for path, run in runs.items()])
+
+
+def read_probe(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
+    """A run's pass-rate probe (:mod:`pipeline_lib.jobs.eval.probe`): the probed groups' keys (step, group index),
+    their p, and K."""
+    keys, rates, sizes = [], [], set()
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        try:
+            step = np.asarray(record["step"], dtype=np.int64)
+            group = np.asarray(record["group"], dtype=np.int64)
+            correct = np.asarray(record["correct"], dtype=float)
+            samples = int(record["samples"])
+        except KeyError as error:
+            raise ValueError(f"{path} line {number}: no {error.args[0]!r} field") from None
+        if not len(step) == len(group) == len(correct) or samples < 1 or np.any((correct < 0) | (correct > samples)):
+            raise ValueError(f"{path} line {number}: fields of different lengths, or counts outside 0..{samples}")
+        keys.append(_group_keys(step, group))
+        rates.append(correct / samples)
+        sizes.add(samples)
+    if not keys:
+        raise ValueError(f"{path}: no probed groups")
+    key = np.concatenate(keys)
+    if len(np.unique(key)) != len(key):
+        raise ValueError(f"{path}: a group probed twice")
+    return key, np.concatenate(rates), sizes.pop() if len(sizes) == 1 else 0
+
+
+def _group_keys(step: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """One integer per (step, group index within the step)."""
+    return step.astype(np.int64) * (1 << 32) + group.astype(np.int64)
 
 
 def _prompt_keys(record: Mapping[str, Any], path: Path, number: int) -> np.ndarray:
@@ -153,18 +201,21 @@ def _prompt_keys(record: Mapping[str, Any], path: Path, number: int) -> np.ndarr
                      "rollouts.jsonl written before prompt_key existed: rebuild it from the run's rollout_dump)")
 
 
-def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> dict[str, float]:
-    """One run's gradient budget sum_i T_i |A_i| by the pass rate p of each group's prompt, p measured over the
-    prompt's other visits in the run (leave this group out: :data:`PASS_RATE_MEASURE`), binned by
-    :func:`pipeline_lib.core.rl.group_metrics.pass_rate_bin`.
+def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None, probe: Path | None = None
+                    ) -> dict[str, Any]:
+    """One run's gradient budget sum_i T_i |A_i| by the pass rate p of each group's prompt, binned by
+    :func:`pipeline_lib.core.rl.group_metrics.pass_rate_bin`. p is the run's pass-rate probe where ``probe`` is
+    given (:data:`PROBE_MEASURE`: groups not probed are unbinned), else measured over the prompt's other visits in the
+    run (leave this group out: :data:`PASS_RATE_MEASURE`).
 
-    Returns ``bin<i>`` totals, ``unbinned`` (the budget of groups whose prompt has no other visit), ``groups``,
-    ``groups_unbinned``, ``prompts`` and ``group_size`` (0 when it varies). With ``advantage`` (registry name,
-    parameters) the logged advantages are replaced by that estimator's on the same rewards (the same rollouts,
-    re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`); p does not depend on the weights."""
+    Returns ``bin<i>`` totals, ``unbinned`` (the budget of groups with no p), ``groups``, ``groups_unbinned``,
+    ``prompts``, ``group_size`` (0 when it varies) and ``measure`` (``probe K=<k>`` or ``other visits``). With
+    ``advantage`` (registry name, parameters) the logged advantages are replaced by that estimator's on the same
+    rewards (the same rollouts, re-weighted: :func:`pipeline_lib.core.rl.advantages.group_advantages`); p does not
+    depend on the weights."""
     import torch
 
-    keys, visits, correct_sums, budgets = [], [], [], []
+    keys, visits, correct_sums, budgets, group_keys = [], [], [], [], []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -197,6 +248,8 @@ def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> di
             raise ValueError(f"{path} line {number}: group {int(group[mixed[0]])} holds rollouts of more than one "
                              f"prompt ({group_prompt[group[mixed[0]]]!r} and {prompts[mixed[0]]!r})")
         keys.append(group_prompt[present])
+        group_keys.append(_group_keys(np.full(int(present.sum()), int(record.get("step", number))),
+                                      np.flatnonzero(present)))
         visits.append(counts[present])
         correct_sums.append(np.bincount(group, correct, n_groups)[present])
         budgets.append(np.bincount(group, length * np.abs(advantages), n_groups)[present])
@@ -204,15 +257,29 @@ def allocation_bins(path: Path, advantage: tuple[str, dict] | None = None) -> di
         raise ValueError(f"{path}: no rollouts")
     key, n, k, budget = (np.concatenate(parts) for parts in (keys, visits, correct_sums, budgets))
     names, prompt = np.unique(key, return_inverse=True)
-    other_n = np.bincount(prompt, n)[prompt] - n
-    other_k = np.bincount(prompt, k)[prompt] - k
-    binned = other_n > 0
-    bins = pass_rate_bin(torch.from_numpy(other_k[binned] / other_n[binned])).numpy()
+    if probe is None:
+        other_n = np.bincount(prompt, n)[prompt] - n
+        other_k = np.bincount(prompt, k)[prompt] - k
+        binned = other_n > 0
+        rate = other_k[binned] / other_n[binned]
+        measure = "other visits"
+    else:
+        probed, probed_rate, samples = read_probe(probe)
+        group_key = np.concatenate(group_keys)
+        order = np.argsort(probed)
+        at = np.clip(np.searchsorted(probed, group_key, sorter=order), 0, len(probed) - 1)
+        binned = probed[order[at]] == group_key
+        if int(binned.sum()) != len(probed):
+            raise ValueError(f"{probe}: {len(probed) - int(binned.sum())} probed groups are not groups of {path} "
+                             "(a probe of another run, or of an earlier training of this one)")
+        rate = probed_rate[order[at]][binned]
+        measure = f"probe K={samples}" if samples else "probe"
+    bins = pass_rate_bin(torch.from_numpy(np.asarray(rate, dtype=float))).numpy()
     totals = np.bincount(bins, budget[binned], len(PASS_RATE_BINS))
     sizes = set(n.tolist())
     return {**{f"bin{i}": float(t) for i, t in enumerate(totals)}, "unbinned": float(budget[~binned].sum()),
             "groups": len(n), "groups_unbinned": int((~binned).sum()), "prompts": len(names),
-            "group_size": int(sizes.pop()) if len(sizes) == 1 else 0}
+            "group_size": int(sizes.pop()) if len(sizes) == 1 else 0, "measure": measure}
 
 
 def bin_names() -> list[str]:
@@ -229,7 +296,10 @@ def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
     if missing:
         raise ValueError(f"allocation data lacks columns {missing} (made before p was measured over other visits: "
                          "rerun paper_gradient_allocation_data)")
+    if "measure" not in frame:
+        frame = frame.assign(measure="other visits")
     summed = frame.groupby(["task", "method"])[[*bins, "unbinned", "groups", "groups_unbinned"]].sum()
+    measures = frame.groupby(["task", "method"])["measure"].agg(lambda values: ", ".join(sorted(set(values))))
     rows = []
     for (task, method), values in summed.iterrows():
         total = values[bins].sum()
@@ -238,11 +308,12 @@ def allocation_table(frame: pd.DataFrame, label: str, stem: Path) -> list[Path]:
                  for name, b in zip(bin_names(), bins, strict=True)}
         rows.append({"Task": task, "Method": METHOD_LABELS.get(method, method), **cells,
                      "Unbinned": (f"{100 * values['unbinned'] / whole:.1f}%" if whole > 0 else "no signal")
-                     + f" ({int(values['groups_unbinned'])}/{int(values['groups'])} groups)"})
+                     + f" ({int(values['groups_unbinned'])}/{int(values['groups'])} groups)",
+                     "p": measures[task, method]})
     caption = (f"Gradient allocation across prompt difficulty [{label} run]: fraction of the total token-level "
                "gradient budget sum_i T_i |A_i| spent on prompts binned by their measured pass rate p, summed over "
                "all training steps and seeds; the five bins of each row sum to 100% of the binned budget. "
-               + PASS_RATE_MEASURE)
+               + PASS_RATE_MEASURE + " " + PROBE_MEASURE)
     return write_table(pd.DataFrame(rows), stem, caption, "tab:gradient_allocation")
 
 
@@ -262,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", required=True)
     p.add_argument("--stem", type=Path, required=True)
     p = sub.add_parser("allocation-data")
+    p.add_argument("--probes", type=json_value, default={},
+                   help="JSON (or its file): a run's rollouts.jsonl -> its pass-rate probe's probe.jsonl")
     p.add_argument("--runs", type=run_ids_argument, required=True,
                    help="JSON (or its file): each rollouts.jsonl -> its run")
     p.add_argument("--out", required=True)
@@ -280,9 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         write_provenance(paths, step="paper_table1", inputs=[args.data], params={"metric": args.metric},
                          started_at=started)
     elif args.command == "allocation-data":
-        _write_csv(allocation_data(args.runs), args.out)
-        write_provenance([args.out], step="paper_gradient_allocation_data", inputs=list(args.runs),
-                         params={"runs": runs_record(args.runs)}, started_at=started)
+        _write_csv(allocation_data(args.runs, args.probes), args.out)
+        write_provenance([args.out], step="paper_gradient_allocation_data",
+                         inputs=[*args.runs, *args.probes.values()],
+                         params={"runs": runs_record(args.runs), "probes": args.probes}, started_at=started)
     else:
         paths = allocation_table(read_csv_frame(args.data), args.label, args.stem)
         write_provenance(paths, step="paper_gradient_allocation", inputs=[args.data], started_at=started)

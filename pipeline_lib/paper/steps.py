@@ -39,6 +39,8 @@ from pipeline_lib.plan.targets import (
     judge_tasks,
     judged_runs,
     paired_requests,
+    probe_output,
+    probed_runs,
     report_inputs,
     rl_requests,
     run_ids_json,
@@ -181,6 +183,8 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
     # a data step reads each run's identity from the plan (--runs: file -> RunId), never from the file's path
     evaluated = table1_evaluations(config, plan)
     rollouts = _beside_run(paired, "rollouts.jsonl")
+    # the runs that kept policies for the pass-rate probe: p by the probe (their rollouts.jsonl -> its probe.jsonl)
+    probes = {f"results/train/{run.key}/rollouts.jsonl": probe_output(run) for run in probed_runs(plan)}
     # a method trained in variants (RL-Logit): Table 1's row is the variant selected on validation (variant_steps)
     selections = [f"{data}/{method}_selection.json" for method in selected_methods(config, plan)]
     steps += [
@@ -192,9 +196,11 @@ def paper_steps(config: Mapping[str, Any], plan: Plan, paper_targets: list[str])
              files=("runs",)),
         _table_step("paper_table1", results, "table1 --data {input.csv} --label {params.label}", "table1",
                     {"csv": f"{data}/table1.csv"}, {"label": label}),
-        Step("paper_gradient_allocation_data", results, "allocation-data --runs {params.runs_file} --out {output.csv}",
-             {"csv": f"{data}/gradient_allocation.csv"}, {"done": [r.path for r in paired]},
-             {"runs": run_ids_json(rollouts)}, files=("runs",)),
+        Step("paper_gradient_allocation_data", results,
+             "allocation-data --runs {params.runs_file} --probes {params.probes_file} --out {output.csv}",
+             {"csv": f"{data}/gradient_allocation.csv"},
+             {"done": [r.path for r in paired], "probes": list(probes.values())},
+             {"runs": run_ids_json(rollouts), "probes": json.dumps(probes)}, files=("runs", "probes")),
         _table_step("paper_gradient_allocation", results, "allocation --data {input.csv} --label {params.label}",
                     "gradient_allocation", {"csv": f"{data}/gradient_allocation.csv"},
                     {"label": label}),

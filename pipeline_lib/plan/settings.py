@@ -81,7 +81,7 @@ def reference_prompts(task: str) -> str:
 
 #: Keys of the ``eval`` section that are not one evaluation's settings: the transfer benchmarks (changing them reruns
 #: no evaluation) and the per-task length caps (resolved into ``max_new_tokens`` by :func:`eval_spec`).
-_NOT_EVAL_SPEC = ("transfer", "task_max_new_tokens")
+_NOT_EVAL_SPEC = ("transfer", "task_max_new_tokens", "probe")
 
 
 def eval_max_new_tokens(config: Mapping[str, Any], task: str) -> int:
@@ -109,6 +109,19 @@ def eval_spec(config: Mapping[str, Any], task: str | None = None) -> dict[str, A
     if task is not None:
         spec["max_new_tokens"] = eval_max_new_tokens(config, task)
     return spec
+
+
+def probe_spec(config: Mapping[str, Any], spec: RunSpec) -> dict[str, Any]:
+    """The pass-rate probe of one RL run (``eval.probe``; :mod:`pipeline_lib.jobs.eval.probe`): its kept steps, K and
+    the groups per window, and generation as the run sampled its rollouts (its temperature and response cap, top-p 1)
+    on the task's evaluation backend."""
+    if spec.rl is None or spec.rl.probe_every is None:
+        raise PlanError(f"{spec.task}/{spec.method}: no train.rl.probe_every, so the run keeps no policy to probe")
+    probe = config["eval"]["probe"]
+    generation = {**eval_spec(config, spec.task), "max_new_tokens": spec.rl.max_response_tokens,
+                  "temperature": spec.rl.temperature, "top_p": 1.0}
+    return {"probe_every": spec.rl.probe_every, "steps": spec.rl.steps, "samples": probe["samples"],
+            "groups": probe["groups"], "generation": generation}
 
 
 #: Where a task's reference prompts are split for a method that selects among its variants on validation (RL-Logit):

@@ -9,24 +9,27 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pipeline_lib.core.cli import json_value
 from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
-from pipeline_lib.plan import METHODS, Plan, PlanError, RunId, plan_runs, trained_methods
+from pipeline_lib.plan import METHODS, Plan, PlanError, Run, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.judges import JUDGES, pairwise_tasks
+from pipeline_lib.plan.layouts import final_dir
 from pipeline_lib.plan.runs import TOKENIZER
-from pipeline_lib.plan.settings import holdout_prompts
+from pipeline_lib.plan.settings import holdout_prompts, probe_spec
 
-__all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "PAIRWISE_DIR", "SCALE_OUTPUTS",
-           "STAGES", "THEORY_OUTPUTS", "VALIDATION_DIR", "ablation_cells", "adaptive_comparison", "cross_judge_file",
-           "data_targets", "eval_targets", "evaluated_runs", "holdout_tasks", "judge_methods", "judge_ours",
-           "judge_score_runs", "judge_targets", "judge_tasks", "judged_runs", "paired_requests", "read_run_ids",
-           "reads_tokenizer", "report_inputs", "requests_of", "rl_requests", "run_ids_argument", "run_ids_json",
-           "runs_of", "scale_cells", "selected_methods", "stage_targets", "study_evaluations", "table1_evaluations",
-           "table1_tasks", "test_splits", "tokenizer_inputs", "transfer_runs", "validation_evaluations",
-           "variant_methods", "variant_outputs"]
+__all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "PAIRWISE_DIR", "PROBE_ROOT",
+           "SCALE_OUTPUTS", "STAGES", "THEORY_OUTPUTS", "VALIDATION_DIR", "ablation_cells", "adaptive_comparison",
+           "cross_judge_file", "data_targets", "eval_targets", "evaluated_runs", "holdout_tasks", "judge_methods",
+           "judge_ours", "judge_score_runs", "judge_targets", "judge_tasks", "judged_runs", "paired_requests",
+           "probe_inputs", "probe_output", "probe_pattern", "probe_run_spec", "probe_seed", "probe_start_model",
+           "probed_runs", "read_run_ids", "reads_tokenizer", "report_inputs", "requests_of", "rl_requests",
+           "run_ids_argument", "run_ids_json", "runs_of", "scale_cells", "selected_methods", "stage_targets",
+           "study_evaluations", "table1_evaluations", "table1_tasks", "test_splits", "tokenizer_inputs",
+           "transfer_runs", "validation_evaluations", "variant_methods", "variant_outputs"]
 
 STAGES = ("data", "train", "eval", "judge", "paper")
 
@@ -126,6 +129,58 @@ def paired_requests(plan: Plan) -> list[RunId]:
     pair = {m.name for m in METHODS.values() if m.family == "group_rl" and any(
         m is o or (m.advantage == "grpo" and m.reward == o.reward) for o in ours)}
     return [r for r in requests_of(plan, "main", pair) if not METHODS[r.name].starting_point]
+
+
+#: Where a run's pass-rate probe lies: ``results/probe/<task>/<run>/seed<k>/`` (:mod:`pipeline_lib.jobs.eval.probe`).
+PROBE_ROOT = "results/probe"
+
+
+def probed_runs(plan: Plan) -> list[Run]:
+    """The paired RL runs (:func:`paired_requests`) that kept policies for the pass-rate probe
+    (``train.rl.probe_every``): the gradient-allocation table measures their groups' p by the probe."""
+    paths = {r.path for r in paired_requests(plan)}
+    return [run for run in plan.runs if f"results/train/{run.key}/DONE.json" in paths and run.spec.rl is not None
+            and run.spec.rl.probe_every is not None]
+
+
+def probe_output(run: Run) -> str:
+    """A probed run's ``probe.jsonl``."""
+    return f"{PROBE_ROOT}/{run.key}/probe.jsonl"
+
+
+def _probed(plan: Plan, key: str) -> Run:
+    runs = {run.key: run for run in probed_runs(plan)}
+    if key not in runs:
+        raise PlanError(f"{key}: not a paired RL run that keeps policies for the pass-rate probe")
+    return runs[key]
+
+
+def probe_pattern(plan: Plan) -> str:
+    """A wildcard constraint matching exactly the probed runs' keys (none: a pattern that matches nothing)."""
+    keys = sorted({run.key for run in probed_runs(plan)}, key=lambda k: (-len(k), k))
+    return "|".join(re.escape(k) for k in keys) or "(?!)"
+
+
+def probe_inputs(plan: Plan, key: str) -> dict[str, Any]:
+    """The probe rule's inputs of one run: its training prompts and the sentinel of the run it started from (an empty
+    list where it started from its spec's hub model, which the job then reads after `fetch`)."""
+    run = _probed(plan, key)
+    return {"data": run.inputs["data"], "init": [run.inputs["init"]] if run.inputs.get("init") else []}
+
+
+def probe_start_model(plan: Plan, key: str) -> str:
+    """The first window's policy: the model the run started from (``final/`` beside its sentinel, or its hub id)."""
+    run = _probed(plan, key)
+    return final_dir(run.inputs["init"]) if run.inputs.get("init") else str(run.spec.model)
+
+
+def probe_run_spec(config: Mapping[str, Any], plan: Plan, key: str) -> dict[str, Any]:
+    """The probe of one run (:func:`pipeline_lib.plan.settings.probe_spec`)."""
+    return probe_spec(config, _probed(plan, key).spec)
+
+
+def probe_seed(plan: Plan, key: str) -> int:
+    return _probed(plan, key).seed
 
 
 #: Where a run's validation evaluation lies, beside its test one: ``results/eval/<task>/<run>/seed<k>/validation/``.

@@ -3,6 +3,7 @@
 from pipeline_lib.core.cli import with_files
 from pipeline_lib.plan.groups import eval_batch_command, job_priority
 from pipeline_lib.plan.settings import eval_spec
+from pipeline_lib.plan.targets import probe_inputs, probe_pattern, probe_run_spec, probe_seed, probe_start_model
 
 # The evaluation jobs' env: vLLM generation (eval.backend vllm, the paper's) runs in the GPU env that locks vLLM; the
 # hf and server backends in the CPU env of the other steps (tests/jobs/test_locks.py checks each lock holds its
@@ -161,3 +162,37 @@ rule eval_alpaca_eval:
     shell:
         "python -m pipeline_lib.jobs.eval.harness alpaca-eval --outputs {input.outputs} --spec {params.spec_file}"
         " --seed {wildcards.seed} --out {output} > {log} 2>&1"
+
+
+# Table 3's pass-rate probe of one paired RL run that kept its policies (train.rl.probe_every): each probed group's
+# prompt sampled from the policy of its window (pipeline_lib.jobs.eval.probe), so p is measured apart from the group.
+rule probe_pass_rate:
+    input:
+        done="results/train/{run}/DONE.json",
+        canary=after_canary("probe_pass_rate"),
+        data=lambda wildcards: probe_inputs(PLAN, wildcards.run)["data"],
+        init=lambda wildcards: probe_inputs(PLAN, wildcards.run)["init"],
+        fetched=lambda wildcards: after_fetch(wildcards) if not probe_inputs(PLAN, wildcards.run)["init"] else [],
+    output:
+        probe="results/probe/{run}/probe.jsonl",
+        summary="results/probe/{run}/summary.json",
+    params:
+        code=code_digest("pipeline_lib.jobs.eval.probe"),
+        **with_files({"spec": lambda wildcards: json.dumps(probe_run_spec(config, PLAN, wildcards.run))}, "spec"),
+        model=lambda wildcards: probe_start_model(PLAN, wildcards.run),
+        seed=lambda wildcards: probe_seed(PLAN, wildcards.run),
+        out_dir=lambda wildcards, output: os.path.dirname(output.probe),
+    wildcard_constraints:
+        run=probe_pattern(PLAN),
+    log:
+        "logs/probe_pass_rate/{run}.log",
+    benchmark:
+        "results/benchmarks/probe_pass_rate/{run}.tsv"
+    priority: job_priority("eval_checkpoint")
+    threads: 1
+    conda:
+        EVAL_ENV
+    shell:
+        "python -m pipeline_lib.jobs.eval.probe --run-dir results/train/{wildcards.run} --init {params.model}"
+        " --data {input.data} --spec {params.spec_file} --seed {params.seed} --out {params.out_dir}"
+        " --threads {threads} > {log} 2>&1"

@@ -75,7 +75,7 @@ def trains_on_another_reward(frame: pd.DataFrame, reward_weights: dict | None) -
     return False
 
 
-def _correct(result: dict[str, float]) -> bool:
+def correct_verdict(result: dict[str, float]) -> bool:
     """The verifier's verdict: its ``acc`` where it gives one, else a full score (a similarity reward's 1.0)."""
     return bool(result["acc"] >= 1.0) if "acc" in result else result["score"] >= 1.0
 
@@ -118,7 +118,7 @@ def evaluate(model_dir: Path, data: Path, spec: dict[str, Any], seed: int, work_
                     lengths.append(generation.tokens)
                 else:
                     sample_scores.append(result["score"])
-                    correct_counts[row] += _correct(result)
+                    correct_counts[row] += correct_verdict(result)
     metrics: dict[str, Any] = {"prompts": len(frame), "pass@1_greedy": sum(greedy_scores) / len(greedy_scores),
                                "mean_length_greedy": sum(lengths) / len(lengths), "backend": spec.get("backend", "hf")}
     if n_samples:

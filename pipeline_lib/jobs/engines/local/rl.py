@@ -29,7 +29,15 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from pipeline_lib.core.checkpoint import MetricsLog, claim_run_dir, rng_state, run_identity, set_rng_state, write_done
+from pipeline_lib.core.checkpoint import (
+    MetricsLog,
+    claim_run_dir,
+    probe_dir,
+    rng_state,
+    run_identity,
+    set_rng_state,
+    write_done,
+)
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.model import (
     generate,
@@ -186,7 +194,8 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
         done = write_done(run_dir, step=rl.steps, total_steps=rl.steps, config_sha256=digest, kind=method.kind,
                           advantage=estimator.name, seed=seed)
         outputs = [done, run_dir / "metrics.jsonl", run_dir / "rollouts.jsonl", final / "config.json",
-                   final / "model.safetensors"]
+                   final / "model.safetensors",
+                   *(probe_dir(run_dir, s) / "model.safetensors" for s in rl.probe_steps())]
         write_provenance(outputs, step=step_name,
                          inputs=[data, init / "config.json", init / "model.safetensors", *extra_inputs],
                          params={"spec": spec.to_dict()}, config_sha256=digest, seeds={"run": seed},
@@ -225,6 +234,7 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
     bar = tqdm(total=rl.steps, initial=step, desc=f"{method.kind} {estimator.name} {data.parent.name} "
                f"seed={seed}", file=sys.stderr, disable=not progress)
     pool = prompt_pool(len(frame), rl.prompt_pool, seed)
+    probe_steps = set(rl.probe_steps())  # the policies kept for Table 3's pass-rate probe (jobs.eval.probe)
     n = len(pool)
     while step < rl.steps:
         t0, health = time.perf_counter(), reward_health()
@@ -282,6 +292,8 @@ def train_rl(spec: RunSpec, data: Path, init: Path, run_dir: Path, seed: int, pr
                         **{key: values[policy] for key, values in chosen.items()}})
         bar.set_postfix(reward=f"{float(rewards[policy].mean()):.2f}",
                         pass_rate=f"{float(correct[policy].mean()):.2f}")
+        if step in probe_steps:  # before the checkpoint: a resume from it never skips a kept policy
+            save_model_atomic(model, tokenizer, probe_dir(run_dir, step))
         if step % rl.checkpoint_every == 0 or step == rl.steps:
             checkpoint.save(model, tokenizer, {"optimizer": optimizer.state_dict(), "rng": rng_state(), "step": step,
                                                "method": method.state_dict()})
