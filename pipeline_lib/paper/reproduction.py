@@ -114,8 +114,9 @@ def table1_section(ours: pd.DataFrame, reference: dict, comparable: bool, metric
 
 
 def allocation_section(ours: pd.DataFrame, reference: dict) -> str:
-    """Ours / paper per bin (each bin's share of the binned budget, p measured over the prompt's other visits:
-    :data:`pipeline_lib.paper.results.PASS_RATE_MEASURE`), and the unbinned share of ours beside them."""
+    """Ours / paper per bin (each bin's share of the binned budget, p by the run's pass-rate probe or over the
+    prompt's other visits: :data:`pipeline_lib.paper.results.PROBE_MEASURE`, ``PASS_RATE_MEASURE``), and the unbinned
+    share of ours beside them."""
     bins = [f"bin{i}" for i in range(len(PASS_RATE_BINS))]
     extra = [c for c in ("unbinned", "groups", "groups_unbinned") if c in ours.columns]
     summed = ours.groupby(["task", "method"])[[*bins, *extra]].sum()

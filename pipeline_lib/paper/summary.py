@@ -4,8 +4,8 @@ Everything here is computed from the run's own files, never typed in: the claims
 the claims table's machinery (:mod:`pipeline_lib.paper.verdicts`), the share of Rationalization's generated
 demonstrations that are well-formed from the demonstrations the run wrote (``rationalized_sft.parquet``, scored
 with the format reward every run uses), a judge's blindness to the planted slip from its per-item scores of outputs with
-and without the slip, and the gradient budget the allocation table leaves unbinned (groups whose prompt the run
-visited only once: no pass rate measured apart from them).
+and without the slip, and the gradient budget the allocation table leaves unbinned (groups the pass-rate probe did
+not draw, or without a probe, groups whose prompt the run visited only once: no pass rate measured apart from them).
 """
 
 from __future__ import annotations
@@ -212,14 +212,18 @@ def _unbinned(allocation: pd.DataFrame | None) -> list[str]:
         return []
     notes = []
     summed = allocation.groupby(["task", "method"])[[*bins, "unbinned", "groups", "groups_unbinned"]].sum()
+    probed = (allocation.assign(probed=allocation["measure"].astype(str).str.startswith("probe"))
+              .groupby(["task", "method"])["probed"].all() if "measure" in allocation else None)
     for (task, method), row in summed.iterrows():
         whole = row[bins].sum() + row["unbinned"]
         if row["groups_unbinned"] > 0:
             share = f"{100 * row['unbinned'] / whole:.1f}%" if whole > 0 else "none"
+            why = ("were not drawn for the pass-rate probe (a uniform sample per window: the bins are ratio estimates "
+                   "over the drawn groups)" if probed is not None and probed[task, method] else
+                   "answer a prompt the run visited only once, so they have no pass rate measured apart from them")
             notes.append(f"Gradient allocation of `{task}` {METHOD_LABELS.get(method, method)}: "
                          f"{int(row['groups_unbinned']):,} of its {int(row['groups']):,} groups ({share} of the "
-                         "budget) answer a prompt the run visited only once, so they have no pass rate measured "
-                         "apart from them and are not binned (the table's Unbinned column).")
+                         f"budget) {why} and are not binned (the table's Unbinned column).")
     return notes
 
 

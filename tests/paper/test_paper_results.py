@@ -251,3 +251,59 @@ def test_judged_table_marks_no_best_on_a_single_seed_lead(tmp_path):
     assert "**" not in table["close"].str.cat()
     assert table["clear"].str.cat().count("**") == 2 and table.loc[table.index[2], "clear"].startswith("**")
     assert r"\textbf{86.9}" not in tex.read_text()
+
+
+def test_gradient_allocation_bins_by_the_pass_rate_probe_where_a_run_has_one(tmp_path):
+    """With a probe (pipeline_lib.jobs.eval.probe's probe.jsonl) each probed group is binned by its probe p, whatever
+    its prompt's other visits say, and a group the probe did not draw is unbinned; the table names the measure."""
+    import torch
+
+    from pipeline_lib.core.rl.advantages import group_advantages
+
+    path = tmp_path / "rollouts.jsonl"
+    _write_near_solved(path, "prompt_index")
+    probe = tmp_path / "probe.jsonl"
+    # step 1: A's group at 3/16 (p 0.1875 -> [0, 0.2)), B's at 16/16 (-> [0.9, 1]); step 3: C's group at 9/16
+    # (p 0.5625 -> [0.5, 0.7)); the other three groups were not drawn
+    probe.write_text(json.dumps({"window": 0, "model": "m", "samples": 16, "step": [1, 1], "group": [0, 1],
+                                 "row": [3, 7], "correct": [3, 16]}) + "\n"
+                     + json.dumps({"window": 2, "model": "m", "samples": 16, "step": [3], "group": [1], "row": [11],
+                                   "correct": [9]}) + "\n")
+    bins = allocation_bins(path, probe=probe)
+
+    def budget(correct: list[int], length: int) -> float:
+        rewards = torch.tensor(correct, dtype=torch.float64)
+        return float(length * group_advantages("grpo", rewards, torch.zeros(len(correct), dtype=torch.long)).abs()
+                     .sum())
+
+    a_first, b_once = budget(NEAR_SOLVED[0][1][0], 2), budget(NEAR_SOLVED[0][1][1], 3)
+    c_last = budget(NEAR_SOLVED[2][1][1], 3)
+    assert a_first == 0.0 and b_once > 0 and c_last > 0  # an all-correct group spends nothing, whatever its bin
+    assert bins["bin4"] == pytest.approx(b_once) and bins["bin2"] == pytest.approx(c_last)
+    assert bins["bin0"] == bins["bin1"] == bins["bin3"] == 0.0
+    assert bins["groups"] == 6 and bins["groups_unbinned"] == 3 and bins["measure"] == "probe K=16"
+    not_drawn = budget(NEAR_SOLVED[1][1][1], 3) + budget(NEAR_SOLVED[2][1][0], 2)
+    assert bins["unbinned"] == pytest.approx(not_drawn)
+    run = RunId("main", "t", "grpo_exact", 0, "results/train/t/grpo_exact/seed0/DONE.json")
+    frame = allocation_data({str(path): run}, {str(path): str(probe)})
+    csv, md, _ = allocation_table(frame, "tiny", tmp_path / "alloc")
+    row = pd.read_csv(csv).iloc[0]
+    assert row["p"] == "probe K=16" and row["Unbinned"].endswith("(3/6 groups)")
+    assert "pass-rate probe" in md.read_text()
+
+
+def test_a_probe_of_another_run_is_refused_naming_it(tmp_path):
+    """A probe.jsonl whose groups are not the run's (another run's, or an earlier training's) is an error naming the
+    probe file, never a silent partial binning."""
+    path = tmp_path / "rollouts.jsonl"
+    _write_near_solved(path, "prompt_index")
+    probe = tmp_path / "other" / "probe.jsonl"
+    probe.parent.mkdir()
+    probe.write_text(json.dumps({"window": 0, "model": "m", "samples": 4, "step": [9], "group": [0], "row": [3],
+                                 "correct": [1]}) + "\n")
+    with pytest.raises(ValueError, match=r"other/probe\.jsonl: 1 probed groups are not groups of"):
+        allocation_bins(path, probe=probe)
+    probe.write_text(json.dumps({"window": 0, "model": "m", "samples": 4, "step": [1], "group": [0], "row": [3],
+                                 "correct": [5]}) + "\n")
+    with pytest.raises(ValueError, match=r"probe\.jsonl line 1: .*counts outside 0\.\.4"):
+        allocation_bins(path, probe=probe)
