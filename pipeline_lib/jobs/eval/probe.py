@@ -30,11 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 
 from pipeline_lib.core.checkpoint import probe_dir
 from pipeline_lib.core.cli import add_seed_argument, add_spec_argument, add_threads_argument, entry_parser
 from pipeline_lib.core.io import write_json, write_text
 from pipeline_lib.core.provenance import write_provenance
+from pipeline_lib.jobs.eval.backends import open_backend
+from pipeline_lib.jobs.eval.evaluate import correct_verdict, verifier_rows
 
 log = logging.getLogger("pipeline_lib.jobs.eval.probe")
 
@@ -112,12 +116,6 @@ def _model_of(window: int, run_dir: Path, init: str) -> str:
 def probe(run_dir: Path, init: str, data: Path, spec: Mapping[str, Any], seed: int, work_dir: Path
           ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Probe one run: the lines of ``probe.jsonl`` and the summary."""
-    import pandas as pd
-    import torch
-
-    from pipeline_lib.jobs.eval.backends import open_backend
-    from pipeline_lib.jobs.eval.evaluate import correct_verdict, verifier_rows
-
     every, samples, per_window = int(spec["probe_every"]), int(spec["samples"]), spec.get("groups")
     total = int(spec["steps"])
     kept = [0, *range(every, total, every)]
@@ -175,8 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     add_threads_argument(parser)
     args = parser.parse_args(argv)
     started = time.time()
-    import torch
-
     torch.set_num_threads(args.threads)
     spec = json.loads(args.spec)
     args.out.mkdir(parents=True, exist_ok=True)
