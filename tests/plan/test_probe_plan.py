@@ -90,5 +90,5 @@ def test_the_tiny_default_probes_its_paired_runs_every_group():
     probed = probed_runs(plan)
     assert len(probed) == len(config["train"]["tasks"]) * 2 * len(config["train"]["seeds"])
     spec = probe_spec(config, probed[0].spec)
-    assert spec["groups"] is None and spec["samples"] == 8 and spec["probe_every"] == 10
+    assert spec["groups"] is None and spec["samples"] == 16 and spec["probe_every"] == 10
     assert spec["generation"]["backend"] == "hf"
