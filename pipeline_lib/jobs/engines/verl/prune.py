@@ -2,9 +2,9 @@
 
 :func:`place_scratch` (before verl starts) links the run directory's ``checkpoints/``, ``probe_shards/`` and
 ``rollout_dump/`` to ``site.scratch_root/<task>/<name>/seed<k>/<run digest>/``, so verl's overrides name the same paths
-wherever the site keeps its scratch, and a resubmitted attempt resumes through the same link. The run digest (``run.json``) keeps the
-scratch of a run set aside by :func:`pipeline_lib.core.checkpoint.claim_run_dir` (its link moves to ``stale/``) apart
-from the new run's.
+wherever the site keeps its scratch, and a resubmitted attempt resumes through the same link. The run digest
+(``run.json``) keeps the scratch of a run set aside by :func:`pipeline_lib.core.checkpoint.claim_run_dir` (its link
+moves to ``stale/``) apart from the new run's.
 
 :func:`keep_dumps` (an end step, before ``DONE.json``) copies the kept dumps under the run directory;
 :func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.train`), frees the
@@ -70,8 +70,9 @@ def keep_dumps(run_dir: str | Path, dump_every: int) -> Path:
 
 def prune(run_dir: str | Path, dump_every: int) -> list[Path]:
     """Free a finished run's scratch (``final/`` exported and ``DONE.json`` written): its checkpoints, the probe
-    policies' shards (``probe/`` stays), every dump in the scratch, and the dumps of steps not kept (:func:`kept_steps`) where they are under the run directory; return
-    what was deleted (nothing for an unfinished run). Safe to run again after a kill anywhere."""
+    policies' shards (``probe/`` stays), every dump in the scratch, and the dumps of steps not kept
+    (:func:`kept_steps`) where they are under the run directory; return what was deleted (nothing for an unfinished
+    run). Safe to run again after a kill anywhere."""
     if dump_every < 1:
         raise ValueError(f"dump_every must be >= 1, not {dump_every}")
     run_dir = Path(run_dir)
