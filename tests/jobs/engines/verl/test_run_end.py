@@ -237,3 +237,13 @@ def test_a_resume_from_an_earlier_checkpoint_drops_the_kept_policies_of_the_step
     assert probe_keep.kept(shards) == [2, 4, 6]
     assert probe_keep.drop_after(tmp_path / "run", 2) == [4, 6] and probe_keep.kept(shards) == [2]
     assert probe_keep.missing(tmp_path / "run", [2, 4]) == [4]
+
+
+def test_verl_saves_at_every_probe_step():
+    """trainer.save_freq is gcd(checkpoint_every, probe_every): every probe step is a save step."""
+    from pipeline_lib.jobs.engines.verl.translate import save_freq
+
+    spec = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
+    for every, probe, expected in ((64, None, 64), (50, 200, 50), (64, 200, 8), (7, 10, 1)):
+        rl = replace(spec.rl, checkpoint_every=every, probe_every=probe)
+        assert save_freq(rl) == expected and all(s % save_freq(rl) == 0 for s in rl.probe_steps())
