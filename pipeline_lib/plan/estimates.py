@@ -21,9 +21,10 @@ vLLM's KV cache while it trains (``free_cache_engine``), so the peak is the larg
 rollout phase (vLLM's ``gpu_memory_utilization`` share of the GPU plus the sharded training states, which stay).
 
 Disk: a verl checkpoint holds fp32 weights and Adam's moments (12 bytes x params), two kept until the run finishes
-(scratch; pruned then, :mod:`pipeline_lib.jobs.engines.verl.prune`); the exported model is bf16 (2 bytes x params,
-results); a rollout dump is ~``DUMP_BYTES_PER_TOKEN`` bytes of JSON lines per token of every ``rollout_dump_every``-th
-step kept after the run (all steps while it runs).
+(scratch; pruned then, :mod:`pipeline_lib.jobs.engines.verl.prune`), and each pass-rate probe step's fp32 model shards
+(4 bytes x params, scratch); the exported model and each probe step's are bf16 (2 bytes x params, results); a rollout
+dump is ~``DUMP_BYTES_PER_TOKEN`` bytes of JSON lines per token of every ``rollout_dump_every``-th step kept after the
+run (all steps while it runs).
 """
 
 from __future__ import annotations
@@ -313,6 +314,13 @@ def estimate_run(run: Any, site: Mapping[str, Any], measured: Mapping[str, Lengt
     results = 2 * arch.params / GB
     if spec.rl is not None:
         rl = spec.rl
+        if rl.probe_every is not None:
+            # verl saves every gcd(checkpoint_every, probe_every) steps (it must save each probe step): a divisor of
+            # probe_every keeps that gcd the interval planned here, not a far smaller one (every step, for coprimes)
+            every = max(d for d in range(1, min(every, rl.probe_every) + 1) if rl.probe_every % d == 0)
+            probes = len(rl.probe_steps())
+            scratch += probes * 4 * arch.params / GB  # each probe step's fp32 model shards, kept until the run ends
+            results += probes * 2 * arch.params / GB  # exported, bf16: probe/step_<s>/
         dump = rl.prompts_per_step * rl.group_size * (lengths.prompt + lengths.response) * DUMP_BYTES_PER_TOKEN / GB
         scratch += dump * rl.steps
         results += dump * math.ceil(rl.steps / site["rollout_dump_every"])

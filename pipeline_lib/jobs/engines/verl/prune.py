@@ -1,10 +1,10 @@
 """A verl run's scratch: where its checkpoints and rollout dumps live while it trains, and freeing them once done.
 
-:func:`place_scratch` (before verl starts) links the run directory's ``checkpoints/`` and ``rollout_dump/`` to
-``site.scratch_root/<task>/<name>/seed<k>/<run digest>/``, so verl's overrides name the same paths wherever the site
-keeps its scratch, and a resubmitted attempt resumes through the same link. The run digest (``run.json``) keeps the
-scratch of a run set aside by :func:`pipeline_lib.core.checkpoint.claim_run_dir` (its link moves to ``stale/``) apart
-from the new run's.
+:func:`place_scratch` (before verl starts) links the run directory's ``checkpoints/``, ``probe_shards/`` and
+``rollout_dump/`` to ``site.scratch_root/<task>/<name>/seed<k>/<run digest>/``, so verl's overrides name the same paths
+wherever the site keeps its scratch, and a resubmitted attempt resumes through the same link. The run digest
+(``run.json``) keeps the scratch of a run set aside by :func:`pipeline_lib.core.checkpoint.claim_run_dir` (its link
+moves to ``stale/``) apart from the new run's.
 
 :func:`keep_dumps` (an end step, before ``DONE.json``) copies the kept dumps under the run directory;
 :func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.train`), frees the
@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 
 from pipeline_lib.core.checkpoint import RUN_IDENTITY, read_json_state
-from pipeline_lib.jobs.engines.verl.paths import checkpoint_dir, rollout_dump_dir
+from pipeline_lib.jobs.engines.verl.paths import checkpoint_dir, probe_shards_dir, rollout_dump_dir
 
 __all__ = ["SCRATCH_SUFFIX", "keep_dumps", "kept_steps", "place_scratch", "prune"]
 
@@ -69,9 +69,10 @@ def keep_dumps(run_dir: str | Path, dump_every: int) -> Path:
 
 
 def prune(run_dir: str | Path, dump_every: int) -> list[Path]:
-    """Free a finished run's scratch (``final/`` exported and ``DONE.json`` written): its checkpoints, every dump in
-    the scratch, and the dumps of steps not kept (:func:`kept_steps`) where they are under the run directory; return
-    what was deleted (nothing for an unfinished run). Safe to run again after a kill anywhere."""
+    """Free a finished run's scratch (``final/`` exported and ``DONE.json`` written): its checkpoints, the probe
+    policies' shards (``probe/`` stays), every dump in the scratch, and the dumps of steps not kept
+    (:func:`kept_steps`) where they are under the run directory; return what was deleted (nothing for an unfinished
+    run). Safe to run again after a kill anywhere."""
     if dump_every < 1:
         raise ValueError(f"dump_every must be >= 1, not {dump_every}")
     run_dir = Path(run_dir)
@@ -81,9 +82,10 @@ def prune(run_dir: str | Path, dump_every: int) -> list[Path]:
     ckpt = checkpoint_dir(run_dir)
     dumps = rollout_dump_dir(run_dir)
     aside = dumps.with_name(dumps.name + SCRATCH_SUFFIX)
-    links = [path for path in (ckpt, dumps, aside) if path.is_symlink()]
+    shards = probe_shards_dir(run_dir)  # the probe policies' shards: exported to probe/ (kept) before DONE.json
+    links = [path for path in (ckpt, shards, dumps, aside) if path.is_symlink()]
     scratch_dirs = {Path(os.path.abspath(path.parent / os.readlink(path))).parent for path in links}
-    present = [path for path in (ckpt, aside) if path.exists() or path.is_symlink()]
+    present = [path for path in (ckpt, shards, aside) if path.exists() or path.is_symlink()]
     for path in present:
         if path.exists():
             shutil.rmtree(path.resolve())  # under site.scratch_root where it is a link
@@ -116,13 +118,14 @@ def _scratch_target(run_dir: Path, scratch_dir: Path, name: str) -> Path:
 
 
 def place_scratch(run_dir: str | Path, scratch_dir: str | Path) -> dict[str, Path]:
-    """Link ``checkpoints/`` and ``rollout_dump/`` of ``run_dir`` into ``scratch_dir`` (when it is outside the run
+    """Link ``checkpoints/``, ``probe_shards/`` (hard links into the checkpoints need the same filesystem) and
+    ``rollout_dump/`` of ``run_dir`` into ``scratch_dir`` (when it is outside the run
     directory); return each name's real location. A link already there is this run's (a resubmission: reused); a
     real directory already there is kept as it is (never moved or clobbered: verl resumes it in place)."""
     run_dir, scratch_dir = Path(run_dir).resolve(), Path(scratch_dir).resolve()
     inside = scratch_dir == run_dir or run_dir in scratch_dir.parents
     placed = {}
-    for local in (checkpoint_dir(run_dir), rollout_dump_dir(run_dir)):
+    for local in (checkpoint_dir(run_dir), probe_shards_dir(run_dir), rollout_dump_dir(run_dir)):
         if inside:
             placed[local.name] = local
             continue

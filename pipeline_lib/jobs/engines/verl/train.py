@@ -53,6 +53,8 @@ from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import Tracker
 from pipeline_lib.jobs.engines.verl import check_verl_version
 from pipeline_lib.jobs.engines.verl.checks import validate_rl, validate_sft
+from pipeline_lib.jobs.engines.verl.paths import probe_dir, probe_shards_dir
+from pipeline_lib.jobs.engines.verl.probe_keep import ProbeKeeper, drop_after, export_probes, missing
 from pipeline_lib.jobs.engines.verl.prune import keep_dumps, place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.jobs.engines.verl.translate import (
@@ -73,8 +75,9 @@ from pipeline_lib.jobs.engines.verl.translate import (
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
 __all__ = ["build_command", "collect_metrics", "collect_rollouts", "end_steps", "export_final", "finished_step",
-           "logged_resume_point", "main", "prompt_keys", "rebuild_tracking_store", "resumed_overrides",
-           "rollout_groups", "run", "train_verl", "verl_run_identity"]
+           "logged_resume_point", "main", "prompt_keys", "prompt_rendering", "rebuild_tracking_store",
+           "resumed_overrides", "rollout_groups", "run", "train_verl", "training_prompt_rows", "unmatched_prompt_rows",
+           "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")
 
@@ -156,6 +159,7 @@ def logged_resume_point(run_dir: Path, kind: str) -> int | None:
         (ckpt / TRACKER).unlink()
     else:
         write_text(ckpt / TRACKER, str(back))
+    drop_after(run_dir, back or 0)  # a probe policy of a step verl redoes is another policy: kept again when saved
     log.warning("%s: verl's checkpoint of step %d was saved but the step's metrics/rollouts were never logged (the "
                 "job stopped in between): resuming from %s instead, so step %d is redone and logged", run_dir, step,
                 f"step {back}" if back is not None else "scratch", step)
@@ -295,8 +299,79 @@ def prompt_keys(rows: Sequence[Mapping[str, Any]], path: Path) -> list[str]:
     return [hashlib.sha256(row["input"].encode("utf-8")).hexdigest()[:16] for row in rows]
 
 
+def _override(overrides: Sequence[str], key: str) -> str | None:
+    """The value the last override of ``key`` (``key=`` or ``+key=``) gives, as written; None where none does."""
+    found = None
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name.lstrip("+") == key:
+            found = value
+    return found
+
+
+def _hydra_scalar(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def prompt_rendering(overrides: Sequence[str]) -> dict[str, Any]:
+    """How verl 0.9.1 renders a training prompt for its rollout under these overrides (verl's defaults otherwise):
+    the parquet column (``data.prompt_key``), the chat template's extra arguments (``data.apply_chat_template_kwargs``)
+    and the left-padded length (``actor_rollout_ref.rollout.prompt_length``, else ``data.max_prompt_length``)."""
+    length = _override(overrides, "actor_rollout_ref.rollout.prompt_length") \
+        or _override(overrides, "data.max_prompt_length") or "512"
+    kwargs: dict[str, Any] = {}
+    whole = _override(overrides, "data.apply_chat_template_kwargs")
+    if whole and whole.strip("{} "):  # Hydra's {k:v,...}
+        for pair in whole.strip().strip("{}").split(","):
+            name, _, value = pair.partition(":")
+            kwargs[name.strip()] = _hydra_scalar(value)
+    prefix = "data.apply_chat_template_kwargs."
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name.lstrip("+").startswith(prefix):
+            kwargs[name.lstrip("+")[len(prefix):]] = _hydra_scalar(value)
+    return {"prompt_key": str(_hydra_scalar(_override(overrides, "data.prompt_key") or "prompt")),
+            "prompt_length": int(_hydra_scalar(length)), "chat_template_kwargs": kwargs}
+
+
+def training_prompt_rows(train_files: Path, tokenizer_dir: Path, overrides: Sequence[str]) -> dict[str, int]:
+    """Each training prompt's key (:func:`prompt_keys`) -> its row in the training parquet, the prompt rendered as
+    verl's rollout renders it and its dump decodes it: verl's Continuous Token builder for the model type (the chat
+    template with the generation prompt, ``apply_chat_template_kwargs``; ``experimental/agent_loop``), capped and
+    left-padded to the rollout's prompt length with the pad token (``_pad_token_ids``), then decoded with
+    ``skip_special_tokens=True`` (``_log_rollout_data`` of both trainers). Two rows rendering alike keep the first."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    rendering = prompt_rendering(overrides)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = tokenizer_dir / "config.json"  # the model's type picks verl's builder (none: verl's default one)
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else None
+    builder = create_continuous_token_builder(tokenizer, hf_model_type=model_type if isinstance(model_type, str)
+                                              else None, chat_template_kwargs=rendering["chat_template_kwargs"])
+    column = rendering["prompt_key"]
+    frame = pd.read_parquet(train_files, columns=[column])
+    length = rendering["prompt_length"]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    padded = []
+    for messages in frame[column]:  # once per training row: the lookup, not per rollout
+        ids = builder.build_initial_tokens([dict(m) for m in messages])[-length:]
+        padded.append([pad] * (length - len(ids)) + list(ids))
+    texts = tokenizer.batch_decode(padded, skip_special_tokens=True)
+    rows: dict[str, int] = {}
+    for row, key in enumerate(prompt_keys([{"input": t} for t in texts], train_files)):
+        rows.setdefault(key, row)
+    if len(rows) < len(texts):
+        log.warning("%s: %d training row(s) render like an earlier row; a rollout of either names the first",
+                    train_files, len(texts) - len(rows))
+    return rows
+
+
 def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_source: str,
-                     total_steps: int) -> Path:
+                     total_steps: int, *, train_files: Path, overrides: Sequence[str] = ()) -> Path:
     """verl's per-step rollout dumps -> ``rollouts.jsonl`` in the local engine's schema.
 
     verl 0.9.1 dumps input, output, ground truth and score, but not the advantage, so the advantage is
@@ -305,7 +380,9 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
     the length is the re-tokenised response, and ``correct`` is the task verifier's score (for the
     -Sim runs the training reward is not the verifier). ``prompt_uid`` names the visit (one group of one step);
     ``prompt_key`` names the prompt across the run's steps (:func:`prompt_keys`), which the gradient-allocation
-    table needs to measure a prompt's pass rate over its other visits.
+    table needs to measure a prompt's pass rate over its other visits; ``prompt_row`` names its row in the training
+    parquet (``train_files``, rendered under the run's ``overrides``: :func:`training_prompt_rows`), -1 where no row
+    renders to the rollout's prompt (counted in a warning and in ``DONE.json``, :func:`unmatched_prompt_rows`).
     """
     import torch
     from transformers import AutoTokenizer
@@ -321,6 +398,8 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if spec.estimator is None:
         raise VerlRunError(f"{run_dir}: an RL run spec without an estimator")
+    lookup = training_prompt_rows(train_files, tokenizer_dir, overrides)
+    unmatched = 0
     lines = []
     for path in files:
         step = int(path.stem)
@@ -335,13 +414,25 @@ def collect_rollouts(run_dir: Path, spec: RunSpec, tokenizer_dir: Path, data_sou
         lengths = [len(ids) for ids in tokenizer(outputs, add_special_tokens=False)["input_ids"]]
         verifier = compute_scores([data_source] * len(rows), outputs, [row["gts"] for row in rows],
                                   [None] * len(rows))
+        keys = prompt_keys(rows, path)
+        prompt_row = [lookup.get(key, -1) for key in keys]
+        unmatched += prompt_row.count(-1)
         lines.append(json.dumps({"step": step, "group": groups.tolist(), "prompt_uid": uids.tolist(),
-                                 "prompt_key": prompt_keys(rows, path),
+                                 "prompt_key": keys, "prompt_row": prompt_row,
                                  "reward": rewards.tolist(), "advantage": advantages.tolist(), "length": lengths,
                                  "correct": [float(v["score"]) for v in verifier]}))
+    if unmatched:
+        log.warning("%s: %d rollout(s) answer a prompt that no row of %s renders to (prompt_row -1): verl rendered "
+                    "it otherwise than training_prompt_rows does", run_dir, unmatched, train_files)
     target = run_dir / "rollouts.jsonl"
     write_text(target, "".join(line + "\n" for line in lines))
     return target
+
+
+def unmatched_prompt_rows(path: Path) -> int:
+    """The rollouts of ``rollouts.jsonl`` whose training row was not found (``prompt_row`` -1), for ``DONE.json``."""
+    return sum(json.loads(line).get("prompt_row", []).count(-1) for line in path.read_text().splitlines()
+               if line.strip())
 
 
 def merger_arguments(step_dir: Path, target: Path) -> argparse.Namespace:
@@ -427,22 +518,25 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
     def train() -> None:
         box["overrides"] = train_verl(kind, spec, paths, seed, overrides, scratch_dir, total)
 
-    steps = end_steps(kind, spec, paths, total, dump_every)
+    steps = end_steps(kind, spec, paths, total, dump_every, overrides)
+    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
     inputs = [paths.train_files]
     if kind == "rl":
         inputs += [paths.val_files, *([paths.init / "config.json"] if paths.init is not None else [])]
 
     def publish() -> Path:
         # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
+        rows = {"unmatched_prompt_rows": unmatched_prompt_rows(run_dir / "rollouts.jsonl")} if kind == "rl" else {}
         return write_done(run_dir, step=total, total_steps=total, config_sha256=digest,
                           kind=done_kind(kind, spec), engine="verl",
-                          advantage=spec.estimator.name if spec.estimator else None, seed=seed)
+                          advantage=spec.estimator.name if spec.estimator else None, seed=seed, **rows)
 
     def free() -> None:
         removed = prune(run_dir, dump_every)  # the last checkpoint was kept until DONE.json, for a resubmission
         log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir,
                  len(removed), dump_every)
-        outputs = [run_dir / "metrics.jsonl", *([run_dir / "rollouts.jsonl"] if kind == "rl" else [])]
+        outputs = [run_dir / "metrics.jsonl", *([run_dir / "rollouts.jsonl"] if kind == "rl" else []),
+                   *(probe_dir(run_dir) / f"step_{s}" / "config.json" for s in probes)]
         write_provenance([run_dir / DONE_NAME, *outputs, run_dir / "final" / "config.json"],
                          step=f"train_verl_{kind}", inputs=inputs,
                          params={"spec": spec.to_dict(), "overrides": box["overrides"]}, config_sha256=digest,
@@ -472,15 +566,25 @@ def train_verl(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, overrides
                         REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
     ckpt = checkpoint_dir(run_dir)
     label = f"{kind} run {run_dir}"
-    if finished_step(ckpt) != total:
-        log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
-        result = subprocess.run(command, env=env, check=False)
-        if result.returncode != 0:
-            raise VerlRunError(f"{label}: verl exited with code {result.returncode}; rerun to resume from {ckpt}")
+    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
+    with ProbeKeeper(run_dir, probes):  # keeps the probe steps' policies past verl's checkpoint rotation
+        if finished_step(ckpt) != total:
+            log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
+            result = subprocess.run(command, env=env, check=False)
+            if result.returncode != 0:
+                raise VerlRunError(f"{label}: verl exited with code {result.returncode}; rerun to resume from {ckpt}")
     reached = finished_step(ckpt)
     if reached != total:
         raise VerlRunError(f"{label}: verl exited 0 but its last checkpoint is step {reached} of {total} "
                            f"({ckpt / TRACKER}); not marking the run done, rerun to resume")
+    lost = missing(run_dir, probes)
+    if lost:
+        raise VerlRunError(f"{label}: verl finished, but the policies of probe step(s) {lost} (train.rl.probe_every "
+                           f"{spec.rl.probe_every}) were not kept in {probe_shards_dir(run_dir)}: verl's checkpoint "
+                           f"rotation deleted their actors before the keeper linked them (was this job's process "
+                           f"stopped while verl ran?). To recover, train again from scratch (delete {ckpt} and "
+                           f"{probe_shards_dir(run_dir)}, then rerun), or plan the run without the probe "
+                           f"(train.rl.probe_every: null)")
     return overrides
 
 
@@ -490,12 +594,13 @@ def export_final(kind: str, run_dir: Path, total: int) -> Path:
     return _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
 
 
-def end_steps(kind: str, spec: RunSpec, paths: TrainPaths, total: int,
-              dump_every: int) -> list[tuple[str, Callable[[], Any]]]:
-    """The end steps after the export, in order (:func:`pipeline_lib.core.run_end.finish_run`): the metrics and (RL)
-    the rollouts collected from every dump, then the kept dumps moved back from the scratch. Each is safe to redo
-    after a kill inside it (outputs written whole, :func:`.prune.keep_dumps`); checkpoints and the scratch are freed
-    only after ``DONE.json``."""
+def end_steps(kind: str, spec: RunSpec, paths: TrainPaths, total: int, dump_every: int,
+              overrides: Sequence[str] = ()) -> list[tuple[str, Callable[[], Any]]]:
+    """The end steps after the export, in order (:func:`pipeline_lib.core.run_end.finish_run`): the probe steps'
+    kept policies exported to ``probe/step_<s>/`` (:func:`.probe_keep.export_probes`), the metrics and (RL) the
+    rollouts collected from every dump, then the kept dumps moved back from the scratch. Each is safe to redo after a
+    kill inside it (outputs written whole, a probe step's folder published by a rename, :func:`.prune.keep_dumps`);
+    checkpoints, probe shards and the scratch are freed only after ``DONE.json``."""
     run_dir = paths.run_dir
 
     def collect() -> None:
@@ -504,9 +609,12 @@ def end_steps(kind: str, spec: RunSpec, paths: TrainPaths, total: int,
             import pandas as pd
 
             data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
-            collect_rollouts(run_dir, spec, run_dir / "final", data_source, total)
+            collect_rollouts(run_dir, spec, run_dir / "final", data_source, total, train_files=paths.train_files,
+                             overrides=overrides)
 
-    return [("collect", collect), ("keep_dumps", lambda: keep_dumps(run_dir, dump_every))]
+    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
+    return [("probe", lambda: export_probes(run_dir, probes, _merge_actor)), ("collect", collect),
+            ("keep_dumps", lambda: keep_dumps(run_dir, dump_every))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

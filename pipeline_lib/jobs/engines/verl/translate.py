@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from pipeline_lib.core.baselines import BaselineSettings, OPDSettings, RaroSettings, RLLogitSettings
 from pipeline_lib.core.rl.estimators import ADVANTAGE_ESTIMATORS
-from pipeline_lib.core.run_spec import RunSpec, VerlRLKnobs, VerlSFTKnobs
+from pipeline_lib.core.run_spec import RLSettings, RunSpec, VerlRLKnobs, VerlSFTKnobs
 from pipeline_lib.jobs.engines.verl.paths import (
     TrainPaths,
     checkpoint_dir,
@@ -60,6 +60,7 @@ __all__ = [
     "rl_logit_overrides",
     "rl_overrides",
     "rollout_dump_dir",
+    "save_freq",
     "sft_overrides",
     "tracking_env",
     "verl_baseline",
@@ -380,6 +381,14 @@ def _verl_kl_name(estimator: str) -> str:
     return VERL_KL_NAMES[estimator]
 
 
+def save_freq(rl: RLSettings) -> int:
+    """verl's ``trainer.save_freq`` of an RL run: ``checkpoint_every``, or where the run keeps probe policies
+    (``probe_every``) the gcd of both, so verl saves at every probe step too (:mod:`.probe_keep` keeps those)."""
+    if rl.probe_every is None:
+        return int(rl.checkpoint_every)
+    return math.gcd(int(rl.checkpoint_every), int(rl.probe_every))
+
+
 def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
     """Overrides for ``python -m verl.trainer.main_ppo`` (verl's ``ppo_trainer`` config)."""
     if paths.val_files is None:
@@ -442,7 +451,7 @@ def rl_overrides(spec: RunSpec, paths: TrainPaths, seed: int) -> list[str]:
         "trainer.total_epochs": 1000,
         "trainer.n_gpus_per_node": rl.knobs.gpus_per_node,
         "trainer.nnodes": rl.knobs.nodes,
-        "trainer.save_freq": rl.checkpoint_every,
+        "trainer.save_freq": save_freq(rl),
         "trainer.test_freq": rl.knobs.test_freq,
         "trainer.val_before_train": True,  # the authors' runs: a step-0 point on the validation curve
         "trainer.resume_mode": "auto",

@@ -3,7 +3,9 @@
 The real ``train.run`` on a fake run directory: verl is a fake process that trains steps into the scratch (counting
 them), the merger copies the last checkpoint. The end is then killed before and after each filesystem change it
 makes, in turn (a ``BaseException``, as a time limit's SIGKILL: nothing catches it); Snakemake removes ``DONE.json``
-of the failed job; the retry must train no step and leave the same finished run as an end that was never cut."""
+of the failed job; the retry must train no step and leave the same finished run as an end that was never cut. The
+run keeps a probe policy at every step but the last: verl's rotation (2 kept) waits for the job's keeper, and the end
+exports each to ``probe/step_<s>/``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,12 +21,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from pipeline_lib.jobs.engines.verl import train
+from pipeline_lib.jobs.engines.verl import probe_keep, train
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths
 from pipeline_lib.plan.settings import group_rl_spec
 from tests.jobs.engines.conftest import paper_config
 
 TOTAL, EVERY = 4, 3
+PROBES = [1, 2, 3]  # probe_every 1: every step before the last
+SHARD = "model_world_size_1_rank_0.pt"
 
 
 class Killed(BaseException):
@@ -46,25 +51,42 @@ class FakeVerl:
                 (self.run_dir / "rollout_dump" / f"{step}.jsonl").write_text(
                     json.dumps({"uid": f"u{step}_0_0", "output": "x", "score": 1.0}) + "\n")
                 log.write(json.dumps({"step": step, "data": {"critic/score/mean": step / 10}}) + "\n")
+                self.rotate(ckpt, step)
                 actor = ckpt / f"global_step_{step}" / "actor"
-                actor.mkdir(parents=True)
-                (actor / "model.pt").write_text(f"weights {step}")
+                (actor / "huggingface").mkdir(parents=True)
+                (actor / SHARD).write_text(f"weights {step}")
+                (actor / "optim_world_size_1_rank_0.pt").write_text("adam")
+                (actor / "fsdp_config.json").write_text(json.dumps({"FSDP_version": 1, "world_size": 1}))
+                (actor / "huggingface" / "config.json").write_text("{}")
                 tracker.write_text(str(step))
         return SimpleNamespace(returncode=0)
+
+    def rotate(self, ckpt: Path, step: int) -> None:
+        """verl's max_actor_ckpt_to_keep=2 before saving ``step``: older actors go; a probe step's only once the
+        job's keeper (polling in its thread) has kept it, as a keeper that keeps up would."""
+        for old in range(1, step - 1):
+            actor = ckpt / f"global_step_{old}" / "actor"
+            if not actor.is_dir():
+                continue
+            deadline = time.monotonic() + 20
+            while old in PROBES and not (self.run_dir / "probe_shards" / f"step_{old}").is_dir():
+                assert time.monotonic() < deadline, f"the keeper never kept step {old}"
+                time.sleep(0.01)
+            shutil.rmtree(actor)
 
 
 def fake_merge(step_dir: Path, target: Path) -> Path:
     staging = target.with_name(target.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
-    (staging / "model.safetensors").write_text((step_dir / "model.pt").read_text())
+    (staging / "model.safetensors").write_text((step_dir / SHARD).read_text())
     (staging / "config.json").write_text("{}")
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target
 
 
-def fake_rollouts(run_dir: Path, spec, tokenizer_dir, data_source, total_steps) -> Path:
+def fake_rollouts(run_dir: Path, spec, tokenizer_dir, data_source, total_steps, **rows) -> Path:
     dumps = sorted(int(p.stem) for p in (run_dir / "rollout_dump").glob("*.jsonl"))
     assert dumps == list(range(1, total_steps + 1)), f"collected from dumps {dumps}: every step's is needed"
     target = run_dir / "rollouts.jsonl"
@@ -104,7 +126,9 @@ def job(tmp_path, monkeypatch):
     (data / "sft" / "final").mkdir(parents=True)
     (data / "sft" / "final" / "config.json").write_text("{}")
     spec = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
-    spec = replace(spec, rl=replace(spec.rl, steps=TOTAL, checkpoint_every=1))
+    spec = replace(spec, rl=replace(spec.rl, steps=TOTAL, checkpoint_every=1, probe_every=1))
+    assert spec.rl.probe_steps() == PROBES
+    monkeypatch.setattr(probe_keep, "POLL_S", 0.01)
     monkeypatch.setattr(train, "validate_rl", lambda overrides, label: None)
     monkeypatch.setattr(train, "require_installed_project", lambda: None)
     monkeypatch.setattr(train, "_merge_actor", fake_merge)
@@ -150,6 +174,10 @@ def test_an_end_never_cut_trains_once_and_frees_the_scratch(job, tmp_path):
     assert verl.trained == list(range(1, TOTAL + 1))
     assert (run_dir / "DONE.json").is_file() and (run_dir / "final" / "model.safetensors").read_text() == "weights 4"
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "checkpoints").is_symlink()
+    # each probe step's policy, kept past the rotation and exported; its shards freed with the scratch
+    assert [(run_dir / "probe" / f"step_{s}" / "model.safetensors").read_text() for s in PROBES] == \
+        [f"weights {s}" for s in PROBES]
+    assert not (run_dir / "probe_shards").exists() and not (run_dir / "probe_shards").is_symlink()
     dumps = run_dir / "rollout_dump"
     assert not dumps.is_symlink() and sorted(int(p.stem) for p in dumps.iterdir()) == [3, 4]
     assert not list((tmp_path / "clean" / "scratch").rglob("*"))  # the run's scratch folder is gone
@@ -180,4 +208,42 @@ def test_a_kill_at_any_point_of_the_end_is_finished_by_the_retry_without_trainin
         assert retry.trained == [], f"killed at point {at} ({'after' if after else 'before'}): the retry trained"
         assert _state(run_dir) == reference, f"killed at point {at}: the retry left another state"
         assert not (run_dir / "checkpoints").exists() and not list((tmp_path / f"cut{at}" / "scratch").rglob("*"))
-    assert points >= 15  # every change of the end was cut once: export, journal, collect, dumps, DONE, prune
+        assert not (run_dir / "probe_shards").exists() and not (run_dir / "probe_shards").is_symlink()
+    # every change of the end was cut once: the keeper's last sweep, export, journal, probe export, collect, dumps,
+    # DONE, prune
+    assert points >= 25
+
+
+def test_a_probe_policy_rotated_out_before_the_keeper_kept_it_is_named_and_nothing_is_published(job, tmp_path,
+                                                                                                   monkeypatch):
+    """A keeper that never looked while verl ran (rotation at full speed, no poll in time): the sweep after verl
+    exits finds only the last two actors (3 and 4), so the steps rotated out are named and no DONE.json is written."""
+    monkeypatch.setattr(probe_keep, "POLL_S", 1000.0)
+    monkeypatch.setattr(FakeVerl, "rotate", lambda self, ckpt, step: [
+        shutil.rmtree(ckpt / f"global_step_{old}" / "actor", ignore_errors=True) for old in range(1, step - 1)])
+    with pytest.raises(train.VerlRunError, match=r"probe step\(s\) \[1, 2\] .*were not kept.*train again from scratch"):
+        job("lost")
+    run_dir = tmp_path / "lost" / "run"
+    assert probe_keep.kept(run_dir / "probe_shards") == [3] and not (run_dir / "DONE.json").exists()
+
+
+def test_a_resume_from_an_earlier_checkpoint_drops_the_kept_policies_of_the_steps_verl_redoes(tmp_path):
+    """verl redoes the steps after the checkpoint it resumes from (train.logged_resume_point): their kept policies
+    were another policy's and go; the keeper keeps the redone ones when verl saves them again."""
+    shards = tmp_path / "run" / "probe_shards"
+    for step in (2, 4, 6):
+        (shards / f"step_{step}").mkdir(parents=True)
+    (shards / "step_8.tmp").mkdir()  # a half-linked folder: never a kept step
+    assert probe_keep.kept(shards) == [2, 4, 6]
+    assert probe_keep.drop_after(tmp_path / "run", 2) == [4, 6] and probe_keep.kept(shards) == [2]
+    assert probe_keep.missing(tmp_path / "run", [2, 4]) == [4]
+
+
+def test_verl_saves_at_every_probe_step():
+    """trainer.save_freq is gcd(checkpoint_every, probe_every): every probe step is a save step."""
+    from pipeline_lib.jobs.engines.verl.translate import save_freq
+
+    spec = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
+    for every, probe, expected in ((64, None, 64), (50, 200, 50), (64, 200, 8), (7, 10, 1)):
+        rl = replace(spec.rl, checkpoint_every=every, probe_every=probe)
+        assert save_freq(rl) == expected and all(s % save_freq(rl) == 0 for s in rl.probe_steps())

@@ -4,10 +4,13 @@ own vLLM rollout runs on vLLM's CPU build, and a rollout that never receives the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from pipeline_lib.jobs.engines.verl.cpu import ENV, SYNC_LOG_ENV, cpu_enabled, cpu_overrides
@@ -116,9 +119,13 @@ def test_preflight_config_names_what_is_wrong(tmp_path):
 
 @pytest.mark.slow
 def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_path, monkeypatch):
-    """The stale-weights control: the preflight's GRPO job (verl's vLLM rollout on CPU, 1 step) with every weight
-    sync after the first skipped (PIPELINE_VERL_CPU_SKIP_SYNC=1). verl trains, the update has a gradient, but vLLM
-    never holds the updated weights: the weight-sync check fails, naming the missing sync."""
+    """The stale-weights control: the preflight's GRPO job (verl's vLLM rollout on CPU, its 2 steps) with every
+    weight sync after the first skipped (PIPELINE_VERL_CPU_SKIP_SYNC=1). verl trains, the update has a gradient, but
+    vLLM never holds the updated weights: the weight-sync check fails, naming the missing sync.
+
+    The same run rehearses the pass-rate probe on real verl (the preflight's ``probe_every: 1``): step 1's policy is
+    kept past verl's checkpoint rotation and exported to ``probe/step_1/``, its shards are freed with the scratch, and
+    every rollout names the training row whose prompt it answered (``prompt_row``)."""
     _require_vllm()
     from pipeline_lib.core.config import load_config_file
     from pipeline_lib.jobs.engines.verl.cpu import SKIP_SYNC_ENV
@@ -126,10 +133,8 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     from tests.conftest import REPO
 
     section = load_config_file(REPO / "config/preflight.yaml")["preflight"]
-    rl = section["row"]["rl"]
-    section = {**section, "base": str(REPO / "config/paper.yaml"), "val_prompts": 2,
-               "row": {**section["row"], "rl": {**rl, "steps": 1, "checkpoint_every": 1,
-                                                "verl": {**rl["verl"], "test_freq": 1}}}}
+    assert section["row"]["rl"]["steps"] == 2 and section["row"]["rl"]["probe_every"] == 1  # step 1 is probed
+    section = {**section, "base": str(REPO / "config/paper.yaml"), "val_prompts": 2}
     data = tmp_path / "results/data" / section["task"]
     data.parent.mkdir(parents=True)
     data.symlink_to(tiny / "data")
@@ -139,10 +144,23 @@ def test_a_rollout_that_keeps_its_first_weights_fails_the_preflight(tiny, tmp_pa
     monkeypatch.setenv(SKIP_SYNC_ENV, "1")
     out = tmp_path / "results/preflight/grpo"
     with pytest.raises(PreflightError, match=r"grpo: the rollout's vLLM received 1 weight sync\(s\), expected one "
-                                             r"before training and one after each of the 1 steps"):
+                                             r"before training and one after each of the 2 steps"):
         run_kind("grpo", section, init, out)
     assert (out / "DONE.json").is_file()  # verl itself finished: only the check sees the stale rollout
     assert len(weight_syncs(out.parent / "grpo_weight_syncs.jsonl")) == 1
+    # the probe: step 1's policy exported from the shards kept past the rotation, the shards freed with the scratch
+    probe = out / "probe" / "step_1"
+    assert (probe / "config.json").is_file() and list(probe.glob("*.safetensors")), sorted(probe.iterdir())
+    assert not (out / "probe_shards").exists() and not (out / "probe_shards").is_symlink()
+    assert json.loads((out / "DONE.json").read_text())["unmatched_prompt_rows"] == 0
+    # every rollout names its training row, and that row's prompt is the one verl's dump says it answered
+    train_rows = pd.read_parquet(data / "rl_train.parquet")["prompt"]
+    records = {r["step"]: r for r in map(json.loads, (out / "rollouts.jsonl").read_text().splitlines())}
+    assert sorted(records) == [1, 2] and all(row >= 0 for r in records.values() for row in r["prompt_row"])
+    dumped = [json.loads(line) for line in (out / "rollout_dump" / "2.jsonl").read_text().splitlines()]
+    assert [hashlib.sha256(d["input"].encode()).hexdigest()[:16] for d in dumped] == records[2]["prompt_key"]
+    for answered, row in zip(dumped, records[2]["prompt_row"], strict=True):
+        assert train_rows[row][-1]["content"] in answered["input"], (row, answered["input"])
 
 
 def test_weight_sync_check_needs_a_sync_per_step_and_new_weights_after_each_update(tmp_path):

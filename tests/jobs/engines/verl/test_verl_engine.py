@@ -289,26 +289,40 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
     The writer is the legacy trainer's; the v1 trainer's (which needs TransferQueue, a GPU-extra dependency)
     writes the same fields and differs only in how it JSON-encodes numpy scalars.
     """
+    from transformers import AutoTokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from pipeline_lib.jobs.engines.verl.train import collect_rollouts
+    from pipeline_lib.jobs.engines.verl.train import collect_rollouts, unmatched_prompt_rows
     from pipeline_lib.paper.results import allocation_data
     from pipeline_lib.plan import RunId
 
     run_dir = tmp_path / "countdown_tiny/softmax_exact/seed0"
-    rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(2).to_dict("records")
+    train_files = tokenizer_dir / "data/rl_test.parquet"
+    rows = pd.read_parquet(train_files).to_dict("records")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
+
+    def decoded(row: int) -> str:  # as verl's dump decodes a prompt: template + generation prompt, special tokens off
+        ids = tokenizer.apply_chat_template([dict(m) for m in rows[row]["prompt"]], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
     for step in (1, 2):
         keys = [f"uid{p}_{s}_0" for p in range(2) for s in range(4)]
         outputs = ["<think>a</think><answer>1+2</answer>" if (step + i) % 3 else "<answer>9</answer>" for i in range(8)]
-        gts = [rows[int(k[3])]["reward_model"]["ground_truth"] for k in keys]
+        gts = [rows[int(k[3]) + 3]["reward_model"]["ground_truth"] for k in keys]
         scores = [compute_score("tiny/countdown", o, g)["score"] for o, g in zip(outputs, gts, strict=True)]
-        inputs = [f"question {k[3]}" for k in keys]  # the decoded prompt, the same on each visit of a prompt
+        # the decoded prompt, the same on each visit of a prompt: rows 3 and 4, or (step 2, prompt 1) no row's
+        inputs = [decoded(int(k[3]) + 3) if step == 1 or k[3] == "0" else f"question {k[3]}" for k in keys]
         RayPPOTrainer._write_generations(inputs, outputs, gts, scores, {"uid": keys},
                                           str(run_dir / "rollout_dump"), step)
     spec = RunSpec(method="softmax_exact", task="countdown_tiny", engine="verl",
                    estimator=Estimator("softmax", {"tau": 0.1}))
-    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
+    overrides = ["data.max_prompt_length=64"]  # left padding to it: pad tokens vanish from the decoded prompt
+    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2,
+                            train_files=train_files, overrides=overrides)
     records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["prompt_row"] for r in records] == [[3] * 4 + [4] * 4, [3] * 4 + [-1] * 4]
+    assert unmatched_prompt_rows(path) == 4
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
         assert record["group"] == [0] * 4 + [1] * 4 and len(record["length"]) == 8 and min(record["length"]) > 0
@@ -318,12 +332,14 @@ def test_rollout_dumps_written_by_verl_become_the_local_engines_rollouts(tokeniz
         assert record["correct"] == record["reward"]  # exact runs: the training reward is the verifier
     # the prompt, stable across visits (verl's uid is drawn anew per visit): the allocation table's other visits
     keys = [r["prompt_key"] for r in records]
-    assert keys[0] == keys[1] and len(set(keys[0][:4])) == 1 and keys[0][0] != keys[0][4]
+    assert keys[0][:4] == keys[1][:4] and len(set(keys[0][:4])) == 1 and keys[0][0] != keys[0][4]
     run = RunId("main", "countdown_tiny", "softmax_exact", 0, str(run_dir / "DONE.json"))
     frame = allocation_data({str(path): run})
-    assert len(frame) == 1 and frame.loc[0, "groups"] == 4 and frame.loc[0, "groups_unbinned"] == 0
+    # row 3 is visited twice (binned by its other visit); row 4 and the unmatched prompt once each (unbinned)
+    assert len(frame) == 1 and frame.loc[0, "groups"] == 4 and frame.loc[0, "groups_unbinned"] == 2
     with pytest.raises(Exception, match="missing for steps"):
-        collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=3)
+        collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=3,
+                         train_files=train_files)
 
 
 def test_done_requires_verls_tracker_to_reach_the_last_step(tmp_path):
@@ -372,12 +388,16 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
     from transformers import AutoTokenizer
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from pipeline_lib.jobs.engines.verl.train import collect_rollouts
+    from pipeline_lib.jobs.engines.verl.train import collect_rollouts, unmatched_prompt_rows
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir / "tok")
     rows = pd.read_parquet(tokenizer_dir / "data/rl_test.parquet").head(3).to_dict("records")
     group_size = 4
-    length = max(len(tokenizer(row["prompt"][0]["content"])["input_ids"]) for row in rows)
+    train_files = tokenizer_dir / "data/rl_test.parquet"
+    # the prompts as verl's rollout renders them (chat template, generation prompt), left-padded in the batch
+    rendered = [tokenizer.apply_chat_template([dict(m) for m in row["prompt"]], add_generation_prompt=True,
+                                              tokenize=True, return_dict=False) for row in rows]
+    length = max(len(ids) for ids in rendered)
     trainer = RayPPOTrainer.__new__(RayPPOTrainer)  # only the dump's state: tokenizer, step, writer thread
     trainer.tokenizer = tokenizer
     trainer._init_dump_executor()
@@ -388,7 +408,7 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
         trainer.global_steps = step
         prompts, responses, truth, uids = [], [], [], []
         for p, row in enumerate(rows):
-            prompt = tokenizer(row["prompt"][0]["content"], add_special_tokens=False)["input_ids"]
+            prompt = list(rendered[p])
             for s in range(group_size):
                 answer = "<answer>1+2</answer>" if (p + s + step) % 2 else "<answer>9</answer>"
                 response = tokenizer(answer, add_special_tokens=False)["input_ids"][:length]
@@ -412,8 +432,13 @@ def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_
 
     paper = group_rl_spec(paper_config(), "gsm8k", "grpo_exact", "verl")
     spec = replace(paper, task="countdown_tiny", rl=replace(paper.rl, group_size=group_size))
-    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2)
+    path = collect_rollouts(run_dir, spec, tokenizer_dir / "tok", "tiny/countdown", total_steps=2,
+                            train_files=train_files, overrides=[f"data.max_prompt_length={length}"])
     records = [json.loads(line) for line in path.read_text().splitlines()]
+    # verl's own decode of its left-padded prompts names each rollout's row (the batch reordered: rows by uid)
+    for record in records:
+        assert unmatched_prompt_rows(path) == 0 and sorted(set(record["prompt_row"])) == [0, 1, 2]
+        assert len(set(zip(record["group"], record["prompt_row"], strict=True))) == 3  # one row per group
     for record in records:
         groups, truth_groups = torch.tensor(record["group"]), expected_groups[record["step"]]
         assert torch.equal(groups[:, None] == groups[None, :], truth_groups[:, None] == truth_groups[None, :])
