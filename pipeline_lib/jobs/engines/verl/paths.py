@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline_lib.core.tracking import TrackingSettings
 
-__all__ = ["TrainPaths", "checkpoint_dir", "metrics_log_path", "probe_dir", "probe_shards_dir", "reward_health_dir",
+__all__ = ["TrainPaths", "checkpoint_dir", "metrics_log_path", "probe_shards_dir", "reward_health_dir",
            "rollout_dump_dir"]
 
 
@@ -23,11 +23,6 @@ def probe_shards_dir(run_dir: str | Path) -> Path:
     """The probe steps' actor model shards, hard-linked out of verl's checkpoints before its rotation deletes them
     (:mod:`.probe_keep`); in the scratch beside ``checkpoints/`` (:func:`.prune.place_scratch`), freed with it."""
     return Path(run_dir) / "probe_shards"
-
-
-def probe_dir(run_dir: str | Path) -> Path:
-    """The probe steps' policies in Hugging Face format (``probe/step_<s>/``), read by the pass-rate probe."""
-    return Path(run_dir) / "probe"
 
 
 def rollout_dump_dir(run_dir: str | Path) -> Path:

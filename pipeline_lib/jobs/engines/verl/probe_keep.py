@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from pipeline_lib.jobs.engines.verl.paths import checkpoint_dir, probe_dir, probe_shards_dir
+from pipeline_lib.core.checkpoint import probe_dir
+from pipeline_lib.jobs.engines.verl.paths import checkpoint_dir, probe_shards_dir
 
 __all__ = ["POLL_S", "ProbeKeeper", "actor_files", "drop_after", "export_probes", "keep_step", "kept", "missing",
            "sweep"]
@@ -174,16 +175,17 @@ class ProbeKeeper:
 def export_probes(run_dir: Path, steps: Sequence[int], merge: Callable[[Path, Path], Path]) -> list[Path]:
     """The end step: each probe step's kept shards -> ``probe/step_<s>/`` (``merge``: verl's FSDP merger, which
     publishes by a rename). A step whose folder is there is skipped, so a rerun after a kill redoes only the rest."""
-    shards, out = probe_shards_dir(run_dir), probe_dir(run_dir)
-    lost = missing(run_dir, [s for s in steps if not (out / f"step_{s}" / "config.json").is_file()])
+    shards = probe_shards_dir(run_dir)
+    lost = missing(run_dir, [s for s in steps if not (probe_dir(Path(run_dir), s) / "config.json").is_file()])
     if lost:
-        raise FileNotFoundError(f"{shards}: no kept policy of probe step(s) {lost}, so {out} cannot be exported; "
-                                f"they were lost from the scratch (rerun the run from scratch: delete {run_dir})")
+        raise FileNotFoundError(f"{shards}: no kept policy of probe step(s) {lost}, so their probe/step_<s> cannot be "
+                                "exported; they were lost from the scratch (rerun the run from scratch: delete "
+                                f"{run_dir})")
     done = []
     for step in steps:
-        target = out / f"step_{step}"
+        target = probe_dir(Path(run_dir), step)
         if not (target / "config.json").is_file():
-            out.mkdir(exist_ok=True)
+            target.parent.mkdir(exist_ok=True)
             merge(shards / f"step_{step}", target)
         done.append(target)
     return done

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.attempts import guard_attempt
-from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, run_identity, write_done
+from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, probe_dir, run_identity, write_done
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.io import write_text
@@ -53,7 +53,7 @@ from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.core.tracking import Tracker
 from pipeline_lib.jobs.engines.verl import check_verl_version
 from pipeline_lib.jobs.engines.verl.checks import validate_rl, validate_sft
-from pipeline_lib.jobs.engines.verl.paths import probe_dir, probe_shards_dir
+from pipeline_lib.jobs.engines.verl.paths import probe_shards_dir
 from pipeline_lib.jobs.engines.verl.probe_keep import ProbeKeeper, drop_after, export_probes, missing
 from pipeline_lib.jobs.engines.verl.prune import keep_dumps, place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
@@ -536,7 +536,7 @@ def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = 
         log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir,
                  len(removed), dump_every)
         outputs = [run_dir / "metrics.jsonl", *([run_dir / "rollouts.jsonl"] if kind == "rl" else []),
-                   *(probe_dir(run_dir) / f"step_{s}" / "config.json" for s in probes)]
+                   *(probe_dir(run_dir, s) / "config.json" for s in probes)]
         write_provenance([run_dir / DONE_NAME, *outputs, run_dir / "final" / "config.json"],
                          step=f"train_verl_{kind}", inputs=inputs,
                          params={"spec": spec.to_dict(), "overrides": box["overrides"]}, config_sha256=digest,
