@@ -105,7 +105,9 @@ def test_a_verl_job_cut_by_its_time_limit_resumes_from_its_checkpoint(slurm_clus
     section = config["preflight"]
     section["kinds"] = ["sft", "grpo"]
     rl = section["row"]["rl"]
-    section["row"]["rl"] = {**rl, "steps": STEPS, "checkpoint_every": 1, "verl": {**rl["verl"], "test_freq": 4}}
+    # probe_every 5: three policies kept (steps 5, 10, 15) across the cut, not one per step (19 merges at the end)
+    section["row"]["rl"] = {**rl, "steps": STEPS, "checkpoint_every": 1, "probe_every": 5,
+                            "verl": {**rl["verl"], "test_freq": 4}}
     (workflow_copy / "resume.yaml").write_text(yaml.safe_dump(config))
     env = snakemake_env()
     # what the GRPO job starts from (data, tokenizer, the tiny model, or the SFT run where the paper config's
@@ -209,6 +211,9 @@ def check_resumed_run(workflow_copy: Path, output: str, checkpointed: int, limit
         source = cut_attempt[step] if step <= resumed_from else resumed[step]
         assert {key: row[key] for key in source} == source, f"step {step}"
         assert step == 0 or row["training/global_step"] == step
+    # the policies kept for the pass-rate probe survived the cut, each exported once at the end
+    assert sorted(p.name for p in (run_dir / "probe").iterdir()) == ["step_10", "step_15", "step_5"]
+    assert all((run_dir / "probe" / name / "config.json").is_file() for name in ("step_5", "step_10", "step_15"))
     rollouts = [json.loads(line)["step"] for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert rollouts == list(range(1, STEPS + 1))
     # a finished run keeps every site.rollout_dump_every-th dump and the last (prune.prune, after DONE.json)
