@@ -241,7 +241,7 @@ SFT = {"lr": 3e-3, "weight_decay": 0.0, "warmup_steps": 2, "steps": 6, "batch_si
 RL = {"group_size": 4, "prompts_per_step": 3, "steps": 4, "ppo_epochs": 1, "minibatches": 3, "lr": 1e-3,
       "weight_decay": 0.0, "clip_low": 0.2, "clip_high": 0.28, "beta": 0.01, "kl_estimator": "k3",
       "aggregation": "group-token-mean", "max_response_tokens": 16, "temperature": 1.0, "grad_clip": 1.0,
-      "checkpoint_every": 2, "prompt_pool": None}
+      "checkpoint_every": 2, "prompt_pool": None, "probe_every": None}
 
 
 def sft_spec(**changes: Any) -> RunSpec:
