@@ -40,7 +40,6 @@ from pipeline_lib.core.run_spec import RunSpec
 from pipeline_lib.jobs.engines.verl.checks import validate_rl
 from pipeline_lib.jobs.engines.verl.paths import probe_shards_dir
 from pipeline_lib.jobs.engines.verl.probe_keep import ProbeKeeper, drop_after, export_probes, missing
-from pipeline_lib.jobs.engines.verl.prune import prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
 from pipeline_lib.jobs.engines.verl.runner import (
     TRACKER,
@@ -70,7 +69,7 @@ from pipeline_lib.jobs.engines.verl.translate import (
 
 __all__ = ["ENTRY", "TRACKER", "RLRun", "VerlRunError", "build_command", "collect_metrics", "collect_rollouts",
            "finished_step", "logged_resume_point", "main", "merger_arguments", "prompt_keys", "prompt_rendering",
-           "prune", "rebuild_tracking_store", "require_installed_project", "resumed_overrides", "rollout_groups",
+           "rebuild_tracking_store", "require_installed_project", "resumed_overrides", "rollout_groups",
            "rotate_metrics", "run", "training_prompt_rows", "unmatched_prompt_rows", "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")

@@ -541,6 +541,7 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
 
 def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
     """The RL run's config is unchanged when its SFT model is redone with another result; its identity is not."""
+    from pipeline_lib.jobs.engines.verl import sft, train
     from pipeline_lib.jobs.engines.verl.train import verl_run_identity
 
     (tmp_path / "sft/final").mkdir(parents=True)
@@ -549,15 +550,17 @@ def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
         (tmp_path / name).write_bytes(b"rows")
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tmp_path / "test.parquet", tmp_path / "sft/final")
     spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", estimator=Estimator("grpo"))
-    first = verl_run_identity("rl", spec, paths, 0)
+    first = verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)
     assert set(first) == {"config_sha256", "code_sha256", "inputs"} and len(first["inputs"]) == 3
-    assert verl_run_identity("rl", spec, paths, 0) == first
-    assert verl_run_identity("rl", spec, paths, 1)["config_sha256"] != first["config_sha256"]
+    assert verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY) == first
+    assert verl_run_identity("rl", spec, paths, 1, entry=train.ENTRY)["config_sha256"] != first["config_sha256"]
     (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-2")
-    second = verl_run_identity("rl", spec, paths, 0)
+    second = verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)
     assert second["inputs"] != first["inputs"] and second["config_sha256"] == first["config_sha256"]
     (tmp_path / "train.parquet").write_bytes(b"other rows")
-    assert verl_run_identity("rl", spec, paths, 0)["inputs"] != second["inputs"]
+    assert verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)["inputs"] != second["inputs"]
+    # each kind's identity follows its own entry point's code (the SFT one imports no RL code)
+    assert verl_run_identity("rl", spec, paths, 0, entry=sft.ENTRY)["code_sha256"] != first["code_sha256"]
 
 
 def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
