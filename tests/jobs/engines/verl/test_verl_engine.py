@@ -382,6 +382,24 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
+def test_the_sft_entry_point_validates_and_prints_the_torchrun_command(tmp_path, capsys):
+    """verl SFT runs through its own entry point (not the RL one, which refuses ``sft`` and names it)."""
+    from pipeline_lib.jobs.engines.verl import sft, train
+    from pipeline_lib.plan.settings import sft_spec
+
+    spec = sft_spec(paper_config(), "gsm8k", "sft", "verl").to_json()
+    sft.main(["--spec", spec, "--data", str(tmp_path / "sft_train.parquet"), "--run-dir", str(tmp_path / "run"),
+              "--seed", "0", "--dry-run"])
+    out = capsys.readouterr().out
+    command = json.loads(out[out.index("{\n"):])["command"]
+    assert command[1:3] == ["-m", "torch.distributed.run"] and "verl.trainer.sft_trainer" in command
+    assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    with pytest.raises(SystemExit):
+        train.main(["sft", "--spec", spec, "--data", "x", "--run-dir", str(tmp_path / "run"), "--seed", "0"])
+    assert "python -m pipeline_lib.jobs.engines.verl.sft" in capsys.readouterr().err
+
+
 def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_path):
     """RARO and RL-Logit train on verl's legacy trainer, whose dump has no uid: its own `_log_rollout_data` writes the
     dump here, from a batch reordered as `_balance_batch` leaves it, and the groups come out as verl's uids."""
