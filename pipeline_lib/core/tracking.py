@@ -91,8 +91,8 @@ class TrackingSettings:
         return json.dumps(asdict(self))
 
     def verl_loggers(self) -> list[str]:
-        """verl's ``trainer.logger``: the chosen backends plus ``console`` (the job log) and ``file`` (which
-        ``pipeline_lib.jobs.engines.verl.train`` turns into ``metrics.jsonl``)."""
+        """verl's ``trainer.logger``: the chosen backends plus ``console`` (the job log) and ``file`` (which a verl
+        training job turns into ``metrics.jsonl``: :func:`pipeline_lib.jobs.engines.verl.runner.write_metrics`)."""
         return list(dict.fromkeys(["console", "file", *self.backends]))
 
 

@@ -434,8 +434,8 @@ def fit_run(run: Any, site: Mapping[str, Any]) -> Any:
     return replace(run, spec=spec, args=tuple(new if arg == old else arg for arg in run.args))
 
 
-#: The entry point of verl's SFT and RL jobs: it takes the site's scratch and rollout-dump settings.
-VERL_TRAIN = "pipeline_lib.jobs.engines.verl.train"
+#: The entry points of verl's RL and SFT jobs: they take the site's scratch and rollout-dump settings.
+VERL_TRAIN = ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.sft")
 
 
 def scratch_args(run: Any, site: Mapping[str, Any]) -> Any:
@@ -443,7 +443,7 @@ def scratch_args(run: Any, site: Mapping[str, Any]) -> Any:
     <site.scratch_root>/<task>/<name>/seed<k>`` (its checkpoints and rollout dumps, :mod:`.prune`) and ``--dump-every
     <site.rollout_dump_every>``. Arguments of the job, not of its spec: verl's overrides stay the same wherever the
     scratch is."""
-    if run.job != "train_verl" or run.entry_module != VERL_TRAIN:
+    if run.job != "train_verl" or run.entry_module not in VERL_TRAIN:
         return run
     return replace(run, args=(*run.args, "--scratch-dir", f"{site['scratch_root'].rstrip('/')}/{run.key}",
                               "--dump-every", str(site["rollout_dump_every"])))

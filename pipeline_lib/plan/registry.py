@@ -142,11 +142,11 @@ _METHODS = (
              before_training=True),
     Method("sft", "SFT", "sft", {
         "local": Entry("train_local", "pipeline_lib.jobs.engines.local.sft", layouts.local_sft, sft_spec),
-        "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_sft, sft_spec, "sft")},
+        "verl": Entry("train_verl", "pipeline_lib.jobs.engines.verl.sft", layouts.verl_sft, sft_spec, "sft")},
         starting_point=True),
     baseline("rationalization", "Rationalization",
              _local("rationalization", rationalization_spec, layouts.local_rationalization),
-             Entry("train_verl", "pipeline_lib.jobs.engines.verl.train sft", layouts.verl_rationalization,
+             Entry("train_verl", "pipeline_lib.jobs.engines.verl.sft", layouts.verl_rationalization,
                    rationalization_spec, "sft", prelude=Prelude(annotation_spec, layouts.annotation_run)),
              RationalizationSettings, generated_demonstrations="rationalized_sft.parquet"),
     baseline("iterative_dpo", "Iterative DPO", _local("dpo", dpo_spec),

@@ -105,7 +105,7 @@ def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, m
     """verl's writer appends each attempt's steps; the store is rebuilt up to the checkpoint before verl restarts."""
     from verl.utils.tracking import Tracking
 
-    from pipeline_lib.jobs.engines.verl.train import _rotate_metrics, rebuild_tracking_store
+    from pipeline_lib.jobs.engines.verl.runner import rebuild_tracking_store, rotate_metrics
     from pipeline_lib.jobs.engines.verl.translate import TrainPaths, metrics_log_path, tracking_env
 
     tracking = settings(tmp_path)
@@ -115,8 +115,8 @@ def test_a_resumed_verl_run_continues_its_curve_with_every_step_once(tmp_path, m
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(metrics_log_path(paths.run_dir)))
 
-    def attempt(steps: range) -> None:  # one verl attempt, as train.run starts it: rotate, rebuild, train
-        _rotate_metrics(paths.run_dir)
+    def attempt(steps: range) -> None:  # one verl attempt, as runner.run starts it: rotate, rebuild, train
+        rotate_metrics(paths.run_dir)
         rebuild_tracking_store(paths, steps.start - 1)
         tracker = Tracking(tracking.project, tracking.experiment, default_backend=tracking.verl_loggers())
         for step in steps:

@@ -415,7 +415,7 @@ def test_the_paper_plan_runs_the_canary_before_every_gpu_job_and_fetches_every_h
         assert f"canary vllm --env {env}" in result.stdout
     # the canary is never retried; the long jobs get Snakemake's attempt to record why each one ended
     assert "retries: 0" in (workflow_copy / "workflow/rules/site.smk").read_text()
-    assert re.search(r"SOFTMAXGRPO_ATTEMPT=1 \S+ -m pipeline_lib.jobs.engines.verl.train", result.stdout)
+    assert re.search(r"SOFTMAXGRPO_ATTEMPT=1 \S+ -m pipeline_lib.jobs.engines.verl.(train|sft)", result.stdout)
     assert all("results/site/fetch.json" in job["input"] for job in jobs if job["rule"] == "data_build")
     assert _is_local(workflow_copy, "fetch", "config/paper.yaml")
     # every hub id the plan's commands and spec files name is in the repositories `fetch` downloads

@@ -193,8 +193,9 @@ def test_tiny_default_unchanged() -> None:
 
 def test_verl_jobs_get_the_site_scratch(paper: dict, paper_plan) -> None:
     """Every verl training job's command carries site.scratch_root/<run> and site.rollout_dump_every; no other job's."""
-    verl = [r for r in paper_plan.runs if r.entry_module == "pipeline_lib.jobs.engines.verl.train"]
-    assert verl
+    entries = {"pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.sft"}  # RL and SFT
+    verl = [r for r in paper_plan.runs if r.entry_module in entries]
+    assert {r.entry_module for r in verl} == entries
     for run in verl:
         args = list(run.args)
         assert args[args.index("--scratch-dir") + 1] == f"results/scratch/{run.key}"

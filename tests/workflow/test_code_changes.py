@@ -63,10 +63,11 @@ def test_editing_a_rubric_prompt_plans_the_judge_again_and_nothing_upstream(tmp_
 
 
 @pytest.mark.slow
-def test_on_the_paper_plan_an_edit_of_the_cpu_trainer_plans_no_job_and_one_of_the_launcher_every_verl_job(tmp_path):
+def test_on_the_paper_plan_an_edit_of_the_cpu_trainer_plans_no_job_and_one_of_the_verl_runner_every_verl_job(tmp_path):
     """The paper plan's outputs recorded as made (``--touch``): Snakemake itself plans what ``python -m pipeline_lib
     reruns`` says (issue 58): nothing for a code edit of the CPU trainer or a comment in the advantage estimators,
-    every ``train_verl`` job for an edit of the verl launcher."""
+    every ``train_verl`` job for an edit of the steps every verl run shares (``verl/runner.py``; the launcher is RL's
+    only)."""
     import json
 
     from pipeline_lib.plan.hub import hub_repos, lock_key
@@ -85,8 +86,8 @@ def test_on_the_paper_plan_an_edit_of_the_cpu_trainer_plans_no_job_and_one_of_th
     advantages = tmp_path / "pipeline_lib/core/rl/advantages.py"
     advantages.write_text("# a comment only\n" + advantages.read_text())
     assert _planned(snakemake("-n", *paper)) == set()
-    launcher = tmp_path / "pipeline_lib/jobs/engines/verl/launch.py"
-    launcher.write_text(launcher.read_text() + "\n_A_CHANGE_TO_THE_LAUNCHER = 1\n")
+    runner = tmp_path / "pipeline_lib/jobs/engines/verl/runner.py"
+    runner.write_text(runner.read_text() + "\n_A_CHANGE_TO_THE_SHARED_VERL_STEPS = 1\n")
     result = snakemake("-n", *paper)
     outputs = [path for path in _planned_outputs(result) if path.endswith("DONE.json")]
     jobs = _planned(result)  # the verl runs, and what reads them (Iterative DPO starts from verl's SFT)

@@ -62,6 +62,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
         "the model code imports torch; preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.jobs.engines.verl.preflight", "pipeline_lib.jobs.engines.verl.train"):
         "train imports torch (through the advantages); preflight.smk imports this module while the workflow parses",
+    ("pipeline_lib.jobs.engines.verl.preflight", "pipeline_lib.jobs.engines.verl.sft"):
+        "sft imports torch (through the checkpoints); preflight.smk imports this module while the workflow parses",
     ("pipeline_lib.jobs.engines.verl.train", "pipeline_lib.jobs.engines.verl.raro_loop"):
         "raro_loop imports verl's agent loop (Ray; seconds), which only a RaRO run's check needs",
     ("pipeline_lib.jobs.engines.verl.checks", "pipeline_lib.jobs.engines.verl.estimators"):
@@ -270,3 +272,23 @@ def test_no_training_job_reaches_the_plan() -> None:
                 for entry in sorted(entries)}
     reaching = {entry: files for entry, files in reaching.items() if files}
     assert not reaching, f"training entry points whose code reaches the plan: {reaching}"
+
+
+def test_the_verl_sft_entry_point_holds_no_rl_code() -> None:
+    """verl SFT runs have their own entry point, apart from the RL one: its code (the closure its code digest covers,
+    module strings and lazy imports included) holds no advantage estimator, reward, verl estimator plug-in, reward hook
+    or RL baseline, so an edit of those reruns no SFT job (issue 58)."""
+    from pipeline_lib.core.provenance import _closure
+
+    sft = {str(path.relative_to(REPO)) for path in _closure("pipeline_lib.jobs.engines.verl.sft")}
+    assert "pipeline_lib/jobs/engines/verl/runner.py" in sft  # the shared steps are there, the RL ones are not
+    rl_code = ("pipeline_lib/core/rl/advantages.py", "pipeline_lib/core/rl/group_metrics.py",
+               "pipeline_lib/core/rewards/", "pipeline_lib/jobs/methods/", "pipeline_lib/jobs/engines/verl/train.py",
+               "pipeline_lib/jobs/engines/verl/translate.py", "pipeline_lib/jobs/engines/verl/checks.py",
+               "pipeline_lib/jobs/engines/verl/estimators.py", "pipeline_lib/jobs/engines/verl/step_metrics.py",
+               "pipeline_lib/jobs/engines/verl/reward.py", "pipeline_lib/jobs/engines/verl/raro_loop.py",
+               "pipeline_lib/jobs/engines/verl/probe_keep.py")
+    reaching = sorted(path for path in sft if path.startswith(rl_code))
+    assert not reaching, f"the verl SFT entry point's code holds RL code: {reaching}"
+    rl = {str(path.relative_to(REPO)) for path in _closure("pipeline_lib.jobs.engines.verl.train")}
+    assert "pipeline_lib/core/rl/advantages.py" in rl and sft - {"pipeline_lib/jobs/engines/verl/sft.py"} <= rl

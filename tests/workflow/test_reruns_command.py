@@ -13,7 +13,8 @@ from pipeline_lib.plan.reruns import Job, changed_code, edited_since, planned_jo
 from tests.conftest import REPO, repo_env
 
 ADVANTAGES = "pipeline_lib/core/rl/advantages.py"
-VERL_LAUNCHER = "pipeline_lib/jobs/engines/verl/launch.py"
+VERL_LAUNCHER = "pipeline_lib/jobs/engines/verl/launch.py"  # RL's: SFT runs under torchrun on one node
+VERL_RUNNER = "pipeline_lib/jobs/engines/verl/runner.py"  # what every verl run does, SFT and RL
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,15 @@ def _kind(job: Job) -> str:
     return job.name.removeprefix("run=").split("/")[1]
 
 
+def _verl_sft(job: Job) -> bool:
+    """A verl SFT run: SFT, or Rationalization's SFT on its rationales."""
+    return job.rule == "train_verl" and _kind(job) in ("sft", "rationalization")
+
+
 def test_the_paper_plan_has_its_verl_jobs_and_each_job_its_code(paper: list[Job]) -> None:
     verl = [job for job in paper if job.rule == "train_verl"]
-    assert len(verl) >= 70 and all(VERL_LAUNCHER in job.files for job in verl)
+    assert len(verl) >= 70 and all(VERL_RUNNER in job.files for job in verl)
+    assert all((VERL_LAUNCHER in job.files) != _verl_sft(job) for job in verl)
     assert all(job.gpu_hours > 0 for job in verl) and sum(job.gpu_hours for job in verl) > 10_000
     assert all(job.files for job in paper)
 
@@ -61,8 +68,13 @@ def test_an_edit_outside_the_verl_jobs_code_reruns_no_verl_job(paper: list[Job],
     assert "train_verl" not in rules, (edited, rules)
 
 
-def test_an_edit_of_the_verl_launcher_reruns_every_verl_job_and_nothing_else(paper: list[Job]) -> None:
+def test_an_edit_of_the_verl_launcher_reruns_every_verl_rl_job_and_nothing_else(paper: list[Job]) -> None:
     reruns = rerun_jobs(paper, [VERL_LAUNCHER])
+    assert _rules(reruns) == {"train_verl": sum(job.rule == "train_verl" and not _verl_sft(job) for job in paper)}
+
+
+def test_an_edit_of_the_shared_verl_steps_reruns_every_verl_job_and_nothing_else(paper: list[Job]) -> None:
+    reruns = rerun_jobs(paper, [VERL_RUNNER])
     assert _rules(reruns) == {"train_verl": sum(job.rule == "train_verl" for job in paper)}
 
 
@@ -99,16 +111,16 @@ def test_an_edit_of_the_advantage_arithmetic_reruns_every_rl_job_and_no_local_sf
 def test_an_edit_of_the_advantage_arithmetic_reruns_every_verl_rl_job(paper: list[Job]) -> None:
     source = (REPO / ADVANTAGES).read_bytes()
     reruns = {job for job, _ in rerun_jobs(paper, changed_code({ADVANTAGES: (source, _arithmetic_edit(source))}))}
-    rl = [job for job in paper if job.rule == "train_verl" and _kind(job) != "sft"]
+    rl = [job for job in paper if job.rule == "train_verl" and not _verl_sft(job)]
     assert rl and set(rl) <= reruns
 
 
-@pytest.mark.xfail(strict=True, reason="verl SFT and RL run one entry point (verl/train.py), whose code imports the "
-                                       "advantages for RL: an edit of them reruns verl's SFT jobs too (issue 58)")
 def test_an_edit_of_the_advantage_arithmetic_reruns_no_verl_sft_job(paper: list[Job]) -> None:
+    """verl SFT runs have their own entry point (verl/sft.py), whose code holds no RL code (issue 58)."""
     source = (REPO / ADVANTAGES).read_bytes()
     reruns = rerun_jobs(paper, changed_code({ADVANTAGES: (source, _arithmetic_edit(source))}))
-    assert not [job for job, _ in reruns if job.rule == "train_verl" and _kind(job) == "sft"]
+    sft = [job for job in paper if _verl_sft(job)]
+    assert sft and not [job for job, _ in reruns if _verl_sft(job)]
 
 
 def _git(root: Path, *args: str) -> None:

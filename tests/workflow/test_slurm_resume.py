@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline_lib.jobs.engines.verl.translate import checkpoint_dir, metrics_log_path, rollout_dump_dir
+from pipeline_lib.jobs.engines.verl.translate import TrainPaths, checkpoint_dir, metrics_log_path, rollout_dump_dir
 from pipeline_lib.plan.estimates import site_defaults
 from tests.conftest import REPO
 from tests.slurm_helpers import PROFILE, ray_phase, shared_cluster, snakemake_env, submitted_job_ids
@@ -259,7 +259,7 @@ def test_a_checkpoint_whose_step_was_never_logged_is_redone(tmp_path, logged, du
     from pipeline_lib.jobs.engines.verl.train import finished_step, logged_resume_point
 
     _fake_run(tmp_path, [1, 2], 2, logged, dumped)
-    assert logged_resume_point(tmp_path, "rl") == resumes_from
+    assert logged_resume_point(tmp_path) == resumes_from
     ckpt = checkpoint_dir(tmp_path)
     assert finished_step(ckpt) == resumes_from
     kept = sorted(p.name for p in ckpt.glob("global_step_*"))
@@ -273,19 +273,24 @@ def test_a_pruned_checkpoint_is_not_resumed(tmp_path):
 
     _fake_run(tmp_path, [1, 2, 3], 3, {1: True, 2: True, 3: False}, [1, 2])
     shutil.rmtree(checkpoint_dir(tmp_path) / "global_step_2" / "actor")
-    assert logged_resume_point(tmp_path, "rl") == 1 and finished_step(checkpoint_dir(tmp_path)) == 1
+    assert logged_resume_point(tmp_path) == 1 and finished_step(checkpoint_dir(tmp_path)) == 1
 
 
 def test_an_unlogged_first_checkpoint_restarts_the_run_and_sft_is_left_alone(tmp_path):
     from pipeline_lib.jobs.engines.verl.train import finished_step, logged_resume_point
 
     _fake_run(tmp_path / "rl", [1], 1, {}, [])
-    assert logged_resume_point(tmp_path / "rl", "rl") is None
+    assert logged_resume_point(tmp_path / "rl") is None
     ckpt = checkpoint_dir(tmp_path / "rl")
     assert finished_step(ckpt) is None and not list(ckpt.iterdir())
-    # verl's SFT trainer logs a step before it saves it: its tracker is taken as it is
+    # verl's SFT trainer logs a step before it saves it: its tracker is taken as it is (the SFT entry point's own rule)
+    from pipeline_lib.core.run_spec import RunSpec
+    from pipeline_lib.jobs.engines.verl.sft import SFTRun
+
     _fake_run(tmp_path / "sft", [2], 2, {}, [])
-    assert logged_resume_point(tmp_path / "sft", "sft") == 2
+    sft = SFTRun(RunSpec(method="sft", task="countdown_tiny", engine="verl"),
+                 TrainPaths(tmp_path / "sft", tmp_path / "sft_train.parquet"), 0)
+    assert sft.resume_point() == 2 and finished_step(checkpoint_dir(tmp_path / "sft")) == 2
 
 
 def test_a_redone_step_keeps_only_the_later_attempts_record(tmp_path):

@@ -187,7 +187,7 @@ def test_paper_config_plans_the_gpu_rules_of_rationalization_and_iterative_dpo(w
     jobs = with_specs(result.stdout, workflow_copy).split("\nrule ")[1:]
     for rule, module, name in (("annotate_rationales", "pipeline_lib.jobs.engines.verl.rationalization",
                                 "rationalization"),
-                               ("train_verl", "pipeline_lib.jobs.engines.verl.train sft", "rationalization"),
+                               ("train_verl", "pipeline_lib.jobs.engines.verl.sft ", "rationalization"),
                                ("train_trl", "pipeline_lib.jobs.engines.trl.dpo run", "iterative_dpo")):
         blocks = [b for b in jobs if b.startswith(f"{rule}:")
                   and b.split("wildcards: run=")[1].split()[0].split("/")[1] == name]

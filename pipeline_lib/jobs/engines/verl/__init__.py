@@ -3,14 +3,16 @@
 * :mod:`.estimators` registers our advantage estimators with verl (also loaded as a ``verl.plugins``
   entry point, so every Ray worker that imports verl has them);
 * :mod:`.translate` turns a pipeline run spec into Hydra overrides for ``verl.trainer.main_ppo``
-  (RL) and ``verl.trainer.sft_trainer`` (SFT); it is plain Python and never imports verl;
+  (RL), :mod:`.overrides` for ``verl.trainer.sft_trainer`` (SFT); both are plain Python and never import verl;
 * :mod:`.validate` composes verl's own config with those overrides and runs verl's checks (no GPU);
-* :mod:`.train` is the entry point the Snakemake rules call.
+* :mod:`.sft` and :mod:`.train` are the entry points the Snakemake rules call (SFT; RL), on the steps every
+  verl run shares (:mod:`.runner`); SFT's imports no RL code (its overrides: :mod:`.overrides`, its check:
+  :mod:`.compose`).
 
 The pin is recorded here, as verl-recipe does: the estimator signature, the config tree and the
 checkpoint layout this package relies on were read from, and tested against, exactly this version.
-Every module that uses verl (estimators, validate, train) checks it when imported, so a wrong verl fails
-with a clear message before anything runs; the translator is plain Python and importing it (as the
+Every module that uses verl (estimators, the checks, the training entry points) checks it when imported, so a
+wrong verl fails with a clear message before anything runs; the translator is plain Python and importing it (as the
 Snakefile always does, whatever the engine) never requires verl.
 """
 

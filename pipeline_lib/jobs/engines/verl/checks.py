@@ -22,7 +22,6 @@ per run, and no verl import.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import json
 import os
@@ -33,6 +32,7 @@ from typing import Any
 
 from pipeline_lib.core.rewards import available_rewards
 from pipeline_lib.jobs.engines.verl import REQUIRED_VERL, check_verl_version
+from pipeline_lib.jobs.engines.verl.compose import VerlOverrideError, compose, validate_sft
 
 check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
 
@@ -48,28 +48,6 @@ __all__ = [
 
 CACHE_DIR = Path(".snakemake") / "verl_validated"
 _ENGINE_DIR = Path(__file__).resolve().parent
-
-
-class VerlOverrideError(ValueError):
-    """verl rejected a run's overrides; the message names the run and verl's own complaint."""
-
-
-def _config_dir() -> str:
-    """verl's Hydra config directory, found without importing verl (its import takes seconds)."""
-    check_verl_version()
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("verl is not installed")
-    return str(Path(next(iter(spec.submodule_search_locations))).resolve() / "trainer" / "config")
-
-
-def compose(config_name: str, overrides: Sequence[str]) -> Any:
-    """verl's config ``config_name`` composed with ``overrides`` via Hydra's compose API (struct mode kept)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    with initialize_config_dir(config_dir=_config_dir(), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=list(overrides))
 
 
 def _check_estimator(config: Any) -> None:
@@ -300,33 +278,6 @@ def validate_rl(overrides: Sequence[str], label: str = "RL run") -> Any:
         step = f"starting verl's {path} trainer (config, TransferQueue, resource pools, agent loop manager)" \
             if path == "v1" else "starting verl's legacy trainer (config, resource pools, agent loop manager)"
         (_check_v1_trainer if path == "v1" else _check_legacy_trainer)(config)
-    except Exception as exc:
-        raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
-                                f"{type(exc).__name__}: {exc}") from exc
-    return config
-
-
-def validate_sft(overrides: Sequence[str], label: str = "SFT run") -> Any:
-    """The composed, checked ``sft_trainer_engine`` config; raises :class:`VerlOverrideError` naming ``label``."""
-    from omegaconf import OmegaConf
-    from verl.utils.config import omega_conf_to_dataclass
-
-    step = "composing verl's sft_trainer_engine config"
-    try:
-        config = compose("sft_trainer_engine", overrides)
-        step = "resolving interpolations"
-        OmegaConf.to_container(config, resolve=True)
-        step = "building verl's engine/optim/checkpoint dataclass configs"
-        for section in ("engine", "optim", "checkpoint"):
-            omega_conf_to_dataclass(config[section])
-        step = "checking batch sizes"
-        data, trainer = config.data, config.trainer
-        world = trainer.n_gpus_per_node * trainer.nnodes
-        if data.train_batch_size % world:
-            raise ValueError(f"data.train_batch_size ({data.train_batch_size}) must be divisible by the "
-                             f"{world} GPUs")
-        if data.truncation not in ("error", "left", "right"):
-            raise ValueError(f"data.truncation must be error/left/right, got {data.truncation!r}")
     except Exception as exc:
         raise VerlOverrideError(f"{label}: verl {REQUIRED_VERL} rejected the overrides while {step}: "
                                 f"{type(exc).__name__}: {exc}") from exc

@@ -8,8 +8,9 @@ A job builds its run spec exactly as the real run's (:mod:`.translate` over the 
 with the task's App. B row scaled down by ``preflight.row`` (2 steps, a few prompts, short lengths, one trainer
 process) and the model replaced by a tiny random Qwen2 of the paper model's architecture with the pipeline's own
 tokenizer. The only overrides added to the real run's are the CPU ones (:func:`.cpu.cpu_overrides`), and the run goes
-through the real entry point (:func:`.train.run`: validation, launcher, verl's own trainer with its own vLLM rollout
-on vLLM's CPU build, checkpoint check, model merger, metrics, rollouts, ``DONE.json``). Afterwards the job checks that
+through the real entry point (:func:`.train.run` for RL, :func:`.sft.run` for SFT: validation, launcher, verl's own
+trainer with its own vLLM rollout on vLLM's CPU build, checkpoint check, model merger, metrics, rollouts,
+``DONE.json``). Afterwards the job checks that
 verl trained every step (a gradient wherever an advantage is not 0) and, for RL, that every update reached the
 rollout: the weights vLLM holds after each sync (a digest read inside vLLM, :data:`.cpu.SYNC_LOG_ENV`) change with
 every update, and verl's rollout-vs-actor probability gap stays small; then it prints each step's numbers, so the job
@@ -336,7 +337,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path, res
     checkpoint instead (the run directory's run.json still sets aside another config's state)."""
     import shutil
 
-    from pipeline_lib.jobs.engines.verl.train import run
+    from pipeline_lib.jobs.engines.verl import sft, train
 
     os.environ.update({cpu.ENV: "1"})  # this process's verl and every process it starts (torchrun ranks, Ray workers)
     cpu.install()
@@ -358,7 +359,7 @@ def run_kind(kind: str, preflight: Mapping[str, Any], init: Path, out: Path, res
     if not resume:  # a first attempt trains from scratch, never resumes a stale run (a retry: from its checkpoint)
         shutil.rmtree(out, ignore_errors=True)
     print(f"[preflight {kind}] verl {KINDS[kind][0]} run in {out} (spec: {spec.to_json()})", flush=True)
-    done = run(KINDS[kind][0], spec, paths, int(section["seed"]))
+    done = (sft if KINDS[kind][0] == "sft" else train).run(spec, paths, int(section["seed"]))
     rows = check_run(kind, out, (spec.rl or spec.sft).steps, sync_log if KINDS[kind][0] == "rl" else None)
     _print_steps(kind, rows)
     return done

@@ -7,7 +7,7 @@ wherever the site keeps its scratch, and a resubmitted attempt resumes through t
 moves to ``stale/``) apart from the new run's.
 
 :func:`keep_dumps` (an end step, before ``DONE.json``) copies the kept dumps under the run directory;
-:func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.train`), frees the
+:func:`prune`, only once the run is finished (``final/`` exported and ``DONE.json`` written, :mod:`.runner`), frees the
 scratch: until then the last checkpoint is what a resubmitted attempt resumes from, so nothing is deleted. Both are
 safe to rerun after a kill anywhere inside them (the end order, :func:`pipeline_lib.core.run_end.finish_run`).
 """

@@ -8,7 +8,7 @@ hint and samples one response through the evaluation generation backends
 (:func:`pipeline_lib.jobs.eval.backends.open_backend`: vLLM on GPU, ``hf`` on CPU); the prompt, hint and
 assembly are Rationalization's own, shared with the local engine (:mod:`pipeline_lib.jobs.methods.rationalization`),
 so both engines build the same (question, rationale, expert answer) demonstrations. The parquet is in the SFT schema;
-rule ``train_verl_rationalization`` then runs ``python -m pipeline_lib.jobs.engines.verl.train sft`` on it
+rule ``train_verl_rationalization`` then runs ``python -m pipeline_lib.jobs.engines.verl.sft`` on it
 with the task's SFT settings (``pipeline_lib.plan.settings.sft_spec``), so Rationalization and SFT differ only
 in the demonstrations.
 """

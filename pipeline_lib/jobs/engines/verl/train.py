@@ -1,128 +1,93 @@
-"""Entry point of the verl training rules: one SFT or RL run, resumable, published like the local engine's.
+"""Entry point of the verl RL rules (group RL and the verl baselines: OPD, RL-Logit, RARO): one RL run, resumable,
+published like the local engine's.
 
-    python -m pipeline_lib.jobs.engines.verl.train sft --spec JSON --data SFT.parquet --run-dir DIR --seed K
-    python -m pipeline_lib.jobs.engines.verl.train rl  --spec JSON --data RL.parquet --val-data TEST.parquet \
+    python -m pipeline_lib.jobs.engines.verl.train rl --spec JSON --data RL.parquet --val-data TEST.parquet \\
         [--init START_DIR/final] --run-dir DIR --seed K     # no --init: from the spec's model (the base model)
 
-A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them against verl
-(:mod:`.validate`), then runs verl: RL as ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray
-launcher (:mod:`.launch`: a Ray cluster over every node of a multi-node allocation), SFT as
-``torchrun -m verl.trainer.sft_trainer`` on one node. verl resumes from ``DIR/checkpoints`` by itself
-(``trainer.resume_mode=auto``), so a resubmitted job continues where the last one stopped. That is only right for
-the same run: the run directory holds the digest of its config, code and inputs (``DIR/run.json``), and a run whose
-config, code or inputs changed first sets the other run's state aside
-(:func:`pipeline_lib.core.checkpoint.claim_run_dir`,
-the resume rule of every engine) and starts clean.
+A run builds its Hydra overrides from the spec (:mod:`.translate`), checks them against verl (:mod:`.checks`), then
+runs ``python -m verl.trainer.main_ppo`` behind the Slurm/Ray launcher (:mod:`.launch`: a Ray cluster over every node
+of a multi-node allocation); the steps every verl run shares (claim, resume, export, metrics, ``DONE.json``) are
+:func:`.runner.run`'s. An SFT run has its own entry point (:mod:`.sft`), whose code holds none of the RL code here.
 
-After verl exits 0 the run is only accepted if ``latest_checkpointed_iteration.txt`` equals the
-configured step count (verl has exited 0 short of its last step before). Then the final actor is
-exported to Hugging Face format (verl's FSDP model merger, in this process) as ``DIR/final``, verl's
-rollout dumps become ``rollouts.jsonl`` in the local engine's schema (so the gradient-allocation table
-is computed the same way for both engines), its file-logger output becomes ``metrics.jsonl`` (under verl's metric
-names, which the local engine writes too: ``docs/tracking.md``), and ``DONE.json`` is written last.
+What RL adds: a checkpoint whose step verl never logged is redone (:func:`logged_resume_point`), the probe steps'
+policies are kept past verl's checkpoint rotation and exported (:mod:`.probe_keep`), the metrics carry the reward
+hook's verifier timeouts/failures, and verl's rollout dumps become ``rollouts.jsonl`` in the local engine's schema
+(:func:`collect_rollouts`: the gradient-allocation table is computed the same way for both engines).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import importlib.util
 import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipeline_lib.core.attempts import guard_attempt
-from pipeline_lib.core.checkpoint import DONE_NAME, claim_run_dir, probe_dir, run_identity, write_done
+from pipeline_lib.core.checkpoint import probe_dir
 from pipeline_lib.core.cli import add_run_arguments, entry_parser
 from pipeline_lib.core.config import schema_defaults
 from pipeline_lib.core.io import write_text
-from pipeline_lib.core.provenance import config_digest, write_provenance
 from pipeline_lib.core.rewards import compute_scores, health_counts
 from pipeline_lib.core.rl.advantages import group_advantages
-from pipeline_lib.core.run_end import finish_run
 from pipeline_lib.core.run_spec import RunSpec
-from pipeline_lib.core.tracking import Tracker
-from pipeline_lib.jobs.engines.verl import check_verl_version
-from pipeline_lib.jobs.engines.verl.checks import validate_rl, validate_sft
+from pipeline_lib.jobs.engines.verl.checks import validate_rl
 from pipeline_lib.jobs.engines.verl.paths import probe_shards_dir
 from pipeline_lib.jobs.engines.verl.probe_keep import ProbeKeeper, drop_after, export_probes, missing
-from pipeline_lib.jobs.engines.verl.prune import keep_dumps, place_scratch, prune
 from pipeline_lib.jobs.engines.verl.reward import dumped_health, read_health_records
+from pipeline_lib.jobs.engines.verl.runner import (
+    TRACKER,
+    VerlRun,
+    VerlRunError,
+    finished_step,
+    merge_actor,
+    merger_arguments,
+    rebuild_tracking_store,
+    resumed_overrides,
+    rotate_metrics,
+    verl_records,
+    verl_run_identity,
+    write_metrics,
+)
+from pipeline_lib.jobs.engines.verl.runner import run as run_verl
 from pipeline_lib.jobs.engines.verl.translate import (
     ESTIMATOR_MODULE,
     REWARD_HEALTH_ENV,
     TrainPaths,
     checkpoint_dir,
-    done_kind,
-    metrics_log_path,
     needs_references,
     reward_health_dir,
     rl_overrides,
     rollout_dump_dir,
-    sft_overrides,
-    tracking_env,
 )
 
-check_verl_version()  # the pin (REQUIRED_VERL), checked when the engine is imported
-
-__all__ = ["build_command", "collect_metrics", "collect_rollouts", "end_steps", "export_final", "finished_step",
-           "logged_resume_point", "main", "prompt_keys", "prompt_rendering", "rebuild_tracking_store",
-           "resumed_overrides", "rollout_groups", "run", "train_verl", "training_prompt_rows", "unmatched_prompt_rows",
-           "verl_run_identity"]
+__all__ = ["ENTRY", "TRACKER", "RLRun", "VerlRunError", "build_command", "collect_metrics", "collect_rollouts",
+           "finished_step", "logged_resume_point", "main", "merger_arguments", "prompt_keys", "prompt_rendering",
+           "rebuild_tracking_store", "require_installed_project", "resumed_overrides", "rollout_groups",
+           "rotate_metrics", "run", "training_prompt_rows", "unmatched_prompt_rows", "verl_run_identity"]
 
 log = logging.getLogger("pipeline_lib.jobs.engines.verl.train")
 
-TRACKER = "latest_checkpointed_iteration.txt"
+#: This module: the code a verl RL run's identity and its rule's ``code`` parameter cover.
+ENTRY = "pipeline_lib.jobs.engines.verl.train"
 LAUNCHER = "pipeline_lib.jobs.engines.verl.launch"
 
 
-class VerlRunError(RuntimeError):
-    """verl failed or stopped short; the message says which and where its output is."""
-
-
-def build_command(kind: str, overrides: Sequence[str], spec: RunSpec) -> list[str]:
-    """The command that runs verl for this run (RL behind the launcher, SFT under torchrun on one node)."""
-    if kind == "sft":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc_per_node={spec.sft.knobs.gpus_per_node}", "-m", "verl.trainer.sft_trainer", *overrides]
+def build_command(overrides: Sequence[str], spec: RunSpec) -> list[str]:
+    """verl's PPO trainer behind the launcher (a Ray cluster over the allocation's nodes)."""
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     if importlib.util.find_spec(LAUNCHER) is None:  # the launcher is part of this package; kept swappable here
         return command
     return [sys.executable, "-m", LAUNCHER, "--gpus-per-node", str(spec.rl.knobs.gpus_per_node), "--", *command]
 
 
-def finished_step(ckpt_dir: Path) -> int | None:
-    """The step of verl's last complete checkpoint (its tracker file), or None before the first one."""
-    tracker = ckpt_dir / TRACKER
-    if not tracker.is_file():
-        return None
-    text = tracker.read_text().strip()
-    if not text.isdigit():
-        raise VerlRunError(f"{tracker}: expected a step number, found {text!r}")
-    return int(text)
-
-
-def verl_run_identity(kind: str, spec: RunSpec, paths: TrainPaths, seed: int) -> dict[str, Any]:
-    """What a verl run's resume state depends on (:func:`pipeline_lib.core.checkpoint.run_identity`): its settings and
-    seed, the code this entry point imports, and the content of what it reads: the data files and the initial model's
-    files (an SFT run redone with another result leaves the RL run's config unchanged, yet its checkpoints are another
-    run's). verl resumes whatever ``checkpoints/`` holds and a finished tracker skips verl, so anything else in the
-    run directory (checkpoints, rollout dumps, metrics, the RARO replay buffer, a merged model, DONE.json) belongs to
-    this identity or is set aside."""
-    return run_identity({"kind": kind, "spec": spec.to_dict(), "seed": seed},
-                        [paths.train_files, paths.val_files, paths.init], entry="pipeline_lib.jobs.engines.verl.train")
-
-
-def logged_resume_point(run_dir: Path, kind: str) -> int | None:
+def logged_resume_point(run_dir: Path) -> int | None:
     """The step verl resumes from (None: from scratch), after setting aside a last checkpoint whose step was never
     logged.
 
@@ -132,13 +97,13 @@ def logged_resume_point(run_dir: Path, kind: str) -> int | None:
     rollouts are lost for good, and for the last step verl is skipped and the run can never be collected. Such a
     checkpoint is removed and the tracker points at the previous complete one (verl keeps
     ``max_actor_ckpt_to_keep`` >= 2), whose next step verl redoes; with none left, the run starts over. The SFT
-    trainer logs before it saves, so its checkpoints are always logged.
+    trainer logs before it saves, so its checkpoints are always logged (:meth:`.runner.VerlRun.resume_point`).
     """
     ckpt = checkpoint_dir(run_dir)
     step = finished_step(ckpt)
-    if step is None or kind == "sft":
+    if step is None:
         return step
-    records = _verl_records(run_dir, step)
+    records = verl_records(run_dir, step)
 
     def logged(k: int) -> bool:  # a training record (not only validation) and the step's rollout dump
         trained = any(not key.startswith("val-") for key in records.get(k, {}))
@@ -166,68 +131,12 @@ def logged_resume_point(run_dir: Path, kind: str) -> int | None:
     return back
 
 
-def resumed_overrides(overrides: Sequence[str]) -> list[str]:
-    """A resumed run's overrides: no validation before training, which verl would log at the step it resumes from
-    (a second record of that step, and one more validation pass per resubmission)."""
-    return [("trainer.val_before_train=false" if item.startswith("trainer.val_before_train=") else item)
-            for item in overrides]
-
-
-def _rotate_metrics(run_dir: Path) -> None:
-    """verl's file logger truncates its file on open: keep each earlier attempt's file under a new name."""
-    current = metrics_log_path(run_dir)
-    if current.exists():
-        attempt = len(list(run_dir.glob("verl_metrics.*.jsonl")))
-        current.rename(run_dir / f"verl_metrics.{attempt}.jsonl")
-
-
-def _verl_records(run_dir: Path, last_step: int) -> dict[int, dict[str, Any]]:
-    """Every attempt's file-logger records up to ``last_step``, by step (a later attempt's record of a step replaces
-    an earlier attempt's whole, so no key of a step that was redone survives from the attempt that was cut)."""
-    by_step: dict[int, dict[str, Any]] = {}
-    files = sorted(run_dir.glob("verl_metrics.*.jsonl"), key=lambda p: int(p.name.split(".")[1]))
-    for path in [*files, metrics_log_path(run_dir)]:
-        if not path.exists():
-            continue
-        attempt: dict[int, dict[str, Any]] = {}
-        numbered = [(n, line) for n, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
-        for number, line in numbered:
-            try:
-                record = json.loads(line)
-                step, data = int(record["step"]), dict(record["data"])
-            except (ValueError, KeyError, TypeError) as exc:
-                if path != metrics_log_path(run_dir) and number == numbered[-1][0]:
-                    # an earlier attempt killed mid-write: its last step is redone (and logged) by a later attempt
-                    log.warning("%s:%d: torn last line of a killed attempt skipped (%s)", path, number, exc)
-                    continue
-                raise VerlRunError(f"{path}:{number}: not a verl file-logger record ({exc})") from exc
-            if step <= last_step:
-                attempt.setdefault(step, {}).update(data)
-        by_step.update(attempt)
-    return dict(sorted(by_step.items()))
-
-
-def rebuild_tracking_store(paths: TrainPaths, resume_step: int) -> None:
-    """Before verl (re)starts from ``resume_step``: the run's TensorBoard store holds exactly the earlier attempts'
-    steps up to it, and verl's writer appends from the next step on, so a resumed curve has every step once."""
-    if paths.tracking is None or "tensorboard" not in paths.tracking.backends:
-        return
-    records = _verl_records(paths.run_dir, resume_step)
-    Tracker(replace(paths.tracking, backends=("tensorboard",)),
-            [{"step": step, **data} for step, data in sorted(records.items())]).close()
-
 
 def collect_metrics(run_dir: Path, total_steps: int) -> Path:
-    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins)."""
-    by_step = _verl_records(run_dir, total_steps)
+    """Every attempt's verl metrics -> ``metrics.jsonl``, one line per step (a later attempt's step wins), with each
+    step's verifier timeouts/failures (:func:`.runner.write_metrics`)."""
     health = _health_source(run_dir)
-    lines = []
-    for step in sorted(by_step):
-        data = by_step[step]
-        lines.append(json.dumps({"step": step, **_reward_health(run_dir, step, health), **data}))  # one set of names
-    target = run_dir / "metrics.jsonl"
-    write_text(target, "".join(line + "\n" for line in lines))
-    return target
+    return write_metrics(run_dir, total_steps, lambda step: _reward_health(run_dir, step, health))
 
 
 def _health_source(run_dir: Path) -> Mapping[str, Mapping[str, int]] | None:
@@ -435,35 +344,6 @@ def unmatched_prompt_rows(path: Path) -> int:
                if line.strip())
 
 
-def merger_arguments(step_dir: Path, target: Path) -> argparse.Namespace:
-    """The arguments verl's merger CLI parses from ``python -m verl.model_merger merge --backend fsdp --local_dir
-    STEP_DIR --target_dir TARGET``, every other option at its default (a test compares them with verl's parser)."""
-    return argparse.Namespace(operation="merge", backend="fsdp", local_dir=str(step_dir), target_dir=str(target),
-                              tie_word_embedding=False, trust_remote_code=False, is_value_model=False,
-                              use_cpu_initialization=False, hf_upload_path=None, private=False)
-
-
-def _merge_actor(step_dir: Path, target: Path) -> Path:
-    """verl's sharded FSDP checkpoint -> a Hugging Face model directory, published atomically. verl's own merger,
-    called in this process (which has imported verl to validate the run) rather than as ``python -m
-    verl.model_merger``: a second interpreter importing verl cost 13-29 CPU s per run on CPU."""
-    from verl.model_merger.base_model_merger import generate_config_from_args
-    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
-
-    staging = target.with_name(target.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    log.info("exporting %s to %s with verl's FSDP model merger", step_dir, target)
-    try:
-        merger = FSDPModelMerger(generate_config_from_args(merger_arguments(step_dir, staging)))
-        merger.merge_and_save()
-        merger.cleanup()
-    except Exception as exc:
-        raise VerlRunError(f"model merge of {step_dir} failed: {type(exc).__name__}: {exc}") from exc
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    return target
-
-
 PLUGIN_GROUP, PLUGIN_NAME = "verl.plugins", "softmaxgrpo"
 
 
@@ -487,144 +367,115 @@ def require_installed_project(entry_points: Sequence[Any] | None = None) -> None
             f"`--sdm conda` runs envs/train-verl.post-deploy.sh, which does that, when it creates the env)")
 
 
-def run(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False,
-        scratch_dir: Path | None = None,
+@dataclass(frozen=True)
+class RLRun(VerlRun):
+    """A verl RL run: the launcher and verl's PPO trainer, the estimators' plug-in installed, RARO's data checked, a
+    checkpoint never logged redone, the probe policies kept, and rollouts collected beside the metrics."""
+
+    kind = "rl"
+    entry = ENTRY
+
+    @property
+    def total(self) -> int:
+        if self.spec.rl is None:
+            raise VerlRunError(f"run spec {self.spec.task}/{self.spec.method}: no RL settings for a verl RL run")
+        return int(self.spec.rl.steps)
+
+    @property
+    def probes(self) -> list[int]:
+        """The steps whose policies the run keeps (``train.rl.probe_every``)."""
+        return self.spec.rl.probe_steps() if self.spec.rl is not None else []
+
+    def overrides(self) -> list[str]:
+        return rl_overrides(self.spec, self.paths, self.seed)
+
+    def validate(self, overrides: Sequence[str]) -> None:
+        validate_rl(overrides, label=f"rl run {self.paths.run_dir}")
+
+    def command(self, overrides: Sequence[str]) -> list[str]:
+        return build_command(overrides, self.spec)
+
+    def before_claim(self) -> None:
+        require_installed_project()
+        if needs_references(self.spec):  # every prompt needs its expert answer; fail before Ray and the GPUs
+            from pipeline_lib.jobs.engines.verl.raro_loop import check_training_data
+
+            check_training_data(self.paths.train_files)
+
+    def resume_point(self) -> int | None:
+        return logged_resume_point(self.paths.run_dir)
+
+    def env(self) -> dict[str, str]:
+        """The estimators' module for verl's workers and the reward hook's records folder (made here: its existence
+        says they are kept)."""
+        health = reward_health_dir(self.paths.run_dir)
+        health.mkdir(exist_ok=True)
+        return {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE, REWARD_HEALTH_ENV: str(health)}
+
+    def keeping(self) -> contextlib.AbstractContextManager[Any]:
+        return ProbeKeeper(self.paths.run_dir, self.probes)  # the probe policies past verl's checkpoint rotation
+
+    def check_kept(self) -> None:
+        run_dir, ckpt = self.paths.run_dir, checkpoint_dir(self.paths.run_dir)
+        lost = missing(run_dir, self.probes)
+        if lost:
+            raise VerlRunError(f"rl run {run_dir}: verl finished, but the policies of probe step(s) {lost} "
+                               f"(train.rl.probe_every {self.spec.rl.probe_every}) were not kept in "
+                               f"{probe_shards_dir(run_dir)}: verl's checkpoint rotation deleted their actors before "
+                               f"the keeper linked them (was this job's process stopped while verl ran?). To recover, "
+                               f"train again from scratch (delete {ckpt} and {probe_shards_dir(run_dir)}, then rerun), "
+                               f"or plan the run without the probe (train.rl.probe_every: null)")
+
+    def export(self) -> Path:
+        step_dir = checkpoint_dir(self.paths.run_dir) / f"global_step_{self.total}"
+        return merge_actor(step_dir / "actor", self.paths.run_dir / "final")
+
+    def collect(self, overrides: Sequence[str]) -> None:
+        """The metrics with the reward health, and the rollouts (advantages recomputed, prompts matched to rows)."""
+        import pandas as pd
+
+        run_dir = self.paths.run_dir
+        collect_metrics(run_dir, self.total)
+        data_source = str(pd.read_parquet(self.paths.train_files, columns=["data_source"])["data_source"].iloc[0])
+        collect_rollouts(run_dir, self.spec, run_dir / "final", data_source, self.total,
+                         train_files=self.paths.train_files, overrides=overrides)
+
+    def end_steps(self, dump_every: int, overrides: Sequence[str] = ()) -> list[tuple[str, Callable[[], Any]]]:
+        """The probe steps' kept policies exported to ``probe/step_<s>/`` first (:func:`.probe_keep.export_probes`,
+        each step's folder published by a rename), then the shared steps (:meth:`.runner.VerlRun.end_steps`); probe
+        shards are freed only after ``DONE.json``."""
+        probe = ("probe", lambda: export_probes(self.paths.run_dir, self.probes, merge_actor))
+        return [probe, *super().end_steps(dump_every, overrides)]
+
+    def done_fields(self) -> dict[str, Any]:
+        return {"unmatched_prompt_rows": unmatched_prompt_rows(self.paths.run_dir / "rollouts.jsonl")}
+
+    def inputs(self) -> list[Path]:
+        init = [self.paths.init / "config.json"] if self.paths.init is not None else []
+        return [self.paths.train_files, *([self.paths.val_files] if self.paths.val_files else []), *init]
+
+    def outputs(self) -> list[Path]:
+        return [*super().outputs(), self.paths.run_dir / "rollouts.jsonl",
+                *(probe_dir(self.paths.run_dir, s) / "config.json" for s in self.probes)]
+
+
+def run(spec: RunSpec, paths: TrainPaths, seed: int, dry_run: bool = False, scratch_dir: Path | None = None,
         dump_every: int | None = None) -> Path | None:
-    """Validate, run verl to the last step (resuming), check it got there, export and publish the run, then free its
-    scratch (:func:`.prune.prune`). ``scratch_dir`` (``site.scratch_root/<task>/<name>/seed<k>``): where verl's
-    checkpoints and rollout dumps live (:func:`.prune.place_scratch`); ``dump_every``: ``site.rollout_dump_every``
+    """One verl RL run to its end (:func:`.runner.run`); None on a dry run. ``dump_every``: ``site.rollout_dump_every``
     (None: the schema's default)."""
     dump_every = schema_defaults("site")["rollout_dump_every"] if dump_every is None else dump_every
-    started = time.time()
-    run_dir = paths.run_dir
-    overrides = (sft_overrides if kind == "sft" else rl_overrides)(spec, paths, seed)
-    (validate_sft if kind == "sft" else validate_rl)(overrides, label=f"{kind} run {run_dir}")
-    command = build_command(kind, overrides, spec)
-    if dry_run:
-        print(json.dumps({"command": command, "overrides": overrides}, indent=1))
-        return None
-    if kind != "sft":
-        require_installed_project()
-    if needs_references(spec):  # every prompt needs its expert answer; fail before Ray and the GPUs
-        from pipeline_lib.jobs.engines.verl.raro_loop import check_training_data
-
-        check_training_data(paths.train_files)
-    digest = config_digest({"kind": kind, "spec": spec.to_dict(), "seed": seed})
-    claim_run_dir(run_dir, verl_run_identity(kind, spec, paths, seed), "verl", state=None)
-    _rotate_metrics(run_dir)
-    total = int((spec.sft if kind == "sft" else spec.rl).steps)
-    box: dict[str, list[str]] = {"overrides": list(overrides)}
-
-    def train() -> None:
-        box["overrides"] = train_verl(kind, spec, paths, seed, overrides, scratch_dir, total)
-
-    steps = end_steps(kind, spec, paths, total, dump_every, overrides)
-    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
-    inputs = [paths.train_files]
-    if kind == "rl":
-        inputs += [paths.val_files, *([paths.init / "config.json"] if paths.init is not None else [])]
-
-    def publish() -> Path:
-        # A baseline's DONE.json names it, as the local engine's do (an OPD run is a verl RL run, its kind is "opd").
-        rows = {"unmatched_prompt_rows": unmatched_prompt_rows(run_dir / "rollouts.jsonl")} if kind == "rl" else {}
-        return write_done(run_dir, step=total, total_steps=total, config_sha256=digest,
-                          kind=done_kind(kind, spec), engine="verl",
-                          advantage=spec.estimator.name if spec.estimator else None, seed=seed, **rows)
-
-    def free() -> None:
-        removed = prune(run_dir, dump_every)  # the last checkpoint was kept until DONE.json, for a resubmission
-        log.info("%s: finished, pruned %d checkpoint/dump paths (every %d-th rollout dump kept)", run_dir,
-                 len(removed), dump_every)
-        outputs = [run_dir / "metrics.jsonl", *([run_dir / "rollouts.jsonl"] if kind == "rl" else []),
-                   *(probe_dir(run_dir, s) / "config.json" for s in probes)]
-        write_provenance([run_dir / DONE_NAME, *outputs, run_dir / "final" / "config.json"],
-                         step=f"train_verl_{kind}", inputs=inputs,
-                         params={"spec": spec.to_dict(), "overrides": box["overrides"]}, config_sha256=digest,
-                         seeds={"run": seed}, started_at=started)
-
-    return finish_run(run_dir, digest, train=train, export=lambda: export_final(kind, run_dir, total), steps=steps,
-                      publish=publish, free=free)
-
-
-def train_verl(kind: str, spec: RunSpec, paths: TrainPaths, seed: int, overrides: Sequence[str],
-               scratch_dir: Path | None, total: int) -> list[str]:
-    """Run verl to the run's last step, resuming from its checkpoints (nothing to do where the tracker is there
-    already); return the overrides it ran with."""
-    run_dir = paths.run_dir
-    overrides = list(overrides)
-    if scratch_dir is not None:  # after the claim: another run's links are set aside, this run's are resumed
-        place_scratch(run_dir, scratch_dir)
-    resume_step = logged_resume_point(run_dir, kind)
-    if resume_step is not None and resume_step < total:
-        overrides = resumed_overrides(overrides)
-    command = build_command(kind, overrides, spec)
-    write_text(run_dir / "verl_command.json", json.dumps({"command": command, "overrides": overrides}, indent=1))
-    rebuild_tracking_store(paths, resume_step or 0)
-    reward_health_dir(run_dir).mkdir(exist_ok=True)  # the reward hook's records: their existence says they are kept
-    env = os.environ | {"VERL_USE_EXTERNAL_MODULES": ESTIMATOR_MODULE,
-                        "VERL_FILE_LOGGER_PATH": str(metrics_log_path(run_dir)),
-                        REWARD_HEALTH_ENV: str(reward_health_dir(run_dir)), **tracking_env(paths)}
-    ckpt = checkpoint_dir(run_dir)
-    label = f"{kind} run {run_dir}"
-    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
-    with ProbeKeeper(run_dir, probes):  # keeps the probe steps' policies past verl's checkpoint rotation
-        if finished_step(ckpt) != total:
-            log.info("running verl (resumes from %s if it holds a checkpoint): %s", ckpt, " ".join(command))
-            result = subprocess.run(command, env=env, check=False)
-            if result.returncode != 0:
-                raise VerlRunError(f"{label}: verl exited with code {result.returncode}; rerun to resume from {ckpt}")
-    reached = finished_step(ckpt)
-    if reached != total:
-        raise VerlRunError(f"{label}: verl exited 0 but its last checkpoint is step {reached} of {total} "
-                           f"({ckpt / TRACKER}); not marking the run done, rerun to resume")
-    lost = missing(run_dir, probes)
-    if lost:
-        raise VerlRunError(f"{label}: verl finished, but the policies of probe step(s) {lost} (train.rl.probe_every "
-                           f"{spec.rl.probe_every}) were not kept in {probe_shards_dir(run_dir)}: verl's checkpoint "
-                           f"rotation deleted their actors before the keeper linked them (was this job's process "
-                           f"stopped while verl ran?). To recover, train again from scratch (delete {ckpt} and "
-                           f"{probe_shards_dir(run_dir)}, then rerun), or plan the run without the probe "
-                           f"(train.rl.probe_every: null)")
-    return overrides
-
-
-def export_final(kind: str, run_dir: Path, total: int) -> Path:
-    """The first end step: the last checkpoint's actor -> ``final/`` (Hugging Face format)."""
-    step_dir = checkpoint_dir(run_dir) / f"global_step_{total}"
-    return _merge_actor(step_dir if kind == "sft" else step_dir / "actor", run_dir / "final")
-
-
-def end_steps(kind: str, spec: RunSpec, paths: TrainPaths, total: int, dump_every: int,
-              overrides: Sequence[str] = ()) -> list[tuple[str, Callable[[], Any]]]:
-    """The end steps after the export, in order (:func:`pipeline_lib.core.run_end.finish_run`): the probe steps'
-    kept policies exported to ``probe/step_<s>/`` (:func:`.probe_keep.export_probes`), the metrics and (RL) the
-    rollouts collected from every dump, then the kept dumps moved back from the scratch. Each is safe to redo after a
-    kill inside it (outputs written whole, a probe step's folder published by a rename, :func:`.prune.keep_dumps`);
-    checkpoints, probe shards and the scratch are freed only after ``DONE.json``."""
-    run_dir = paths.run_dir
-
-    def collect() -> None:
-        collect_metrics(run_dir, total)
-        if kind == "rl":
-            import pandas as pd
-
-            data_source = str(pd.read_parquet(paths.train_files, columns=["data_source"])["data_source"].iloc[0])
-            collect_rollouts(run_dir, spec, run_dir / "final", data_source, total, train_files=paths.train_files,
-                             overrides=overrides)
-
-    probes = spec.rl.probe_steps() if kind == "rl" and spec.rl is not None else []
-    return [("probe", lambda: export_probes(run_dir, probes, _merge_actor)), ("collect", collect),
-            ("keep_dumps", lambda: keep_dumps(run_dir, dump_every))]
+    return run_verl(RLRun(spec, paths, seed), dump_every, dry_run=dry_run, scratch_dir=scratch_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = entry_parser(__doc__, summary="paragraph")
-    parser.add_argument("kind", choices=["sft", "rl"])
+    parser.add_argument("kind", choices=["rl", "sft"],
+                        help="rl (a verl SFT run has its own entry point, pipeline_lib.jobs.engines.verl.sft)")
     add_run_arguments(parser, threads=False)
     parser.add_argument("--data", type=Path, required=True, help="training parquet")
-    parser.add_argument("--val-data", type=Path, help="RL: held-out prompts for verl's validation")
-    parser.add_argument("--init", type=Path, help="RL: the model (HF directory, another run's final/) to start "
-                        "from; without it, the spec's model (the base model's hub id, train.rl_start: base)")
+    parser.add_argument("--val-data", type=Path, help="held-out prompts for verl's validation (required)")
+    parser.add_argument("--init", type=Path, help="the model (HF directory, another run's final/) to start from; "
+                        "without it, the spec's model (the base model's hub id, train.rl_start: base)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the verl command, run nothing")
     parser.add_argument("--scratch-dir", type=Path, default=None,
                         help="site.scratch_root/<task>/<name>/seed<k>: where verl's checkpoints and rollout dumps go "
@@ -633,13 +484,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="site.rollout_dump_every: a finished run keeps every k-th rollout dump and the last "
                              "(default: the schema's)")
     args = parser.parse_args(argv)
-    if args.kind == "rl" and args.val_data is None:
+    if args.kind != "rl":
+        parser.error("this is the RL entry point; a verl SFT run is `python -m pipeline_lib.jobs.engines.verl.sft`, "
+                     "whose code holds no RL code (so an edit of the advantages reruns no SFT job)")
+    if args.val_data is None:
         parser.error("rl needs --val-data")
     absolute = {name: (value.resolve() if value is not None else None)
                 for name, value in {"run_dir": args.run_dir, "train_files": args.data, "val_files": args.val_data,
                                     "init": args.init}.items()}
     with contextlib.nullcontext() if args.dry_run else guard_attempt(absolute["run_dir"]):  # retries that fit
-        run(args.kind, RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
+        run(RunSpec.from_json(args.spec), TrainPaths(**absolute, tracking=args.tracking), args.seed,
             dry_run=args.dry_run, scratch_dir=args.scratch_dir.resolve() if args.scratch_dir else None,
             dump_every=args.dump_every)
     return 0

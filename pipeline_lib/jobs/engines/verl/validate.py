@@ -6,8 +6,9 @@ caching each passed run by the hash of its overrides and of this engine's code u
 the workflow translates every run (:func:`.planned.plan_overrides`) and :func:`~.checks.check_override_keys` checks
 their keys.
 
-This module walks the plan; the training entry point (:mod:`.train`) imports :mod:`.checks` and :mod:`.translate`
-only, so a change of the planner reruns no training job by its code digest.
+This module walks the plan; the training entry points (:mod:`.train` for RL, :mod:`.sft` for SFT) import the checks
+(:mod:`.checks`, :mod:`.compose`) and the translation only, so a change of the planner reruns no training job by its
+code digest.
 """
 
 from __future__ import annotations

@@ -547,7 +547,7 @@ def test_paper_config_plans_every_baseline_the_ablation_and_the_scale_study(work
     local = [line for line in plan.splitlines() if "python -m pipeline_lib.jobs.engines.local." in line]
     # CPU only for Base
     assert local and all("python -m pipeline_lib.jobs.engines.local.base " in line for line in local)
-    for run, entry_point in (("countdown/rationalization", "pipeline_lib.jobs.engines.verl.train sft"),
+    for run, entry_point in (("countdown/rationalization", "pipeline_lib.jobs.engines.verl.sft "),
                              ("gsm8k/iterative_dpo", "pipeline_lib.jobs.engines.trl.dpo run"),
                              ("deepmath/raro", "pipeline_lib.jobs.engines.verl.train rl"),
                              ("gsm8k/softmax_tau1p3_m4", "pipeline_lib.jobs.engines.verl.train rl")):

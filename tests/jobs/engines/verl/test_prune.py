@@ -38,12 +38,12 @@ def test_finished_run_drops_checkpoints_and_thins_dumps(tmp_path: Path) -> None:
 
 def test_train_job_prunes_with_this_function(tmp_path: Path) -> None:
     """The function the verl train job calls after DONE.json: prunes a finished run, leaves an unfinished one."""
-    from pipeline_lib.jobs.engines.verl import train
+    from pipeline_lib.jobs.engines.verl import runner
 
     done, running = _run_dir(tmp_path / "a", finished=True), _run_dir(tmp_path / "b", finished=False)
-    assert train.prune is prune
-    assert len(train.prune(done, 10)) == 21 and not (done / "checkpoints").exists()
-    assert train.prune(running, 10) == [] and (running / "checkpoints" / "global_step_200" / "actor").is_dir()
+    assert runner.prune is prune
+    assert len(runner.prune(done, 10)) == 21 and not (done / "checkpoints").exists()
+    assert runner.prune(running, 10) == [] and (running / "checkpoints" / "global_step_200" / "actor").is_dir()
 
 
 def _claimed(run: Path, name: str = "a") -> Path:

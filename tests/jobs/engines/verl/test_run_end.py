@@ -1,4 +1,4 @@
-"""A verl run's end under a kill at every point (pipeline_lib/core/run_end.py, verl/train.py, verl/prune.py).
+"""A verl run's end under a kill at every point (pipeline_lib/core/run_end.py, verl/runner.py, verl/train.py, prune.py).
 
 The real ``train.run`` on a fake run directory: verl is a fake process that trains steps into the scratch (counting
 them), the merger copies the last checkpoint. The end is then killed before and after each filesystem change it
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from pipeline_lib.jobs.engines.verl import probe_keep, train
+from pipeline_lib.jobs.engines.verl import probe_keep, runner, train
 from pipeline_lib.jobs.engines.verl.translate import TrainPaths
 from pipeline_lib.plan.settings import group_rl_spec
 from tests.jobs.engines.conftest import paper_config
@@ -131,11 +131,11 @@ def job(tmp_path, monkeypatch):
     monkeypatch.setattr(probe_keep, "POLL_S", 0.01)
     monkeypatch.setattr(train, "validate_rl", lambda overrides, label: None)
     monkeypatch.setattr(train, "require_installed_project", lambda: None)
-    monkeypatch.setattr(train, "_merge_actor", fake_merge)
+    monkeypatch.setattr(train, "merge_actor", fake_merge)
     monkeypatch.setattr(train, "collect_rollouts", fake_rollouts)
     monkeypatch.setattr(train, "_health_source", lambda run_dir: None)
 
-    real_run = train.subprocess.run
+    real_run = runner.subprocess.run
 
     def attempt(name: str, killer: Killer | None = None) -> FakeVerl:
         run_dir = tmp_path / name / "run"
@@ -149,9 +149,9 @@ def job(tmp_path, monkeypatch):
                 killer.armed = True  # verl is done: from here on, the end
             return result
 
-        monkeypatch.setattr(train.subprocess, "run", fake_run)
+        monkeypatch.setattr(runner.subprocess, "run", fake_run)
         paths = TrainPaths(run_dir, data / "rl_train.parquet", data / "rl_test.parquet", data / "sft" / "final")
-        train.run("rl", spec, paths, 0, scratch_dir=tmp_path / name / "scratch", dump_every=EVERY)
+        train.run(spec, paths, 0, scratch_dir=tmp_path / name / "scratch", dump_every=EVERY)
         return verl
 
     return attempt

@@ -382,6 +382,24 @@ def test_the_train_entry_point_validates_and_prints_the_launch_command(tmp_path,
     assert not (tmp_path / "run").exists()  # a dry run writes nothing
 
 
+def test_the_sft_entry_point_validates_and_prints_the_torchrun_command(tmp_path, capsys):
+    """verl SFT runs through its own entry point (not the RL one, which refuses ``sft`` and names it)."""
+    from pipeline_lib.jobs.engines.verl import sft, train
+    from pipeline_lib.plan.settings import sft_spec
+
+    spec = sft_spec(paper_config(), "gsm8k", "sft", "verl").to_json()
+    sft.main(["--spec", spec, "--data", str(tmp_path / "sft_train.parquet"), "--run-dir", str(tmp_path / "run"),
+              "--seed", "0", "--dry-run"])
+    out = capsys.readouterr().out
+    command = json.loads(out[out.index("{\n"):])["command"]
+    assert command[1:3] == ["-m", "torch.distributed.run"] and "verl.trainer.sft_trainer" in command
+    assert f"trainer.default_local_dir={tmp_path / 'run' / 'checkpoints'}" in command
+    assert not (tmp_path / "run").exists()  # a dry run writes nothing
+    with pytest.raises(SystemExit):
+        train.main(["sft", "--spec", spec, "--data", "x", "--run-dir", str(tmp_path / "run"), "--seed", "0"])
+    assert "python -m pipeline_lib.jobs.engines.verl.sft" in capsys.readouterr().err
+
+
 def test_rollouts_of_the_legacy_trainer_dump_group_by_prompt(tokenizer_dir, tmp_path):
     """RARO and RL-Logit train on verl's legacy trainer, whose dump has no uid: its own `_log_rollout_data` writes the
     dump here, from a batch reordered as `_balance_batch` leaves it, and the groups come out as verl's uids."""
@@ -541,6 +559,7 @@ def test_a_changed_config_sets_the_old_runs_state_aside_and_a_same_config_rerun_
 
 def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
     """The RL run's config is unchanged when its SFT model is redone with another result; its identity is not."""
+    from pipeline_lib.jobs.engines.verl import sft, train
     from pipeline_lib.jobs.engines.verl.train import verl_run_identity
 
     (tmp_path / "sft/final").mkdir(parents=True)
@@ -549,15 +568,17 @@ def test_a_redone_initial_model_or_new_data_is_another_run(tmp_path):
         (tmp_path / name).write_bytes(b"rows")
     paths = TrainPaths(tmp_path / "run", tmp_path / "train.parquet", tmp_path / "test.parquet", tmp_path / "sft/final")
     spec = RunSpec(method="grpo_exact", task="countdown_tiny", engine="verl", estimator=Estimator("grpo"))
-    first = verl_run_identity("rl", spec, paths, 0)
+    first = verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)
     assert set(first) == {"config_sha256", "code_sha256", "inputs"} and len(first["inputs"]) == 3
-    assert verl_run_identity("rl", spec, paths, 0) == first
-    assert verl_run_identity("rl", spec, paths, 1)["config_sha256"] != first["config_sha256"]
+    assert verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY) == first
+    assert verl_run_identity("rl", spec, paths, 1, entry=train.ENTRY)["config_sha256"] != first["config_sha256"]
     (tmp_path / "sft/final/model.safetensors").write_bytes(b"weights-2")
-    second = verl_run_identity("rl", spec, paths, 0)
+    second = verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)
     assert second["inputs"] != first["inputs"] and second["config_sha256"] == first["config_sha256"]
     (tmp_path / "train.parquet").write_bytes(b"other rows")
-    assert verl_run_identity("rl", spec, paths, 0)["inputs"] != second["inputs"]
+    assert verl_run_identity("rl", spec, paths, 0, entry=train.ENTRY)["inputs"] != second["inputs"]
+    # each kind's identity follows its own entry point's code (the SFT one imports no RL code)
+    assert verl_run_identity("rl", spec, paths, 0, entry=sft.ENTRY)["code_sha256"] != first["code_sha256"]
 
 
 def test_a_run_directory_from_before_the_digest_is_not_resumed(tmp_path):
