@@ -193,6 +193,6 @@ rule probe_pass_rate:
     conda:
         EVAL_ENV
     shell:
-        "python -m pipeline_lib.jobs.eval.probe --run-dir results/train/{wildcards.run} --init {params.model}"
+        "python -m pipeline_lib.jobs.eval.probe --run results/train/{wildcards.run} --init {params.model}"
         " --data {input.data} --spec {params.spec_file} --seed {params.seed} --out {params.out_dir}"
         " --threads {threads} > {log} 2>&1"

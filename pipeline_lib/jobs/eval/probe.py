@@ -1,7 +1,7 @@
 """The pass-rate probe of the gradient-allocation table (Table 3): fresh samples of each probed group's prompt from
 the policy its run kept at the start of the group's window, scored by the task's verifier.
 
-    python -m pipeline_lib.jobs.eval.probe --run-dir results/train/T/M/seedK --init INIT --data TRAIN.parquet \
+    python -m pipeline_lib.jobs.eval.probe --run results/train/T/M/seedK --init INIT --data TRAIN.parquet \
         --spec JSON --seed K --out results/probe/T/M/seedK
 
 Why a probe: Table 3 bins each group's gradient budget by its prompt's pass rate p, which must be measured apart
@@ -163,7 +163,7 @@ def probe(run_dir: Path, init: str, data: Path, spec: Mapping[str, Any], seed: i
 
 def main(argv: list[str] | None = None) -> int:
     parser = entry_parser(__doc__, "pipeline_lib.jobs.eval.probe")
-    parser.add_argument("--run-dir", type=Path, required=True, help="the RL run (its rollouts.jsonl and probe/)")
+    parser.add_argument("--run", type=Path, required=True, help="the probed RL run (its rollouts.jsonl, probe/)")
     parser.add_argument("--init", required=True, help="the model the run started from (the first window's policy)")
     parser.add_argument("--data", type=Path, required=True, help="the run's training prompts (its --data)")
     add_spec_argument(parser, "the probe: probe_every, steps, samples, groups (per window; null: all), generation "
@@ -176,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     spec = json.loads(args.spec)
     args.out.mkdir(parents=True, exist_ok=True)
-    lines, summary = probe(args.run_dir, args.init, args.data, spec, args.seed, args.out)
+    lines, summary = probe(args.run, args.init, args.data, spec, args.seed, args.out)
     write_text(args.out / "probe.jsonl", "".join(json.dumps(line) + "\n" for line in lines))
     write_json(args.out / "summary.json", summary)
     models = [Path(line["model"]) / "config.json" for line in lines if Path(line["model"]).is_dir()]
     write_provenance([args.out / "probe.jsonl", args.out / "summary.json"], step="probe_pass_rate",
-                     inputs=[args.run_dir / "rollouts.jsonl", args.data, *models], params={"spec": spec},
+                     inputs=[args.run / "rollouts.jsonl", args.data, *models], params={"spec": spec},
                      seeds={"probe": args.seed}, started_at=started)
     log.info("probed %d of %d groups", summary["groups_probed"], summary["groups_visited"])
     return 0

@@ -91,7 +91,7 @@ def test_a_probe_samples_each_drawn_group_from_its_windows_policy(tiny_run, tmp_
     outs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        assert probe.main(["--run-dir", str(tiny_run / "run"), "--init", str(tiny_run / "init"), "--data",
+        assert probe.main(["--run", str(tiny_run / "run"), "--init", str(tiny_run / "init"), "--data",
                            str(tiny_run / "data/rl_train.parquet"), "--spec", json.dumps(_spec(2)), "--seed", "5",
                            "--out", str(out)]) == 0
         outs.append([json.loads(line) for line in (out / "probe.jsonl").read_text().splitlines()])
@@ -120,6 +120,6 @@ def test_a_probe_without_the_kept_policy_says_how_to_get_it(tiny_run, tmp_path):
     run.mkdir()
     shutil.copy(tiny_run / "run" / "rollouts.jsonl", run / "rollouts.jsonl")
     with pytest.raises(FileNotFoundError, match=r"probe/step_2: the policy this run kept after step 2"):
-        probe.main(["--run-dir", str(run), "--init", str(tiny_run / "init"), "--data",
+        probe.main(["--run", str(run), "--init", str(tiny_run / "init"), "--data",
                     str(tiny_run / "data/rl_train.parquet"), "--spec", json.dumps(_spec(None)), "--seed", "0",
                     "--out", str(tmp_path / "out")])
