@@ -69,4 +69,4 @@ def test_the_tiny_default_keeps_its_cap_of_40():
         assert eval_spec(config, task)["max_new_tokens"] == 40
     # the key keeps its place in the spec, so the JSON Snakemake compares is the one a configured 40 gave
     assert list(eval_spec(config, "countdown_tiny")) == [k for k in config["eval"]
-                                                         if k not in ("transfer", "task_max_new_tokens")]
+                                                         if k not in ("transfer", "task_max_new_tokens", "probe")]
