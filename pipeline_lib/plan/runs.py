@@ -48,8 +48,8 @@ from pipeline_lib.plan.settings import (
     with_variant,
 )
 
-__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks",
-           "engine_of", "plan_runs", "softmax_exact_method", "start_of", "trained_methods",
+__all__ = ["JOBS", "TOKENIZER", "VERL_CHECKED", "JobKind", "Plan", "Run", "baseline_tasks", "engine_of",
+           "key_pattern", "plan_runs", "softmax_exact_method", "start_of", "trained_methods",
            "validate_planned_config"]
 
 #: Written by the local job ``validate_verl`` once every verl run's overrides passed verl's own checks; every verl
@@ -89,6 +89,12 @@ class RunId:
     path: str  # its sentinel, results/train/<task>/<name>/seed<seed>/DONE.json
 
 
+def key_pattern(keys: Iterable[str]) -> str:
+    """A wildcard constraint matching exactly ``keys``, longest first (none: a pattern that matches nothing)."""
+    ordered = sorted(set(keys), key=lambda k: (-len(k), k))
+    return "|".join(re.escape(k) for k in ordered) or "(?!)"
+
+
 class Plan:
     """Every run of a config, addressable by (rule, run key) for the rules and iterable for the tables."""
 
@@ -110,8 +116,7 @@ class Plan:
 
     def pattern(self, job: str) -> str:
         """A wildcard constraint matching exactly the run keys of ``job`` (none: a pattern that matches nothing)."""
-        keys = sorted({run.key for run in self.runs if run.job == job}, key=lambda k: (-len(k), k))
-        return "|".join(re.escape(k) for k in keys) or "(?!)"
+        return key_pattern(run.key for run in self.runs if run.job == job)
 
     def of(self, engine: str | None = None, job: str | None = None) -> list[Run]:
         return [r for r in self.runs if (engine is None or r.engine == engine) and (job is None or r.job == job)]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ from pipeline_lib.core.data.tiny import TASKS as TINY_TASKS
 from pipeline_lib.plan import METHODS, Plan, PlanError, Run, RunId, plan_runs, trained_methods
 from pipeline_lib.plan.judges import JUDGES, pairwise_tasks
 from pipeline_lib.plan.layouts import final_dir
-from pipeline_lib.plan.runs import TOKENIZER
+from pipeline_lib.plan.runs import TOKENIZER, key_pattern
 from pipeline_lib.plan.settings import holdout_prompts, probe_spec
 
 __all__ = ["ABLATION_OUTPUTS", "ADAPTIVE_OUTPUTS", "IMAGENET_OUTPUTS", "JUDGE_TABLES", "PAIRWISE_DIR", "PROBE_ROOT",
@@ -157,8 +156,7 @@ def _probed(plan: Plan, key: str) -> Run:
 
 def probe_pattern(plan: Plan) -> str:
     """A wildcard constraint matching exactly the probed runs' keys (none: a pattern that matches nothing)."""
-    keys = sorted({run.key for run in probed_runs(plan)}, key=lambda k: (-len(k), k))
-    return "|".join(re.escape(k) for k in keys) or "(?!)"
+    return key_pattern(run.key for run in probed_runs(plan))
 
 
 def probe_inputs(plan: Plan, key: str) -> dict[str, Any]:
